@@ -1,0 +1,43 @@
+"""The placewatch wire contract: messages, subjects and codec.
+
+Imports msgspec and the standard library only, so a gateway or an alerting
+service can depend on it without the worker's dependencies.
+"""
+
+from . import subjects
+from .codec import DecodeError, decode, decode_any, encode, json_schema
+from .messages import (
+    MESSAGE_TYPES,
+    SCHEMA_VERSION,
+    ComputeStatus,
+    DeviceUse,
+    FallbackEvent,
+    GpuProcess,
+    GpuSample,
+    HostSample,
+    NodeTelemetry,
+    PlacementSpec,
+    ShardBrief,
+    SourceStatus,
+)
+
+__all__ = [
+    "MESSAGE_TYPES",
+    "SCHEMA_VERSION",
+    "ComputeStatus",
+    "DecodeError",
+    "DeviceUse",
+    "FallbackEvent",
+    "GpuProcess",
+    "GpuSample",
+    "HostSample",
+    "NodeTelemetry",
+    "PlacementSpec",
+    "ShardBrief",
+    "SourceStatus",
+    "decode",
+    "decode_any",
+    "encode",
+    "json_schema",
+    "subjects",
+]

@@ -1,0 +1,114 @@
+"""Encoding and decoding with the contract's headers.
+
+JSON is the default so that `nats sub 'placewatch.>'` shows readable
+messages; msgpack is there for fleets that want smaller frames. A reader
+picks the decoder from Content-Type, and a message without one is JSON.
+Encoders and decoders are made once per type and reused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal, TypeVar
+
+import msgspec
+
+from .messages import MESSAGE_TYPES, SCHEMA_VERSION
+
+T = TypeVar("T")
+
+Encoding = Literal["json", "msgpack"]
+
+JSON = "application/json"
+MSGPACK = "application/msgpack"
+CONTENT_TYPES: dict[Encoding, str] = {"json": JSON, "msgpack": MSGPACK}
+
+HEADER_CONTENT_TYPE = "Content-Type"
+HEADER_TYPE = "Placewatch-Type"
+HEADER_SCHEMA = "Placewatch-Schema"
+HEADER_MSG_ID = "Nats-Msg-Id"
+
+_json_encoder = msgspec.json.Encoder()
+_msgpack_encoder = msgspec.msgpack.Encoder()
+_TYPES_BY_NAME: dict[str, type[msgspec.Struct]] = {t.__name__: t for t in MESSAGE_TYPES}
+
+
+class DecodeError(ValueError):
+    """A payload that is not the message its headers say it is."""
+
+
+def encode(
+    message: msgspec.Struct, encoding: Encoding = "json", msg_id: str | None = None
+) -> tuple[bytes, dict[str, str]]:
+    """The payload and headers for one message."""
+    if encoding == "json":
+        payload = _json_encoder.encode(message)
+    else:
+        payload = _msgpack_encoder.encode(message)
+    headers = {
+        HEADER_CONTENT_TYPE: CONTENT_TYPES[encoding],
+        HEADER_TYPE: type(message).__name__,
+        HEADER_SCHEMA: str(SCHEMA_VERSION),
+    }
+    if msg_id is not None:
+        headers[HEADER_MSG_ID] = msg_id
+    return payload, headers
+
+
+def decode(data: bytes, type_: type[T], headers: Mapping[str, str] | None = None) -> T:
+    """Decode a payload as `type_`, choosing the format by Content-Type (JSON when absent)."""
+    content_type = _content_type(headers)
+    try:
+        if content_type == MSGPACK:
+            return _msgpack_decoder(type_).decode(data)
+        return _json_decoder(type_).decode(data)
+    except msgspec.DecodeError as exc:
+        raise DecodeError(f"not a valid {type_.__name__} ({content_type}): {exc}") from exc
+
+
+def decode_any(data: bytes, headers: Mapping[str, str]) -> msgspec.Struct:
+    """Decode a message of any contract type, named by its Placewatch-Type header."""
+    name = headers.get(HEADER_TYPE, "")
+    type_ = _TYPES_BY_NAME.get(name)
+    if type_ is None:
+        raise DecodeError(
+            f"unknown {HEADER_TYPE} {name!r}: expected one of {', '.join(_TYPES_BY_NAME)}"
+        )
+    return decode(data, type_, headers)
+
+
+def _content_type(headers: Mapping[str, str] | None) -> str:
+    if not headers:
+        return JSON
+    value = headers.get(HEADER_CONTENT_TYPE, JSON)
+    return value.split(";", 1)[0].strip().lower() or JSON
+
+
+_json_decoders: dict[Any, msgspec.json.Decoder[Any]] = {}
+_msgpack_decoders: dict[Any, msgspec.msgpack.Decoder[Any]] = {}
+
+
+def _json_decoder(type_: type[T]) -> msgspec.json.Decoder[T]:
+    decoder = _json_decoders.get(type_)
+    if decoder is None:
+        decoder = _json_decoders[type_] = msgspec.json.Decoder(type_)
+    return decoder
+
+
+def _msgpack_decoder(type_: type[T]) -> msgspec.msgpack.Decoder[T]:
+    decoder = _msgpack_decoders.get(type_)
+    if decoder is None:
+        decoder = _msgpack_decoders[type_] = msgspec.msgpack.Decoder(type_)
+    return decoder
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of every message of the contract, with shared definitions."""
+    refs, components = msgspec.json.schema_components(MESSAGE_TYPES, ref_template="#/$defs/{name}")
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "placewatch messages",
+        "description": f"Wire contract, schema version {SCHEMA_VERSION}.",
+        "oneOf": list(refs),
+        "$defs": components,
+    }

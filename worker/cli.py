@@ -1,0 +1,174 @@
+"""The `placewatch` command: run, sample, schema."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import anyio
+import msgspec
+
+from placewatch.schemas import NodeTelemetry, json_schema
+
+from . import __version__
+from .config import ENV_CONFIG, ConfigError, Settings, load, split_urls
+from .embedded import EmbeddedError
+from .gpu import default_sources
+from .host import HostSampler
+from .probe import ProbeRunner
+from .runtime import run
+from .sampler import NodeSampler
+
+EXIT_CONFIG = 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return EXIT_CONFIG
+    if args.command == "schema":
+        print(json.dumps(json_schema(), indent=2))
+        return 0
+    try:
+        settings = load(_flags(args), config_path=args.config)
+    except ConfigError as exc:
+        print(f"placewatch: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    logging.basicConfig(
+        level=settings.log_level.upper(),
+        format="%(asctime)s placewatch %(levelname)s %(message)s",
+        stream=sys.stderr,
+    )
+    if args.command == "sample":
+        return _sample(settings, as_json=args.json)
+    return _run(settings)
+
+
+def _run(settings: Settings) -> int:
+    try:
+        anyio.run(run, settings, sys.stdout, backend="asyncio")
+    except EmbeddedError as exc:
+        print(f"placewatch: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def _sample(settings: Settings, *, as_json: bool) -> int:
+    async def once() -> NodeTelemetry:
+        sampler = NodeSampler(
+            settings.node,
+            settings.interval,
+            default_sources(ProbeRunner(settings.probe_timeout)),
+            HostSampler(),
+        )
+        return await sampler.sample()
+
+    telemetry = anyio.run(once, backend="asyncio")
+    if as_json:
+        sys.stdout.buffer.write(msgspec.json.format(msgspec.json.encode(telemetry), indent=2))
+        sys.stdout.write("\n")
+    else:
+        print(describe(telemetry))
+    return 0
+
+
+def describe(t: NodeTelemetry) -> str:
+    """A sample as a person reads it at a terminal."""
+    lines = [f"node {t.node}  {t.time:%Y-%m-%d %H:%M:%S} UTC"]
+    if not t.gpus:
+        lines.append("no GPUs found")
+    for g in t.gpus:
+        util = "-" if g.utilization_pct is None else f"{g.utilization_pct:.0f}%"
+        mem = f"{_gib(g.memory_used_bytes)}/{_gib(g.memory_total_bytes)} GiB"
+        temp = "-" if g.temperature_c is None else f"{g.temperature_c:.0f} C"
+        power = "-" if g.power_w is None else f"{g.power_w:.0f}"
+        if g.power_cap_w is not None:
+            power += f"/{g.power_cap_w:.0f}"
+        lines.append(
+            f"{g.vendor} GPU {g.index}  {g.name or '?'}  util {util}  mem {mem}  {temp}  "
+            f"{power} W  {len(g.processes)} processes"
+        )
+    if t.host is not None:
+        h = t.host
+        cpu = "-" if h.cpu_pct is None else f"{h.cpu_pct:.0f}%"
+        lines.append(
+            f"host  cpu {cpu} of {h.cpu_count}  memory {_gib(h.memory_available_bytes)} GiB "
+            f"available of {_gib(h.memory_total_bytes)}  load {h.load_1m}"
+        )
+    for s in t.sources:
+        state = "ok" if s.ok else f"failed: {s.error}"
+        latency = "" if s.latency_ms is None else f" ({s.latency_ms:.0f} ms)"
+        lines.append(f"source {s.name}{latency} {state}")
+    return "\n".join(lines)
+
+
+def _gib(n: int | None) -> str:
+    return "-" if n is None else f"{n / (1 << 30):.1f}"
+
+
+def _flags(args: argparse.Namespace) -> dict[str, Any]:
+    given: dict[str, Any] = {}
+    for field in Settings.__struct_fields__:
+        value = getattr(args, field, None)
+        if value is not None:
+            given[field] = split_urls(value) if field == "nats" else value
+    return given
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="placewatch",
+        description="Checks that every model shard placed on a node's GPUs computes on them, "
+        "and publishes GPU telemetry and compute status to NATS.",
+    )
+    parser.add_argument("--version", action="version", version=f"placewatch {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", metavar="FILE", help=f"TOML settings file (also {ENV_CONFIG})")
+    common.add_argument("--node", help="this node's name (default: the short hostname)")
+    common.add_argument("--interval", type=float, metavar="SECONDS", help="default 2")
+    common.add_argument(
+        "--probe-timeout", type=float, metavar="SECONDS", help="limit for one GPU tool run (5)"
+    )
+    common.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+
+    run = commands.add_parser(
+        "run",
+        parents=[common],
+        help="run the worker",
+        description="Sample every interval and publish to NATS. With no server configured, "
+        "start an embedded nats-server on 127.0.0.1 and print its URL.",
+    )
+    run.add_argument(
+        "--nats",
+        metavar="URL",
+        help="server URL(s) to join, comma-separated (also PLACEWATCH_NATS); "
+        "none: run an embedded server",
+    )
+    run.add_argument("--prefix", help="subject prefix (default placewatch)")
+    run.add_argument("--encoding", choices=["json", "msgpack"], help="payload format (json)")
+    run.add_argument("--state-dir", metavar="DIR", help="embedded server's JetStream store")
+    run.add_argument(
+        "--embedded-port", type=int, metavar="PORT", help="embedded server port (4222; 0: any)"
+    )
+
+    sample = commands.add_parser(
+        "sample", parents=[common], help="take one sample and print it, no bus needed"
+    )
+    sample.add_argument("--json", action="store_true", help="print a NodeTelemetry as JSON")
+
+    commands.add_parser("schema", help="print the JSON Schema of every message")
+    return parser
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,155 @@
+"""Settings: flags over environment (PLACEWATCH_*) over the TOML file over defaults.
+
+Each layer is checked on its own before they are merged, so an error names
+where the bad value came from: the file and key, the environment variable,
+or the flag. An unknown key is an error, not ignored: a misspelled
+`intreval` would otherwise leave the default in force without a word.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal, get_args, get_origin, get_type_hints
+
+import msgspec
+
+ENV_PREFIX = "PLACEWATCH_"
+ENV_CONFIG = "PLACEWATCH_CONFIG"
+
+Positive = Annotated[float, msgspec.Meta(gt=0)]
+Port = Annotated[int, msgspec.Meta(ge=0, le=65535)]
+
+
+def default_state_dir() -> str:
+    # systemd's StateDirectory= sets STATE_DIRECTORY for the unit.
+    if os.environ.get("STATE_DIRECTORY"):
+        return os.environ["STATE_DIRECTORY"].split(":")[0]
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(Path.home(), ".local", "state")
+    return os.path.join(base, "placewatch")
+
+
+def default_node() -> str:
+    return socket.gethostname().split(".")[0] or "localhost"
+
+
+class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Everything a worker can be told; the TOML file uses these names as keys."""
+
+    nats: list[str] = msgspec.field(default_factory=list)
+    """Server URLs to join. Empty: start the embedded nats-server."""
+    node: str = msgspec.field(default_factory=default_node)
+    interval: Positive = 2.0
+    prefix: str = "placewatch"
+    encoding: Literal["json", "msgpack"] = "json"
+    probe_timeout: Positive = 5.0
+    state_dir: str = msgspec.field(default_factory=default_state_dir)
+    embedded_port: Port = 4222
+    """Port of the embedded server; taken when free, else any free port. 0: any."""
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+
+class ConfigError(Exception):
+    """Bad configuration: the message names the input and what was expected."""
+
+
+FIELDS: tuple[str, ...] = Settings.__struct_fields__
+
+
+def env_name(field: str) -> str:
+    return ENV_PREFIX + field.upper()
+
+
+def load(
+    flags: Mapping[str, Any],
+    environ: Mapping[str, str] | None = None,
+    config_path: str | None = None,
+) -> Settings:
+    """Settings from the flags given (None means not given), the environment and the file."""
+    environ = os.environ if environ is None else environ
+    path = config_path or environ.get(ENV_CONFIG)
+    merged: dict[str, Any] = {}
+    if path:
+        merged |= _check(_read_file(path), f"config file {path}", strict=True)
+    merged |= _check(_read_env(environ), "environment", strict=False)
+    merged |= _check({k: v for k, v in flags.items() if v is not None}, "flag", strict=False)
+    return msgspec.convert(merged, Settings, strict=False)
+
+
+def _read_file(path: str) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError(
+            f"config file {path} does not exist; check --config or {ENV_CONFIG}"
+        ) from None
+    except OSError as exc:
+        raise ConfigError(f"config file {path} cannot be read: {exc.strerror}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
+
+
+def _read_env(environ: Mapping[str, str]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for name, value in environ.items():
+        if not name.startswith(ENV_PREFIX) or name == ENV_CONFIG:
+            continue
+        field = name[len(ENV_PREFIX) :].lower()
+        if field not in FIELDS:
+            raise ConfigError(
+                f"environment variable {name} is not a placewatch setting; "
+                f"known: {', '.join(env_name(f) for f in FIELDS)}, {ENV_CONFIG}"
+            )
+        found[field] = value
+    return found
+
+
+def _check(layer: dict[str, Any], where: str, *, strict: bool) -> dict[str, Any]:
+    """`layer` with its values normalised, or a ConfigError naming the bad key."""
+    layer = dict(layer)
+    if isinstance(layer.get("nats"), str):
+        layer["nats"] = split_urls(layer["nats"])
+    try:
+        msgspec.convert(layer, Settings, strict=strict)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(_explain(str(exc), where)) from None
+    return layer
+
+
+def split_urls(value: str) -> list[str]:
+    """Comma-separated server URLs, the form NATS tools take, as a list."""
+    return [url.strip() for url in value.split(",") if url.strip()]
+
+
+def _choices(key: str) -> tuple[str, ...]:
+    hint = get_type_hints(Settings).get(key)
+    return tuple(str(c) for c in get_args(hint)) if get_origin(hint) is Literal else ()
+
+
+_UNKNOWN = re.compile(r"Object contains unknown field `(?P<key>[^`]+)`")
+_AT = re.compile(r"^(?P<what>.*?)(?: - at `\$\.(?P<key>[^`\[]+)[^`]*`)?$")
+
+
+def _explain(message: str, where: str) -> str:
+    unknown = _UNKNOWN.search(message)
+    if unknown:
+        key = unknown["key"]
+        return f"{where}: unknown key {key!r}; known keys: {', '.join(FIELDS)}"
+    match = _AT.match(message)
+    key = match["key"] if match and match["key"] else None
+    what = (match["what"] if match else message).strip()
+    if key is None:
+        return f"{where}: {what}"
+    choices = _choices(key)
+    if choices and what.startswith("Invalid enum value"):
+        what += f"; expected one of {', '.join(choices)}"
+    if where == "environment":
+        return f"environment variable {env_name(key)}: {what}"
+    if where == "flag":
+        return f"--{key.replace('_', '-')}: {what}"
+    return f"{where}: key {key!r}: {what}"

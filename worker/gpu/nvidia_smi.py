@@ -1,0 +1,242 @@
+"""NVIDIA GPUs through nvidia-smi's CSV queries.
+
+Columns are read by header name, never by position: the header echoes each
+field's canonical name with its unit (ask for `used_memory` and the column
+reads `used_gpu_memory [MiB]`), a driver may add or rename fields, and
+`--format=csv,nounits` strips units from the values only. Checked against
+captures from drivers 465 to 610 (Linux and Windows) in ../shared/corpus.
+
+Processes come from `--query-compute-apps`, one row per process per GPU,
+mapped to the GPU's physical index by its UUID.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from dataclasses import dataclass
+
+import msgspec
+
+from placewatch.schemas import GpuProcess, GpuSample, SourceStatus
+
+from ..probe import ProbeRunner
+from . import values
+
+TOOL = "nvidia-smi"
+
+GPU_FIELDS = (
+    "index",
+    "uuid",
+    "name",
+    "pci.bus_id",
+    "utilization.gpu",
+    "memory.total",
+    "memory.used",
+    "memory.free",
+    "temperature.gpu",
+    "power.draw",
+    "enforced.power.limit",
+)
+APP_FIELDS = ("gpu_uuid", "pid", "process_name", "used_memory")
+
+_GPU_KEYS = {"index", "uuid", "name", "pci.bus_id", "memory.total", "memory.used"}
+_HEADER = re.compile(r"^(?P<name>[^\[]+?)\s*(?:\[(?P<unit>[^\]]*)\])?$")
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    unit: str | None
+
+
+@dataclass(frozen=True)
+class ComputeApp:
+    gpu_uuid: str | None
+    pid: int
+    name: str | None
+    used_bytes: int | None
+
+
+def gpu_query_argv(tool: str = TOOL) -> list[str]:
+    return [tool, "--query-gpu=" + ",".join(GPU_FIELDS), "--format=csv,nounits"]
+
+
+def apps_query_argv(tool: str = TOOL) -> list[str]:
+    return [tool, "--query-compute-apps=" + ",".join(APP_FIELDS), "--format=csv,nounits"]
+
+
+def parse_table(text: str) -> tuple[list[Column], list[list[str]]]:
+    """The header columns and rows of a CSV query; empty when there is no header."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        return [], []
+    reader = csv.reader(io.StringIO("\n".join(lines)), skipinitialspace=True)
+    try:
+        header, *rows = list(reader)
+    except csv.Error:
+        return [], []
+    columns = []
+    for cell in header:
+        match = _HEADER.match(cell.strip())
+        if match is None:
+            columns.append(Column(cell.strip(), None))
+        else:
+            columns.append(Column(match["name"].strip(), match["unit"]))
+    return columns, [_fit(columns, row) for row in rows]
+
+
+def _fit(columns: list[Column], row: list[str]) -> list[str]:
+    """A row with as many cells as the header.
+
+    nvidia-smi does not quote, so a process name holding ", " (a Windows path)
+    spills into the next cells: those are joined back into `process_name`.
+    """
+    extra = len(row) - len(columns)
+    names = [c.name for c in columns]
+    if extra > 0 and "process_name" in names:
+        at = names.index("process_name")
+        row = [*row[:at], ", ".join(row[at : at + extra + 1]), *row[at + extra + 1 :]]
+    if len(row) < len(columns):
+        row = row + [""] * (len(columns) - len(row))
+    return [cell.strip() for cell in row[: len(columns)]]
+
+
+class _Row:
+    """One row, looked up by field name and its aliases across driver versions."""
+
+    def __init__(self, columns: list[Column], cells: list[str]) -> None:
+        self._cells = {c.name: (cell, c.unit) for c, cell in zip(columns, cells, strict=True)}
+
+    def get(self, *names: str) -> tuple[str | None, str | None]:
+        """The first present, non-missing cell among `names`, with its header unit."""
+        for name in names:
+            found = self._cells.get(name)
+            if found is not None and not values.is_missing(found[0]):
+                return found
+        return None, None
+
+    def text(self, *names: str) -> str | None:
+        return values.text(self.get(*names)[0])
+
+    def number(self, *names: str) -> float | None:
+        return values.number(self.get(*names)[0])
+
+    def bytes(self, *names: str) -> int | None:
+        cell, unit = self.get(*names)
+        return values.to_bytes(cell, unit or "MiB")
+
+
+def parse_gpus(text: str) -> list[GpuSample]:
+    """GPUs from a `--query-gpu` CSV, with or without units; never raises."""
+    columns, rows = parse_table(text)
+    if not {c.name for c in columns} & _GPU_KEYS:
+        return []  # not a query-gpu table: an error message, or another tool's output
+    gpus = []
+    for position, cells in enumerate(rows):
+        row = _Row(columns, cells)
+        index = values.integer(row.get("index")[0])
+        used = row.bytes("memory.used")
+        free = row.bytes("memory.free")
+        total = row.bytes("memory.total")
+        if total is None and used is not None and free is not None:
+            # Some queries leave out memory.total; it is reserved + used + free.
+            total = used + free + (row.bytes("memory.reserved") or 0)
+        # MIG-enabled GPUs report [N/A] here: the tool cannot tell.
+        utilization = values.percent(row.get("utilization.gpu")[0])
+        gpus.append(
+            GpuSample(
+                index=index if index is not None and index >= 0 else position,
+                uuid=row.text("uuid", "gpu_uuid"),
+                vendor="nvidia",
+                name=row.text("name", "gpu_name"),
+                bus_id=row.text("pci.bus_id", "gpu_bus_id"),
+                utilization_pct=utilization,
+                activity="busy" if utilization is not None else None,
+                memory_total_bytes=total,
+                memory_used_bytes=used,
+                memory_free_bytes=free,
+                temperature_c=row.number("temperature.gpu"),
+                power_w=row.number("power.draw", "power.draw.instant", "power.draw.average"),
+                power_cap_w=row.number("enforced.power.limit", "power.limit"),
+            )
+        )
+    return gpus
+
+
+def parse_compute_apps(text: str) -> list[ComputeApp]:
+    """Processes from a `--query-compute-apps` CSV; rows without a pid are skipped."""
+    columns, rows = parse_table(text)
+    if "pid" not in {c.name for c in columns}:
+        return []
+    apps = []
+    for cells in rows:
+        row = _Row(columns, cells)
+        pid = values.integer(row.get("pid")[0])
+        if pid is None or pid < 0:
+            continue
+        apps.append(
+            ComputeApp(
+                gpu_uuid=row.text("gpu_uuid", "uuid"),
+                pid=pid,
+                name=row.text("process_name", "name"),
+                # WDDM (Windows) drivers print [N/A] for every process.
+                used_bytes=row.bytes("used_gpu_memory", "used_memory"),
+            )
+        )
+    return apps
+
+
+def attach_processes(gpus: list[GpuSample], apps: list[ComputeApp]) -> list[GpuSample]:
+    """Each GPU with the processes the compute-apps query lists on it, matched by UUID."""
+    by_uuid: dict[str, list[GpuProcess]] = {g.uuid: [] for g in gpus if g.uuid}
+    for app in apps:
+        if app.gpu_uuid in by_uuid:
+            by_uuid[app.gpu_uuid].append(
+                GpuProcess(pid=app.pid, used_bytes=app.used_bytes, name=app.name)
+            )
+    return [
+        msgspec.structs.replace(g, processes=by_uuid[g.uuid]) if g.uuid in by_uuid else g
+        for g in gpus
+    ]
+
+
+class NvidiaSmiSource:
+    """NVIDIA readings from two nvidia-smi queries a tick."""
+
+    name = TOOL
+    vendor = "nvidia"
+
+    def __init__(self, runner: ProbeRunner, tool: str = TOOL) -> None:
+        self._runner = runner
+        self._tool = tool
+
+    async def sample(self) -> tuple[list[GpuSample], SourceStatus]:
+        gpu_result = await self._runner.run(gpu_query_argv(self._tool))
+        if not gpu_result.ok:
+            return [], SourceStatus(
+                name=self.name,
+                ok=False,
+                latency_ms=round(gpu_result.latency_ms, 3),
+                error=gpu_result.error,
+            )
+        gpus = parse_gpus(gpu_result.stdout)
+        apps_result = await self._runner.run(apps_query_argv(self._tool))
+        latency = round(gpu_result.latency_ms + apps_result.latency_ms, 3)
+        if not apps_result.ok:
+            return gpus, SourceStatus(
+                name=self.name,
+                ok=False,
+                latency_ms=latency,
+                error=f"GPU readings only, no processes: {apps_result.error}",
+            )
+        gpus = attach_processes(gpus, parse_compute_apps(apps_result.stdout))
+        if not gpus:
+            return [], SourceStatus(
+                name=self.name,
+                ok=False,
+                latency_ms=latency,
+                error=f"{TOOL} printed no GPU rows; run `{TOOL}` to see what the driver says",
+            )
+        return gpus, SourceStatus(name=self.name, ok=True, latency_ms=latency)

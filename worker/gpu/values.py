@@ -1,0 +1,88 @@
+"""Reading the values GPU tools print, where "no reading" is never 0.
+
+nvidia-smi, rocm-smi and amd-smi say a value is missing in many spellings,
+changing with driver versions: `[N/A]`, `N/A`, `[Not Supported]`,
+`[Insufficient Permissions]`, `[Requested functionality has been deprecated]`
+(R570+ for some power fields), `[Function Not Found]` (Windows drivers), or
+an empty cell. All of them are None, and none of them drops the rest of a row.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+_NUMBER = re.compile(r"^\s*([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)\s*([A-Za-z%/]*)\s*$")
+
+_BYTES_PER_UNIT = {
+    "b": 1,
+    "kib": 1 << 10,
+    "kb": 1 << 10,
+    "mib": 1 << 20,
+    "mb": 1 << 20,
+    "gib": 1 << 30,
+    "gb": 1 << 30,
+}
+
+
+def is_missing(value: object) -> bool:
+    """True for every spelling of "no reading" and for None."""
+    if value is None:
+        return True
+    if not isinstance(value, str):
+        return False
+    text = value.strip()
+    if not text:
+        return True
+    if text.startswith("[") and text.endswith("]"):
+        return True
+    return text.upper() in {"N/A", "NA", "NONE", "UNKNOWN", "NOT SUPPORTED"}
+
+
+def number(value: object) -> float | None:
+    """A finite number from `value` ("433.78 W", "9 %", 81559, "[N/A]" -> None)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        result = float(value)
+    elif isinstance(value, str) and not is_missing(value):
+        match = _NUMBER.match(value)
+        if match is None:
+            return None
+        result = float(match.group(1))
+    else:
+        return None
+    return result if math.isfinite(result) else None
+
+
+def integer(value: object) -> int | None:
+    result = number(value)
+    return None if result is None else round(result)
+
+
+def to_bytes(value: object, unit: str = "MiB") -> int | None:
+    """Bytes from a size in `unit`, or in the unit the value itself names ("2296 MiB")."""
+    if isinstance(value, str):
+        match = _NUMBER.match(value)
+        if match is not None and match.group(2):
+            unit = match.group(2)
+    amount = number(value)
+    scale = _BYTES_PER_UNIT.get(unit.lower())
+    if amount is None or scale is None or amount < 0:
+        return None
+    return round(amount * scale)
+
+
+def percent(value: object) -> float | None:
+    """A percentage in [0, 100], or None when out of range or missing."""
+    result = number(value)
+    if result is None or not 0 <= result <= 100:
+        return None
+    return result
+
+
+def text(value: object) -> str | None:
+    """A string reading, None when missing."""
+    if not isinstance(value, str) or is_missing(value):
+        return None
+    return value.strip()

@@ -1,0 +1,43 @@
+"""The node's own CPU and memory, through psutil."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import psutil
+
+from placewatch.schemas import HostSample
+
+MIN_WINDOW_S = 0.2
+"""CPU use over a shorter window than this is noise; the first call waits it out."""
+
+
+class HostSampler:
+    """CPU use is measured between calls, so construction starts the clock.
+
+    Blocking (it may sleep out the first window): call it from a thread.
+    """
+
+    def __init__(self) -> None:
+        psutil.cpu_percent(interval=None)
+        self._since = time.monotonic()
+
+    def sample(self) -> HostSample:
+        wait = self._since + MIN_WINDOW_S - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+        cpu = psutil.cpu_percent(interval=None)
+        self._since = time.monotonic()
+        memory = psutil.virtual_memory()
+        try:
+            load_1m: float | None = round(os.getloadavg()[0], 2)
+        except OSError:  # not every platform keeps a load average
+            load_1m = None
+        return HostSample(
+            cpu_pct=min(100.0, cpu),
+            cpu_count=psutil.cpu_count(logical=True),
+            memory_total_bytes=memory.total,
+            memory_available_bytes=memory.available,
+            load_1m=load_1m,
+        )
