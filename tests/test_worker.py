@@ -141,3 +141,23 @@ def test_server_down_at_start_is_retried_with_a_log_line(
     assert len(failures) == 1, err
     assert server.url in failures[0]
     assert "Traceback" not in err
+
+
+def test_embedded_server_dies_with_a_killed_worker(tmp_path: Path, workers: list[Worker]) -> None:
+    env = clean_env() | {"PLACEWATCH_STATE_DIR": str(tmp_path / "state")}
+    worker = Worker("--node", "doomed", "--embedded-port", "0", env=env)
+    workers.append(worker)
+    assert worker.proc.stdout is not None
+    found = re.search(r"nats://127\.0\.0\.1:(\d+)", worker.proc.stdout.readline())
+    assert found
+    port = int(found.group(1))
+    socket.create_connection(("127.0.0.1", port), 1).close()
+    worker.kill()  # SIGKILL: no chance to stop the server itself
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+        except OSError:
+            return
+        time.sleep(0.1)
+    raise AssertionError("the embedded server outlived a killed worker")

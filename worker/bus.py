@@ -38,8 +38,11 @@ class _ConnectionLog:
         self.failing = False
         self.nc: Client | None = None
 
+    def _closing(self) -> bool:
+        return self.nc is not None and (self.nc.is_draining or self.nc.is_closed)
+
     async def error(self, exc: Exception) -> None:
-        if not self.failing:
+        if not self.failing and not self._closing():
             self.failing = True
             log.warning(
                 "cannot reach NATS at %s (%s); retrying every second",
@@ -48,7 +51,7 @@ class _ConnectionLog:
             )
 
     async def disconnected(self) -> None:
-        if self.nc is not None and (self.nc.is_draining or self.nc.is_closed):
+        if self._closing():
             return  # our own shutdown
         log.warning("disconnected from NATS; telemetry is dropped until it returns")
 

@@ -114,6 +114,9 @@ class EmbeddedServer:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            # Its own session: a Ctrl-C or a signal to the worker's process group must
+            # not stop the server before the worker has drained its connection.
+            start_new_session=True,
             preexec_fn=_die_with_parent if sys.platform == "linux" else None,  # noqa: PLW1509
         )
         deadline = time.monotonic() + START_TIMEOUT_S
