@@ -38,6 +38,18 @@ class GpuProcess(msgspec.Struct, frozen=True, kw_only=True):
     name: str | None = None
 
 
+class MigInstance(msgspec.Struct, frozen=True, kw_only=True):
+    """One MIG instance of a MIG-enabled NVIDIA GPU (A100, H100 and later)."""
+
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
+    uuid: str | None = None
+    profile: str | None = None
+    """The instance's profile name where the tool gives it ("1g.10gb")."""
+    memory_total_bytes: NonNegative | None = None
+    memory_used_bytes: NonNegative | None = None
+
+
 class GpuSample(msgspec.Struct, frozen=True, kw_only=True):
     """One GPU at one tick. `index` is physical: the vendor tool's (PCI bus) order."""
 
@@ -56,6 +68,10 @@ class GpuSample(msgspec.Struct, frozen=True, kw_only=True):
     power_w: float | None = None
     power_cap_w: float | None = None
     processes: list[GpuProcess] = msgspec.field(default_factory=list)
+    mig_enabled: bool | None = None
+    mig: list[MigInstance] = msgspec.field(default_factory=list)
+    temperature_sensor: str | None = None
+    """Which sensor `temperature_c` is ("edge", "junction"; AMD datacenter cards have no edge)."""
 
 
 class HostSample(msgspec.Struct, frozen=True, kw_only=True):
@@ -75,6 +91,9 @@ class SourceStatus(msgspec.Struct, frozen=True, kw_only=True):
     ok: bool
     latency_ms: float | None = None
     error: str | None = None
+    vendor: Vendor | None = None
+    degraded: bool = False
+    """A probe of this tool survived SIGKILL (stuck in the driver); no new one until it exits."""
 
 
 class ShardBrief(msgspec.Struct, frozen=True, kw_only=True):

@@ -32,14 +32,8 @@ def test_sample_json_reports_gpus_with_exact_bytes_and_null_for_na(fake_gpu: Fak
     assert host["cpu_count"] >= 1
     assert host["memory_total_bytes"] > host["memory_available_bytes"] > 0
     assert 0 <= host["cpu_pct"] <= 100
-    assert doc["sources"] == [
-        {
-            "name": "nvidia-smi",
-            "ok": True,
-            "latency_ms": doc["sources"][0]["latency_ms"],
-            "error": None,
-        }
-    ]
+    (source,) = doc["sources"]
+    assert (source["name"], source["ok"], source["error"]) == ("nvidia-smi", True, None)
     assert doc["sources"][0]["latency_ms"] > 0
     calls = fake_gpu.calls("nvidia-smi")
     assert any(c.split()[1].startswith("--query-gpu=index,uuid") for c in calls)
