@@ -73,7 +73,8 @@ def test_node_names_become_subject_tokens(nats_server: NatsServer, workers: list
     assert isinstance(doc, dict)
     assert doc["node"] == "rack 4.gpu*7"
     assert doc["gpus"] == []
-    assert doc["sources"][0]["error"] == "nvidia-smi not found on PATH"
+    errors = {s["name"]: s["error"] for s in doc["sources"]}
+    assert errors["nvidia-smi"] == "nvidia-smi not found on PATH"
 
 
 def test_msgpack_encoding_is_labelled_and_decodes(

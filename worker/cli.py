@@ -17,7 +17,7 @@ from placewatch.schemas import NodeTelemetry, json_schema
 from . import __version__
 from .config import ENV_CONFIG, ConfigError, Settings, load, split_urls
 from .embedded import EmbeddedError
-from .gpu import default_sources
+from .gpu.registry import default_chains
 from .host import HostSampler
 from .probe import ProbeRunner
 from .runtime import run
@@ -66,7 +66,7 @@ def _sample(settings: Settings, *, as_json: bool) -> int:
         sampler = NodeSampler(
             settings.node,
             settings.interval,
-            default_sources(ProbeRunner(settings.probe_timeout)),
+            default_chains(ProbeRunner(settings.probe_timeout)),
             HostSampler(),
         )
         return await sampler.sample()

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import anyio
 import anyio.abc
+import psutil
 from anyio.streams.text import TextReceiveStream
 
 log = logging.getLogger(__name__)
@@ -41,6 +42,8 @@ class ProbeResult:
     stdout: str
     error: str | None
     latency_ms: float
+    stuck: bool = False
+    """A run of this tool survived SIGKILL and has not exited: the source is degraded."""
 
     @property
     def ok(self) -> bool:
@@ -50,17 +53,23 @@ class ProbeResult:
 class ProbeRunner:
     """Runs tools with a timeout, at most one of each tool at a time."""
 
-    def __init__(self, timeout_s: float = 5.0) -> None:
+    def __init__(self, timeout_s: float = 5.0, kill_signal: int = signal.SIGKILL) -> None:
         self.timeout_s = timeout_s
+        self.kill_signal = kill_signal  # a seam: tests stand in a signal a tool survives
         self._in_flight: set[str] = set()
-        self._stuck: dict[str, anyio.abc.Process] = {}
+        self._stuck: dict[str, psutil.Process] = {}
 
     def stuck(self, tool: str) -> int | None:
         """The pid of a killed `tool` that has not exited yet, or None."""
         proc = self._stuck.get(tool)
         if proc is None:
             return None
-        if proc.returncode is not None:
+        try:
+            # is_running() also checks the start time: a reused pid is not our tool.
+            gone = not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            gone = True
+        if gone:
             del self._stuck[tool]
             log.info("%s (pid %d) finally exited; probing it again", tool, proc.pid)
             return None
@@ -71,7 +80,8 @@ class ProbeRunner:
         started = time.perf_counter()
 
         def result(stdout: str, error: str | None) -> ProbeResult:
-            return ProbeResult(tool, stdout, error, (time.perf_counter() - started) * 1000)
+            latency = (time.perf_counter() - started) * 1000
+            return ProbeResult(tool, stdout, error, latency, stuck=tool in self._stuck)
 
         stuck_pid = self.stuck(tool)
         if stuck_pid is not None:
@@ -130,7 +140,7 @@ class ProbeRunner:
         """Kill the tool's whole group; remember it if it does not die."""
         # start_new_session made the tool the leader of its own group.
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
+            os.killpg(proc.pid, self.kill_signal)
         with anyio.move_on_after(REAP_WAIT_S, shield=True):
             await proc.wait()
         for stream in (proc.stdout, proc.stderr):
@@ -145,7 +155,8 @@ class ProbeRunner:
                 proc.pid,
                 tool,
             )
-            self._stuck[tool] = proc
+            with contextlib.suppress(psutil.Error):
+                self._stuck[tool] = psutil.Process(proc.pid)
 
 
 async def _collect(stream: anyio.abc.ByteReceiveStream, into: list[str]) -> None:

@@ -19,7 +19,7 @@ from nats.aio.client import Client
 from .bus import Publisher, connect
 from .config import Settings
 from .embedded import EmbeddedServer
-from .gpu import default_sources
+from .gpu.registry import default_chains
 from .host import HostSampler
 from .probe import ProbeRunner
 from .sampler import NodeSampler
@@ -46,7 +46,7 @@ async def run(settings: Settings, out: TextIO) -> None:
         sampler = NodeSampler(
             settings.node,
             settings.interval,
-            default_sources(ProbeRunner(settings.probe_timeout)),
+            default_chains(ProbeRunner(settings.probe_timeout)),
             HostSampler(),
         )
         nc: Client | None = None

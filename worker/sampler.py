@@ -9,7 +9,7 @@ import anyio
 
 from placewatch.schemas import GpuSample, NodeTelemetry, SourceStatus
 
-from .gpu import GpuSource
+from .gpu.registry import VendorChain
 from .host import HostSampler
 
 
@@ -23,30 +23,36 @@ class NodeSampler:
         self,
         node: str,
         interval_s: float,
-        sources: list[GpuSource],
+        chains: list[VendorChain],
         host: HostSampler,
         session: str | None = None,
     ) -> None:
         self.node = node
         self.interval_s = interval_s
-        self.sources = sources
+        self.chains = chains
         self.host = host
         self.session = session or new_session()
         self.seq = 0
 
     async def sample(self) -> NodeTelemetry:
-        results: list[tuple[list[GpuSample], SourceStatus]] = [
-            ([], _pending(s)) for s in self.sources
-        ]
+        results: list[tuple[list[GpuSample], list[SourceStatus]]] = [([], [])] * len(self.chains)
 
-        async def probe(i: int, source: GpuSource) -> None:
-            results[i] = await source.sample()
+        async def probe(i: int, chain: VendorChain) -> None:
+            results[i] = await chain.sample()
 
         async with anyio.create_task_group() as tg:
-            for i, source in enumerate(self.sources):
-                tg.start_soon(probe, i, source)
+            for i, chain in enumerate(self.chains):
+                tg.start_soon(probe, i, chain)
         host = await anyio.to_thread.run_sync(self.host.sample)
         gpus = sorted((g for found, _ in results for g in found), key=lambda g: (g.vendor, g.index))
+        # A vendor with no tool on this node is noise in every sample; it is
+        # listed only when no vendor has one, to say what is missing.
+        present = [
+            statuses
+            for chain, (_, statuses) in zip(self.chains, results, strict=True)
+            if not chain.absent
+        ]
+        shown = present or [statuses for _, statuses in results]
         telemetry = NodeTelemetry(
             node=self.node,
             session=self.session,
@@ -55,11 +61,7 @@ class NodeSampler:
             interval_s=self.interval_s,
             gpus=gpus,
             host=host,
-            sources=[status for _, status in results],
+            sources=[status for statuses in shown for status in statuses],
         )
         self.seq += 1
         return telemetry
-
-
-def _pending(source: GpuSource) -> SourceStatus:
-    return SourceStatus(name=source.name, ok=False, error="not probed")

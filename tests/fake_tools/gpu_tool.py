@@ -15,6 +15,7 @@ message on stderr and exit with CODE.
 
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -37,7 +38,12 @@ def main() -> int:
     with open(here / "calls.log", "a") as calls:
         calls.write(f"{os.getpid()} {' '.join(args)}\n")
     if (here / "hang").exists():
+        # Stuck, deaf to SIGTERM, and with a child of its own: only killing the
+        # whole process group leaves nothing behind.
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+        with open(here / "calls.log", "a") as calls:
+            calls.write(f"{child.pid} child\n")
         while True:
             time.sleep(3600)
     if (here / "fail").exists():

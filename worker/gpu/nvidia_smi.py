@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 import io
 import re
+import shutil
 from dataclasses import dataclass
 
 import msgspec
@@ -212,31 +213,33 @@ class NvidiaSmiSource:
         self._runner = runner
         self._tool = tool
 
+    def unavailable(self) -> str | None:
+        return None if shutil.which(self._tool) else f"{self._tool} not found on PATH"
+
     async def sample(self) -> tuple[list[GpuSample], SourceStatus]:
         gpu_result = await self._runner.run(gpu_query_argv(self._tool))
         if not gpu_result.ok:
-            return [], SourceStatus(
-                name=self.name,
-                ok=False,
-                latency_ms=round(gpu_result.latency_ms, 3),
-                error=gpu_result.error,
-            )
+            return [], self._status(gpu_result.latency_ms, gpu_result.error, gpu_result.stuck)
         gpus = parse_gpus(gpu_result.stdout)
         apps_result = await self._runner.run(apps_query_argv(self._tool))
-        latency = round(gpu_result.latency_ms + apps_result.latency_ms, 3)
+        latency = gpu_result.latency_ms + apps_result.latency_ms
         if not apps_result.ok:
-            return gpus, SourceStatus(
-                name=self.name,
-                ok=False,
-                latency_ms=latency,
-                error=f"GPU readings only, no processes: {apps_result.error}",
-            )
+            error = f"GPU readings only, no processes: {apps_result.error}"
+            return gpus, self._status(latency, error, apps_result.stuck)
         gpus = attach_processes(gpus, parse_compute_apps(apps_result.stdout))
         if not gpus:
-            return [], SourceStatus(
-                name=self.name,
-                ok=False,
-                latency_ms=latency,
-                error=f"{TOOL} printed no GPU rows; run `{TOOL}` to see what the driver says",
-            )
-        return gpus, SourceStatus(name=self.name, ok=True, latency_ms=latency)
+            error = f"{TOOL} printed no GPU rows; run `{TOOL}` to see what the driver says"
+            return [], self._status(latency, error)
+        return gpus, self._status(latency)
+
+    def _status(
+        self, latency_ms: float, error: str | None = None, stuck: bool = False
+    ) -> SourceStatus:
+        return SourceStatus(
+            name=self.name,
+            ok=error is None,
+            latency_ms=round(latency_ms, 3),
+            error=error,
+            vendor="nvidia",
+            degraded=stuck,
+        )

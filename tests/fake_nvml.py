@@ -1,0 +1,158 @@
+"""Stands in for the NVML library (pynvml), serving readings from captured GPUs.
+
+Built from GpuSample values parsed out of a real capture, so the NVML path is
+checked against the same numbers as the nvidia-smi path. Only the calls the
+worker makes are here; a call for a reading the GPU lacks raises
+NVMLError_NotSupported, as NVML does.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from placewatch.schemas import GpuSample
+
+T = TypeVar("T")
+
+NVML_DEVICE_MIG_ENABLE = 1
+NVML_TEMPERATURE_GPU = 0
+
+
+class NVMLError(Exception):
+    pass
+
+
+class NVMLError_NotSupported(NVMLError):
+    pass
+
+
+@dataclass
+class Memory:
+    total: int
+    used: int
+    free: int
+
+
+@dataclass
+class Utilization:
+    gpu: int
+    memory: int = 0
+
+
+@dataclass
+class Pci:
+    busId: str
+
+
+@dataclass
+class Process:
+    pid: int
+    usedGpuMemory: int | None
+
+
+@dataclass
+class Mig:
+    gpu_instance_id: int
+    compute_instance_id: int
+    uuid: str
+    name: str
+    total: int
+    used: int
+    processes: list[Process] = field(default_factory=list)
+
+
+@dataclass
+class Device:
+    gpu: GpuSample
+    mig: list[Mig] = field(default_factory=list)
+
+
+class FakeNvml:
+    NVMLError = NVMLError
+    NVML_DEVICE_MIG_ENABLE = NVML_DEVICE_MIG_ENABLE
+    NVML_TEMPERATURE_GPU = NVML_TEMPERATURE_GPU
+
+    def __init__(self, gpus: list[GpuSample], mig: dict[int, list[Mig]] | None = None) -> None:
+        self.devices = [Device(g, (mig or {}).get(g.index, [])) for g in gpus]
+        self.hang = threading.Event()  # set: every call blocks until release is set
+        self.release = threading.Event()
+        self.calls = 0
+        self.lost = False  # set: the GPU fell off the bus (Xid 79)
+
+    def _wait(self) -> None:
+        self.calls += 1
+        if self.lost:
+            raise NVMLError("GPU is lost")
+        if self.hang.is_set():
+            self.release.wait(30)
+
+    @staticmethod
+    def _need(value: T | None) -> T:
+        if value is None:
+            raise NVMLError_NotSupported("Not Supported")
+        return value
+
+    def nvmlDeviceGetCount(self) -> int:
+        self._wait()
+        return len(self.devices)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> Device:
+        return self.devices[index]
+
+    def nvmlDeviceGetUUID(self, h: Device | Mig) -> str:
+        return h.uuid if isinstance(h, Mig) else self._need(h.gpu.uuid)
+
+    def nvmlDeviceGetName(self, h: Device | Mig) -> str:
+        return h.name if isinstance(h, Mig) else self._need(h.gpu.name)
+
+    def nvmlDeviceGetPciInfo(self, h: Device) -> Pci:
+        return Pci(self._need(h.gpu.bus_id))
+
+    def nvmlDeviceGetUtilizationRates(self, h: Device) -> Utilization:
+        return Utilization(round(self._need(h.gpu.utilization_pct)))
+
+    def nvmlDeviceGetMemoryInfo(self, h: Device | Mig) -> Memory:
+        if isinstance(h, Mig):
+            return Memory(h.total, h.used, h.total - h.used)
+        g = h.gpu
+        return Memory(
+            self._need(g.memory_total_bytes),
+            self._need(g.memory_used_bytes),
+            self._need(g.memory_free_bytes),
+        )
+
+    def nvmlDeviceGetTemperature(self, h: Device, sensor: int) -> int:
+        return round(self._need(h.gpu.temperature_c))
+
+    def nvmlDeviceGetPowerUsage(self, h: Device) -> int:
+        return round(self._need(h.gpu.power_w) * 1000)
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, h: Device) -> int:
+        return round(self._need(h.gpu.power_cap_w) * 1000)
+
+    def nvmlDeviceGetMigMode(self, h: Device) -> tuple[int, int]:
+        mode = 1 if h.mig else 0
+        return mode, mode
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, h: Device) -> int:
+        return 7 if h.mig else 0
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, h: Device, slot: int) -> Mig:
+        if slot >= len(h.mig):
+            raise NVMLError("Not Found")
+        return h.mig[slot]
+
+    def nvmlDeviceGetGpuInstanceId(self, h: Mig) -> int:
+        return h.gpu_instance_id
+
+    def nvmlDeviceGetComputeInstanceId(self, h: Mig) -> int:
+        return h.compute_instance_id
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h: Device | Mig) -> list[Process]:
+        if isinstance(h, Mig):
+            return h.processes
+        if h.mig:
+            return []  # NVML lists a MIG GPU's processes per instance
+        return [Process(p.pid, p.used_bytes) for p in h.gpu.processes]

@@ -1,0 +1,202 @@
+"""NVIDIA GPUs through NVML in process (nvidia-ml-py), with no subprocess.
+
+An NVML call takes microseconds where spawning nvidia-smi takes tens of
+milliseconds of CPU, so a node that has the library (the `nvml` extra and
+the driver's libnvidia-ml.so) reads its GPUs this way. NVML enumerates in
+PCI bus order, the same physical index nvidia-smi prints.
+
+NVML calls block in the driver and can hang there like nvidia-smi does, so
+a tick's reads run in a worker thread with a timeout; a thread that does not
+come back is abandoned and no new read starts until it does (the source
+reads degraded meanwhile).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+import anyio
+import anyio.to_thread
+
+from placewatch.schemas import GpuProcess, GpuSample, MigInstance, SourceStatus
+
+log = logging.getLogger(__name__)
+
+NAME = "nvml"
+
+
+def load() -> tuple[Any, str | None]:
+    """The initialised pynvml module, or None and why it cannot be used."""
+    try:
+        import pynvml  # noqa: PLC0415 - optional: the `nvml` extra
+    except ImportError:
+        return None, "nvidia-ml-py is not installed (pip install 'placewatch[nvml]')"
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        return None, f"NVML did not initialise: {exc} (is the NVIDIA driver loaded?)"
+    return pynvml, None
+
+
+def read_gpus(nvml: Any) -> list[GpuSample]:
+    """Every GPU as NVML sees it; a reading NVML refuses is None. Blocking."""
+    gpus = []
+    for index in range(nvml.nvmlDeviceGetCount()):
+        handle = nvml.nvmlDeviceGetHandleByIndex(index)
+        gpus.append(_read_gpu(nvml, index, handle))
+    return gpus
+
+
+def _read_gpu(nvml: Any, index: int, handle: Any) -> GpuSample:
+    def ask(call: str, *args: Any) -> Any:
+        try:
+            return getattr(nvml, call)(*args)
+        except nvml.NVMLError:
+            return None
+
+    memory = ask("nvmlDeviceGetMemoryInfo", handle)
+    utilization = ask("nvmlDeviceGetUtilizationRates", handle)
+    pci = ask("nvmlDeviceGetPciInfo", handle)
+    power_mw = ask("nvmlDeviceGetPowerUsage", handle)
+    cap_mw = ask("nvmlDeviceGetEnforcedPowerLimit", handle)
+    mode = ask("nvmlDeviceGetMigMode", handle)
+    mig_enabled = None if mode is None else mode[0] == nvml.NVML_DEVICE_MIG_ENABLE
+    processes = _processes(nvml, ask("nvmlDeviceGetComputeRunningProcesses", handle))
+    instances: list[MigInstance] = []
+    if mig_enabled:
+        # On a MIG GPU, processes are listed per instance, not on the parent.
+        instances, mig_processes = _mig(nvml, handle, ask)
+        processes += mig_processes
+    util = None if utilization is None else _pct(utilization.gpu)
+    return GpuSample(
+        index=index,
+        uuid=_str(ask("nvmlDeviceGetUUID", handle)),
+        vendor="nvidia",
+        name=_str(ask("nvmlDeviceGetName", handle)),
+        bus_id=None if pci is None else _str(pci.busId),
+        utilization_pct=util,
+        activity=None if util is None else "busy",
+        memory_total_bytes=None if memory is None else int(memory.total),
+        memory_used_bytes=None if memory is None else int(memory.used),
+        memory_free_bytes=None if memory is None else int(memory.free),
+        temperature_c=_float(ask("nvmlDeviceGetTemperature", handle, nvml.NVML_TEMPERATURE_GPU)),
+        power_w=None if power_mw is None else power_mw / 1000,
+        power_cap_w=None if cap_mw is None else cap_mw / 1000,
+        processes=processes,
+        mig_enabled=mig_enabled,
+        mig=instances,
+    )
+
+
+def _mig(nvml: Any, handle: Any, ask: Any) -> tuple[list[MigInstance], list[GpuProcess]]:
+    instances = []
+    processes = []
+    for slot in range(ask("nvmlDeviceGetMaxMigDeviceCount", handle) or 0):
+        mig = ask("nvmlDeviceGetMigDeviceHandleByIndex", handle, slot)
+        if mig is None:
+            continue  # an empty slot
+        memory = ask("nvmlDeviceGetMemoryInfo", mig)
+        name = _str(ask("nvmlDeviceGetName", mig))
+        instances.append(
+            MigInstance(
+                gpu_instance_id=ask("nvmlDeviceGetGpuInstanceId", mig),
+                compute_instance_id=ask("nvmlDeviceGetComputeInstanceId", mig),
+                uuid=_str(ask("nvmlDeviceGetUUID", mig)),
+                # "NVIDIA H100 80GB HBM3 MIG 1g.10gb": the profile is the last word.
+                profile=name.rsplit(" ", 1)[-1] if name and " MIG " in name else None,
+                memory_total_bytes=None if memory is None else int(memory.total),
+                memory_used_bytes=None if memory is None else int(memory.used),
+            )
+        )
+        processes += _processes(nvml, ask("nvmlDeviceGetComputeRunningProcesses", mig))
+    return instances, processes
+
+
+def _processes(nvml: Any, infos: Any) -> list[GpuProcess]:
+    found = []
+    for info in infos or []:
+        used = getattr(info, "usedGpuMemory", None)
+        # Older bindings hand back the raw "not available" sentinel instead of None.
+        if used is not None and (used < 0 or used >= 1 << 63):
+            used = None
+        found.append(GpuProcess(pid=int(info.pid), used_bytes=used))
+    return found
+
+
+def _str(value: Any) -> str | None:
+    if isinstance(value, bytes):
+        value = value.decode(errors="replace")
+    return value if isinstance(value, str) and value else None
+
+
+def _float(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) else None
+
+
+def _pct(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and 0 <= value <= 100 else None
+
+
+class NvmlSource:
+    """NVIDIA readings from NVML; `nvml` is the pynvml module (or a stand-in in tests)."""
+
+    name = NAME
+    vendor = "nvidia"
+
+    def __init__(self, nvml: Any = None, timeout_s: float = 5.0) -> None:
+        self._nvml = nvml
+        self._why_not: str | None = None
+        self.timeout_s = timeout_s
+        self._reading: threading.Event | None = None  # set when the last read returned
+
+    def unavailable(self) -> str | None:
+        if self._nvml is None and self._why_not is None:
+            self._nvml, self._why_not = load()
+        return self._why_not if self._nvml is None else None
+
+    async def sample(self) -> tuple[list[GpuSample], SourceStatus]:
+        started = time.perf_counter()
+
+        def status(error: str | None = None, degraded: bool = False) -> SourceStatus:
+            latency = round((time.perf_counter() - started) * 1000, 3)
+            return SourceStatus(
+                name=NAME,
+                ok=error is None,
+                latency_ms=latency,
+                error=error,
+                vendor="nvidia",
+                degraded=degraded,
+            )
+
+        why_not = self.unavailable()
+        if why_not is not None:
+            return [], status(why_not)
+        if self._reading is not None and not self._reading.is_set():
+            return [], status(
+                "an NVML call has not returned for over "
+                f"{self.timeout_s:g} s (GPU stuck in the driver? check dmesg for Xid errors)",
+                degraded=True,
+            )
+        done = threading.Event()
+        self._reading = done
+        nvml = self._nvml
+
+        def read() -> list[GpuSample]:
+            try:
+                return read_gpus(nvml)
+            finally:
+                done.set()
+
+        gpus: list[GpuSample] | None = None
+        try:
+            with anyio.move_on_after(self.timeout_s):
+                gpus = await anyio.to_thread.run_sync(read, abandon_on_cancel=True)
+        except nvml.NVMLError as exc:
+            return [], status(f"NVML failed: {exc}")
+        if gpus is None:
+            log.warning("NVML read timed out after %g s; abandoning it", self.timeout_s)
+            return [], status(f"NVML timed out after {self.timeout_s:g} s", degraded=True)
+        return gpus, status()

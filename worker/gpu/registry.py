@@ -1,0 +1,93 @@
+"""Which source reads each vendor's GPUs: chosen at start, re-chosen when it fails.
+
+Sources are ordered by preference per vendor (NVML before nvidia-smi: no
+process to spawn; rocm-smi before amd-smi: only rocm-smi reports the board
+power cap that AMD activity is derived from). The first that answers is
+used until it fails; then the others are tried in the same tick, so one bad
+probe does not cost a sample. A vendor with no tool at all on the node is
+looked for again once a minute, not every tick.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from placewatch.schemas import GpuSample, SourceStatus
+from placewatch.schemas.messages import Vendor
+
+from ..probe import ProbeRunner
+from . import GpuSource
+from .nvidia_smi import NvidiaSmiSource
+from .nvml import NvmlSource
+
+log = logging.getLogger(__name__)
+
+RECHECK_ABSENT_S = 60.0
+
+
+def default_chains(runner: ProbeRunner) -> list[VendorChain]:
+    return [
+        VendorChain("nvidia", [NvmlSource(timeout_s=runner.timeout_s), NvidiaSmiSource(runner)]),
+    ]
+
+
+class VendorChain:
+    """The working source of one vendor."""
+
+    def __init__(
+        self,
+        vendor: Vendor,
+        candidates: list[GpuSource],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.vendor: Vendor = vendor
+        self.candidates = candidates
+        self.current: GpuSource | None = None
+        self.absent = False
+        self._clock = clock
+        self._absent_until = 0.0
+        self._missing: list[SourceStatus] = []
+
+    async def sample(self) -> tuple[list[GpuSample], list[SourceStatus]]:
+        statuses: list[SourceStatus] = []
+        failed: GpuSource | None = None
+        if self.current is not None:
+            gpus, status = await self.current.sample()
+            if status.ok or gpus:
+                return gpus, [status]
+            log.warning(
+                "%s failed (%s); trying the other %s sources",
+                status.name,
+                status.error,
+                self.vendor,
+            )
+            statuses.append(status)
+            failed, self.current = self.current, None
+        elif self.absent and self._clock() < self._absent_until:
+            return [], self._missing
+        missing: list[SourceStatus] = []
+        for candidate in self.candidates:
+            if candidate is failed:
+                continue
+            why = candidate.unavailable()
+            if why is not None:
+                missing.append(
+                    SourceStatus(name=candidate.name, ok=False, error=why, vendor=self.vendor)
+                )
+                continue
+            gpus, status = await candidate.sample()
+            if status.ok or gpus:
+                if self.current is not candidate:
+                    log.info("reading %s GPUs through %s", self.vendor, candidate.name)
+                self.current = candidate
+                self.absent = False
+                return gpus, [*statuses, status]
+            statuses.append(status)
+        self.absent = not statuses
+        if self.absent:
+            self._missing = missing
+            self._absent_until = self._clock() + RECHECK_ABSENT_S
+            return [], missing
+        return [], statuses
