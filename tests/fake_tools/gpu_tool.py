@@ -8,7 +8,8 @@ test can change what the "driver" reports while a worker runs:
   -> query-compute-apps.csv, `-q -x` -> q.xml;
 - any other tool: output.txt.
 
-A file named `hang` makes the tool ignore SIGTERM and sleep for ever (a tool
+A file named `refuse-csv` makes nvidia-smi reject CSV queries as an old
+driver does. A file named `hang` makes the tool ignore SIGTERM and sleep for ever (a tool
 stuck in the driver); a file named `fail` holds "CODE MESSAGE" to print the
 message on stderr and exit with CODE.
 """
@@ -50,6 +51,10 @@ def main() -> int:
         code, _, message = (here / "fail").read_text().partition(" ")
         print(message.strip(), file=sys.stderr)
         return int(code)
+    if (here / "refuse-csv").exists() and any(a.startswith("--query-") for a in args):
+        # What an old driver says of a field it does not know.
+        print('Field "mig.mode.current" is not a valid field to query.', file=sys.stderr)
+        return 2
     path = here / answer_file(tool, args)
     if not path.exists():
         print("No devices were found", file=sys.stderr)

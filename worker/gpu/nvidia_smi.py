@@ -8,12 +8,19 @@ captures from drivers 465 to 610 (Linux and Windows) in ../shared/corpus.
 
 Processes come from `--query-compute-apps`, one row per process per GPU,
 mapped to the GPU's physical index by its UUID.
+
+Old drivers refuse fields they do not know (a 2017-era driver has no
+`mig.mode.current`): the whole query fails. The source then reads
+`nvidia-smi -q -x` instead, which every driver prints, and keeps to it. The
+XML is also the only place nvidia-smi lists MIG instances, so it is read
+beside the CSV on a node with MIG enabled.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import logging
 import re
 import shutil
 from dataclasses import dataclass
@@ -24,6 +31,9 @@ from placewatch.schemas import GpuProcess, GpuSample, SourceStatus
 
 from ..probe import ProbeRunner
 from . import values
+from .nvidia_smi_xml import parse_xml
+
+log = logging.getLogger(__name__)
 
 TOOL = "nvidia-smi"
 
@@ -39,6 +49,7 @@ GPU_FIELDS = (
     "temperature.gpu",
     "power.draw",
     "enforced.power.limit",
+    "mig.mode.current",
 )
 APP_FIELDS = ("gpu_uuid", "pid", "process_name", "used_memory")
 
@@ -66,6 +77,33 @@ def gpu_query_argv(tool: str = TOOL) -> list[str]:
 
 def apps_query_argv(tool: str = TOOL) -> list[str]:
     return [tool, "--query-compute-apps=" + ",".join(APP_FIELDS), "--format=csv,nounits"]
+
+
+def xml_argv(tool: str = TOOL) -> list[str]:
+    return [tool, "-q", "-x"]
+
+
+def _refused(error: str | None) -> bool:
+    """Whether nvidia-smi rejected the query itself, as drivers do for unknown fields."""
+    said = (error or "").lower()
+    return any(
+        words in said
+        for words in (
+            "is not a valid field",
+            "invalid combination",
+            "unrecognized option",
+            "unknown option",
+        )
+    )
+
+
+def attach_mig(gpus: list[GpuSample], from_xml: list[GpuSample]) -> list[GpuSample]:
+    """MIG instances read from the XML, put on the CSV's GPUs by UUID."""
+    instances = {g.uuid: g.mig for g in from_xml if g.uuid and g.mig}
+    return [
+        msgspec.structs.replace(g, mig=instances[g.uuid]) if g.uuid in instances else g
+        for g in gpus
+    ]
 
 
 def parse_table(text: str) -> tuple[list[Column], list[list[str]]]:
@@ -161,9 +199,16 @@ def parse_gpus(text: str) -> list[GpuSample]:
                 temperature_c=row.number("temperature.gpu"),
                 power_w=row.number("power.draw", "power.draw.instant", "power.draw.average"),
                 power_cap_w=row.number("enforced.power.limit", "power.limit"),
+                mig_enabled=_mig_mode(row.text("mig.mode.current")),
             )
         )
     return gpus
+
+
+def _mig_mode(value: str | None) -> bool | None:
+    if value is None:
+        return None
+    return {"enabled": True, "disabled": False}.get(value.lower())
 
 
 def parse_compute_apps(text: str) -> list[ComputeApp]:
@@ -212,12 +257,19 @@ class NvidiaSmiSource:
     def __init__(self, runner: ProbeRunner, tool: str = TOOL) -> None:
         self._runner = runner
         self._tool = tool
+        self._xml_only = False
 
     def unavailable(self) -> str | None:
         return None if shutil.which(self._tool) else f"{self._tool} not found on PATH"
 
     async def sample(self) -> tuple[list[GpuSample], SourceStatus]:
+        if self._xml_only:
+            return await self._sample_xml()
         gpu_result = await self._runner.run(gpu_query_argv(self._tool))
+        if not gpu_result.ok and _refused(gpu_result.error):
+            log.info("%s refused the CSV query (%s); reading -q -x instead", TOOL, gpu_result.error)
+            self._xml_only = True
+            return await self._sample_xml()
         if not gpu_result.ok:
             return [], self._status(gpu_result.latency_ms, gpu_result.error, gpu_result.stuck)
         gpus = parse_gpus(gpu_result.stdout)
@@ -230,7 +282,21 @@ class NvidiaSmiSource:
         if not gpus:
             error = f"{TOOL} printed no GPU rows; run `{TOOL}` to see what the driver says"
             return [], self._status(latency, error)
+        if any(g.mig_enabled for g in gpus):
+            xml_result = await self._runner.run(xml_argv(self._tool))
+            latency += xml_result.latency_ms
+            gpus = attach_mig(gpus, parse_xml(xml_result.stdout) if xml_result.ok else [])
         return gpus, self._status(latency)
+
+    async def _sample_xml(self) -> tuple[list[GpuSample], SourceStatus]:
+        result = await self._runner.run(xml_argv(self._tool))
+        if not result.ok:
+            return [], self._status(result.latency_ms, result.error, result.stuck)
+        gpus = parse_xml(result.stdout)
+        if not gpus:
+            error = f"{TOOL} -q -x printed no GPU; run `{TOOL} -q` to see what the driver says"
+            return [], self._status(result.latency_ms, error)
+        return gpus, self._status(result.latency_ms)
 
     def _status(
         self, latency_ms: float, error: str | None = None, stuck: bool = False

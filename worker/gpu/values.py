@@ -4,7 +4,9 @@ nvidia-smi, rocm-smi and amd-smi say a value is missing in many spellings,
 changing with driver versions: `[N/A]`, `N/A`, `[Not Supported]`,
 `[Insufficient Permissions]`, `[Requested functionality has been deprecated]`
 (R570+ for some power fields), `[Function Not Found]` (Windows drivers), or
-an empty cell. All of them are None, and none of them drops the rest of a row.
+an empty cell. `nvidia-smi -q -x` prints the same words without brackets
+(`Requested functionality has been deprecated` on R570+ drivers, `Unknown
+Error`). All of them are None, and none of them drops the rest of a row.
 """
 
 from __future__ import annotations
@@ -36,7 +38,17 @@ def is_missing(value: object) -> bool:
         return True
     if text.startswith("[") and text.endswith("]"):
         return True
-    return text.upper() in {"N/A", "NA", "NONE", "UNKNOWN", "NOT SUPPORTED"}
+    if text.upper().startswith("N/A ("):
+        return True  # rocm-smi 6.0 on an RX 6700 XT: "N/A (Secondary die)"
+    return text.upper() in {
+        "N/A",
+        "NA",
+        "NONE",
+        "UNKNOWN",
+        "NOT SUPPORTED",
+        "UNKNOWN ERROR",
+        "REQUESTED FUNCTIONALITY HAS BEEN DEPRECATED",
+    }
 
 
 def number(value: object) -> float | None:
@@ -70,7 +82,8 @@ def to_bytes(value: object, unit: str = "MiB") -> int | None:
     scale = _BYTES_PER_UNIT.get(unit.lower())
     if amount is None or scale is None or amount < 0:
         return None
-    return round(amount * scale)
+    size = amount * scale
+    return round(size) if math.isfinite(size) else None  # "1e308 GiB" is no reading
 
 
 def percent(value: object) -> float | None:

@@ -1,0 +1,62 @@
+"""The nvidia-smi source as the worker runs it: CSV queries, the XML where CSV is refused, MIG."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from placewatch.gpu.nvidia_smi import NvidiaSmiSource
+from placewatch.probe import ProbeRunner
+from placewatch.schemas import GpuSample, SourceStatus
+
+from .conftest import FIXTURES, FakeGpuTools
+
+MiB = 1 << 20
+OWN = FIXTURES / "nvidia-smi"
+
+
+@pytest.fixture
+def smi(fake_gpu: FakeGpuTools, monkeypatch: pytest.MonkeyPatch) -> FakeGpuTools:
+    fake_gpu.install("nvidia-smi")
+    for key, value in fake_gpu.env().items():
+        monkeypatch.setenv(key, value)
+    return fake_gpu
+
+
+def sample(source: NvidiaSmiSource) -> tuple[list[GpuSample], SourceStatus]:
+    return anyio.run(source.sample, backend="asyncio")
+
+
+def test_a_driver_that_refuses_the_csv_query_is_read_through_its_xml(smi: FakeGpuTools) -> None:
+    smi.write("nvidia-smi", "refuse-csv", "")
+    smi.write("nvidia-smi", "q.xml", OWN / "l4x2-q.xml")
+    source = NvidiaSmiSource(ProbeRunner())
+    gpus, status = sample(source)
+    assert status.ok, status.error
+    assert [(g.index, g.name) for g in gpus] == [(0, "NVIDIA L4"), (1, "NVIDIA L4")]
+    assert [p.pid for p in gpus[0].processes] == [4242, 4317]
+    sample(source)
+    calls = [c.split(" ", 1)[1] for c in smi.calls("nvidia-smi")]
+    assert calls[0].startswith("--query-gpu=")
+    assert calls[1:] == ["-q -x", "-q -x"], "the CSV query was tried again"
+
+
+def test_a_mig_gpu_gets_its_instances_from_the_xml(smi: FakeGpuTools) -> None:
+    smi.write("nvidia-smi", "query-gpu.csv", OWN / "h100-mig-query-gpu.csv")
+    smi.write("nvidia-smi", "query-compute-apps.csv", OWN / "h100-mig-query-compute-apps.csv")
+    smi.write("nvidia-smi", "q.xml", OWN / "h100-mig-q.xml")
+    (gpu,), status = sample(NvidiaSmiSource(ProbeRunner()))
+    assert status.ok
+    assert gpu.mig_enabled is True
+    assert gpu.utilization_pct is None
+    assert [(m.gpu_instance_id, m.compute_instance_id) for m in gpu.mig] == [(1, 0), (2, 0)]
+    assert gpu.mig[0].memory_used_bytes == 20311 * MiB
+    assert [(p.pid, p.used_bytes) for p in gpu.processes] == [(31337, 20280 * MiB)]
+
+
+def test_no_xml_is_read_without_mig(smi: FakeGpuTools) -> None:
+    smi.write("nvidia-smi", "query-gpu.csv", OWN / "a100x2-query-gpu.csv")
+    smi.write("nvidia-smi", "query-compute-apps.csv", OWN / "a100x2-query-compute-apps.csv")
+    gpus, status = sample(NvidiaSmiSource(ProbeRunner()))
+    assert status.ok and len(gpus) == 2
+    assert not any("-q -x" in c for c in smi.calls("nvidia-smi"))

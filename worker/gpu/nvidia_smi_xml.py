@@ -1,0 +1,138 @@
+"""NVIDIA GPUs from `nvidia-smi -q -x`, the full query as XML.
+
+Checked against captures in ../shared/corpus/nvidia-smi-xml from drivers
+352.99 (GRID K520, nvsmi_device_v7.dtd, 2017) to 595.84 (v13 DTD, 2026):
+files with and without a DOCTYPE, one with the whole DTD inline, tab and
+space indentation. Elements are found by name, because the schema moves them
+between versions:
+
+- power: `<power_readings>` through 525 (even under the v12 DTD),
+  `<gpu_power_readings>` from 535, whose `<power_draw>` splits into
+  `<average_power_draw>` and `<instant_power_draw>` from 570. Average is read
+  first: it is what the CSV query's `power.draw` returns on those drivers
+  (H100, L40S, RTX 4080 SUPER captures at 590 and 595), with instant as the
+  fallback for cards without an average (RTX 2080 SUPER at 610.62);
+- power cap: `<enforced_power_limit>` through 525; from 535 only
+  `<current_power_limit>` is left;
+- MIG: `<mig_mode>` is absent at 418 and present from 460 (N/A on cards
+  without MIG). `<mig_devices>` gives each MIG device's ids and memory but no
+  UUID or profile name (those come from `nvidia-smi -L`); both are read should
+  a driver add them. `<gpu_util>` is N/A on a MIG-enabled GPU (A100 at 510
+  and 535).
+
+The XML spells a missing value without brackets (`N/A`, `Requested
+functionality has been deprecated`); values.is_missing reads every spelling.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+from placewatch.schemas import GpuProcess, GpuSample, MigInstance
+
+from . import values
+
+_POWER_SECTIONS = ("power_readings", "gpu_power_readings")
+_POWER_DRAW = ("power_draw", "average_power_draw", "instant_power_draw")
+_POWER_CAP = ("enforced_power_limit", "current_power_limit", "power_limit")
+
+
+def parse_xml(text: str) -> list[GpuSample]:
+    """Every `<gpu>` of a `nvidia-smi -q -x` document, in document order; never raises.
+
+    nvidia-smi lists GPUs in its index (PCI bus) order, so the position is the
+    physical index. Garbage, empty or truncated output gives [].
+    """
+    try:
+        # Output of a local tool, not untrusted input; expat >= 2.4 also
+        # refuses entity expansion bombs.
+        root = ET.fromstring(text)  # noqa: S314
+    except (ET.ParseError, ValueError):
+        return []  # ValueError: a str holding lone surrogates
+    if root.tag != "nvidia_smi_log":
+        return []
+    return [_gpu(position, gpu) for position, gpu in enumerate(root.findall("gpu"))]
+
+
+def _gpu(index: int, gpu: ET.Element) -> GpuSample:
+    total, used, free = _memory(gpu)
+    # A MIG-enabled GPU reports N/A here: None, never 0.
+    utilization = values.percent(gpu.findtext("utilization/gpu_util"))
+    return GpuSample(
+        index=index,
+        uuid=values.text(gpu.findtext("uuid")),
+        vendor="nvidia",
+        name=values.text(gpu.findtext("product_name")),
+        bus_id=values.text(gpu.get("id")) or values.text(gpu.findtext("pci/pci_bus_id")),
+        utilization_pct=utilization,
+        activity="busy" if utilization is not None else None,
+        memory_total_bytes=total,
+        memory_used_bytes=used,
+        memory_free_bytes=free,
+        temperature_c=values.number(gpu.findtext("temperature/gpu_temp")),
+        power_w=_power(gpu, _POWER_DRAW),
+        power_cap_w=_power(gpu, _POWER_CAP),
+        processes=_processes(gpu),
+        mig_enabled=_mig_mode(gpu.findtext("mig_mode/current_mig")),
+        mig=[_mig_device(device) for device in gpu.findall("mig_devices/mig_device")],
+    )
+
+
+def _memory(element: ET.Element) -> tuple[int | None, int | None, int | None]:
+    """Total, used and free bytes of an element's own `<fb_memory_usage>`."""
+    usage = element.find("fb_memory_usage")
+    if usage is None:
+        return None, None, None
+    return (
+        values.to_bytes(usage.findtext("total")),
+        values.to_bytes(usage.findtext("used")),
+        values.to_bytes(usage.findtext("free")),
+    )
+
+
+def _power(gpu: ET.Element, fields: tuple[str, ...]) -> float | None:
+    """The first reading among `fields`, in whichever power section this schema has."""
+    for section in _POWER_SECTIONS:
+        readings = gpu.find(section)
+        if readings is None:
+            continue
+        for field in fields:
+            watts = values.number(readings.findtext(field))
+            if watts is not None:
+                return watts
+    return None
+
+
+def _mig_mode(value: str | None) -> bool | None:
+    mode = (values.text(value) or "").lower()
+    return {"enabled": True, "disabled": False}.get(mode)
+
+
+def _mig_device(device: ET.Element) -> MigInstance:
+    total, used, _ = _memory(device)
+    return MigInstance(
+        gpu_instance_id=values.integer(device.findtext("gpu_instance_id")),
+        compute_instance_id=values.integer(device.findtext("compute_instance_id")),
+        uuid=values.text(device.findtext("uuid")),
+        profile=values.text(device.findtext("profile")),
+        memory_total_bytes=total,
+        memory_used_bytes=used,
+    )
+
+
+def _processes(gpu: ET.Element) -> list[GpuProcess]:
+    """`<processes>`; an entry without a usable pid is skipped."""
+    found = []
+    for info in gpu.findall("processes/process_info"):
+        pid = values.integer(info.findtext("pid"))
+        if pid is None or pid < 0:
+            continue
+        found.append(
+            GpuProcess(
+                pid=pid,
+                # WDDM (Windows) drivers may print N/A for every process.
+                used_bytes=values.to_bytes(info.findtext("used_memory")),
+                name=values.text(info.findtext("process_name")),
+            )
+        )
+    return found
