@@ -32,7 +32,7 @@ from placewatch.gpu.nvidia_smi import (  # noqa: E402
 from placewatch.gpu.nvml import NvmlSource  # noqa: E402
 from placewatch.gpu.registry import VendorChain  # noqa: E402
 from placewatch.host import HostSampler  # noqa: E402
-from placewatch.probe import ProbeRunner  # noqa: E402
+from placewatch.probe import ProbeRunner, use_pidfd_child_watcher  # noqa: E402
 from placewatch.sampler import NodeSampler  # noqa: E402
 from tests.fake_nvml import FakeNvml  # noqa: E402
 
@@ -62,6 +62,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ticks", type=int, default=300)
     n = parser.parse_args().ticks
+    use_pidfd_child_watcher()  # as the worker does
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["PATH"] = (
             f"{write_fake_nvidia_smi(Path(tmp), GPUS, PROCESSES)}:{os.environ['PATH']}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from .conftest import CORPUS, FIXTURES, FakeGpuTools, needs_corpus, run_placewatch
 
@@ -111,3 +112,55 @@ def test_schema_lists_every_message() -> None:
     assert {"NodeTelemetry", "ComputeStatus", "FallbackEvent", "PlacementSpec", "GpuSample"} <= set(
         defs
     )
+
+
+def test_amd_activity_is_power_over_the_cap(fake_gpu: FakeGpuTools, tmp_path: Path) -> None:
+    fake_gpu.install("rocm-smi")
+    fake_gpu.write("rocm-smi", "output.txt", FIXTURES / "rocm-smi" / "mi300x-style.json")
+    env = fake_gpu.env() | {"PLACEWATCH_KFD_ROOT": str(tmp_path / "no-kfd")}
+    done = run_placewatch("sample", "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    mi300x, over_cap = doc["gpus"]
+    assert (mi300x["vendor"], mi300x["index"], mi300x["name"]) == ("amd", 0, "AMD Instinct MI300X")
+    # 159 W of a 750 W cap, though the busy flag says 100: a resident context, not work.
+    assert (mi300x["utilization_pct"], mi300x["activity"]) == (21, "power")
+    assert (mi300x["power_w"], mi300x["power_cap_w"]) == (159.0, 750.0)
+    assert (mi300x["temperature_c"], mi300x["temperature_sensor"]) == (52.0, "junction")
+    assert mi300x["memory_total_bytes"] == 206141652992
+    assert mi300x["memory_used_bytes"] == 103375863808
+    assert (over_cap["utilization_pct"], over_cap["activity"]) == (100, "power")
+    (source,) = doc["sources"]  # no NVIDIA tool here: not listed beside a working AMD one
+    assert (source["name"], source["vendor"], source["ok"]) == ("rocm-smi", "amd", True)
+
+
+def test_consumer_card_average_power_gives_its_share(fake_gpu: FakeGpuTools) -> None:
+    fake_gpu.install("rocm-smi")
+    fake_gpu.write("rocm-smi", "output.txt", FIXTURES / "rocm-smi" / "rx7900xtx-consumer.json")
+    done = run_placewatch("sample", "--json", env=fake_gpu.env())
+    assert done.returncode == 0, done.stderr
+    (gpu,) = json.loads(done.stdout)["gpus"]
+    assert (gpu["utilization_pct"], gpu["activity"]) == (round(87 * 100 / 327), "power")
+    assert gpu["temperature_sensor"] == "edge"
+
+
+def test_amd_processes_come_from_the_kfd_tree(fake_gpu: FakeGpuTools, tmp_path: Path) -> None:
+    fake_gpu.install("rocm-smi")
+    fake_gpu.write("rocm-smi", "output.txt", FIXTURES / "rocm-smi" / "mi300x-style.json")
+    root = tmp_path / "kfd"
+    # Two GPU nodes at the MI300X fixture's bus ids (0c:00.0 and 22:00.0), one CPU node.
+    for node, gpu_id, location in [(0, 0, 0), (1, 11111, 0x0C00), (2, 22222, 0x2200)]:
+        d = root / "topology" / "nodes" / str(node)
+        d.mkdir(parents=True)
+        (d / "gpu_id").write_text(f"{gpu_id}\n")
+        (d / "properties").write_text(f"domain 0\nlocation_id {location}\n")
+    proc = root / "proc" / "4242"
+    proc.mkdir(parents=True)
+    (proc / "vram_22222").write_text(f"{8 << 30}\n")
+    (proc / "vram_11111").write_text("0\n")  # the runtime opens every GPU; 0 bytes is not use
+    env = fake_gpu.env() | {"PLACEWATCH_KFD_ROOT": str(root)}
+    done = run_placewatch("sample", "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    gpu0, gpu1 = json.loads(done.stdout)["gpus"]
+    assert gpu0["processes"] == []
+    assert [(p["pid"], p["used_bytes"]) for p in gpu1["processes"]] == [(4242, 8 << 30)]

@@ -19,7 +19,7 @@ from .config import ENV_CONFIG, ConfigError, Settings, load, split_urls
 from .embedded import EmbeddedError
 from .gpu.registry import default_chains
 from .host import HostSampler
-from .probe import ProbeRunner
+from .probe import ProbeRunner, use_pidfd_child_watcher
 from .runtime import run
 from .sampler import NodeSampler
 
@@ -45,6 +45,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s placewatch %(levelname)s %(message)s",
         stream=sys.stderr,
     )
+    use_pidfd_child_watcher()
     if args.command == "sample":
         return _sample(settings, as_json=args.json)
     return _run(settings)
@@ -66,7 +67,7 @@ def _sample(settings: Settings, *, as_json: bool) -> int:
         sampler = NodeSampler(
             settings.node,
             settings.interval,
-            default_chains(ProbeRunner(settings.probe_timeout)),
+            default_chains(ProbeRunner(settings.probe_timeout), settings.kfd_root),
             HostSampler(),
         )
         return await sampler.sample()
@@ -140,6 +141,7 @@ def _parser() -> argparse.ArgumentParser:
         "--probe-timeout", type=float, metavar="SECONDS", help="limit for one GPU tool run (5)"
     )
     common.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    common.add_argument("--kfd-root", metavar="DIR", help="AMD KFD sysfs tree (/sys/class/kfd/kfd)")
 
     run = commands.add_parser(
         "run",

@@ -51,6 +51,8 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     embedded_port: Port = 4222
     """Port of the embedded server; taken when free, else any free port. 0: any."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    kfd_root: str = "/sys/class/kfd/kfd"
+    """The AMD KFD sysfs tree that per-process VRAM is read from."""
 
 
 class ConfigError(Exception):

@@ -46,7 +46,7 @@ async def run(settings: Settings, out: TextIO) -> None:
         sampler = NodeSampler(
             settings.node,
             settings.interval,
-            default_chains(ProbeRunner(settings.probe_timeout)),
+            default_chains(ProbeRunner(settings.probe_timeout), settings.kfd_root),
             HostSampler(),
         )
         nc: Client | None = None

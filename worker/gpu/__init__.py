@@ -8,14 +8,21 @@ is a new module and a line there, not an edit across the worker.
 
 from __future__ import annotations
 
+import shutil
 from typing import Protocol
 
 from placewatch.schemas import GpuSample, SourceStatus
+from placewatch.schemas.messages import Vendor
+
+from ..probe import ProbeRunner
 
 
 class GpuSource(Protocol):
-    name: str
-    vendor: str
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def vendor(self) -> Vendor: ...
 
     def unavailable(self) -> str | None:
         """Why this source cannot be used on this node (tool or library missing), else None."""
@@ -24,3 +31,29 @@ class GpuSource(Protocol):
     async def sample(self) -> tuple[list[GpuSample], SourceStatus]:
         """This tick's GPUs and how the probe went; never raises for bad tool output."""
         ...
+
+
+class ToolSource:
+    """What every source that runs a vendor tool shares: its runner, PATH lookup, status."""
+
+    name: str
+    vendor: Vendor
+
+    def __init__(self, runner: ProbeRunner, tool: str) -> None:
+        self._runner = runner
+        self._tool = tool
+
+    def unavailable(self) -> str | None:
+        return None if shutil.which(self._tool) else f"{self._tool} not found on PATH"
+
+    def _status(
+        self, latency_ms: float, error: str | None = None, stuck: bool = False
+    ) -> SourceStatus:
+        return SourceStatus(
+            name=self.name,
+            ok=error is None,
+            latency_ms=round(latency_ms, 3),
+            error=error,
+            vendor=self.vendor,
+            degraded=stuck,
+        )

@@ -22,7 +22,6 @@ import csv
 import io
 import logging
 import re
-import shutil
 from dataclasses import dataclass
 
 import msgspec
@@ -30,7 +29,7 @@ import msgspec
 from placewatch.schemas import GpuProcess, GpuSample, SourceStatus
 
 from ..probe import ProbeRunner
-from . import values
+from . import ToolSource, values
 from .nvidia_smi_xml import parse_xml
 
 log = logging.getLogger(__name__)
@@ -157,7 +156,7 @@ class _Row:
         return None, None
 
     def text(self, *names: str) -> str | None:
-        return values.text(self.get(*names)[0])
+        return self.get(*names)[0]  # cells are stripped, and get() skips missing ones
 
     def number(self, *names: str) -> float | None:
         return values.number(self.get(*names)[0])
@@ -248,19 +247,15 @@ def attach_processes(gpus: list[GpuSample], apps: list[ComputeApp]) -> list[GpuS
     ]
 
 
-class NvidiaSmiSource:
+class NvidiaSmiSource(ToolSource):
     """NVIDIA readings from two nvidia-smi queries a tick."""
 
     name = TOOL
     vendor = "nvidia"
 
     def __init__(self, runner: ProbeRunner, tool: str = TOOL) -> None:
-        self._runner = runner
-        self._tool = tool
+        super().__init__(runner, tool)
         self._xml_only = False
-
-    def unavailable(self) -> str | None:
-        return None if shutil.which(self._tool) else f"{self._tool} not found on PATH"
 
     async def sample(self) -> tuple[list[GpuSample], SourceStatus]:
         if self._xml_only:
@@ -297,15 +292,3 @@ class NvidiaSmiSource:
             error = f"{TOOL} -q -x printed no GPU; run `{TOOL} -q` to see what the driver says"
             return [], self._status(result.latency_ms, error)
         return gpus, self._status(result.latency_ms)
-
-    def _status(
-        self, latency_ms: float, error: str | None = None, stuck: bool = False
-    ) -> SourceStatus:
-        return SourceStatus(
-            name=self.name,
-            ok=error is None,
-            latency_ms=round(latency_ms, 3),
-            error=error,
-            vendor="nvidia",
-            degraded=stuck,
-        )

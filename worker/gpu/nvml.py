@@ -22,6 +22,7 @@ import anyio
 import anyio.to_thread
 
 from placewatch.schemas import GpuProcess, GpuSample, MigInstance, SourceStatus
+from placewatch.schemas.messages import Vendor
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +145,7 @@ class NvmlSource:
     """NVIDIA readings from NVML; `nvml` is the pynvml module (or a stand-in in tests)."""
 
     name = NAME
-    vendor = "nvidia"
+    vendor: Vendor = "nvidia"
 
     def __init__(self, nvml: Any = None, timeout_s: float = 5.0) -> None:
         self._nvml = nvml

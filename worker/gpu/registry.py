@@ -13,23 +13,30 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from placewatch.schemas import GpuSample, SourceStatus
 from placewatch.schemas.messages import Vendor
 
 from ..probe import ProbeRunner
-from . import GpuSource
+from . import GpuSource, kfd
+from .amd_smi import AmdSmiSource
 from .nvidia_smi import NvidiaSmiSource
 from .nvml import NvmlSource
+from .rocm_smi import RocmSmiSource
 
 log = logging.getLogger(__name__)
 
 RECHECK_ABSENT_S = 60.0
 
 
-def default_chains(runner: ProbeRunner) -> list[VendorChain]:
+def default_chains(runner: ProbeRunner, kfd_root: str | Path = kfd.KFD_ROOT) -> list[VendorChain]:
     return [
         VendorChain("nvidia", [NvmlSource(timeout_s=runner.timeout_s), NvidiaSmiSource(runner)]),
+        VendorChain(
+            "amd",
+            [RocmSmiSource(runner, kfd_root=kfd_root), AmdSmiSource(runner, kfd_root=kfd_root)],
+        ),
     ]
 
 

@@ -27,6 +27,20 @@ _BYTES_PER_UNIT = {
 }
 
 
+_MISSING_WORDS = frozenset(
+    {
+        "N/A",
+        "NA",
+        "NONE",
+        "UNKNOWN",
+        "NOT SUPPORTED",
+        "UNKNOWN ERROR",
+        "REQUESTED FUNCTIONALITY HAS BEEN DEPRECATED",
+    }
+)
+_LONGEST_WORD = max(len(w) for w in _MISSING_WORDS)
+
+
 def is_missing(value: object) -> bool:
     """True for every spelling of "no reading" and for None."""
     if value is None:
@@ -36,19 +50,23 @@ def is_missing(value: object) -> bool:
     text = value.strip()
     if not text:
         return True
-    if text.startswith("[") and text.endswith("]"):
+    if text[0] == "[" and text[-1] == "]":
         return True
-    if text.upper().startswith("N/A ("):
+    if text[:5].upper() == "N/A (":
         return True  # rocm-smi 6.0 on an RX 6700 XT: "N/A (Secondary die)"
-    return text.upper() in {
-        "N/A",
-        "NA",
-        "NONE",
-        "UNKNOWN",
-        "NOT SUPPORTED",
-        "UNKNOWN ERROR",
-        "REQUESTED FUNCTIONALITY HAS BEEN DEPRECATED",
-    }
+    return len(text) <= _LONGEST_WORD and text.upper() in _MISSING_WORDS
+
+
+def _parse(text: str) -> tuple[float, str] | None:
+    """A number and the unit written after it ("433.78 W" -> (433.78, "W"))."""
+    try:
+        return float(text), ""  # the common case: a bare number, as nounits prints it
+    except ValueError:
+        pass
+    match = _NUMBER.match(text)
+    if match is None:
+        return None
+    return float(match.group(1)), match.group(2)
 
 
 def number(value: object) -> float | None:
@@ -57,11 +75,11 @@ def number(value: object) -> float | None:
         return None
     if isinstance(value, int | float):
         result = float(value)
-    elif isinstance(value, str) and not is_missing(value):
-        match = _NUMBER.match(value)
-        if match is None:
+    elif isinstance(value, str):
+        parsed = _parse(value)
+        if parsed is None:
             return None
-        result = float(match.group(1))
+        result = parsed[0]
     else:
         return None
     return result if math.isfinite(result) else None
@@ -75,12 +93,18 @@ def integer(value: object) -> int | None:
 def to_bytes(value: object, unit: str = "MiB") -> int | None:
     """Bytes from a size in `unit`, or in the unit the value itself names ("2296 MiB")."""
     if isinstance(value, str):
-        match = _NUMBER.match(value)
-        if match is not None and match.group(2):
-            unit = match.group(2)
-    amount = number(value)
+        parsed = _parse(value)
+        if parsed is None:
+            return None
+        amount, written = parsed
+        unit = written or unit
+    else:
+        amount_or_none = number(value)
+        if amount_or_none is None:
+            return None
+        amount = amount_or_none
     scale = _BYTES_PER_UNIT.get(unit.lower())
-    if amount is None or scale is None or amount < 0:
+    if scale is None or not amount >= 0:  # also rejects NaN
         return None
     size = amount * scale
     return round(size) if math.isfinite(size) else None  # "1e308 GiB" is no reading

@@ -1,0 +1,360 @@
+"""AMD GPUs through amd-smi, rocm-smi's successor (ROCm 6.0 onward).
+
+The same reading comes in several shapes across amd-smi versions:
+
+- the document is a list of GPUs (the ROCm 6 builds), `{"gpu_data": [...]}`
+  (later builds, AMDSMI 26.x among them), `{"gpu": [...]}`, or a lone GPU
+  object when one GPU was asked for;
+- a reading is bare (`"gfx_activity": 72`), a string with its unit
+  (`"72 %"`), or value-wrapped (`{"value": 72, "unit": "%"}`);
+- readings sit in blocks (`usage`, `power`, `temperature`, `mem_usage`) or
+  flat on the GPU, as in `amd-smi metric --csv`.
+
+Each GPU's index is its top-level `"gpu"` key: nested blocks carry their own
+`gpu` keys (the XGMI link matrix lists every peer), so no deeper one is read.
+Any output with per-GPU items works: `amd-smi list` and `xgmi` give bus ids
+(`bdf`), `static` the name and the power cap.
+
+`amd-smi metric` prints no power cap (MI300X, AMDSMI 26.0.2), so its
+activity is usually the busy percentage; power over cap, as rocm-smi gives
+it, is used wherever a cap is present. MI300X has no edge sensor: its
+temperature is the junction (amd-smi calls it `hotspot`).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+from collections.abc import Mapping
+from pathlib import Path
+
+import anyio.to_thread
+import msgspec
+
+from placewatch.schemas import GpuProcess, GpuSample, SourceStatus
+
+from ..probe import ProbeResult, ProbeRunner
+from . import ToolSource, kfd, values
+from .rocm_smi import load_json, power_activity
+
+TOOL = "amd-smi"
+
+# Only the blocks that are read: a full `metric` also walks ECC, PCIe and XGMI
+# counters, which takes seconds on an 8-GPU MI300X node. Every flag is in the
+# amd-smi of ROCm 6.2 (its --help); a build that refuses one gets the full form.
+METRIC_ARGS = ("metric", "--usage", "--power", "--temperature", "--mem-usage", "--json")
+METRIC_ALL_ARGS = ("metric", "--json")
+PROCESS_ARGS = ("process", "--json")
+
+Block = tuple[str, ...]
+Spec = tuple[tuple[Block, tuple[str, ...]], ...]
+
+_POWER_NAMES = ("socket_power", "current_socket_power", "average_socket_power")
+POWER: Spec = ((("power",), _POWER_NAMES), ((), _POWER_NAMES))
+# `static --limit`: ROCm 6.x-7.1 print the current cap as `socket_power`
+# (`max_power` is the most it may be set to); 7.2 moved it under `ppt0`.
+CAP: Spec = (
+    (("limit", "ppt0"), ("socket_power_limit",)),
+    (("limit",), ("socket_power", "socket_power_limit", "power_cap")),
+    (("power",), ("power_limit", "power_cap", "socket_power_limit")),
+    ((), ("power_limit", "power_cap", "socket_power_limit")),
+)
+BUSY: Spec = ((("usage",), ("gfx_activity",)), ((), ("gfx_activity", "gpu_busy_percent")))
+TOTAL: Spec = (
+    (("mem_usage",), ("total_vram",)),
+    (("vram",), ("size",)),
+    ((), ("total_vram", "vram_total")),
+)
+USED: Spec = ((("mem_usage",), ("used_vram",)), ((), ("used_vram", "vram_used")))
+FREE: Spec = ((("mem_usage",), ("free_vram",)), ((), ("free_vram",)))
+NAME: Spec = (
+    (("asic",), ("market_name",)),
+    (("board",), ("product_name",)),
+    ((), ("market_name",)),
+)
+BUS: Spec = (((), ("bdf",)), (("bus",), ("bdf",)))
+UUID: Spec = (((), ("uuid",)), (("asic",), ("uuid",)))
+# amd-smi's `hotspot` is the sensor rocm-smi calls junction.
+SENSORS = (
+    ("edge", ("edge", "temperature_edge")),
+    ("junction", ("hotspot", "junction", "temperature_hotspot")),
+    ("memory", ("mem", "memory", "temperature_mem")),
+)
+
+
+def _leaf(node: object) -> tuple[object, str | None]:
+    """A reading and its unit, from a bare or a value-wrapped reading."""
+    if isinstance(node, dict):
+        unit = node.get("unit")
+        return node.get("value"), unit if isinstance(unit, str) else None
+    return node, None
+
+
+def _reading(item: Mapping[str, object], spec: Spec) -> tuple[object, str | None]:
+    """The first present reading among the spec's (block path, names), with its unit."""
+    for path, names in spec:
+        where: object = item
+        for step in path:
+            where = where.get(step) if isinstance(where, dict) else None
+        if not isinstance(where, dict):
+            continue
+        for name in names:
+            value, unit = _leaf(where.get(name))
+            if isinstance(value, str | int | float) and not values.is_missing(value):
+                return value, unit
+    return None, None
+
+
+def _number(item: Mapping[str, object], spec: Spec) -> float | None:
+    value = _reading(item, spec)[0]
+    if isinstance(value, str):
+        value = value.replace("\N{DEGREE SIGN}", "")  # "61 °C", amd-smi's readable form
+    return values.number(value)
+
+
+def _bytes(item: Mapping[str, object], spec: Spec) -> int | None:
+    # amd-smi's "MB" are MiB: MI300X's 192 GiB of HBM reads 196592 MB after reserved pages.
+    value, unit = _reading(item, spec)
+    return values.to_bytes(value, unit or "MB")
+
+
+def _text(item: Mapping[str, object], spec: Spec) -> str | None:
+    return values.text(_reading(item, spec)[0])
+
+
+def _temperature(item: Mapping[str, object]) -> tuple[float | None, str | None]:
+    for label, names in SENSORS:
+        reading = _number(item, ((("temperature",), names), ((), names)))
+        if reading is not None:
+            return reading, label
+    return None, None
+
+
+def _sample(index: int, item: Mapping[str, object]) -> GpuSample:
+    power = _number(item, POWER)
+    cap = _number(item, CAP)
+    if cap is not None and cap <= 0:
+        cap = None  # `static --limit` prints 0 W where the board reports no cap
+    busy = values.percent(_reading(item, BUSY)[0])
+    utilization, activity = power_activity(power, cap, busy)
+    temperature, sensor = _temperature(item)
+    total = _bytes(item, TOTAL)
+    used = _bytes(item, USED)
+    free = _bytes(item, FREE)
+    if free is None and total is not None and used is not None and used <= total:
+        free = total - used
+    return GpuSample(
+        index=index,
+        uuid=_text(item, UUID),
+        vendor="amd",
+        name=_text(item, NAME),
+        bus_id=_text(item, BUS),
+        utilization_pct=utilization,
+        activity=activity,
+        memory_total_bytes=total,
+        memory_used_bytes=used,
+        memory_free_bytes=free,
+        temperature_c=temperature,
+        temperature_sensor=sensor,
+        power_w=power,
+        power_cap_w=cap,
+    )
+
+
+def _items(document: object) -> list[dict[str, object]]:
+    """The per-GPU objects of any amd-smi JSON shape."""
+    items: object = []
+    if isinstance(document, list):
+        items = document
+    elif isinstance(document, dict):
+        if isinstance(document.get("gpu_data"), list):
+            items = document["gpu_data"]
+        elif isinstance(document.get("gpu"), list):
+            items = document["gpu"]
+        elif "gpu" in document:
+            items = [document]
+    if not isinstance(items, list):
+        return []
+    return [{str(k): v for k, v in item.items()} for item in items if isinstance(item, dict)]
+
+
+def _index(item: Mapping[str, object], position: int) -> int | None:
+    """The item's top-level "gpu" key, or its position when it has none."""
+    raw = item.get("gpu")
+    if raw is None or isinstance(raw, dict | list):
+        return position
+    index = values.integer(raw)
+    return index if index is not None and index >= 0 else None
+
+
+def _gpus(items: list[dict[str, object]]) -> list[GpuSample]:
+    found: dict[int, GpuSample] = {}
+    for position, item in enumerate(items):
+        index = _index(item, position)
+        if index is not None and index not in found:
+            found[index] = _sample(index, item)
+    return [found[i] for i in sorted(found)]
+
+
+def parse_amd_smi(text: str) -> list[GpuSample]:
+    """GPUs from any amd-smi JSON output (metric, static, list, xgmi); never raises."""
+    return _gpus(_items(load_json(text)))
+
+
+def _rejoin(row: list[str]) -> list[str]:
+    """A CSV row with unquoted list cells (`[0, 0, 0, 0]`) joined back into one cell."""
+    cells: list[str] = []
+    open_list: list[str] | None = None
+    for cell in row:
+        if open_list is not None:
+            open_list.append(cell)
+            if cell.rstrip().endswith("]"):
+                cells.append(",".join(open_list))
+                open_list = None
+        elif cell.lstrip().startswith("[") and not cell.rstrip().endswith("]"):
+            open_list = [cell]
+        else:
+            cells.append(cell)
+    if open_list is not None:
+        cells.append(",".join(open_list))
+    return cells
+
+
+def parse_amd_smi_csv(text: str) -> list[GpuSample]:
+    """GPUs from `amd-smi metric --csv`: one flat row per GPU under a header; never raises.
+
+    The header is the first row that starts with `gpu` (a warning may come
+    first). A row whose cells do not line up with the header is skipped
+    rather than read shifted.
+    """
+    try:
+        rows = list(csv.reader(io.StringIO(text.replace("\x00", ""))))
+    except csv.Error:
+        return []
+    header: list[str] | None = None
+    items: list[dict[str, object]] = []
+    for row in rows:
+        if header is None:
+            if row and row[0].strip().lower() == "gpu":
+                header = [cell.strip() for cell in row]
+            continue
+        cells = _rejoin(row)
+        if len(cells) != len(header) or cells[0].strip().lower() == "gpu":
+            continue
+        item: dict[str, object] = {}
+        for name, cell in zip(header, cells, strict=True):
+            item.setdefault(name, cell.strip())
+        items.append(item)
+    return _gpus(items)
+
+
+def parse_amd_smi_processes(text: str) -> list[tuple[int, int, int | None, str | None]]:
+    """(GPU index, pid, VRAM bytes, name) from `amd-smi process --json`; never raises.
+
+    The ROCm 6 builds wrap each process as `{"process_info": {...}}` and print
+    `{"process_info": "No running processes detected"}` for an idle GPU;
+    later builds may list the process objects themselves. VRAM is
+    `memory_usage.vram_mem` (bytes, value-wrapped); `mem_usage` where that
+    is missing (older builds, a readable string such as "12.3 MB").
+    """
+    found: list[tuple[int, int, int | None, str | None]] = []
+    for position, item in enumerate(_items(load_json(text))):
+        index = _index(item, position)
+        entries = item.get("process_list", item.get("processes"))
+        if index is None or not isinstance(entries, list):
+            continue
+        for entry in entries:
+            info = entry.get("process_info", entry) if isinstance(entry, dict) else None
+            if not isinstance(info, dict):
+                continue
+            pid = values.integer(info.get("pid"))
+            if pid is None or pid <= 0:
+                continue
+            process = {str(k): v for k, v in info.items()}
+            value, unit = _reading(
+                process,
+                ((("memory_usage",), ("vram_mem",)), ((), ("vram_mem", "mem_usage", "mem"))),
+            )
+            vram = values.to_bytes(value, unit or "B")
+            found.append((index, pid, vram, values.text(process.get("name"))))
+    return found
+
+
+def attach_amd_smi_processes(
+    gpus: list[GpuSample], processes: list[tuple[int, int, int | None, str | None]]
+) -> list[GpuSample]:
+    """Each GPU with the processes amd-smi lists on it, by amd-smi's GPU index.
+
+    amd-smi lists a process under every GPU it holds open, and ROCm's runtime
+    opens every GPU it can see: a process shows 0 bytes on the GPUs it never
+    allocated on. Those entries are left out (as in kfd.py); an unknown
+    amount is kept.
+    """
+    held: dict[int, list[GpuProcess]] = {g.index: [] for g in gpus}
+    for index, pid, vram, name in processes:
+        if index in held and vram != 0:
+            held[index].append(GpuProcess(pid=pid, used_bytes=vram, name=name))
+    return [msgspec.structs.replace(g, processes=held[g.index]) for g in gpus]
+
+
+class AmdSmiSource(ToolSource):
+    """AMD readings from amd-smi; processes from KFD, else from `amd-smi process`."""
+
+    name = TOOL
+    vendor = "amd"
+
+    def __init__(
+        self, runner: ProbeRunner, tool: str = TOOL, kfd_root: Path | str = kfd.KFD_ROOT
+    ) -> None:
+        super().__init__(runner, tool)
+        self._kfd_root = Path(kfd_root)
+        self._metric_args: tuple[str, ...] = METRIC_ARGS
+        self._tried_all = False
+
+    async def sample(self) -> tuple[list[GpuSample], SourceStatus]:
+        result, gpus = await self._metric()
+        if not gpus:
+            error = _no_gpus(self._tool, result)
+            return [], self._status(result.latency_ms, error, result.stuck)
+        tree = await anyio.to_thread.run_sync(kfd.read_kfd, self._kfd_root)
+        if tree.gpus:
+            return kfd.attach_kfd_processes(gpus, tree), self._status(
+                result.latency_ms, stuck=result.stuck
+            )
+        # No KFD tree to read (a container without /sys/class/kfd): ask amd-smi.
+        listed = await self._runner.run([self._tool, *PROCESS_ARGS])
+        latency = result.latency_ms + listed.latency_ms
+        stuck = result.stuck or listed.stuck
+        if listed.error is not None and load_json(listed.stdout) is None:
+            return gpus, self._status(
+                latency, f"GPU readings only, no processes: {listed.error}", stuck
+            )
+        processes = parse_amd_smi_processes(listed.stdout)
+        return attach_amd_smi_processes(gpus, processes), self._status(latency, stuck=stuck)
+
+    async def _metric(self) -> tuple[ProbeResult, list[GpuSample]]:
+        # amd-smi may exit non-zero over one unsupported reading and still print
+        # the rest: what it printed is used.
+        result = await self._runner.run([self._tool, *self._metric_args])
+        gpus = parse_amd_smi(result.stdout)
+        if gpus or self._tried_all or result.stuck or self._metric_args == METRIC_ALL_ARGS:
+            return result, gpus
+        self._tried_all = True
+        full = await self._runner.run([self._tool, *METRIC_ALL_ARGS])
+        gpus = parse_amd_smi(full.stdout)
+        if gpus:
+            self._metric_args = METRIC_ALL_ARGS
+        latency = result.latency_ms + full.latency_ms
+        return dataclasses.replace(full, latency_ms=latency), gpus
+
+
+def _no_gpus(tool: str, result: ProbeResult) -> str:
+    if result.error is not None and not result.stdout.strip():
+        return result.error
+    said = f" ({result.error})" if result.error else ""
+    return (
+        f"{tool} printed no GPUs{said}; run `{tool} list` to see what it finds, and check "
+        "that the amdgpu driver is loaded (lsmod | grep amdgpu) and that this user is in "
+        "the render and video groups"
+    )
