@@ -1,0 +1,47 @@
+"""What an engine says about where it computes, read from its own output.
+
+Engine evidence outranks memory: llama.cpp with 0 of 29 layers offloaded
+still allocates a CUDA compute buffer of over 1 GiB, so a shard can hold GPU
+memory and compute on the CPU. A missing line means "unknown", never "CPU":
+llama.cpp prints where its layers went only at `-lv 4` since about b9181.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+EngineBackend = Literal["CUDA", "ROCm", "Vulkan", "Metal", "SYCL", "CPU"]
+
+
+@dataclass
+class EngineEvidence:
+    """Everything read so far from one shard's engine output; updated line by line."""
+
+    engine: str | None = None
+    """"llama.cpp", "ollama" or "vllm", when the lines say which."""
+    backend: EngineBackend | None = None
+    """The compute backend the engine says it uses (its GPU backend, or CPU)."""
+    devices: list[str] = field(default_factory=list)
+    """GPU devices the engine says it uses, as it names them ("CUDA0", "ROCm1", "cuda:0")."""
+    layers_offloaded: int | None = None
+    layers_total: int | None = None
+    gpu_failed: str | None = None
+    """The engine's own line saying its GPU backend failed or found no usable GPU."""
+    cpu_weight_bytes: int | None = None
+    """Model weights the engine keeps in host memory: the sum of llama.cpp's "CPU" /
+    "CPU_Mapped" model buffer sizes. A full offload still keeps the token embeddings there;
+    `-ot` tensor overrides that put experts on the CPU make it large."""
+    gpu_weight_bytes: int | None = None
+    """Model weights on GPUs: the sum of the GPU model buffer sizes (CUDA0, ROCm0, ...)."""
+    lines: list[str] = field(default_factory=list)
+    """The lines each finding came from, newest last (bounded), for the status's evidence."""
+
+    @property
+    def known(self) -> bool:
+        return (
+            self.backend is not None
+            or self.layers_offloaded is not None
+            or self.gpu_failed is not None
+            or bool(self.devices)
+        )
