@@ -49,7 +49,7 @@ async def ticks(sampler: NodeSampler, n: int) -> tuple[float, float]:
     await sampler.sample()  # warm up: imports, first host window
     own, children = cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN)
     for _ in range(n):
-        telemetry = await sampler.sample()
+        telemetry = (await sampler.sample()).telemetry
         assert len(telemetry.gpus) == GPUS, telemetry.sources
         assert sum(len(g.processes) for g in telemetry.gpus) == PROCESSES
     return (

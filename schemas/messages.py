@@ -101,6 +101,8 @@ class ShardBrief(msgspec.Struct, frozen=True, kw_only=True):
 
     shard: str
     verdict: Verdict
+    pid: int | None = None
+    reason: str = ""
 
 
 class NodeTelemetry(msgspec.Struct, kw_only=True):

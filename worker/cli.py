@@ -21,7 +21,8 @@ from .gpu.registry import default_chains
 from .host import HostSampler
 from .probe import ProbeRunner, use_pidfd_child_watcher
 from .runtime import run
-from .sampler import NodeSampler
+from .sampler import NodeSampler, new_session
+from .shards.watch import shard_watch
 
 EXIT_CONFIG = 2
 
@@ -64,13 +65,16 @@ def _run(settings: Settings) -> int:
 
 def _sample(settings: Settings, *, as_json: bool) -> int:
     async def once() -> NodeTelemetry:
+        session = new_session()
         sampler = NodeSampler(
             settings.node,
             settings.interval,
             default_chains(ProbeRunner(settings.probe_timeout), settings.kfd_root),
             HostSampler(),
+            session=session,
+            watch=shard_watch(settings, session),
         )
-        return await sampler.sample()
+        return (await sampler.sample()).telemetry
 
     telemetry = anyio.run(once, backend="asyncio")
     if as_json:
@@ -95,7 +99,7 @@ def describe(t: NodeTelemetry) -> str:
             power += f"/{g.power_cap_w:.0f}"
         lines.append(
             f"{g.vendor} GPU {g.index}  {g.name or '?'}  util {util}  mem {mem}  {temp}  "
-            f"{power} W  {len(g.processes)} processes"
+            f"{power} W  {len(g.processes)} process{'' if len(g.processes) == 1 else 'es'}"
         )
     if t.host is not None:
         h = t.host
@@ -104,6 +108,9 @@ def describe(t: NodeTelemetry) -> str:
             f"host  cpu {cpu} of {h.cpu_count}  memory {_gib(h.memory_available_bytes)} GiB "
             f"available of {_gib(h.memory_total_bytes)}  load {h.load_1m}"
         )
+    for b in t.shards:
+        pid = f" (pid {b.pid})" if b.pid else ""
+        lines.append(f"shard {b.shard}{pid}  {b.verdict}: {b.reason}")
     for s in t.sources:
         state = "ok" if s.ok else f"failed: {s.error}"
         latency = "" if s.latency_ms is None else f" ({s.latency_ms:.0f} ms)"
@@ -142,6 +149,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     common.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     common.add_argument("--kfd-root", metavar="DIR", help="AMD KFD sysfs tree (/sys/class/kfd/kfd)")
+    common.add_argument("--shards", metavar="FILE", help="TOML file of [[shard]] placements")
+    common.add_argument(
+        "--grace",
+        type=float,
+        metavar="SECONDS",
+        help="judge a shard without health_url this long after its process started (15)",
+    )
+    common.add_argument(
+        "--no-discover",
+        dest="discover",
+        action="store_const",
+        const=False,
+        help="do not look for llama.cpp, Ollama and vLLM processes nothing places",
+    )
 
     run = commands.add_parser(
         "run",

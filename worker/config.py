@@ -51,6 +51,12 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     embedded_port: Port = 4222
     """Port of the embedded server; taken when free, else any free port. 0: any."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    shards: str | None = None
+    """A TOML file of [[shard]] placements, re-read when it changes."""
+    grace: Annotated[float, msgspec.Meta(ge=0)] = 15.0
+    """Seconds after a shard's process started before it is judged, when it has no health_url."""
+    discover: bool = True
+    """Find llama.cpp, Ollama and vLLM processes that nothing places."""
     kfd_root: str = "/sys/class/kfd/kfd"
     """The AMD KFD sysfs tree that per-process VRAM is read from."""
 

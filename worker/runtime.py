@@ -14,15 +14,22 @@ from contextlib import AsyncExitStack
 from typing import TextIO
 
 import anyio
+import nats.errors
 from nats.aio.client import Client
+
+from placewatch.schemas import ComputeStatus, FallbackEvent
 
 from .bus import Publisher, connect
 from .config import Settings
 from .embedded import EmbeddedServer
 from .gpu.registry import default_chains
 from .host import HostSampler
+from .outbox import EventOutbox
 from .probe import ProbeRunner
-from .sampler import NodeSampler
+from .sampler import NodeSampler, new_session
+from .shards.bucket import PlacementsBucket
+from .shards.events import EventTracker
+from .shards.watch import shard_watch
 
 log = logging.getLogger(__name__)
 
@@ -43,47 +50,103 @@ async def run(settings: Settings, out: TextIO) -> None:
                 file=out,
                 flush=True,
             )
+        session = new_session()
+        bucket = PlacementsBucket(settings.node)
         sampler = NodeSampler(
             settings.node,
             settings.interval,
             default_chains(ProbeRunner(settings.probe_timeout), settings.kfd_root),
             HostSampler(),
+            session=session,
+            watch=shard_watch(settings, session, bucket),
         )
+        tracker = EventTracker(settings.node, session, settings.prefix)
         nc: Client | None = None
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(_stop_on_signal, tg.cancel_scope)
                 nc = await connect(servers, name=f"placewatch {settings.node}")
-                publisher = Publisher(nc, settings.prefix, settings.encoding)
+                tg.start_soon(_watch_placements, bucket, nc)
+                worker = Worker(
+                    sampler,
+                    tracker,
+                    Publisher(nc, settings.prefix, settings.encoding),
+                    EventOutbox(nc, settings.prefix, settings.encoding),
+                )
                 log.info(
                     "node %s publishing on %s.telemetry.%s every %g s (session %s)",
                     settings.node,
                     settings.prefix,
                     settings.node,
                     settings.interval,
-                    sampler.session,
+                    session,
                 )
-                await _tick_loop(sampler, publisher, settings.interval)
+                await worker.loop(settings.interval)
         finally:
             with anyio.move_on_after(DRAIN_TIMEOUT_S, shield=True):
                 if nc is not None and not nc.is_closed:
                     await nc.drain()
 
 
-async def _tick_loop(sampler: NodeSampler, publisher: Publisher, interval: float) -> None:
-    """Sample and publish on a fixed cadence; a slow tick delays, never stacks, the next."""
-    next_at = time.monotonic()
+class Worker:
+    """Sample, judge, publish events, publish telemetry: once a tick."""
+
+    def __init__(
+        self, sampler: NodeSampler, tracker: EventTracker, publisher: Publisher, outbox: EventOutbox
+    ) -> None:
+        self.sampler = sampler
+        self.tracker = tracker
+        self.publisher = publisher
+        self.outbox = outbox
+
+    async def tick(self) -> None:
+        tick = await self.sampler.sample()
+        if tick.shards is not None:
+            changes = self.tracker.changes(tick.shards.statuses, tick.shards.gone)
+            for change in changes:
+                _log_change(change.message)
+            self.outbox.add(changes)
+        await self.outbox.flush()
+        await self.publisher.telemetry(tick.telemetry)
+
+    async def loop(self, interval: float) -> None:
+        """Tick on a fixed cadence; a slow tick delays, never stacks, the next."""
+        next_at = time.monotonic()
+        while True:
+            try:
+                await self.tick()
+            except Exception:
+                # A defect in one tick must not stop a node agent; the next tick tries afresh.
+                log.exception("tick failed; continuing")
+            next_at += interval
+            now = time.monotonic()
+            next_at = max(next_at, now)  # a tick that overran starts the next now, not a burst
+            await anyio.sleep(next_at - now)
+
+
+def _log_change(message: ComputeStatus | FallbackEvent) -> None:
+    if isinstance(message, FallbackEvent):
+        level = logging.WARNING if message.state == "firing" else logging.INFO
+        log.log(level, "fallback %s: shard %s", message.state, message.status.shard)
+    else:
+        log.info("shard %s: %s: %s", message.shard, message.verdict, message.reason)
+
+
+async def _watch_placements(bucket: PlacementsBucket, nc: Client) -> None:
+    """Follow the placements bucket; without JetStream, say so and carry on without it."""
+    delay = 1.0
     while True:
         try:
-            telemetry = await sampler.sample()
-            await publisher.telemetry(telemetry)
-        except Exception:
-            # A defect in one tick must not stop a node agent; the next tick tries afresh.
-            log.exception("tick failed; continuing")
-        next_at += interval
-        now = time.monotonic()
-        next_at = max(next_at, now)  # a tick that overran starts the next now, not a burst
-        await anyio.sleep(next_at - now)
+            await bucket.watch(nc.jetstream())
+        except (nats.errors.Error, TimeoutError) as exc:
+            log.warning(
+                "cannot watch KV %s (%s); retrying in %g s",
+                "placewatch_placements",
+                str(exc) or type(exc).__name__,
+                delay,
+            )
+        await anyio.sleep(delay)
+        delay = min(delay * 2, 30.0)
 
 
 async def _stop_on_signal(scope: anyio.CancelScope) -> None:

@@ -1,8 +1,9 @@
-"""One tick: every GPU source and the host, sampled together into a NodeTelemetry."""
+"""One tick: every GPU source and the host sampled together, then every shard judged."""
 
 from __future__ import annotations
 
 import secrets
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import anyio
@@ -11,11 +12,18 @@ from placewatch.schemas import GpuSample, NodeTelemetry, SourceStatus
 
 from .gpu.registry import VendorChain
 from .host import HostSampler
+from .shards.watch import ShardsView, ShardWatch
 
 
 def new_session() -> str:
     """An id for one run of a worker: consumers tell a restart from a gap by it."""
     return secrets.token_hex(6)
+
+
+@dataclass
+class Tick:
+    telemetry: NodeTelemetry
+    shards: ShardsView | None
 
 
 class NodeSampler:
@@ -25,16 +33,19 @@ class NodeSampler:
         interval_s: float,
         chains: list[VendorChain],
         host: HostSampler,
+        *,
         session: str | None = None,
+        watch: ShardWatch | None = None,
     ) -> None:
         self.node = node
         self.interval_s = interval_s
         self.chains = chains
         self.host = host
         self.session = session or new_session()
+        self.watch = watch
         self.seq = 0
 
-    async def sample(self) -> NodeTelemetry:
+    async def sample(self) -> Tick:
         results: list[tuple[list[GpuSample], list[SourceStatus]]] = [([], [])] * len(self.chains)
 
         async def probe(i: int, chain: VendorChain) -> None:
@@ -53,6 +64,12 @@ class NodeSampler:
             if not chain.absent
         ]
         shown = present or [statuses for _, statuses in results]
+        sources = [status for statuses in shown for status in statuses]
+        view = None
+        if self.watch is not None:
+            view = await self.watch.check(gpus, gpus_known=any(s.ok for s in sources) or bool(gpus))
+            gpus = view.gpus
+            sources += view.problems
         telemetry = NodeTelemetry(
             node=self.node,
             session=self.session,
@@ -61,7 +78,8 @@ class NodeSampler:
             interval_s=self.interval_s,
             gpus=gpus,
             host=host,
-            sources=[status for statuses in shown for status in statuses],
+            shards=view.briefs if view else [],
+            sources=sources,
         )
         self.seq += 1
-        return telemetry
+        return Tick(telemetry, view)

@@ -34,6 +34,17 @@ class EngineEvidence:
     `-ot` tensor overrides that put experts on the CPU make it large."""
     gpu_weight_bytes: int | None = None
     """Model weights on GPUs: the sum of the GPU model buffer sizes (CUDA0, ROCm0, ...)."""
+    gpu_backend: EngineBackend | None = None
+    """The GPU backend the engine found, loaded or failed to start, even when it then computes
+    on the CPU: a CUDA build at `-ngl 0` reads backend "CPU" and gpu_backend "CUDA"."""
+    found_devices: list[str] = field(default_factory=list)
+    """GPU devices the engine found at start (ggml_cuda_init, ggml_vulkan, a SYCL table,
+    `--list-devices`, Ollama's discovery), whether or not it then uses them."""
+    verbosity: int | None = None
+    """llama.cpp's log verbosity where it says it (`verbosity = 3`): at 3, the default since
+    about b9181, it prints neither devices nor offloaded layers; `-lv 4` does."""
+    cpu_override_tensors: int | None = None
+    """Tensors an `-ot`/`--override-tensor` rule put in host memory (one line each)."""
     lines: list[str] = field(default_factory=list)
     """The lines each finding came from, newest last (bounded), for the status's evidence."""
 

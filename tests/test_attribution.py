@@ -1,0 +1,104 @@
+"""Which processes are a shard's: its pid, its descendants, its group only when it leads it."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from placewatch.shards.attribution import ProcTable, owner, parse_stat
+
+SLEEP = "import time; time.sleep(60)"
+# Starts a child, and a grandchild that double-forks away (reparented, same group).
+PARENT = f"""
+import os, subprocess, sys, time
+subprocess.Popen([sys.executable, "-c", {SLEEP!r}])
+if os.fork() == 0:
+    if os.fork() == 0:
+        time.sleep(60)
+    os._exit(0)
+time.sleep(60)
+"""
+
+
+@pytest.fixture
+def procs() -> Iterator[list[subprocess.Popen[bytes]]]:
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for p in started:  # each leads its own session: the group takes the daemonized ones too
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+
+
+def wait_for(predicate: object, timeout: float = 5) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if callable(predicate) and predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError("timed out")
+
+
+def group_members(pgid: int) -> list[int]:
+    table = ProcTable()
+    return [p for p in psutil.pids() if (s := table.stat(p)) is not None and s[1] == pgid]
+
+
+def test_parse_stat_reads_after_the_last_parenthesis() -> None:
+    assert parse_stat("4242 (llama (server) x) S 1 4242 4242 0 -1") == (1, 4242)
+    assert parse_stat("garbage") is None
+    assert parse_stat("12 (x) S") is None
+
+
+def test_children_and_reparented_group_members_belong_to_a_group_leader(
+    procs: list[subprocess.Popen[bytes]],
+) -> None:
+    shard = subprocess.Popen([sys.executable, "-c", PARENT], start_new_session=True)
+    procs.append(shard)
+    wait_for(lambda: len(group_members(shard.pid)) >= 3)
+    members = group_members(shard.pid)
+    child = psutil.Process(shard.pid).children()[0].pid
+    daemon = next(
+        p for p in members if p not in (shard.pid, child) and psutil.Process(p).ppid() != shard.pid
+    )
+    table = ProcTable()
+    shards = {shard.pid: "llama-a"}
+    assert owner(shard.pid, shards, table) == "llama-a"
+    assert owner(child, shards, table) == "llama-a"
+    assert psutil.Process(daemon).ppid() != shard.pid  # reparented away
+    assert owner(daemon, shards, table) == "llama-a"  # kept by the group
+    assert owner(psutil.Process().pid, shards, table) is None
+
+
+def test_a_shard_that_does_not_lead_its_group_does_not_claim_the_group(
+    procs: list[subprocess.Popen[bytes]], tmp_path: Path
+) -> None:
+    # Two engines started from one shell script: one group, led by the shell.
+    script = tmp_path / "start.sh"
+    script.write_text(
+        f'"{sys.executable}" -c "{SLEEP}" &\n"{sys.executable}" -c "{SLEEP}" &\nwait\n'
+    )
+    shell = subprocess.Popen(["sh", str(script)], start_new_session=True)
+    procs.append(shell)
+    wait_for(lambda: len(psutil.Process(shell.pid).children()) == 2)
+    first, second = sorted(c.pid for c in psutil.Process(shell.pid).children())
+    table = ProcTable()
+    shards = {first: "a"}
+    assert owner(first, shards, table) == "a"
+    assert owner(second, shards, table) is None, "a group the shard does not lead was claimed"
+
+
+def test_invisible_pids_have_no_owner_and_are_not_visible() -> None:
+    table = ProcTable()
+    missing = max(psutil.pids()) + 100000
+    assert not table.visible(missing)
+    assert owner(missing, {1: "init"}, table) is None

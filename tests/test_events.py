@@ -1,0 +1,79 @@
+"""One status per change, one firing and one resolved per fallback, ids that dedupe."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from placewatch.schemas import ComputeStatus, DeviceUse, FallbackEvent
+from placewatch.shards.events import EventTracker
+
+
+def status(
+    verdict: str, devices: tuple[int, ...] = (), used: int = 1, **kw: object
+) -> ComputeStatus:
+    return ComputeStatus(
+        node="n1", shard="llama-a", session="s1", time=datetime.now(UTC), placed_gpus=[1],
+        verdict=verdict, devices=[DeviceUse(index=i, used_bytes=used) for i in devices], **kw,  # type: ignore[arg-type]
+    )  # fmt: skip
+
+
+def kinds(out: list) -> list[tuple[str, str]]:  # type: ignore[type-arg]
+    return [
+        (o.subject, o.message.state if isinstance(o.message, FallbackEvent) else o.message.verdict)
+        for o in out
+    ]
+
+
+def test_first_status_then_only_changes_never_memory_jitter() -> None:
+    t = EventTracker("n1", "s1")
+    first = t.changes([status("starting")])
+    assert kinds(first) == [("placewatch.compute.n1.llama-a", "starting")]
+    assert first[0].msg_id == "n1.llama-a.s1.1"
+    assert first[0].kv_key == "n1.llama-a"
+    assert t.changes([status("starting")]) == []
+    gpu = t.changes([status("gpu", (1,), used=100)])
+    assert kinds(gpu) == [("placewatch.compute.n1.llama-a", "gpu")]
+    assert t.changes([status("gpu", (1,), used=117)]) == []  # memory jitter
+    assert kinds(t.changes([status("gpu", (1,), layers_offloaded=33, layers_total=33)])) == [
+        ("placewatch.compute.n1.llama-a", "gpu")
+    ]
+
+
+def test_fallback_fires_once_and_resolves_on_leaving() -> None:
+    t = EventTracker("n1", "s1")
+    fired = t.changes([status("cpu_fallback")])
+    assert kinds(fired) == [
+        ("placewatch.compute.n1.llama-a", "cpu_fallback"),
+        ("placewatch.fallback.n1.llama-a", "firing"),
+    ]
+    assert fired[1].msg_id == "n1.llama-a.s1.1.firing"
+    assert kinds(t.changes([status("partial", (1,))])) == [
+        ("placewatch.compute.n1.llama-a", "partial")
+    ]
+    resolved = t.changes([status("gpu", (1,))])
+    assert kinds(resolved) == [
+        ("placewatch.compute.n1.llama-a", "gpu"),
+        ("placewatch.fallback.n1.llama-a", "resolved"),
+    ]
+    event = resolved[1].message
+    assert isinstance(event, FallbackEvent) and event.status.verdict == "gpu"
+
+
+def test_a_shard_that_goes_resolves_its_fallback() -> None:
+    t = EventTracker("n1", "s1")
+    t.changes([status("misplaced", (0,))])
+    out = t.changes([], gone=[status("gone")])
+    assert kinds(out) == [
+        ("placewatch.compute.n1.llama-a", "gone"),
+        ("placewatch.fallback.n1.llama-a", "resolved"),
+    ]
+    # Placed again later: reported afresh, with new ids.
+    again = t.changes([status("starting")])
+    assert again[0].msg_id == "n1.llama-a.s1.3"
+
+
+def test_a_new_session_reports_every_shard_again_with_new_ids() -> None:
+    first = EventTracker("n1", "s1").changes([status("gpu", (1,))])
+    second = EventTracker("n1", "s2").changes([status("gpu", (1,))])
+    assert len(first) == len(second) == 1
+    assert first[0].msg_id != second[0].msg_id

@@ -1,0 +1,115 @@
+"""Events reach the stream once, wait out an outage, and go core where there is no JetStream."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import anyio
+import nats
+from nats.aio.client import Client
+
+from placewatch.outbox import EventOutbox
+from placewatch.schemas import ComputeStatus, decode, subjects
+from placewatch.shards.events import EventTracker
+
+from .conftest import NatsServer, free_port
+from .natsproto import RawSubscriber
+
+
+def status(verdict: str = "cpu_fallback") -> ComputeStatus:
+    return ComputeStatus(
+        node="n1",
+        shard="s",
+        session="abc",
+        time=datetime.now(UTC),
+        placed_gpus=[1],
+        verdict=verdict,  # type: ignore[arg-type]
+    )
+
+
+async def stored(nc: Client) -> int:
+    info = await nc.jetstream().stream_info(subjects.STREAM_EVENTS)
+    return int(info.state.messages)
+
+
+def test_a_retried_publish_is_stored_once_and_the_status_kept_in_kv(
+    nats_server: NatsServer,
+) -> None:
+    async def go() -> None:
+        nc = await nats.connect(nats_server.url)
+        try:
+            outbox = EventOutbox(nc)
+            items = EventTracker("n1", "abc").changes([status()])
+            outbox.add(items)
+            assert await outbox.flush() == 2
+            outbox.add(items)  # the same events again, as a retry after a lost ack sends them
+            assert await outbox.flush() == 2
+            assert await stored(nc) == 2
+            info = await nc.jetstream().stream_info(subjects.STREAM_EVENTS)
+            assert info.config.duplicate_window >= 120
+            assert set(info.config.subjects or []) == {
+                "placewatch.compute.>",
+                "placewatch.fallback.>",
+            }
+            kv = await nc.jetstream().key_value(subjects.BUCKET_COMPUTE)
+            entry = await kv.get("n1.s")
+            assert entry.value is not None
+            assert decode(entry.value, ComputeStatus).verdict == "cpu_fallback"
+        finally:
+            await nc.close()
+
+    anyio.run(go, backend="asyncio")
+
+
+def test_events_wait_in_the_outbox_while_the_server_is_away(tmp_path: Path) -> None:
+    server = NatsServer(tmp_path / "js", port=free_port())
+    server.start()
+
+    async def go() -> None:
+        nc = await nats.connect(server.url, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
+        try:
+            outbox = EventOutbox(nc)
+            server.stop()
+            await anyio.sleep(0.3)
+            outbox.add(EventTracker("n1", "abc").changes([status()]))
+            assert await outbox.flush() == 0
+            assert len(outbox.pending) == 2
+            server.start()
+            with anyio.fail_after(10):
+                while not nc.is_connected:
+                    await anyio.sleep(0.1)
+            assert await outbox.flush() == 2
+            assert not outbox.pending
+            assert await stored(nc) == 2
+        finally:
+            await nc.close()
+            server.stop()
+
+    anyio.run(go, backend="asyncio")
+
+
+def test_without_jetstream_events_go_out_as_core_messages(tmp_path: Path) -> None:
+    server = NatsServer(tmp_path / "js", jetstream=False)
+    server.start()
+    try:
+        with RawSubscriber(server.url, "placewatch.>") as sub:
+
+            async def go() -> EventOutbox:
+                nc = await nats.connect(server.url)
+                try:
+                    outbox = EventOutbox(nc)
+                    outbox.add(EventTracker("n1", "abc").changes([status()]))
+                    assert await outbox.flush() == 2
+                    return outbox
+                finally:
+                    await nc.close()
+
+            outbox = anyio.run(go, backend="asyncio")
+            assert outbox.core_only
+            first = sub.next(timeout=3)
+            assert first.subject == "placewatch.compute.n1.s"
+            assert first.headers["Nats-Msg-Id"] == "n1.s.abc.1"
+            assert sub.next(timeout=3).subject == "placewatch.fallback.n1.s"
+    finally:
+        server.stop()

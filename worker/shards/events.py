@@ -1,0 +1,95 @@
+"""Which compute statuses and fallback events a tick produces.
+
+A shard's status is published when it is first known in this worker session
+(`starting` may come first) and whenever its verdict, backend, device set or
+layer counts change; never for memory jitter. A fallback fires on entering
+`partial`, `cpu_fallback` or `misplaced` and resolves on leaving it, `gone`
+included. Message ids are the node, shard, session and the shard's status
+number, so a retried publish is stored once, and a restarted worker (a new
+session) reports every shard once again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from placewatch.schemas import ComputeStatus, FallbackEvent, subjects
+from placewatch.schemas.messages import FallbackState
+
+FALLBACK_VERDICTS = frozenset({"partial", "cpu_fallback", "misplaced"})
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    subject: str
+    message: ComputeStatus | FallbackEvent
+    msg_id: str
+    kv_key: str | None = None
+    """Also stored in the compute bucket under this key (a ComputeStatus)."""
+
+
+def signature(status: ComputeStatus) -> tuple[object, ...]:
+    return (
+        status.verdict,
+        status.backend,
+        tuple(sorted(d.index for d in status.devices)),
+        status.layers_offloaded,
+        status.layers_total,
+    )
+
+
+class EventTracker:
+    def __init__(self, node: str, session: str, prefix: str = subjects.DEFAULT_PREFIX) -> None:
+        self.node = node
+        self.session = session
+        self.prefix = prefix
+        self._last: dict[str, tuple[object, ...]] = {}
+        self._numbers: dict[str, int] = {}
+        self._firing: set[str] = set()
+
+    def changes(
+        self, statuses: Sequence[ComputeStatus], gone: Sequence[ComputeStatus] = ()
+    ) -> list[Outgoing]:
+        out: list[Outgoing] = []
+        for status in statuses:
+            out += self._observe(status)
+        for status in gone:
+            out += self._observe(status)
+            self._last.pop(status.shard, None)  # a shard placed again later starts afresh
+        return out
+
+    def _observe(self, status: ComputeStatus) -> list[Outgoing]:
+        shard = status.shard
+        sig = signature(status)
+        if self._last.get(shard) == sig:
+            return []
+        self._last[shard] = sig
+        number = self._numbers.get(shard, 0) + 1
+        self._numbers[shard] = number
+        base = f"{subjects.token(self.node)}.{subjects.token(shard)}.{self.session}.{number}"
+        out = [
+            Outgoing(
+                subjects.compute(self.node, shard, self.prefix),
+                status,
+                base,
+                subjects.shard_key(self.node, shard),
+            )
+        ]
+        falling = status.verdict in FALLBACK_VERDICTS
+        if falling and shard not in self._firing:
+            self._firing.add(shard)
+            out.append(self._fallback("firing", status, base))
+        elif not falling and shard in self._firing:
+            self._firing.discard(shard)
+            out.append(self._fallback("resolved", status, base))
+        return out
+
+    def _fallback(self, state: FallbackState, status: ComputeStatus, base: str) -> Outgoing:
+        event = FallbackEvent(state=state, status=status)
+        return Outgoing(
+            subjects.fallback(self.node, status.shard, self.prefix), event, f"{base}.{state}"
+        )
+
+    def firing(self) -> set[str]:
+        return set(self._firing)

@@ -1,0 +1,233 @@
+"""The verdict: where a shard placed on GPUs really computes, and one sentence on why.
+
+Engine evidence outranks memory: llama.cpp with 0 of 29 layers offloaded
+still allocates a CUDA compute buffer of over 1 GiB, and a CUDA build whose
+backend failed to load still answers health checks from the CPU. Memory is
+the rest of the account: what the shard's processes hold on each GPU, as the
+driver lists it. The driver lists host PIDs, so a worker that cannot see
+them (a container without the host's PID namespace) cannot tell, and says
+`unknown`, never `cpu_fallback`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import cast
+
+from placewatch.schemas import DeviceUse, GpuSample
+from placewatch.schemas.messages import Backend, Verdict
+
+from .evidence import EngineEvidence
+from .placements import Placement
+
+GIB = 1 << 30
+
+ADVICE_LLAMA = "run it with -lv 4 to see where its layers go"
+ADVICE_LIBS = "check its CUDA/ROCm libraries with ldd on libggml-cuda.so (or libggml-hip.so)"
+ADVICE_DOCTOR = "run `placewatch doctor` on this node"
+
+
+@dataclass
+class Observation:
+    """What one tick saw of one shard."""
+
+    placement: Placement
+    pid: int | None
+    alive: bool
+    ready: bool
+    gpus_known: bool
+    """The GPU tools answered this tick."""
+    held: dict[int, int | None] = field(default_factory=dict)
+    """GPU index -> bytes the shard's processes hold there (None: listed, size not given)."""
+    hidden: dict[int, str] = field(default_factory=dict)
+    """GPU index -> why memory there may belong to processes this worker cannot see."""
+    evidence: EngineEvidence | None = None
+
+
+@dataclass(frozen=True)
+class Judgement:
+    verdict: Verdict
+    reason: str
+    backend: Backend = "unknown"
+    devices: tuple[DeviceUse, ...] = ()
+    layers_offloaded: int | None = None
+    layers_total: int | None = None
+    evidence: tuple[str, ...] = ()
+
+
+def _gpus(indices: list[int] | set[int]) -> str:
+    ordered = sorted(indices)
+    word = "GPU" if len(ordered) == 1 else "GPUs"
+    return f"{word} {', '.join(str(i) for i in ordered)}"
+
+
+def _size(n: int | None) -> str:
+    return "memory" if n is None else f"{n / GIB:.1f} GiB"
+
+
+def judge(obs: Observation, gpus: list[GpuSample]) -> Judgement:
+    spec = obs.placement.spec
+    placed = set(spec.gpus)
+    ev = obs.evidence if obs.evidence is not None and obs.evidence.known else None
+    floor = spec.min_gpu_bytes or 0
+    uuids = {g.index: g.uuid for g in gpus}
+    devices = tuple(
+        DeviceUse(index=i, uuid=uuids.get(i), used_bytes=n or 0)
+        for i, n in sorted(obs.held.items())
+    )
+    layers = (ev.layers_offloaded, ev.layers_total) if ev else (None, None)
+    lines = tuple(ev.lines[-5:]) if ev else ()
+
+    def verdict(v: Verdict, reason: str, backend: Backend = "unknown") -> Judgement:
+        return Judgement(v, reason, backend, devices, layers[0], layers[1], lines)
+
+    gpu_backend: Backend = _vendor_backend(gpus, placed or set(obs.held))
+    if not obs.alive:
+        if spec.pid is None and spec.match:
+            return verdict(
+                "gone",
+                f"no running process matches {spec.match!r}; start the engine or fix the pattern",
+            )
+        return verdict(
+            "gone", f"pid {spec.pid or obs.pid} is not running; nothing computes for this shard"
+        )
+    if obs.placement.gpus_unknown:
+        return verdict(
+            "unknown",
+            f"cannot tell which GPUs it was meant for: {obs.placement.gpus_unknown}",
+        )
+    if not placed:
+        why = f" ({obs.placement.cpu_on_purpose})" if obs.placement.cpu_on_purpose else ""
+        return verdict("cpu", f"placed on the CPU on purpose{why}", "CPU")
+    if not obs.ready:
+        return verdict("starting", "not ready yet: waiting for its health check or grace period")
+
+    engine = (ev.engine if ev else None) or spec.engine or "the engine"
+    if ev is not None:
+        said = _engine_says_cpu(ev, engine, placed)
+        if said is not None:
+            return verdict("cpu_fallback", said, "CPU")
+        offloaded, total = ev.layers_offloaded, ev.layers_total
+        if offloaded is not None and total and 0 < offloaded < total:
+            return verdict(
+                "partial",
+                f"placed on {_gpus(placed)} but {engine} offloaded only {offloaded} of {total} "
+                f"layers: the rest compute on the CPU; give it more GPU memory or fewer layers "
+                f"elsewhere ({ADVICE_LLAMA})",
+                _engine_backend(ev, gpu_backend),
+            )
+        cpu_w, gpu_w = ev.cpu_weight_bytes or 0, ev.gpu_weight_bytes or 0
+        if offloaded is not None and offloaded == total and cpu_w > GIB and cpu_w > gpu_w // 4:
+            return verdict(
+                "partial",
+                f"placed on {_gpus(placed)}; {engine} offloaded all {total} layers but keeps "
+                f"{_size(cpu_w)} of weights on the CPU (tensor overrides such as -ot put experts "
+                "there); check its -ot/--override-tensor options",
+                _engine_backend(ev, gpu_backend),
+            )
+
+    holding = {i for i, n in obs.held.items() if n is None or (n >= floor if floor else n > 0)}
+    outside = holding - placed
+    inside = holding & placed
+    engine_says_gpu = (
+        ev is not None
+        and ev.layers_offloaded is not None
+        and ev.layers_total is not None
+        and ev.layers_offloaded == ev.layers_total
+        and ev.layers_total > 0
+    )
+    if outside:
+        return verdict(
+            "misplaced",
+            f"placed on {_gpus(placed)} but holds {_size(sum(obs.held[i] or 0 for i in outside))} "
+            f"on {_gpus(outside)}: check its CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES and "
+            "device options",
+            gpu_backend,
+        )
+    if not obs.gpus_known:
+        if engine_says_gpu:
+            return verdict(
+                "gpu",
+                f"{engine} says it offloaded all {ev.layers_total if ev else 0} layers; "
+                "the GPU tools did not answer, so its memory was not checked",
+                _engine_backend(ev, gpu_backend) if ev else gpu_backend,
+            )
+        return verdict(
+            "unknown",
+            "the GPU tools did not answer and the engine's output says nothing of its devices; "
+            f"see `sources` in the telemetry, or {ADVICE_DOCTOR}",
+        )
+    if inside == placed:
+        return verdict(
+            "gpu",
+            f"holds {_describe(obs.held, placed)} on {_gpus(placed)} as placed",
+            _engine_backend(ev, gpu_backend) if ev else gpu_backend,
+        )
+    if inside:
+        missing = placed - inside
+        return verdict(
+            "partial",
+            f"placed on {_gpus(placed)} but holds memory only on {_gpus(inside)}, none on "
+            f"{_gpus(missing)}: the engine did not take all its GPUs; check its device and "
+            "split options",
+            gpu_backend,
+        )
+    hidden = {i: why for i, why in obs.hidden.items() if i in placed}
+    if hidden:
+        index, why = sorted(hidden.items())[0]
+        return verdict(
+            "unknown",
+            f"holds no memory this worker can see on {_gpus(placed)}, but GPU {index} {why}; "
+            "run the worker in the host's PID namespace (--pid=host)",
+        )
+    if engine_says_gpu:
+        return verdict(
+            "gpu",
+            f"{engine} says it offloaded all {ev.layers_total if ev else 0} layers, though its "
+            f"processes hold no memory the driver lists on {_gpus(placed)}",
+            _engine_backend(ev, gpu_backend) if ev else gpu_backend,
+        )
+    floor_note = f" (floor {_size(floor)})" if floor else ""
+    return verdict(
+        "cpu_fallback",
+        f"placed on {_gpus(placed)} but computing on the CPU: its processes hold no memory "
+        f"there{floor_note}, so its GPU backend did not load; {ADVICE_LIBS}, {ADVICE_LLAMA}, "
+        f"or {ADVICE_DOCTOR}",
+        "CPU",
+    )
+
+
+def _engine_says_cpu(ev: EngineEvidence, engine: str, placed: set[int]) -> str | None:
+    where = f"placed on {_gpus(placed)} but computing on the CPU"
+    if ev.gpu_failed:
+        return f"{where}: {engine} says {ev.gpu_failed!r}; {ADVICE_LIBS}, or {ADVICE_DOCTOR}"
+    if ev.layers_total and ev.layers_offloaded == 0:
+        return (
+            f"{where}: {engine} offloaded 0 of {ev.layers_total} layers; check its -ngl / "
+            f"--n-gpu-layers and that its GPU backend loaded ({ADVICE_LLAMA})"
+        )
+    if ev.backend == "CPU":
+        return f"{where}: {engine} reports the CPU as its compute device; {ADVICE_DOCTOR}"
+    return None
+
+
+def _describe(held: dict[int, int | None], indices: set[int]) -> str:
+    sizes = [held.get(i) for i in sorted(indices)]
+    if any(n is None for n in sizes):
+        return "memory"
+    return _size(sum(n or 0 for n in sizes))
+
+
+def _engine_backend(ev: EngineEvidence | None, fallback: Backend) -> Backend:
+    """The engine's own word where the contract has a name for it (not Vulkan, Metal, SYCL)."""
+    said = ev.backend if ev is not None else None
+    return cast(Backend, said) if said in {"CUDA", "ROCm", "CPU"} else fallback
+
+
+def _vendor_backend(gpus: list[GpuSample], indices: set[int]) -> Backend:
+    vendors = {g.vendor for g in gpus if g.index in indices}
+    if vendors == {"nvidia"}:
+        return "CUDA"
+    if vendors == {"amd"}:
+        return "ROCm"
+    return "unknown"
