@@ -8,7 +8,10 @@ the next sample that goes out says how many were dropped.
 from __future__ import annotations
 
 import logging
+import os
 import re
+import ssl
+from typing import Any
 
 import nats
 import nats.errors
@@ -16,6 +19,8 @@ from nats.aio.client import Client
 
 from placewatch.schemas import NodeTelemetry, encode, subjects
 from placewatch.schemas.codec import Encoding
+
+from .config import ConfigError, Settings
 
 log = logging.getLogger(__name__)
 
@@ -60,12 +65,56 @@ class _ConnectionLog:
         log.info("reconnected to NATS")
 
 
-async def connect(servers: list[str], name: str) -> Client:
+def connect_options(settings: Settings) -> dict[str, Any]:
+    """nats.connect() arguments for the settings' credentials and TLS.
+
+    Raises ConfigError naming the setting when a file it names cannot be used;
+    no secret is ever part of a message.
+    """
+    options: dict[str, Any] = {}
+    if settings.user is not None:
+        options["user"] = settings.user
+        options["password"] = settings.password or ""
+    if settings.token is not None:
+        options["token"] = settings.token
+    for field, argument in (("nkey_seed", "nkeys_seed"), ("creds", "user_credentials")):
+        path = getattr(settings, field)
+        if path is not None:
+            _readable(field, path)
+            options[argument] = path
+    if settings.tls_ca or settings.tls_cert:
+        try:
+            context = ssl.create_default_context(cafile=settings.tls_ca)
+            if settings.tls_cert:
+                context.load_cert_chain(settings.tls_cert, settings.tls_key)
+        except (OSError, ssl.SSLError) as exc:
+            which = (
+                "tls_ca" if settings.tls_ca and not _exists(settings.tls_ca) else "tls_cert/tls_key"
+            )
+            raise ConfigError(
+                f"{which}: cannot load the TLS files ({getattr(exc, 'strerror', None) or exc}); "
+                "check the paths and that they are PEM"
+            ) from None
+        options["tls"] = context
+    return options
+
+
+def _exists(path: str) -> bool:
+    return os.path.isfile(path)
+
+
+def _readable(field: str, path: str) -> None:
+    if not os.access(path, os.R_OK):
+        raise ConfigError(f"{field}: {path} cannot be read; check the path and its permissions")
+
+
+async def connect(servers: list[str], name: str, options: dict[str, Any] | None = None) -> Client:
     """A connection that retries for ever, at start as after an outage."""
     events = _ConnectionLog(servers)
     nc = await nats.connect(
         servers=servers,
         name=name,
+        **(options or {}),
         allow_reconnect=True,
         max_reconnect_attempts=-1,
         reconnect_time_wait=1,

@@ -58,6 +58,9 @@ def _run(settings: Settings) -> int:
     except EmbeddedError as exc:
         print(f"placewatch: {exc}", file=sys.stderr)
         return 1
+    except ConfigError as exc:
+        print(f"placewatch: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
     except KeyboardInterrupt:
         pass
     return 0
@@ -131,6 +134,28 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
     return given
 
 
+def bus_options() -> argparse.ArgumentParser:
+    """The flags of every command that talks to NATS: servers, credentials, TLS, prefix."""
+    bus = argparse.ArgumentParser(add_help=False)
+    group = bus.add_argument_group("NATS connection (secrets are better given in the environment)")
+    group.add_argument(
+        "--nats",
+        metavar="URL",
+        help="server URL(s), comma-separated (also PLACEWATCH_NATS); "
+        "none: run an embedded server (run) or use nats://127.0.0.1:4222",
+    )
+    group.add_argument("--user", help="user name (password in PLACEWATCH_PASSWORD)")
+    group.add_argument("--password", help="password; prefer PLACEWATCH_PASSWORD")
+    group.add_argument("--token", help="token; prefer PLACEWATCH_TOKEN")
+    group.add_argument("--nkey-seed", metavar="FILE", help="file holding an NKey seed")
+    group.add_argument("--creds", metavar="FILE", help="NATS credentials file (JWT and seed)")
+    group.add_argument("--tls-ca", metavar="FILE", help="CA to verify the server (turns TLS on)")
+    group.add_argument("--tls-cert", metavar="FILE", help="client certificate (mutual TLS)")
+    group.add_argument("--tls-key", metavar="FILE", help="client certificate's key")
+    group.add_argument("--prefix", help="subject prefix (default placewatch)")
+    return bus
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="placewatch",
@@ -166,23 +191,27 @@ def _parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser(
         "run",
-        parents=[common],
+        parents=[common, bus_options()],
         help="run the worker",
         description="Sample every interval and publish to NATS. With no server configured, "
         "start an embedded nats-server on 127.0.0.1 and print its URL.",
     )
-    run.add_argument(
-        "--nats",
-        metavar="URL",
-        help="server URL(s) to join, comma-separated (also PLACEWATCH_NATS); "
-        "none: run an embedded server",
-    )
-    run.add_argument("--prefix", help="subject prefix (default placewatch)")
     run.add_argument("--encoding", choices=["json", "msgpack"], help="payload format (json)")
     run.add_argument("--state-dir", metavar="DIR", help="embedded server's JetStream store")
     run.add_argument(
         "--embedded-port", type=int, metavar="PORT", help="embedded server port (4222; 0: any)"
     )
+    run.add_argument(
+        "--no-create",
+        dest="create",
+        action="store_const",
+        const=False,
+        help="never create the streams and buckets; use what an operator made",
+    )
+    run.add_argument(
+        "--replicas", type=int, metavar="N", help="replicas of what the worker creates (1)"
+    )
+    run.add_argument("--storage", choices=["file", "memory"], help="storage of what it creates")
 
     sample = commands.add_parser(
         "sample", parents=[common], help="take one sample and print it, no bus needed"

@@ -42,6 +42,18 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
 
     nats: list[str] = msgspec.field(default_factory=list)
     """Server URLs to join. Empty: start the embedded nats-server."""
+    user: str | None = None
+    password: str | None = None
+    token: str | None = None
+    nkey_seed: str | None = None
+    """A file holding an NKey seed (SU...)."""
+    creds: str | None = None
+    """A NATS credentials file (a user JWT and its NKey seed), as nsc writes it."""
+    tls_ca: str | None = None
+    """CA certificate(s) to verify the server with; turns TLS on."""
+    tls_cert: str | None = None
+    """Client certificate, for servers that verify clients (mutual TLS)."""
+    tls_key: str | None = None
     node: str = msgspec.field(default_factory=default_node)
     interval: Positive = 2.0
     prefix: str = "placewatch"
@@ -58,6 +70,11 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     discover: bool = True
     """Find llama.cpp, Ollama and vLLM processes that nothing places."""
     kfd_root: str = "/sys/class/kfd/kfd"
+    create: bool = True
+    """Create the streams and buckets when missing (`--no-create`: never)."""
+    replicas: Annotated[int, msgspec.Meta(ge=1, le=5)] = 1
+    """Replicas of the streams and buckets the worker creates (3 on a cluster)."""
+    storage: Literal["file", "memory"] = "file"
     """The AMD KFD sysfs tree that per-process VRAM is read from."""
 
 
@@ -66,6 +83,8 @@ class ConfigError(Exception):
 
 
 FIELDS: tuple[str, ...] = Settings.__struct_fields__
+SECRETS = frozenset({"password", "token"})
+"""Settings never printed: not in a log line, an error or `placewatch doctor`'s output."""
 
 
 def env_name(field: str) -> str:

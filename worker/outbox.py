@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import logging
 from collections import deque
+from dataclasses import dataclass
 
 import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
-from nats.js.api import StorageType, StreamConfig
+from nats.js.api import DiscardPolicy, StorageType, StreamConfig
 from nats.js.kv import KeyValue
 
 from placewatch.schemas import encode, subjects
@@ -28,6 +29,17 @@ from .shards.events import Outgoing
 log = logging.getLogger(__name__)
 
 DUPLICATE_WINDOW_S = 300.0
+
+
+@dataclass(frozen=True)
+class StreamSettings:
+    """Whether and how the worker creates the streams and buckets it uses."""
+
+    create: bool = True
+    replicas: int = 1
+    storage: str = "file"
+
+
 MAX_PENDING = 10_000
 PUBLISH_TIMEOUT_S = 2.0
 
@@ -39,7 +51,9 @@ class EventOutbox:
         prefix: str = subjects.DEFAULT_PREFIX,
         encoding: Encoding = "json",
         max_pending: int = MAX_PENDING,
+        streams: StreamSettings | None = None,
     ) -> None:
+        self.streams = streams or StreamSettings()
         self.nc = nc
         self.js = nc.jetstream(timeout=PUBLISH_TIMEOUT_S)
         self.prefix = prefix
@@ -66,25 +80,35 @@ class EventOutbox:
             self.pending.append(item)
 
     async def setup(self) -> None:
-        """Create the events stream and the compute bucket when missing."""
+        """Create the streams and the compute bucket when missing (and allowed)."""
+        storage = StorageType.MEMORY if self.streams.storage == "memory" else StorageType.FILE
         try:
-            try:
-                await self.js.stream_info(subjects.STREAM_EVENTS)
-            except nats.js.errors.NotFoundError:
-                await self.js.add_stream(
-                    StreamConfig(
-                        name=subjects.STREAM_EVENTS,
-                        subjects=subjects.all_events(self.prefix),
-                        storage=StorageType.FILE,
-                        duplicate_window=DUPLICATE_WINDOW_S,
-                    )
+            await self._stream(
+                StreamConfig(
+                    name=subjects.STREAM_EVENTS,
+                    subjects=subjects.all_events(self.prefix),
+                    storage=storage,
+                    num_replicas=self.streams.replicas,
+                    duplicate_window=DUPLICATE_WINDOW_S,
                 )
-                log.info("created stream %s", subjects.STREAM_EVENTS)
+            )
+            await self._stream(
+                StreamConfig(
+                    name=subjects.STREAM_TELEMETRY,
+                    subjects=[subjects.all_telemetry(self.prefix)],
+                    storage=storage,
+                    num_replicas=self.streams.replicas,
+                    max_msgs_per_subject=1,  # the latest sample of each node
+                    discard=DiscardPolicy.OLD,
+                )
+            )
             try:
                 self._compute = await self.js.key_value(subjects.BUCKET_COMPUTE)
             except nats.js.errors.BucketNotFoundError:
+                if not self.streams.create:
+                    raise
                 self._compute = await self.js.create_key_value(
-                    bucket=subjects.BUCKET_COMPUTE, history=1
+                    bucket=subjects.BUCKET_COMPUTE, history=1, replicas=self.streams.replicas
                 )
                 log.info("created KV bucket %s", subjects.BUCKET_COMPUTE)
         except nats.js.errors.ServiceUnavailableError:
@@ -92,6 +116,18 @@ class EventOutbox:
         except nats.errors.NoRespondersError:
             self._no_jetstream()
         self._set_up = True
+
+    async def _stream(self, config: StreamConfig) -> None:
+        try:
+            await self.js.stream_info(config.name or "")
+        except nats.js.errors.NotFoundError:
+            if not self.streams.create:
+                raise nats.js.errors.NotFoundError(
+                    description=f"stream {config.name} does not exist and --no-create is set; "
+                    "create it (docs/operations.md) or let the worker create it"
+                ) from None
+            await self.js.add_stream(config)
+            log.info("created stream %s", config.name)
 
     def _no_jetstream(self) -> None:
         if not self.core_only:

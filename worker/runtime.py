@@ -19,12 +19,12 @@ from nats.aio.client import Client
 
 from placewatch.schemas import ComputeStatus, FallbackEvent
 
-from .bus import Publisher, connect
+from .bus import Publisher, connect, connect_options
 from .config import Settings
 from .embedded import EmbeddedServer
 from .gpu.registry import default_chains
 from .host import HostSampler
-from .outbox import EventOutbox
+from .outbox import EventOutbox, StreamSettings
 from .probe import ProbeRunner
 from .sampler import NodeSampler, new_session
 from .shards.bucket import PlacementsBucket
@@ -37,6 +37,9 @@ DRAIN_TIMEOUT_S = 2.0
 
 
 async def run(settings: Settings, out: TextIO) -> None:
+    options = connect_options(
+        settings
+    )  # a bad credentials or TLS file stops us before anything runs
     async with AsyncExitStack() as stack:
         servers = settings.nats
         if not servers:
@@ -65,13 +68,20 @@ async def run(settings: Settings, out: TextIO) -> None:
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(_stop_on_signal, tg.cancel_scope)
-                nc = await connect(servers, name=f"placewatch {settings.node}")
-                tg.start_soon(_watch_placements, bucket, nc)
+                nc = await connect(servers, f"placewatch {settings.node}", options)
+                tg.start_soon(_watch_placements, bucket, nc, settings.create, settings.replicas)
                 worker = Worker(
                     sampler,
                     tracker,
                     Publisher(nc, settings.prefix, settings.encoding),
-                    EventOutbox(nc, settings.prefix, settings.encoding),
+                    EventOutbox(
+                        nc,
+                        settings.prefix,
+                        settings.encoding,
+                        streams=StreamSettings(
+                            settings.create, settings.replicas, settings.storage
+                        ),
+                    ),
                 )
                 log.info(
                     "node %s publishing on %s.telemetry.%s every %g s (session %s)",
@@ -132,12 +142,14 @@ def _log_change(message: ComputeStatus | FallbackEvent) -> None:
         log.info("shard %s: %s: %s", message.shard, message.verdict, message.reason)
 
 
-async def _watch_placements(bucket: PlacementsBucket, nc: Client) -> None:
+async def _watch_placements(
+    bucket: PlacementsBucket, nc: Client, create: bool, replicas: int
+) -> None:
     """Follow the placements bucket; without JetStream, say so and carry on without it."""
     delay = 1.0
     while True:
         try:
-            await bucket.watch(nc.jetstream())
+            await bucket.watch(nc.jetstream(), create=create, replicas=replicas)
         except (nats.errors.Error, TimeoutError) as exc:
             log.warning(
                 "cannot watch KV %s (%s); retrying in %g s",

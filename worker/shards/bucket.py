@@ -29,16 +29,20 @@ class PlacementsBucket:
         self.problems: dict[str, str] = {}
         self.ready = False
 
-    async def open(self, js: JetStreamContext) -> KeyValue:
+    async def open(self, js: JetStreamContext, create: bool = True, replicas: int = 1) -> KeyValue:
         try:
             return await js.key_value(subjects.BUCKET_PLACEMENTS)
         except BucketNotFoundError:
+            if not create:
+                raise
             log.info("creating KV bucket %s", subjects.BUCKET_PLACEMENTS)
-            return await js.create_key_value(bucket=subjects.BUCKET_PLACEMENTS, history=1)
+            return await js.create_key_value(
+                bucket=subjects.BUCKET_PLACEMENTS, history=1, replicas=replicas
+            )
 
-    async def watch(self, js: JetStreamContext) -> None:
+    async def watch(self, js: JetStreamContext, create: bool = True, replicas: int = 1) -> None:
         """Keep `specs` current until cancelled."""
-        kv = await self.open(js)
+        kv = await self.open(js, create, replicas)
         watcher = await kv.watch(f"{subjects.token(self.node)}.*")
         try:
             async for entry in watcher:
