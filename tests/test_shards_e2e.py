@@ -6,16 +6,12 @@ and by a bare subscriber.
 
 from __future__ import annotations
 
-import contextlib
 import http.server
 import json
-import os
-import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,43 +19,23 @@ import anyio
 import nats
 import nats.js.errors
 import psutil
-import pytest
 
 from placewatch.schemas import ComputeStatus, FallbackEvent, decode_any, subjects
 
-from .conftest import FIXTURES, FakeGpuTools, NatsServer, Worker, run_placewatch
-
-GPU0 = "GPU-3f6c1a52-8e1b-4c2d-9a47-0b5d7e9f1a20"
-GPU1 = "GPU-9d2e4b61-27c3-4f0a-b8e5-6a1c3d5f7b92"
-SLEEP = "import time; time.sleep(120)"
-PARENT = f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {SLEEP!r}]); time.sleep(120)"
-
-
-def apps(holders: dict[int, tuple[str, int]]) -> str:
-    rows = ["gpu_uuid, pid, process_name, used_gpu_memory [MiB]"]
-    rows += [f"{uuid}, {pid}, python3, {mib}" for pid, (uuid, mib) in holders.items()]
-    return "\n".join(rows) + "\n"
-
-
-@pytest.fixture
-def shard_procs() -> Iterator[dict[str, subprocess.Popen[bytes]]]:
-    started: dict[str, subprocess.Popen[bytes]] = {}
-    yield started
-    for p in started.values():
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(p.pid, signal.SIGKILL)
-        p.wait()
-
-
-def start(procs: dict[str, subprocess.Popen[bytes]], name: str, code: str = SLEEP) -> int:
-    procs[name] = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
-    return procs[name].pid
-
-
-def wait_older_than(pids: list[int], seconds: float) -> None:
-    """Let the grace period pass, by the start time the OS keeps."""
-    while any(time.time() - psutil.Process(p).create_time() < seconds for p in pids):
-        time.sleep(0.05)
+from .conftest import (
+    FIXTURES,
+    GPU0,
+    GPU1,
+    PARENT,
+    SLEEP,
+    FakeGpuTools,
+    NatsServer,
+    Worker,
+    apps,
+    run_placewatch,
+    start,
+    wait_older_than,
+)
 
 
 async def stream_events(url: str) -> list[Any]:
@@ -72,6 +48,8 @@ async def stream_events(url: str) -> list[Any]:
         except nats.js.errors.NotFoundError:
             return []  # the worker has not created it yet
         found: list[Any] = []
+        if not info.state.messages:
+            return found
         for seq in range(info.state.first_seq, info.state.last_seq + 1):
             msg = await js.get_msg(subjects.STREAM_EVENTS, seq)
             found.append(decode_any(msg.data or b"", msg.headers or {}))

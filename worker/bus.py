@@ -42,15 +42,27 @@ class _ConnectionLog:
         self.servers = ", ".join(redact(s) for s in servers)
         self.failing = False
         self.nc: Client | None = None
+        self.refused: set[str] = set()
 
     def _closing(self) -> bool:
         return self.nc is not None and (self.nc.is_draining or self.nc.is_closed)
 
     async def error(self, exc: Exception) -> None:
+        said = str(exc)
+        if "permissions violation" in said.lower():
+            # The server refused one message and keeps the connection: say which, once.
+            if said not in self.refused:
+                self.refused.add(said)
+                log.error(
+                    "NATS refused it: %s; this node's credentials do not allow it "
+                    "(the permissions a node needs are in docs/operations.md)",
+                    said.removeprefix("nats: "),
+                )
+            return
         if not self.failing and not self._closing():
             self.failing = True
             log.warning(
-                "cannot reach NATS at %s (%s); retrying every second",
+                "cannot reach NATS at %s (%s); retrying every half second",
                 self.servers,
                 str(exc) or type(exc).__name__,
             )
@@ -108,6 +120,12 @@ def _readable(field: str, path: str) -> None:
         raise ConfigError(f"{field}: {path} cannot be read; check the path and its permissions")
 
 
+def inbox_prefix(node: str) -> str:
+    """Replies to this node come under its own inbox prefix, so its credentials may subscribe
+    to its own replies only (docs/operations.md)."""
+    return f"_INBOX.{subjects.token(node)}"
+
+
 async def connect(servers: list[str], name: str, options: dict[str, Any] | None = None) -> Client:
     """A connection that retries for ever, at start as after an outage."""
     events = _ConnectionLog(servers)
@@ -117,7 +135,7 @@ async def connect(servers: list[str], name: str, options: dict[str, Any] | None 
         **(options or {}),
         allow_reconnect=True,
         max_reconnect_attempts=-1,
-        reconnect_time_wait=1,
+        reconnect_time_wait=0.5,
         connect_timeout=2,
         pending_size=PENDING_BYTES,
         error_cb=events.error,

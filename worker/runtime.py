@@ -19,7 +19,7 @@ from nats.aio.client import Client
 
 from placewatch.schemas import ComputeStatus, FallbackEvent
 
-from .bus import Publisher, connect, connect_options
+from .bus import Publisher, connect, connect_options, inbox_prefix
 from .config import Settings
 from .embedded import EmbeddedServer
 from .gpu.registry import default_chains
@@ -27,6 +27,7 @@ from .host import HostSampler
 from .outbox import EventOutbox, StreamSettings
 from .probe import ProbeRunner
 from .sampler import NodeSampler, new_session
+from .service import Latest, start_service
 from .shards.bucket import PlacementsBucket
 from .shards.events import EventTracker
 from .shards.watch import shard_watch
@@ -68,7 +69,11 @@ async def run(settings: Settings, out: TextIO) -> None:
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(_stop_on_signal, tg.cancel_scope)
-                nc = await connect(servers, f"placewatch {settings.node}", options)
+                nc = await connect(
+                    servers,
+                    f"placewatch {settings.node}",
+                    options | {"inbox_prefix": inbox_prefix(settings.node)},
+                )
                 tg.start_soon(_watch_placements, bucket, nc, settings.create, settings.replicas)
                 worker = Worker(
                     sampler,
@@ -82,6 +87,15 @@ async def run(settings: Settings, out: TextIO) -> None:
                             settings.create, settings.replicas, settings.storage
                         ),
                     ),
+                )
+                # Drained with the connection at the end: no stop of its own.
+                await start_service(
+                    nc,
+                    settings.node,
+                    worker.latest,
+                    worker.tick,
+                    prefix=settings.prefix,
+                    encoding=settings.encoding,
                 )
                 log.info(
                     "node %s publishing on %s.telemetry.%s every %g s (session %s)",
@@ -108,9 +122,17 @@ class Worker:
         self.tracker = tracker
         self.publisher = publisher
         self.outbox = outbox
+        self.latest = Latest()
+        self._lock = anyio.Lock()  # a re-check on demand never overlaps the loop's tick
 
     async def tick(self) -> None:
+        async with self._lock:
+            await self._tick()
+
+    async def _tick(self) -> None:
         tick = await self.sampler.sample()
+        self.latest.telemetry = tick.telemetry
+        self.latest.statuses = tick.shards.statuses if tick.shards else []
         if tick.shards is not None:
             changes = self.tracker.changes(tick.shards.statuses, tick.shards.gone)
             for change in changes:
