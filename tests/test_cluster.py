@@ -96,7 +96,7 @@ def test_losing_the_connected_server_loses_no_event(
     async def replicas() -> int:
         nc = await nats.connect(cluster[0][0].url)
         try:
-            return int((await nc.jetstream().stream_info("PLACEWATCH_EVENTS")).config.num_replicas)
+            return (await nc.jetstream().stream_info("PLACEWATCH_EVENTS")).config.num_replicas or 0
         finally:
             await nc.close()
 

@@ -363,3 +363,29 @@ def test_health_url_decides_readiness(
         assert brief["verdict"] == "gpu"
     finally:
         server.shutdown()
+
+
+def test_a_new_log_line_is_judged_without_waiting_for_the_next_interval(
+    nats_server: NatsServer,
+    fake_gpu: FakeGpuTools,
+    shard_procs: dict[str, subprocess.Popen[bytes]],
+    workers: list[Worker],
+    tmp_path: Path,
+) -> None:
+    pid = start(shard_procs, "logged")
+    log = tmp_path / "engine.log"
+    log.write_text("")
+    fake_gpu.nvidia_smi(FIXTURES / "nvidia-smi" / "a100x2-query-gpu.csv", apps({pid: (GPU0, 1200)}))
+    shards = tmp_path / "shards.toml"
+    shards.write_text(f'[[shard]]\nid = "logged"\npid = {pid}\ngpus = [0]\nlog_path = "{log}"\n')
+    wait_older_than([pid], 1.2)
+    # An interval of a minute: only the log follower can bring the change in time.
+    workers.append(
+        Worker("--nats", nats_server.url, "--node", "n1", "--shards", str(shards), "--grace", "1",
+               "--interval", "60", "--no-discover", env=fake_gpu.env())
+    )  # fmt: skip
+    wait_for_events(nats_server.url, lambda s: s == [("compute", "logged", "gpu")])
+    with log.open("a") as f:
+        f.write("load_tensors: offloaded 0/29 layers to GPU\n")
+    seen = wait_for_events(nats_server.url, lambda s: len(s) >= 3, timeout=15)
+    assert seen[1:] == [("compute", "logged", "cpu_fallback"), ("fallback", "logged", "firing")]

@@ -14,6 +14,7 @@ from contextlib import AsyncExitStack
 from typing import TextIO
 
 import anyio
+import anyio.to_thread
 import nats.errors
 from nats.aio.client import Client
 
@@ -30,7 +31,7 @@ from .sampler import NodeSampler, new_session
 from .service import Latest, start_service
 from .shards.bucket import PlacementsBucket
 from .shards.events import EventTracker
-from .shards.watch import shard_watch
+from .shards.watch import ShardWatch, shard_watch
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +106,8 @@ async def run(settings: Settings, out: TextIO) -> None:
                     settings.interval,
                     session,
                 )
+                if sampler.watch is not None:
+                    tg.start_soon(_follow_logs, sampler.watch, worker)
                 await worker.loop(settings.interval)
         finally:
             with anyio.move_on_after(DRAIN_TIMEOUT_S, shield=True):
@@ -154,6 +157,17 @@ class Worker:
             now = time.monotonic()
             next_at = max(next_at, now)  # a tick that overran starts the next now, not a burst
             await anyio.sleep(next_at - now)
+
+
+LOG_POLL_S = 0.2
+
+
+async def _follow_logs(watch: ShardWatch, worker: Worker) -> None:
+    """Judge the shards again as soon as an engine's log says something new."""
+    while True:
+        await anyio.sleep(LOG_POLL_S)
+        if await anyio.to_thread.run_sync(watch.follow_logs):
+            await worker.tick()
 
 
 def _log_change(message: ComputeStatus | FallbackEvent) -> None:

@@ -141,6 +141,19 @@ class ShardWatch:
             problems=problems,
         )
 
+    def follow_logs(self) -> bool:
+        """Read what the shards' logs added since the last look; True when evidence changed.
+
+        Blocking (file reads): call it from a thread. The worker calls it several
+        times a second, so an engine's own word reaches the bus well inside an
+        interval.
+        """
+        changed = False
+        for t in list(self.tracked.values()):
+            if t.follower is not None and t.follower.update():
+                changed = True
+        return changed
+
     def _placements(self) -> tuple[list[Placement], list[SourceStatus]]:
         placements: list[Placement] = []
         problems: list[SourceStatus] = []
