@@ -36,6 +36,7 @@ from .verdict import Judgement, Observation, judge
 log = logging.getLogger(__name__)
 
 HEALTH_TIMEOUT_S = 1.0
+DISCOVERY_EVERY_S = 10.0
 UNLISTED_BYTES = 1 << 30
 """Memory in use on a GPU that lists no process at all, above which someone this worker
 cannot see holds it (a worker in a container without the host's PID namespace)."""
@@ -92,22 +93,13 @@ class ShardWatch:
         self.proc_root = proc_root
         self.clock = clock
         self.tracked: dict[str, Tracked] = {}
+        self._found: list[Placement] | None = None
+        self._found_at = 0.0
 
     async def check(self, gpus: list[GpuSample], gpus_known: bool) -> ShardsView:
         placements, problems = self._placements()
         if self.discovery:
-            # Placed shards claim their processes; discovered ones are found afresh each tick.
-            claimed = {
-                t.pid for t in self.tracked.values() if t.pid and t.placement.origin != "discovered"
-            }
-            claimed |= {p.spec.pid for p in placements if p.spec.pid}
-            found = await anyio.to_thread.run_sync(discover, gpus, claimed)
-            taken = {p.spec.id for p in placements}
-            placements += [
-                Placement(d.spec, "discovered", d.gpus_unknown, d.cpu_on_purpose)
-                for d in found
-                if d.spec.id not in taken
-            ]
+            placements += await self._discovered(gpus, placements)
         gone = self._sync(placements)
         await anyio.to_thread.run_sync(self._resolve)
         await self._readiness()
@@ -140,6 +132,27 @@ class ShardWatch:
             gone=[self._gone_status(p, now) for p in gone],
             problems=problems,
         )
+
+    async def _discovered(
+        self, gpus: list[GpuSample], placements: list[Placement]
+    ) -> list[Placement]:
+        """Engines nothing places. Walking every process costs tens of milliseconds on a
+        busy node, so it runs every DISCOVERY_EVERY_S; between walks the last finding
+        stands, and a discovered shard whose process exits reads `gone` at the next tick."""
+        now = self.clock()
+        # Placed shards claim their processes, also one placed since the last walk.
+        claimed = {
+            t.pid for t in self.tracked.values() if t.pid and t.placement.origin != "discovered"
+        }
+        claimed |= {p.spec.pid for p in placements if p.spec.pid}
+        if self._found is None or now - self._found_at >= DISCOVERY_EVERY_S:
+            found = await anyio.to_thread.run_sync(discover, gpus, claimed)
+            self._found = [
+                Placement(d.spec, "discovered", d.gpus_unknown, d.cpu_on_purpose) for d in found
+            ]
+            self._found_at = now
+        taken = {p.spec.id for p in placements}
+        return [p for p in self._found if p.spec.id not in taken and p.spec.pid not in claimed]
 
     def follow_logs(self) -> bool:
         """Read what the shards' logs added since the last look; True when evidence changed.
