@@ -5,6 +5,7 @@ service can depend on it without the worker's dependencies.
 """
 
 from . import subjects
+from .asyncapi import asyncapi_document
 from .codec import DecodeError, decode, decode_any, encode, json_schema
 from .messages import (
     MESSAGE_TYPES,
@@ -37,6 +38,7 @@ __all__ = [
     "PlacementSpec",
     "ShardBrief",
     "SourceStatus",
+    "asyncapi_document",
     "decode",
     "decode_any",
     "encode",

@@ -12,9 +12,9 @@ from typing import Any
 import anyio
 import msgspec
 
-from placewatch.schemas import NodeTelemetry, json_schema
+from placewatch.schemas import NodeTelemetry, asyncapi_document, json_schema
 
-from . import __version__
+from . import __version__, alerts, doctor, watch
 from .config import ENV_CONFIG, ConfigError, Settings, load, split_urls
 from .embedded import EmbeddedError
 from .gpu.registry import default_chains
@@ -34,7 +34,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return EXIT_CONFIG
     if args.command == "schema":
-        print(json.dumps(json_schema(), indent=2))
+        document = asyncapi_document(args.prefix) if args.asyncapi else json_schema()
+        print(json.dumps(document, indent=2))
         return 0
     try:
         settings = load(_flags(args), config_path=args.config)
@@ -47,6 +48,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         stream=sys.stderr,
     )
     use_pidfd_child_watcher()
+    handler = getattr(args, "handler", None)  # a command in its own module
+    if handler is not None:
+        code: int = handler(settings, args)
+        return code
     if args.command == "sample":
         return _sample(settings, as_json=args.json)
     return _run(settings)
@@ -217,8 +222,21 @@ def _parser() -> argparse.ArgumentParser:
         "sample", parents=[common], help="take one sample and print it, no bus needed"
     )
     sample.add_argument("--json", action="store_true", help="print a NodeTelemetry as JSON")
+    doctor.add_command(commands, [common, bus_options()])
 
-    commands.add_parser("schema", help="print the JSON Schema of every message")
+    consumer = argparse.ArgumentParser(add_help=False)
+    consumer.add_argument(
+        "--config", metavar="FILE", help=f"TOML settings file (also {ENV_CONFIG})"
+    )
+    consumer.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    watch.add_command(commands, [consumer, bus_options()])
+    alerts.add_command(commands, [consumer, bus_options()])
+
+    schema = commands.add_parser("schema", help="print the JSON Schema of every message")
+    schema.add_argument(
+        "--asyncapi", action="store_true", help="print the AsyncAPI 3.0.0 document instead"
+    )
+    schema.add_argument("--prefix", default="placewatch", help="subject prefix (--asyncapi)")
     return parser
 
 

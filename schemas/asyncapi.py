@@ -1,0 +1,237 @@
+"""The wire contract as an AsyncAPI 3.0.0 document, built from the Structs.
+
+Payload schemas come from msgspec, so the document cannot drift from the
+messages the worker encodes; `placewatch schema --asyncapi` prints it and
+docs/asyncapi.json is its checked-in copy. Channel addresses are NATS
+subjects, with the node and shard as parameters.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from . import subjects
+from .codec import (
+    HEADER_CONTENT_TYPE,
+    HEADER_MSG_ID,
+    HEADER_SCHEMA,
+    HEADER_TYPE,
+    JSON,
+    MSGPACK,
+)
+from .messages import MESSAGE_TYPES, SCHEMA_VERSION
+
+ASYNCAPI_VERSION = "3.0.0"
+DEFAULT_SERVER = "nats://127.0.0.1:4222"
+
+_NAME_RULE = (
+    "Every character outside `A-Z a-z 0-9 _ -` becomes `_` (`rack 4.gpu*7` travels as "
+    "`rack_4_gpu_7`); the payload carries the exact name."
+)
+_PARAMETERS = {
+    "node": {
+        "description": f"The node's name as one subject token. {_NAME_RULE}",
+        "examples": ["gpu-07", "rack_4_gpu_7"],
+    },
+    "shard": {
+        "description": f"The shard's id as one subject token. {_NAME_RULE}",
+        "examples": ["llama-8b-a", "llama-server-8080"],
+    },
+}
+
+
+def asyncapi_document(prefix: str = subjects.DEFAULT_PREFIX) -> dict[str, Any]:
+    """The AsyncAPI 3.0.0 document of every subject and bucket of the contract."""
+    refs, components = msgspec.json.schema_components(
+        MESSAGE_TYPES, ref_template="#/components/schemas/{name}"
+    )
+    payloads = {t.__name__: ref for t, ref in zip(MESSAGE_TYPES, refs, strict=True)}
+    node = {"node": {"$ref": "#/components/parameters/node"}}
+    shard = {**node, "shard": {"$ref": "#/components/parameters/shard"}}
+    channels = {
+        "telemetry": _channel(
+            f"{prefix}.telemetry.{{node}}",
+            "NodeTelemetry",
+            node,
+            "Every interval (2 s by default), as a core NATS message: telemetry is latest-value "
+            "and never replayed. The stream `PLACEWATCH_TELEMETRY` keeps the last message of "
+            "each node.",
+        ),
+        "compute": _channel(
+            f"{prefix}.compute.{{node}}.{{shard}}",
+            "ComputeStatus",
+            shard,
+            "When a shard's verdict is first known in a worker session and whenever its "
+            "verdict, backend, device set or layer counts change. Stored in the stream "
+            "`PLACEWATCH_EVENTS`, deduplicated by `Nats-Msg-Id`.",
+        ),
+        "fallback": _channel(
+            f"{prefix}.fallback.{{node}}.{{shard}}",
+            "FallbackEvent",
+            shard,
+            "`firing` when a shard placed on GPUs enters `partial`, `cpu_fallback` or "
+            "`misplaced`; `resolved` when it leaves it. Stored in the stream "
+            "`PLACEWATCH_EVENTS`, deduplicated by `Nats-Msg-Id`.",
+        ),
+        "computeBucket": _channel(
+            f"$KV.{subjects.BUCKET_COMPUTE}.{{node}}.{{shard}}",
+            "ComputeStatusEntry",
+            shard,
+            f"The KV bucket `{subjects.BUCKET_COMPUTE}`, key `<node>.<shard>`: the latest "
+            "ComputeStatus of each shard, for a consumer that starts late.",
+        ),
+        "placements": _channel(
+            f"$KV.{subjects.BUCKET_PLACEMENTS}.{{node}}.{{shard}}",
+            "PlacementSpec",
+            shard,
+            f"The KV bucket `{subjects.BUCKET_PLACEMENTS}`, key `<node>.<shard>`: where a "
+            "control plane placed each shard. The worker watches its own node's keys; a put, "
+            "update or delete takes effect on its next tick.",
+        ),
+    }
+    operations = {
+        "sendTelemetry": _operation("send", "telemetry", "NodeTelemetry", "Publish a sample."),
+        "sendComputeStatus": _operation(
+            "send", "compute", "ComputeStatus", "Publish a shard's compute status."
+        ),
+        "sendFallbackEvent": _operation(
+            "send", "fallback", "FallbackEvent", "Publish a fallback firing or resolved."
+        ),
+        "putComputeStatus": _operation(
+            "send", "computeBucket", "ComputeStatusEntry", "Keep a shard's latest status."
+        ),
+        "receivePlacements": _operation(
+            "receive", "placements", "PlacementSpec", "Watch this node's placements."
+        ),
+    }
+    messages = {
+        "NodeTelemetry": _message("NodeTelemetry", payloads, "What one node saw in one interval."),
+        "ComputeStatus": _message(
+            "ComputeStatus", payloads, "Where one shard computes.", event=True
+        ),
+        "FallbackEvent": _message(
+            "FallbackEvent",
+            payloads,
+            "A shard placed on GPUs entered or left a fallback verdict.",
+            event=True,
+        ),
+        "ComputeStatusEntry": {
+            "name": "ComputeStatusEntry",
+            "title": "ComputeStatus (KV value)",
+            "summary": "A shard's latest ComputeStatus, without headers.",
+            "description": "Encoded as the worker's events are (JSON unless the worker is set "
+            "to msgpack); a KV value carries no headers.",
+            "contentType": JSON,
+            "payload": payloads["ComputeStatus"],
+        },
+        "PlacementSpec": {
+            "name": "PlacementSpec",
+            "title": "PlacementSpec",
+            "summary": "Where a control plane placed a shard.",
+            "description": "JSON. `gpus` are physical indices (empty: the CPU on purpose); "
+            "`pid` or `match` (a regular expression on the command line) finds its process. "
+            "The same fields make a `[[shard]]` entry in a shards file.",
+            "contentType": JSON,
+            "payload": payloads["PlacementSpec"],
+        },
+    }
+    return {
+        "asyncapi": ASYNCAPI_VERSION,
+        "info": {
+            "title": "placewatch",
+            "version": str(SCHEMA_VERSION),
+            "description": "GPU telemetry, per-shard compute statuses and fallback events "
+            "published by the placewatch worker on every node. The version is the schema "
+            f"version, sent in the `{HEADER_SCHEMA}` header. Fields are added with defaults "
+            "and never renamed; a decoder ignores fields it does not know. Sizes are bytes, "
+            "times UTC RFC 3339, and a reading a tool could not give is null, never 0. "
+            f"The subject prefix (`{prefix}` here) is configurable.",
+            "license": {
+                "name": "Apache-2.0",
+                "url": "https://www.apache.org/licenses/LICENSE-2.0",
+            },
+        },
+        "defaultContentType": JSON,
+        "servers": {
+            "default": {
+                "host": DEFAULT_SERVER.removeprefix("nats://"),
+                "protocol": "nats",
+                "description": "The embedded nats-server `placewatch run` starts when no server "
+                "is configured; a cluster's URLs are given with --nats or PLACEWATCH_NATS.",
+            }
+        },
+        "channels": channels,
+        "operations": operations,
+        "components": {
+            "schemas": components,
+            "messages": messages,
+            "parameters": _PARAMETERS,
+        },
+    }
+
+
+def _channel(
+    address: str, message: str, parameters: dict[str, Any], description: str
+) -> dict[str, Any]:
+    return {
+        "address": address,
+        "description": description,
+        "parameters": parameters,
+        "messages": {message: {"$ref": f"#/components/messages/{message}"}},
+    }
+
+
+def _operation(action: str, channel: str, message: str, summary: str) -> dict[str, Any]:
+    return {
+        "action": action,
+        "channel": {"$ref": f"#/channels/{channel}"},
+        "summary": summary,
+        "messages": [{"$ref": f"#/channels/{channel}/messages/{message}"}],
+    }
+
+
+def _message(
+    name: str, payloads: dict[str, Any], summary: str, *, event: bool = False
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "title": name,
+        "summary": summary,
+        "contentType": JSON,
+        "headers": _headers(name, event=event),
+        "payload": payloads[name],
+    }
+
+
+def _headers(type_name: str, *, event: bool) -> dict[str, Any]:
+    properties: dict[str, Any] = {
+        HEADER_CONTENT_TYPE: {
+            "type": "string",
+            "enum": [JSON, MSGPACK],
+            "description": "The payload's format; a message without one is JSON.",
+        },
+        HEADER_TYPE: {
+            "type": "string",
+            "const": type_name,
+            "description": "The message's type.",
+        },
+        HEADER_SCHEMA: {
+            "type": "string",
+            "pattern": "^[0-9]+$",
+            "description": f"The schema version, an integer (now {SCHEMA_VERSION}).",
+            "examples": [str(SCHEMA_VERSION)],
+        },
+    }
+    required = [HEADER_CONTENT_TYPE, HEADER_TYPE, HEADER_SCHEMA]
+    if event:
+        suffix = ", then `.firing` or `.resolved`" if type_name == "FallbackEvent" else ""
+        properties[HEADER_MSG_ID] = {
+            "type": "string",
+            "description": "`<node>.<shard>.<session>.<n>` (node and shard as subject tokens, "
+            f"n the shard's status number in the session){suffix}: JetStream stores a "
+            "retried publish once.",
+        }
+        required.append(HEADER_MSG_ID)
+    return {"type": "object", "properties": properties, "required": required}
