@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import msgspec
+
 from placewatch.schemas import ComputeStatus, DeviceUse, FallbackEvent
 from placewatch.shards.events import EventTracker
 
@@ -77,3 +79,20 @@ def test_a_new_session_reports_every_shard_again_with_new_ids() -> None:
     second = EventTracker("n1", "s2").changes([status("gpu", (1,))])
     assert len(first) == len(second) == 1
     assert first[0].msg_id != second[0].msg_id
+
+
+def test_a_fallback_left_firing_by_an_earlier_session_is_resolved() -> None:
+    earlier = [status("cpu_fallback"), msgspec.structs.replace(status("misplaced"), shard="old")]
+    t = EventTracker("n1", "s2")
+    t.seed(earlier)
+    out = t.changes([status("gpu", (1,))])
+    assert kinds(out) == [
+        ("placewatch.compute.n1.llama-a", "gpu"),
+        ("placewatch.fallback.n1.llama-a", "resolved"),
+        ("placewatch.compute.n1.old", "gone"),
+        ("placewatch.fallback.n1.old", "resolved"),
+    ]
+    gone = out[2].message
+    assert isinstance(gone, ComputeStatus) and gone.session == "s2"
+    assert gone.reason == "no longer placed or found since the worker restarted"
+    assert t.changes([status("gpu", (1,))]) == []

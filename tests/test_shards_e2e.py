@@ -156,19 +156,38 @@ def test_verdicts_events_and_resolution_end_to_end(
     code, _, _, err = worker.stop()
     assert code == 0, err
 
-    # A restarted worker (a new session) reports each shard once again.
+    # A restarted worker (a new session) reports each shard once again. The stray
+    # shard's fallback, still firing from the first session, is not fired twice; and
+    # the idle one, back on the CPU while no worker ran, fires and resolves as it should.
+    fake_gpu.write(
+        "nvidia-smi",
+        "query-compute-apps.csv",
+        apps({holding: (GPU0, 30000), stray: (GPU0, 8000), child: (GPU1, 12000)}),
+    )
     worker = Worker(*args, env=fake_gpu.env())
     workers.append(worker)
     again = wait_for_events(nats_server.url, lambda s: len(s) >= 8 + 5)
     assert sorted(again[8:]) == sorted(
         [
             ("compute", "holding", "gpu"),
-            ("compute", "idle", "gpu"),
+            ("compute", "idle", "cpu_fallback"),
+            ("fallback", "idle", "firing"),
             ("compute", "stray", "misplaced"),
-            ("fallback", "stray", "firing"),
             ("compute", "parent", "gpu"),
         ]
     )
+    code, _, _, err = worker.stop()
+    assert code == 0, err
+
+    # A third session finds the stray shard placed right: its old fallback resolves.
+    shards.write_text(
+        shards.read_text().replace(f"pid = {stray}\ngpus = [1]", f"pid = {stray}\ngpus = [0]")
+    )
+    worker = Worker(*args, env=fake_gpu.env())
+    workers.append(worker)
+    third = wait_for_events(nats_server.url, lambda s: ("fallback", "stray", "resolved") in s[13:])
+    assert ("compute", "stray", "gpu") in third[13:]
+    assert ("fallback", "idle", "firing") not in third[13:]  # still firing, not again
     worker.stop()
 
 

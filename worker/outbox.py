@@ -21,7 +21,7 @@ from nats.aio.client import Client
 from nats.js.api import DiscardPolicy, StorageType, StreamConfig
 from nats.js.kv import KeyValue
 
-from placewatch.schemas import encode, subjects
+from placewatch.schemas import ComputeStatus, DecodeError, decode, encode, subjects
 from placewatch.schemas.codec import Encoding
 
 from .shards.events import Outgoing
@@ -128,6 +128,29 @@ class EventOutbox:
                 ) from None
             await self.js.add_stream(config)
             log.info("created stream %s", config.name)
+
+    async def previous(self, node: str) -> list[ComputeStatus]:
+        """The statuses an earlier session of this node left in the compute bucket.
+
+        Watches this node's keys only (not the fleet's), up to the initial values.
+        """
+        found: list[ComputeStatus] = []
+        try:
+            kv = await self.js.key_value(subjects.BUCKET_COMPUTE)
+            watcher = await kv.watch(f"{subjects.token(node)}.*", ignore_deletes=True)
+        except (nats.errors.Error, TimeoutError):
+            return found  # no bucket, no JetStream: nothing to carry over
+        try:
+            async for entry in watcher:
+                if entry is None:  # the initial values are all in
+                    break
+                try:
+                    found.append(decode(entry.value or b"", ComputeStatus))
+                except DecodeError:
+                    continue
+        finally:
+            await watcher.stop()  # type: ignore[no-untyped-call]
+        return found
 
     def _no_jetstream(self) -> None:
         if not self.core_only:

@@ -89,6 +89,8 @@ async def run(settings: Settings, out: TextIO) -> None:
                         ),
                     ),
                 )
+                with anyio.move_on_after(5):
+                    tracker.seed(await worker.outbox.previous(settings.node))
                 # Drained with the connection at the end: no stop of its own.
                 await start_service(
                     nc,

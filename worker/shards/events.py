@@ -13,6 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import msgspec
 
 from placewatch.schemas import ComputeStatus, FallbackEvent, subjects
 from placewatch.schemas.messages import FallbackState
@@ -47,6 +50,15 @@ class EventTracker:
         self._last: dict[str, tuple[object, ...]] = {}
         self._numbers: dict[str, int] = {}
         self._firing: set[str] = set()
+        self._seeded: dict[str, ComputeStatus] = {}
+
+    def seed(self, previous: Sequence[ComputeStatus]) -> None:
+        """What an earlier session last said (the compute bucket): a fallback it left firing
+        is resolved by this session once the shard is judged again, or found no more."""
+        for status in previous:
+            if status.verdict in FALLBACK_VERDICTS:
+                self._firing.add(status.shard)
+                self._seeded[status.shard] = status
 
     def changes(
         self, statuses: Sequence[ComputeStatus], gone: Sequence[ComputeStatus] = ()
@@ -54,6 +66,23 @@ class EventTracker:
         out: list[Outgoing] = []
         for status in statuses:
             out += self._observe(status)
+        seen = {s.shard for s in statuses}
+        leftover = [s for shard, s in self._seeded.items() if shard not in seen]
+        self._seeded.clear()
+        gone = [
+            *gone,
+            *(
+                msgspec.structs.replace(
+                    s,
+                    session=self.session,
+                    time=datetime.now(UTC),
+                    verdict="gone",
+                    devices=[],
+                    reason="no longer placed or found since the worker restarted",
+                )
+                for s in leftover
+            ),
+        ]
         for status in gone:
             out += self._observe(status)
             self._last.pop(status.shard, None)  # a shard placed again later starts afresh
