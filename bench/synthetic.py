@@ -7,9 +7,19 @@ processes is made here by the same documented CSV format
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
-from placewatch.gpu.nvidia_smi import APP_FIELDS, GPU_FIELDS
+import msgspec
+
+from placewatch.gpu.nvidia_smi import (
+    APP_FIELDS,
+    GPU_FIELDS,
+    attach_processes,
+    parse_compute_apps,
+    parse_gpus,
+)
+from placewatch.schemas import HostSample, NodeTelemetry, ShardBrief, SourceStatus
 
 GPU_HEADER = (
     "index, uuid, name, pci.bus_id, utilization.gpu [%], memory.total [MiB], memory.used [MiB], "
@@ -22,10 +32,10 @@ def uuid(i: int) -> str:
     return f"GPU-{i:08x}-1b2c-4d3e-8f40-{i:012x}"
 
 
-def query_gpu(gpus: int) -> str:
+def query_gpu(gpus: int, used_mib: int | None = None) -> str:
     rows = [GPU_HEADER]
     for i in range(gpus):
-        used = 20000 + 997 * i
+        used = 20000 + 997 * i if used_mib is None else used_mib
         rows.append(
             f"{i}, {uuid(i)}, NVIDIA H100 80GB HBM3, 00000000:{0x18 + 0x10 * i:02X}:00.0, "
             f"{(13 * i) % 100}, 81559, {used}, {81559 - used - 478}, {40 + i}, {300.0 + i:.2f}, 700.00, Disabled"
@@ -34,27 +44,92 @@ def query_gpu(gpus: int) -> str:
 
 
 def query_apps(gpus: int, processes: int, first_pid: int = 40000) -> str:
+    return query_apps_of([(p % gpus, first_pid + p) for p in range(processes)])
+
+
+def query_apps_of(holders: list[tuple[int, int]]) -> str:
+    """The compute-apps answer listing each (GPU index, pid) in `holders`."""
     rows = [APPS_HEADER]
-    for p in range(processes):
-        rows.append(
-            f"{uuid(p % gpus)}, {first_pid + p}, /opt/llama.cpp/bin/llama-server, {1024 + p}"
-        )
+    for n, (gpu, pid) in enumerate(holders):
+        rows.append(f"{uuid(gpu)}, {pid}, /opt/llama.cpp/bin/llama-server, {1024 + n}")
     return "\n".join(rows) + "\n"
 
 
-def write_fake_nvidia_smi(where: Path, gpus: int, processes: int) -> Path:
-    """A bin/ folder whose nvidia-smi is the cheapest possible tool: sh and cat of the answer."""
+def write_fake_nvidia_smi(where: Path, gpus: int, apps: str, *, python: str | None = None) -> Path:
+    """A bin/ folder whose nvidia-smi prints the answers in nvidia-smi's exact format.
+
+    By default the tool is the cheapest one possible, `sh` and `cat` of the answer:
+    its spawn cost is a floor. With `python` (an interpreter's path) it is that
+    interpreter started bare (`-I -S`) reading the answer instead: a dynamically
+    linked program that maps a few MB of shared code and reads files, as
+    nvidia-smi does with libnvidia-ml before it talks to the driver.
+    """
     assert set(GPU_FIELDS) <= {c.split(" [")[0] for c in GPU_HEADER.split(", ")}
     assert set(APP_FIELDS) - {"used_memory"} <= {c.split(" [")[0] for c in APPS_HEADER.split(", ")}
     (where / "gpu.csv").write_text(query_gpu(gpus))
-    (where / "apps.csv").write_text(query_apps(gpus, processes))
+    (where / "apps.csv").write_text(apps)
     bin_dir = where / "bin"
     bin_dir.mkdir(exist_ok=True)
     tool = bin_dir / "nvidia-smi"
-    tool.write_text(
-        "#!/bin/sh\n"
-        f'case "$*" in *--query-gpu=*) exec cat "{where}/gpu.csv";; '
-        f'*--query-compute-apps=*) exec cat "{where}/apps.csv";; esac\nexit 2\n'
-    )
+    if python is None:
+        tool.write_text(
+            "#!/bin/sh\n"
+            f'case "$*" in *--query-gpu=*) exec cat "{where}/gpu.csv";; '
+            f'*--query-compute-apps=*) exec cat "{where}/apps.csv";; esac\nexit 2\n'
+        )
+    else:
+        tool.write_text(
+            f"#!{python} -IS\n"
+            "import sys\n"
+            "args = ' '.join(sys.argv[1:])\n"
+            f"name = 'gpu.csv' if '--query-gpu=' in args else 'apps.csv'\n"
+            f"sys.stdout.write(open({str(where)!r} + '/' + name).read())\n"
+        )
     tool.chmod(0o755)
     return bin_dir
+
+
+def node_telemetry(node: str = "gpu-node-0001", gpus: int = 8, shards: int = 16) -> NodeTelemetry:
+    """A NodeTelemetry as a busy node publishes it: `gpus` GPUs with 4 processes per shard
+    (each attributed to its shard), the host, the shards' briefs and the source's status."""
+    per_shard = 4
+    holders = [
+        (s % gpus, 40000 + s * per_shard + k) for s in range(shards) for k in range(per_shard)
+    ]
+    found = attach_processes(
+        parse_gpus(query_gpu(gpus)), parse_compute_apps(query_apps_of(holders))
+    )
+    owner = {pid: f"shard-{(pid - 40000) // per_shard:02d}" for _, pid in holders}
+    found = [
+        msgspec.structs.replace(
+            g,
+            processes=[msgspec.structs.replace(p, shard=owner[p.pid]) for p in g.processes],
+            foreign_bytes=0,
+        )
+        for g in found
+    ]
+    return NodeTelemetry(
+        node=node,
+        session="5f1c9a2e7b3d",
+        seq=0,
+        time=datetime.now(UTC),
+        interval_s=2.0,
+        gpus=found,
+        host=HostSample(
+            cpu_pct=37.5,
+            cpu_count=192,
+            memory_total_bytes=2_164_000_000_000,
+            memory_available_bytes=1_530_000_000_000,
+            load_1m=41.2,
+        ),
+        shards=[
+            ShardBrief(
+                shard=f"shard-{s:02d}",
+                verdict="gpu",
+                pid=40000 + s * per_shard,
+                reason=f"holds 4.1 GiB on GPU {s % gpus} as placed",
+            )
+            for s in range(shards)
+        ],
+        sources=[SourceStatus(name="nvml", ok=True, latency_ms=1.184, vendor="nvidia")],
+    )

@@ -1,9 +1,25 @@
-"""The CPU one sampling tick costs the worker's own process, against spawning the GPU tool.
+"""The CPU one tick costs the worker's own process, against spawning the GPU tool.
 
-An 8-GPU node with 64 GPU processes: the nvidia-smi path (the worker parses
-two CSV queries; the tool runs as a child) and the NVML path (in process, no
-child). The tool here is the cheapest one possible, `sh` and `cat` of the
-answer, so the spawn figure is a floor: a real nvidia-smi costs more.
+An 8-GPU node with 64 GPU processes and 16 shards: each shard is a real
+sleeping process leading its own session with three children (as vLLM's
+workers or an Ollama runner are), all four listed on the shard's GPU, placed
+through a shards file; discovery is off. Three paths, one run:
+
+- nvidia-smi, floor: the worker runs the two CSV queries a tick; the tool is
+  the cheapest one possible, `sh` and `cat` of the answer.
+- nvidia-smi, interpreter: the same answers from a bare Python interpreter
+  (`-I -S`), a dynamically linked program mapping a few MB of code and
+  reading files; its CPU per run is close to what `time nvidia-smi
+  --query-gpu` shows on 1- and 2-GPU machines (8 to 12 ms), still below an
+  8-GPU node's, where the tool also talks to the driver for every GPU.
+- NVML in process (a stand-in library serving the same GPUs): no child.
+
+The worker's CPU is its own (every thread; user and system, system shown
+apart), the spawn's is the children's, counted over the ticks alone.
+Between ticks the script pauses past the host sampler's CPU window, as the
+worker's loop sleeps out its interval, so that each tick does what a
+worker's does, caches as cold. A last row takes the shards away, to show
+what judging them costs.
 
     python bench/tick_cost.py [--ticks N]
 """
@@ -13,16 +29,23 @@ from __future__ import annotations
 import argparse
 import os
 import resource
+import shutil
+import signal
+import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import anyio
+import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.synthetic import query_apps, query_gpu, write_fake_nvidia_smi  # noqa: E402
+from bench.synthetic import query_apps_of, query_gpu, write_fake_nvidia_smi  # noqa: E402
 from placewatch.gpu.nvidia_smi import (  # noqa: E402
     NvidiaSmiSource,
     attach_processes,
@@ -31,62 +54,149 @@ from placewatch.gpu.nvidia_smi import (  # noqa: E402
 )
 from placewatch.gpu.nvml import NvmlSource  # noqa: E402
 from placewatch.gpu.registry import VendorChain  # noqa: E402
-from placewatch.host import HostSampler  # noqa: E402
-from placewatch.probe import ProbeRunner, use_pidfd_child_watcher  # noqa: E402
+from placewatch.host import MIN_WINDOW_S, HostSampler  # noqa: E402
+from placewatch.probe import ProbeRunner  # noqa: E402
 from placewatch.sampler import NodeSampler  # noqa: E402
+from placewatch.shards.placements import ShardsFile  # noqa: E402
+from placewatch.shards.watch import ShardWatch  # noqa: E402
 from tests.fake_nvml import FakeNvml  # noqa: E402
 
-GPUS, PROCESSES = 8, 64
+GPUS, SHARDS, PER_SHARD = 8, 16, 4
+PROCESSES = SHARDS * PER_SHARD
+SPAWNS_PER_TICK = 2  # --query-gpu and --query-compute-apps
 
 
-def cpu(who: int) -> float:
+PAUSE_S = MIN_WINDOW_S + 0.05
+
+
+def cpu(who: int) -> tuple[float, float]:
+    """User and system CPU seconds."""
     usage = resource.getrusage(who)
-    return usage.ru_utime + usage.ru_stime
+    return usage.ru_utime, usage.ru_stime
 
 
-async def ticks(sampler: NodeSampler, n: int) -> tuple[float, float]:
-    """Own and children's CPU seconds per tick over n ticks."""
-    await sampler.sample()  # warm up: imports, first host window
-    own, children = cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN)
+class Cost:
+    """CPU seconds per tick: the worker's own (and its system share), the tools'."""
+
+    def __init__(self, own: tuple[float, float], children: tuple[float, float], n: int) -> None:
+        self.own = sum(own) / n
+        self.system = own[1] / n
+        self.spawn = sum(children) / n / SPAWNS_PER_TICK
+
+
+@contextmanager
+def shard_processes() -> Iterator[list[list[int]]]:
+    """SHARDS sleeping session leaders with PER_SHARD - 1 children each: their pids."""
+    sleep = shutil.which("sleep") or "sleep"
+    script = " & ".join([f"{sleep} 3600"] * (PER_SHARD - 1)) + " & wait"
+    procs = [
+        subprocess.Popen(["/bin/sh", "-c", script], start_new_session=True) for _ in range(SHARDS)
+    ]
+    try:
+        groups = []
+        for p in procs:
+            deadline = time.monotonic() + 10
+            children: list[psutil.Process] = []
+            while len(children) < PER_SHARD - 1 and time.monotonic() < deadline:
+                children = psutil.Process(p.pid).children()
+                time.sleep(0.01)
+            assert len(children) == PER_SHARD - 1, "shard children did not start"
+            groups.append([p.pid, *(c.pid for c in children)])
+        yield groups
+    finally:
+        for p in procs:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+
+
+def shards_file(where: Path, groups: list[list[int]]) -> ShardsFile:
+    path = where / "shards.toml"
+    path.write_text(
+        "".join(
+            f'[[shard]]\nid = "shard-{s:02d}"\npid = {pids[0]}\ngpus = [{s % GPUS}]\n\n'
+            for s, pids in enumerate(groups)
+        )
+    )
+    return ShardsFile(path)
+
+
+def sampler(chain: VendorChain, shards: ShardsFile | None) -> NodeSampler:
+    watch = ShardWatch("bench", "bench", grace_s=0.0, shards_file=shards, discovery=False)
+    return NodeSampler("bench", 2.0, [chain], HostSampler(), session="bench", watch=watch)
+
+
+async def ticks(node: NodeSampler, n: int) -> Cost:
+    """The CPU of n ticks, each after a pause."""
+    await node.sample()  # warm up: imports, first host window, shard start times
+    judged = SHARDS if node.watch and node.watch.shards_file else 0
+    own, children = (0.0, 0.0), (0.0, 0.0)
     for _ in range(n):
-        telemetry = (await sampler.sample()).telemetry
+        await anyio.sleep(PAUSE_S)
+        own_before, children_before = cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN)
+        telemetry = (await node.sample()).telemetry
+        own_after, children_after = cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN)
+        own = (own[0] + own_after[0] - own_before[0], own[1] + own_after[1] - own_before[1])
+        children = (
+            children[0] + children_after[0] - children_before[0],
+            children[1] + children_after[1] - children_before[1],
+        )
         assert len(telemetry.gpus) == GPUS, telemetry.sources
         assert sum(len(g.processes) for g in telemetry.gpus) == PROCESSES
-    return (
-        (cpu(resource.RUSAGE_SELF) - own) / n,
-        (cpu(resource.RUSAGE_CHILDREN) - children) / n,
-    )
+        assert [b.verdict for b in telemetry.shards] == ["gpu"] * judged, telemetry.shards
+    return Cost(own, children, n)
+
+
+def smi_path(tmp: Path, apps: str, shards: ShardsFile, n: int, python: str | None) -> Cost:
+    where = tmp / ("interpreter" if python else "floor")
+    where.mkdir()
+    bin_dir = write_fake_nvidia_smi(where, GPUS, apps, python=python)
+    tool = str(bin_dir / "nvidia-smi")
+    chain = VendorChain("nvidia", [NvidiaSmiSource(ProbeRunner(), tool=tool)])
+    return anyio.run(ticks, sampler(chain, shards), n, backend="asyncio")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ticks", type=int, default=300)
+    parser.add_argument("--ticks", type=int, default=150)
     n = parser.parse_args().ticks
-    use_pidfd_child_watcher()  # as the worker does
-    with tempfile.TemporaryDirectory() as tmp:
-        os.environ["PATH"] = (
-            f"{write_fake_nvidia_smi(Path(tmp), GPUS, PROCESSES)}:{os.environ['PATH']}"
+    with tempfile.TemporaryDirectory() as tmp_name, shard_processes() as groups:
+        tmp = Path(tmp_name)
+        holders = [(s % GPUS, pid) for s, pids in enumerate(groups) for pid in pids]
+        apps = query_apps_of(holders)
+        shards = shards_file(tmp, groups)
+        floor = smi_path(tmp, apps, shards, n, None)
+        interpreter = smi_path(tmp, apps, shards, n, sys.executable)
+        gpus = attach_processes(parse_gpus(query_gpu(GPUS)), parse_compute_apps(apps))
+        nvml = anyio.run(
+            ticks, sampler(VendorChain("nvidia", [NvmlSource(FakeNvml(gpus))]), shards), n
         )
-        smi = NodeSampler(
-            "bench", 2.0, [VendorChain("nvidia", [NvidiaSmiSource(ProbeRunner())])], HostSampler()
+        bare = anyio.run(
+            ticks, sampler(VendorChain("nvidia", [NvmlSource(FakeNvml(gpus))]), None), n
         )
-        smi_own, smi_children = anyio.run(ticks, smi, n, backend="asyncio")
-    gpus = attach_processes(
-        parse_gpus(query_gpu(GPUS)), parse_compute_apps(query_apps(GPUS, PROCESSES))
-    )
-    nvml = NodeSampler(
-        "bench", 2.0, [VendorChain("nvidia", [NvmlSource(FakeNvml(gpus))])], HostSampler()
-    )
-    nvml_own, nvml_children = anyio.run(ticks, nvml, n, backend="asyncio")
 
-    spawn = smi_children  # two nvidia-smi runs a tick
-    print(f"tick cost, {GPUS} GPUs, {PROCESSES} GPU processes, {n} ticks, CPU ms per tick")
-    print(f"{'path':<28}{'worker':>10}{'tool spawns':>14}{'worker/spawn':>15}")
     print(
-        f"{'nvidia-smi (2 queries)':<28}{smi_own * 1e3:>10.3f}{smi_children * 1e3:>14.3f}{smi_own / spawn:>15.3f}"
+        f"tick cost: {GPUS} GPUs, {PROCESSES} GPU processes, {SHARDS} shards, {n} ticks, "
+        f"CPU ms per tick (load {os.getloadavg()[0]:.2f})"
     )
     print(
-        f"{'NVML in process':<28}{nvml_own * 1e3:>10.3f}{nvml_children * 1e3:>14.3f}{nvml_own / spawn:>15.3f}"
+        f"{'path':<34}{'worker':>8}{'system':>8}{'one spawn':>11}"
+        f"{'/ floor spawn':>15}{'/ interp. spawn':>17}"
+    )
+    rows = (
+        ("nvidia-smi, floor tool (sh+cat)", floor),
+        ("nvidia-smi, interpreter tool", interpreter),
+        ("NVML in process", nvml),
+        ("NVML in process, no shards", bare),
+    )
+    for name, cost in rows:
+        spawn = f"{cost.spawn * 1e3:.3f}" if cost.spawn else "-"
+        print(
+            f"{name:<34}{cost.own * 1e3:>8.3f}{cost.system * 1e3:>8.3f}{spawn:>11}"
+            f"{cost.own / floor.spawn:>15.3f}{cost.own / interpreter.spawn:>17.3f}"
+        )
+    print(
+        "targets: nvidia-smi path worker <= 0.25 of one spawn of its tool; "
+        "NVML worker <= 2 ms per tick"
     )
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from placewatch.shards.attribution import ProcTable, owner, parse_stat
+from placewatch.shards.attribution import ProcTable, owner, parse_start, parse_stat
 
 SLEEP = "import time; time.sleep(60)"
 # Starts a child, and a grandchild that double-forks away (reparented, same group).
@@ -102,3 +102,22 @@ def test_invisible_pids_have_no_owner_and_are_not_visible() -> None:
     missing = max(psutil.pids()) + 100000
     assert not table.visible(missing)
     assert owner(missing, {1: "init"}, table) is None
+
+
+def test_parse_start_reads_the_start_time_after_the_last_parenthesis() -> None:
+    line = "4242 (llama (server) x) S 1 4242 4242 0 -1 4194560 9 0 0 0 3 1 0 0 20 0 7 0 918273 0"
+    assert parse_start(line) == 918273
+    assert parse_start("12 (x) S 1 12") is None
+    assert parse_start("garbage") is None
+
+
+def test_start_time_tells_this_process_from_one_that_reuses_its_pid() -> None:
+    table = ProcTable()
+    me = os.getpid()
+    started = table.started(me)
+    assert started is not None
+    # The same clock psutil's create_time is built on: boot time plus ticks.
+    ticks = os.sysconf("SC_CLK_TCK")
+    assert abs(psutil.boot_time() + started / ticks - psutil.Process(me).create_time()) < 0.05
+    missing = max(psutil.pids()) + 100000
+    assert table.started(missing) is None

@@ -19,7 +19,7 @@ from .config import ENV_CONFIG, ConfigError, Settings, load, split_urls
 from .embedded import EmbeddedError
 from .gpu.registry import default_chains
 from .host import HostSampler
-from .probe import ProbeRunner, use_pidfd_child_watcher
+from .probe import ProbeRunner
 from .runtime import run
 from .sampler import NodeSampler, new_session
 from .shards.watch import shard_watch
@@ -47,7 +47,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s placewatch %(levelname)s %(message)s",
         stream=sys.stderr,
     )
-    use_pidfd_child_watcher()
     handler = getattr(args, "handler", None)  # a command in its own module
     if handler is not None:
         code: int = handler(settings, args)

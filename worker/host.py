@@ -23,6 +23,13 @@ class HostSampler:
         psutil.cpu_percent(interval=None)
         self._since = time.monotonic()
 
+    def ready(self) -> bool:
+        """Whether sample() returns at once, without waiting out the CPU window.
+
+        It then only reads /proc/stat and /proc/meminfo, which never block.
+        """
+        return time.monotonic() >= self._since + MIN_WINDOW_S
+
     def sample(self) -> HostSample:
         wait = self._since + MIN_WINDOW_S - time.monotonic()
         if wait > 0:

@@ -162,11 +162,22 @@ class Worker:
 
 
 LOG_POLL_S = 0.2
+LOG_IDLE_S = 1.0
+"""How often the loop looks for a log to follow while there is none."""
 
 
 async def _follow_logs(watch: ShardWatch, worker: Worker) -> None:
-    """Judge the shards again as soon as an engine's log says something new."""
+    """Judge the shards again as soon as an engine's log says something new.
+
+    With no log to follow it looks once a second, not five times: those
+    wake-ups, each with a thread hop, were about a tenth of the CPU of a
+    worker with no shards (bench/footprint.py). The tick that places a shard
+    with a log reads that log itself.
+    """
     while True:
+        if not watch.following():
+            await anyio.sleep(LOG_IDLE_S)
+            continue
         await anyio.sleep(LOG_POLL_S)
         if await anyio.to_thread.run_sync(watch.follow_logs):
             await worker.tick()

@@ -54,7 +54,11 @@ class NodeSampler:
         async with anyio.create_task_group() as tg:
             for i, chain in enumerate(self.chains):
                 tg.start_soon(probe, i, chain)
-        host = await anyio.to_thread.run_sync(self.host.sample)
+        # A thread costs as much as the reading itself: one only when it has to wait.
+        if self.host.ready():
+            host = self.host.sample()
+        else:
+            host = await anyio.to_thread.run_sync(self.host.sample)
         gpus = sorted((g for found, _ in results for g in found), key=lambda g: (g.vendor, g.index))
         # A vendor with no tool on this node is noise in every sample; it is
         # listed only when no vendor has one, to say what is missing.

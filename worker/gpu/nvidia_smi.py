@@ -132,8 +132,8 @@ def _fit(columns: list[Column], row: list[str]) -> list[str]:
     spills into the next cells: those are joined back into `process_name`.
     """
     extra = len(row) - len(columns)
-    names = [c.name for c in columns]
-    if extra > 0 and "process_name" in names:
+    names = [c.name for c in columns] if extra > 0 else []
+    if "process_name" in names:
         at = names.index("process_name")
         row = [*row[:at], ", ".join(row[at : at + extra + 1]), *row[at + extra + 1 :]]
     if len(row) < len(columns):
@@ -141,18 +141,26 @@ def _fit(columns: list[Column], row: list[str]) -> list[str]:
     return [cell.strip() for cell in row[: len(columns)]]
 
 
+def _positions(columns: list[Column]) -> dict[str, tuple[int, str | None]]:
+    """Each field name's column and header unit, made once per table."""
+    return {c.name: (i, c.unit) for i, c in enumerate(columns)}
+
+
 class _Row:
     """One row, looked up by field name and its aliases across driver versions."""
 
-    def __init__(self, columns: list[Column], cells: list[str]) -> None:
-        self._cells = {c.name: (cell, c.unit) for c, cell in zip(columns, cells, strict=True)}
+    def __init__(self, positions: dict[str, tuple[int, str | None]], cells: list[str]) -> None:
+        self._positions = positions
+        self._cells = cells
 
     def get(self, *names: str) -> tuple[str | None, str | None]:
         """The first present, non-missing cell among `names`, with its header unit."""
         for name in names:
-            found = self._cells.get(name)
-            if found is not None and not values.is_missing(found[0]):
-                return found
+            found = self._positions.get(name)
+            if found is not None:
+                cell = self._cells[found[0]]
+                if not values.is_missing(cell):
+                    return cell, found[1]
         return None, None
 
     def text(self, *names: str) -> str | None:
@@ -172,8 +180,9 @@ def parse_gpus(text: str) -> list[GpuSample]:
     if not {c.name for c in columns} & _GPU_KEYS:
         return []  # not a query-gpu table: an error message, or another tool's output
     gpus = []
+    positions = _positions(columns)
     for position, cells in enumerate(rows):
-        row = _Row(columns, cells)
+        row = _Row(positions, cells)
         index = values.integer(row.get("index")[0])
         used = row.bytes("memory.used")
         free = row.bytes("memory.free")
@@ -216,8 +225,9 @@ def parse_compute_apps(text: str) -> list[ComputeApp]:
     if "pid" not in {c.name for c in columns}:
         return []
     apps = []
+    positions = _positions(columns)
     for cells in rows:
-        row = _Row(columns, cells)
+        row = _Row(positions, cells)
         pid = values.integer(row.get("pid")[0])
         if pid is None or pid < 0:
             continue

@@ -39,6 +39,7 @@ _MISSING_WORDS = frozenset(
     }
 )
 _LONGEST_WORD = max(len(w) for w in _MISSING_WORDS)
+_FIRST_LETTERS = frozenset(w[0] for w in _MISSING_WORDS)  # N, U, R; "N/A (" too
 
 
 def is_missing(value: object) -> bool:
@@ -52,6 +53,8 @@ def is_missing(value: object) -> bool:
         return True
     if text[0] == "[" and text[-1] == "]":
         return True
+    if text[0].upper()[:1] not in _FIRST_LETTERS:
+        return False  # the common case, a reading: every word below starts with N, U or R
     if text[:5].upper() == "N/A (":
         return True  # rocm-smi 6.0 on an RX 6700 XT: "N/A (Secondary die)"
     return len(text) <= _LONGEST_WORD and text.upper() in _MISSING_WORDS

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -49,6 +50,8 @@ class Tracked:
     placement: Placement
     pid: int | None = None
     create_time: float | None = None
+    started: int | None = None
+    """The process's start time in clock ticks (/proc/PID/stat): a reused pid differs."""
     ready: bool = False
     follower: LogFollower | None = None
 
@@ -93,6 +96,7 @@ class ShardWatch:
         self.proc_root = proc_root
         self.clock = clock
         self.tracked: dict[str, Tracked] = {}
+        self._reading_logs = threading.Lock()  # the tick and the log-follow loop, two threads
         self._found: list[Placement] | None = None
         self._found_at = 0.0
 
@@ -101,20 +105,20 @@ class ShardWatch:
         if self.discovery:
             placements += await self._discovered(gpus, placements)
         gone = self._sync(placements)
-        await anyio.to_thread.run_sync(self._resolve)
-        await self._readiness()
         table = ProcTable(self.proc_root)
+        if not self._settled(table):
+            await anyio.to_thread.run_sync(self._resolve, table)
+        await self._readiness()
+        if self.following():
+            await anyio.to_thread.run_sync(self.follow_logs)  # one thread hop for every log
         gpus, held = _attribute(
             gpus, {t.pid: sid for sid, t in self.tracked.items() if t.pid}, table
         )
-        hidden = _hidden(gpus, table)
+        hidden = _hidden(gpus, table) if self.tracked else {}  # a /proc read per GPU process
         now = datetime.now(UTC)
         statuses = []
         for sid, t in sorted(self.tracked.items()):
-            evidence = None
-            if t.follower is not None:
-                await anyio.to_thread.run_sync(t.follower.update)
-                evidence = t.follower.evidence
+            evidence = t.follower.evidence if t.follower is not None else None
             obs = Observation(
                 placement=t.placement,
                 pid=t.pid,
@@ -154,6 +158,10 @@ class ShardWatch:
         taken = {p.spec.id for p in placements}
         return [p for p in self._found if p.spec.id not in taken and p.spec.pid not in claimed]
 
+    def following(self) -> bool:
+        """Whether any shard's log is followed."""
+        return any(t.follower is not None for t in self.tracked.values())
+
     def follow_logs(self) -> bool:
         """Read what the shards' logs added since the last look; True when evidence changed.
 
@@ -162,9 +170,10 @@ class ShardWatch:
         interval.
         """
         changed = False
-        for t in list(self.tracked.values()):
-            if t.follower is not None and t.follower.update():
-                changed = True
+        with self._reading_logs:
+            for t in list(self.tracked.values()):
+                if t.follower is not None and t.follower.update():
+                    changed = True
         return changed
 
     def _placements(self) -> tuple[list[Placement], list[SourceStatus]]:
@@ -209,9 +218,10 @@ class ShardWatch:
                 previous = t
                 t = self.tracked[sid] = Tracked(placement)
                 if previous is not None and previous.placement.spec.pid == placement.spec.pid:
-                    t.pid, t.create_time, t.ready = (
+                    t.pid, t.create_time, t.started, t.ready = (
                         previous.pid,
                         previous.create_time,
+                        previous.started,
                         previous.ready,
                     )
             else:
@@ -223,32 +233,47 @@ class ShardWatch:
                 t.follower = None
         return gone
 
-    def _resolve(self) -> None:
+    def _settled(self, table: ProcTable) -> bool:
+        """Whether every shard still has the process it had, by one /proc read each.
+
+        The usual tick: nothing to look up, so no thread is needed for it.
+        """
+        return all(
+            t.pid is not None
+            and t.placement.spec.pid in (None, t.pid)
+            and _same(table, t.pid, t.started)
+            for t in self.tracked.values()
+        )
+
+    def _resolve(self, table: ProcTable) -> None:
         """Find each shard's process; notice one that exited or was replaced. Blocking."""
         candidates: list[tuple[float, int, str]] | None = None
         for t in self.tracked.values():
             spec = t.placement.spec
             pid = spec.pid
             if pid is None and spec.match:
-                if t.pid is not None and _alive(t.pid, t.create_time):
+                if t.pid is not None and _same(table, t.pid, t.started):
                     continue
                 if candidates is None:
                     candidates = _command_lines()
                 pattern = re.compile(spec.match)
                 pid = next((p for _, p, cmd in candidates if pattern.search(cmd)), None)
             if pid is None:
-                t.pid = t.create_time = None
+                t.pid = t.create_time = t.started = None
                 t.ready = False
                 continue
-            if pid == t.pid and _alive(pid, t.create_time):
+            if pid == t.pid and _same(table, pid, t.started):
                 continue
             try:
                 created = psutil.Process(pid).create_time()
             except psutil.Error:
-                t.pid = t.create_time = None
+                created = None
+            started = table.started(pid)
+            if created is None or started is None:
+                t.pid = t.create_time = t.started = None
                 t.ready = False
                 continue
-            t.pid, t.create_time, t.ready = pid, created, False
+            t.pid, t.create_time, t.started, t.ready = pid, created, started, False
 
     async def _readiness(self) -> None:
         now = self.clock()
@@ -274,7 +299,7 @@ class ShardWatch:
             shard=sid,
             session=self.session,
             time=now,
-            pid=t.pid,
+            pid=t.pid if t.pid is not None else t.placement.spec.pid,
             placed_gpus=list(t.placement.spec.gpus),
             backend=j.backend,
             devices=list(j.devices),
@@ -303,11 +328,9 @@ class ShardWatch:
         )
 
 
-def _alive(pid: int, created: float | None) -> bool:
-    try:
-        return psutil.Process(pid).create_time() == created  # a reused pid is not our shard
-    except psutil.Error:
-        return False
+def _same(table: ProcTable, pid: int, started: int | None) -> bool:
+    """Whether `pid` runs and is the process that started then (a reused pid is not)."""
+    return started is not None and table.started(pid) == started
 
 
 def _command_lines() -> list[tuple[float, int, str]]:

@@ -1,0 +1,104 @@
+"""The consume path: decoding a NodeTelemetry as a gateway does, per message.
+
+placewatch.schemas.decode (msgspec into the contract's Structs, validated)
+against json.loads and against untyped msgspec (msgspec.json.decode with no
+type), each followed by the same field reads: what a placement gateway looks
+at (the sample's time as a datetime, each GPU's memory and utilisation, each
+process's shard, each shard's verdict). One run, side by side, best of the
+repeats.
+
+The message is a NodeTelemetry of 8 GPUs, 64 processes and 16 shards.
+
+    python bench/consume_path.py [--seconds S]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.synthetic import node_telemetry  # noqa: E402
+from placewatch.schemas import NodeTelemetry, decode, encode  # noqa: E402
+
+TARGET = 3.0
+
+
+def read_typed(t: NodeTelemetry) -> int:
+    total = t.time.second + t.seq
+    for g in t.gpus:
+        total += (g.memory_used_bytes or 0) + (g.memory_total_bytes or 0)
+        total += int(g.utilization_pct or 0)
+        total += sum(1 for p in g.processes if p.shard)
+    total += sum(1 for s in t.shards if s.verdict == "gpu")
+    return total
+
+
+def read_dict(t: dict[str, Any]) -> int:
+    total: int = datetime.fromisoformat(t["time"]).second + t["seq"]
+    for g in t["gpus"]:
+        total += (g.get("memory_used_bytes") or 0) + (g.get("memory_total_bytes") or 0)
+        total += int(g.get("utilization_pct") or 0)
+        total += sum(1 for p in g.get("processes", ()) if p.get("shard"))
+    total += sum(1 for s in t.get("shards", ()) if s.get("verdict") == "gpu")
+    return total
+
+
+def measure(work: Callable[[], int], seconds: float) -> float:
+    """Seconds per call, the best of several timed batches over about `seconds`."""
+    best = float("inf")
+    deadline = time.perf_counter() + seconds
+    batch = 200
+    while time.perf_counter() < deadline:
+        started = time.perf_counter()
+        for _ in range(batch):
+            work()
+        best = min(best, (time.perf_counter() - started) / batch)
+    return best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=3.0)
+    seconds = parser.parse_args().seconds
+    payload, headers = encode(node_telemetry())
+    expected = read_typed(decode(payload, NodeTelemetry, headers))
+    paths: dict[str, Callable[[], int]] = {
+        "json.loads + reads": lambda: read_dict(json.loads(payload)),
+        "msgspec untyped + reads": lambda: read_dict(msgspec.json.decode(payload)),
+        "schemas.decode + reads": lambda: read_typed(decode(payload, NodeTelemetry, headers)),
+    }
+    for name, work in paths.items():
+        assert work() == expected, name
+    # Interleaved, so that a busy neighbour slows every path alike.
+    best = {name: float("inf") for name in paths}
+    for _ in range(3):
+        for name, work in paths.items():
+            best[name] = min(best[name], measure(work, seconds / 3 / len(paths)))
+    base = best["json.loads + reads"]
+    print(
+        f"consume path: one NodeTelemetry, {len(payload)} bytes of JSON, "
+        f"best of repeats (load {os.getloadavg()[0]:.2f})"
+    )
+    print(f"{'path':<28}{'us/msg':>8}{'msgs/s':>10}{'MB/s':>8}{'vs json.loads':>15}")
+    for name, per in best.items():
+        print(
+            f"{name:<28}{per * 1e6:>8.1f}{1 / per:>10.0f}{len(payload) / per / 1e6:>8.0f}"
+            f"{base / per:>14.2f}x"
+        )
+    print(f"target: schemas.decode at least {TARGET:g}x json.loads")
+
+
+if __name__ == "__main__":
+    main()

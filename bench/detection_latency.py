@@ -1,0 +1,174 @@
+"""Detection latency: from a fallback becoming observable to its FallbackEvent at a subscriber.
+
+`placewatch run` at a given interval against a nats-server this script
+starts, with the test suite's fake nvidia-smi on PATH (it re-reads its
+answer files on every call) and one shard, a real sleeping process placed
+on GPU 0 through a shards file, its engine log followed. Two kinds of
+evidence, each over several repetitions, each started at a random moment of
+the tick cycle:
+
+- tool: the fake tool's compute-apps answer stops listing the shard's pid
+  (the GPU then holds none of its memory): found at the next tick, so the
+  target is one interval;
+- log: `load_tensors: offloaded 0/29 layers to GPU` is appended to the
+  shard's log: the worker follows logs every 0.2 s and ticks at once on
+  new evidence, so the target is 0.5 s.
+
+The clock starts when the file is written and stops when the subscriber
+(nats-py, on `placewatch.fallback.>`) has the firing event; each repetition
+is undone (a resolved event) before the next.
+
+    python bench/detection_latency.py [--interval S] [--repeats N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import anyio
+import nats
+from nats.aio.msg import Msg
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.servers import nats_server, placewatch_cmd, worker_env  # noqa: E402
+from bench.synthetic import query_apps_of, query_gpu  # noqa: E402
+from placewatch.schemas import FallbackEvent, decode  # noqa: E402
+from tests.conftest import FakeGpuTools  # noqa: E402
+
+LOG_TARGET_S = 0.5
+GPU_ON = "load_tensors: offloaded 29/29 layers to GPU\n"
+GPU_OFF = "load_tensors: offloaded 0/29 layers to GPU\n"
+
+
+class Shard:
+    """The shard's process, its log, and the fake tool's view of its GPU memory."""
+
+    def __init__(self, tools: FakeGpuTools, where: Path) -> None:
+        self.tools = tools
+        self.proc = subprocess.Popen(["sleep", "3600"], start_new_session=True)
+        self.log = where / "llama-server.log"
+        # No offload line yet: memory alone decides (a full offload would outrank it).
+        self.log.write_text("main: build = 4404 (0b3863ff)\n")
+        self.file = where / "shards.toml"
+        self.file.write_text(
+            f'[[shard]]\nid = "llama-a"\npid = {self.proc.pid}\ngpus = [0]\n'
+            f'log_path = "{self.log}"\n'
+        )
+        tools.nvidia_smi(query_gpu(1, used_mib=400), self.apps(listed=True))
+
+    def apps(self, listed: bool) -> str:
+        return query_apps_of([(0, self.proc.pid)] if listed else [])
+
+    def list_pid(self, listed: bool) -> None:
+        self.tools.write("nvidia-smi", "query-compute-apps.csv", self.apps(listed))
+
+    def say(self, line: str) -> None:
+        with open(self.log, "a") as f:
+            f.write(line)
+
+    def stop(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+async def run(url: str, shard: Shard, interval: float, repeats: int) -> dict[str, list[float]]:
+    nc = await nats.connect(url)
+    send, receive = anyio.create_memory_object_stream[tuple[float, FallbackEvent]](100)
+
+    async def arrived(msg: Msg) -> None:
+        send.send_nowait((time.time(), decode(msg.data, FallbackEvent, msg.headers)))
+
+    await nc.subscribe("placewatch.fallback.>", cb=arrived)
+
+    async def next_event(state: str, within: float) -> float:
+        with anyio.fail_after(within):
+            async for at, event in receive:
+                if event.state == state:
+                    return at
+        raise RuntimeError("the subscription ended")
+
+    async def settle(undo: float) -> None:
+        """Wait for the undo's resolved event, then for a random moment of the cycle."""
+        await next_event("resolved", undo)
+        await anyio.sleep(random.uniform(0.5, 0.5 + interval))
+
+    latencies: dict[str, list[float]] = {"tool": [], "log": []}
+    deadline = interval * 3 + 10
+    # The first ticks: the shard is judged `gpu` and stays so; nothing fires.
+    await anyio.sleep(interval * 2 + 1)
+    for _ in range(repeats):
+        started = time.time()
+        shard.list_pid(False)
+        latencies["tool"].append(await next_event("firing", deadline) - started)
+        shard.list_pid(True)
+        await settle(deadline)
+    for _ in range(repeats):
+        started = time.time()
+        shard.say(GPU_OFF)
+        latencies["log"].append(await next_event("firing", deadline) - started)
+        shard.say(GPU_ON)
+        await settle(deadline)
+    await nc.close()
+    return latencies
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--interval", type=float, default=2.0)
+    parser.add_argument("--repeats", type=int, default=8)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp, nats_server() as url:
+        tools = FakeGpuTools(Path(tmp) / "fake-gpu")
+        shard = Shard(tools, Path(tmp))
+        argv = [
+            *placewatch_cmd(),
+            "run",
+            "--nats",
+            url,
+            "--node",
+            "bench",
+            "--interval",
+            str(args.interval),
+            "--shards",
+            str(shard.file),
+            "--grace",
+            "0",
+            "--no-discover",
+            "--log-level",
+            "warning",
+        ]
+        env = tools.env(worker_env(tools.bin))
+        with open(Path(tmp) / "worker.log", "w") as log:
+            worker = subprocess.Popen(argv, env=env, stdout=log, stderr=log)
+            try:
+                latencies = anyio.run(run, url, shard, args.interval, args.repeats)
+            finally:
+                worker.terminate()
+                worker.wait(10)
+                shard.stop()
+    print(
+        f"detection latency: `placewatch run --interval {args.interval:g}`, one shard, "
+        f"{args.repeats} repetitions each (load {os.getloadavg()[0]:.2f})"
+    )
+    print(f"{'evidence':<10}{'p50':>8}{'max':>8}{'target':>8}{'max/target':>12}")
+    for kind, target in (("tool", args.interval), ("log", LOG_TARGET_S)):
+        found = latencies[kind]
+        print(
+            f"{kind:<10}{statistics.median(found):>7.2f}s{max(found):>7.2f}s{target:>7.2f}s"
+            f"{max(found) / target:>12.2f}"
+        )
+    print("every latency, s:", {k: [round(v, 3) for v in vs] for k, vs in latencies.items()})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,346 @@
+"""Fan-in: N simulated 8-GPU nodes publishing telemetry at 1 Hz into one FleetView.
+
+One nats-server (core NATS, no telemetry stream) and one consumer process,
+placewatch.consumer.FleetView as a gateway runs it, all on this machine.
+The nodes are simulated by publisher processes on bare sockets: each node's
+NodeTelemetry (8 GPUs, 64 processes, 16 shards: 11.5 KB of JSON, the
+worker's headers) is encoded once as a template, and every second its seq
+and time are patched in; node j publishes at j/N into each second, so the
+load is spread evenly. The message time is stamped when the publisher sends
+it, and the consumer takes each message's age (the time its on_change sees
+it, minus the message time) and counts drops: seq gaps, slow-consumer
+errors, disconnections, nodes never heard from.
+
+For each N of the ladder: a fresh consumer, a warm-up, a measured window;
+the ladder stops at the first N whose p99 age reaches 1 s or that drops
+anything, or at --max.
+
+    python bench/fan_in.py [--max N] [--ladder N,N,...] [--publishers P]
+                           [--warmup S] [--measure S]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import select
+import socket
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+LADDER = (1000, 2500, 5000, 7500, 10000, 12500, 15000, 17500, 20000, 25000, 30000)
+DEFAULT_MAX = 20000
+TARGET_NODES = 10000
+SLOT_S = 0.01
+HEADERS = (
+    b"NATS/1.0\r\nContent-Type: application/json\r\nPlacewatch-Type: NodeTelemetry\r\n"
+    b"Placewatch-Schema: 1\r\n\r\n"
+)
+
+
+def node_name(j: int) -> str:
+    return f"node-{j:05d}"
+
+
+# ---- a publisher process: the nodes j = index, index + count, ... of N ----
+
+
+class Template:
+    """A node's encoded NodeTelemetry, split where seq and time go."""
+
+    def __init__(self) -> None:
+        from bench.synthetic import node_telemetry
+        from placewatch.schemas import encode
+
+        payload, _ = encode(node_telemetry(node="@NODE@"))
+        self.before_node, rest = payload.split(b"@NODE@")
+        between, rest = rest.split(b'"seq":0,"time":"', 1)
+        self.between = between + b'"seq":'
+        self.after = b'"' + rest.split(b'"', 1)[1]
+
+    def message(self, node: bytes, subject: bytes, seq: int, stamp: bytes) -> bytes:
+        payload = b"".join(
+            (self.before_node, node, self.between, b"%d" % seq, b',"time":"', stamp, self.after)
+        )
+        return b"HPUB %s %d %d\r\n%s%s\r\n" % (
+            subject,
+            len(HEADERS),
+            len(HEADERS) + len(payload),
+            HEADERS,
+            payload,
+        )
+
+
+def connect_raw(url: str) -> socket.socket:
+    parsed = urlparse(url)
+    sock = socket.create_connection((parsed.hostname, parsed.port or 4222), 10)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+    data = b""
+    while b"\r\n" not in data:
+        data += sock.recv(65536)
+    connect = {"verbose": False, "pedantic": False, "headers": True, "protocol": 1}
+    sock.sendall(b"CONNECT " + json.dumps(connect).encode() + b"\r\nPING\r\n")
+    data = b""
+    while b"PONG" not in data:
+        data += sock.recv(65536)
+    return sock
+
+
+def publish(url: str, *, nodes: int, index: int, count: int, start: float, seconds: float) -> None:
+    template = Template()
+    mine = list(range(index, nodes, count))  # node j sends at j/nodes into each second
+    names = [node_name(j).encode() for j in mine]
+    subjects = [b"placewatch.telemetry." + n for n in names]
+    offsets = [j / nodes for j in mine]
+    sock = connect_raw(url)
+    sent, late = 0, 0.0
+    cycle = 0
+    while cycle < seconds:
+        at = 0
+        while at < len(mine):
+            now = time.time()
+            due_until = now - (start + cycle)
+            batch = []
+            stamp = None
+            while at < len(mine) and offsets[at] <= due_until:
+                if stamp is None:
+                    stamp = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+                late = max(late, due_until - offsets[at])
+                batch.append(template.message(names[at], subjects[at], cycle, stamp.encode()))
+                at += 1
+            if batch:
+                sock.sendall(b"".join(batch))
+                sent += len(batch)
+            if select.select([sock], [], [], 0)[0] and b"PING" in sock.recv(65536):
+                sock.sendall(b"PONG\r\n")
+            if at < len(mine):
+                next_due = start + cycle + offsets[at]
+                time.sleep(max(0.0, min(next_due - time.time(), SLOT_S)))
+        cycle += 1
+        time.sleep(max(0.0, start + cycle - time.time()))
+    sock.close()
+    print(json.dumps({"sent": sent, "late_max_s": late}), flush=True)
+
+
+# ---- the consumer process: a FleetView, measured ----
+
+
+async def consume(url: str, nodes: int, warmup: float, measure: float) -> dict[str, Any]:
+    import anyio
+    import nats
+
+    from placewatch.consumer import FleetView, Message
+    from placewatch.schemas import NodeTelemetry
+
+    problems = {"slow_consumer": 0, "disconnected": 0, "errors": 0}
+    state = {"measuring": False, "gaps": 0, "received": 0}
+    first = anyio.Event()
+
+    async def error(exc: Exception) -> None:
+        if state["measuring"]:
+            key = "slow_consumer" if "slow consumer" in str(exc).lower() else "errors"
+            problems[key] += 1
+
+    async def disconnected() -> None:
+        if state["measuring"]:
+            problems["disconnected"] += 1
+
+    nc = await nats.connect(url, error_cb=error, disconnected_cb=disconnected)
+    last_seq: dict[str, int] = {}
+    ages: list[float] = []
+
+    def on_change(message: Message) -> None:
+        if not isinstance(message, NodeTelemetry):
+            return
+        now = time.time()
+        first.set()
+        before = last_seq.get(message.node)
+        last_seq[message.node] = message.seq
+        if state["measuring"]:
+            state["received"] += 1
+            ages.append(now - message.time.timestamp())
+            if before is not None and message.seq > before + 1:
+                state["gaps"] += message.seq - before - 1
+
+    view = FleetView(nc, on_change=on_change, fill_timeout=1.0)
+    await view.start()
+    print("ready", flush=True)
+    await first.wait()
+    await anyio.sleep(warmup)
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    cpu_before = usage.ru_utime + usage.ru_stime
+    seen_before = set(last_seq)
+    state["measuring"] = True
+    started = time.monotonic()
+    await anyio.sleep(measure)
+    state["measuring"] = False
+    wall = time.monotonic() - started
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = usage.ru_utime + usage.ru_stime - cpu_before
+    await view.stop()
+    await nc.close()
+    ages.sort()
+
+    def pct(p: float) -> float:
+        return ages[min(len(ages) - 1, int(p * len(ages)))] if ages else float("nan")
+
+    return {
+        "received": state["received"],
+        "rate": state["received"] / wall,
+        "p50": pct(0.50),
+        "p99": pct(0.99),
+        "max": ages[-1] if ages else float("nan"),
+        "gaps": state["gaps"],
+        "silent_nodes": nodes - len(seen_before),
+        "undecodable": view.undecodable,
+        "cpu_pct": cpu / wall * 100,
+        **problems,
+    }
+
+
+# ---- the ladder ----
+
+
+def step(url: str, nodes: int, publishers: int, warmup: float, measure: float) -> dict[str, Any]:
+    me = [sys.executable, str(Path(__file__).resolve())]
+    consumer = subprocess.Popen(
+        [
+            *me,
+            "--consumer",
+            url,
+            "--nodes",
+            str(nodes),
+            "--warmup",
+            str(warmup),
+            "--measure",
+            str(measure),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert consumer.stdout is not None
+    pubs: list[subprocess.Popen[str]] = []
+    try:
+        if consumer.stdout.readline().strip() != "ready":
+            raise RuntimeError("the consumer did not start")
+        start = time.time() + 2.0  # the publishers build their templates meanwhile
+        seconds = int(warmup + measure + 3)
+        for i in range(publishers):
+            pubs.append(
+                subprocess.Popen(
+                    [
+                        *me,
+                        *("--publisher", url, "--nodes", str(nodes), "--index", str(i)),
+                        *("--count", str(publishers), "--start", repr(start)),
+                        *("--seconds", str(seconds)),
+                    ],
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
+            )
+        result: dict[str, Any] = json.loads(consumer.stdout.readline())
+        consumer.wait(30)
+        sent = late = 0.0
+        for p in pubs:
+            out, _ = p.communicate(timeout=seconds + 30)
+            said = json.loads(out)
+            sent += said["sent"]
+            late = max(late, said["late_max_s"])
+        result["publisher_late_max_s"] = late
+        return result
+    finally:
+        for p in [consumer, *pubs]:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def dropped(r: dict[str, Any]) -> int:
+    return int(
+        r["gaps"] + r["slow_consumer"] + r["disconnected"] + r["silent_nodes"] + r["undecodable"]
+    )
+
+
+def ladder(args: argparse.Namespace) -> None:
+    from bench.servers import nats_server
+
+    steps = [int(n) for n in args.ladder.split(",")] if args.ladder else list(LADDER)
+    steps = [n for n in steps if n <= args.max]
+    print(
+        f"fan-in: 8-GPU nodes at 1 Hz into one FleetView, {args.publishers} publisher "
+        f"processes, {args.warmup:g} s warm-up, {args.measure:g} s measured per step "
+        f"(load {os.getloadavg()[0]:.2f} at start)"
+    )
+    print(
+        f"{'nodes':>6}{'msgs/s':>9}{'p50 age':>9}{'p99 age':>9}{'max age':>9}{'dropped':>9}"
+        f"{'consumer CPU':>14}{'pub late':>10}  ok"
+    )
+    best = 0
+    with nats_server(jetstream=False) as url:
+        for nodes in steps:
+            r = step(url, nodes, args.publishers, args.warmup, args.measure)
+            ok = r["p99"] < 1.0 and dropped(r) == 0
+            print(
+                f"{nodes:>6}{r['rate']:>9.0f}{r['p50'] * 1e3:>7.0f}ms{r['p99'] * 1e3:>7.0f}ms"
+                f"{r['max'] * 1e3:>7.0f}ms{dropped(r):>9}{r['cpu_pct']:>13.0f}%"
+                f"{r['publisher_late_max_s'] * 1e3:>8.0f}ms  {'yes' if ok else 'no'}",
+                flush=True,
+            )
+            if not ok:
+                detail = {k: r[k] for k in ("gaps", "slow_consumer", "disconnected")}
+                print(f"        drops: {detail}, silent nodes {r['silent_nodes']}")
+                break
+            best = nodes
+    print(
+        f"largest N with p99 age under 1 s and nothing dropped: {best} "
+        f"({best / TARGET_NODES:.2f} of the {TARGET_NODES} target; load {os.getloadavg()[0]:.2f})"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--max", type=int, default=DEFAULT_MAX, help="largest N tried")
+    parser.add_argument("--ladder", help="N values, comma-separated (default: a ladder to --max)")
+    parser.add_argument("--publishers", type=int, default=2)
+    parser.add_argument("--warmup", type=float, default=5.0)
+    parser.add_argument("--measure", type=float, default=15.0)
+    parser.add_argument("--consumer", metavar="URL", help=argparse.SUPPRESS)
+    parser.add_argument("--publisher", metavar="URL", help=argparse.SUPPRESS)
+    parser.add_argument("--nodes", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--index", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--count", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--start", type=float, help=argparse.SUPPRESS)
+    parser.add_argument("--seconds", type=float, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.consumer:
+        import anyio
+
+        result = anyio.run(
+            consume, args.consumer, args.nodes, args.warmup, args.measure, backend="asyncio"
+        )
+        print(json.dumps(result), flush=True)
+    elif args.publisher:
+        publish(
+            args.publisher,
+            nodes=args.nodes,
+            index=args.index,
+            count=args.count,
+            start=args.start,
+            seconds=args.seconds,
+        )
+    else:
+        ladder(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,120 @@
+"""The worker's footprint: RSS and CPU of `placewatch run`, the worker process alone.
+
+`placewatch run` at a 2 s interval against a nats-server this script starts,
+with a fake nvidia-smi on PATH answering for 8 GPUs and 64 processes (`sh`
+and `cat`: the tool's own processes are not counted anyway). Measured from
+the first telemetry on: RSS every half second (the last and the largest),
+and the worker's CPU time (user + system, its own threads, no children) over
+the wall time. dcgm-exporter, for comparison, is reported at 71 to 155 MiB RSS.
+
+    python bench/footprint.py [--seconds S] [--interval S]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import anyio
+import nats
+import psutil
+from nats.aio.msg import Msg
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.servers import nats_server, placewatch_cmd, worker_env  # noqa: E402
+from bench.synthetic import query_apps, write_fake_nvidia_smi  # noqa: E402
+
+MIB = 1 << 20
+RSS_TARGET_MIB = 45.0
+CPU_TARGET_PCT = 0.5
+DCGM_EXPORTER_MIB = (71, 155)
+
+
+async def measure(url: str, pid: int, seconds: float) -> tuple[list[int], float, float, int]:
+    """RSS samples, CPU seconds, wall seconds and telemetry messages seen, from the first one."""
+    nc = await nats.connect(url)
+    seen: list[float] = []
+    first = anyio.Event()
+
+    async def count(msg: Msg) -> None:
+        seen.append(time.monotonic())
+        first.set()
+
+    await nc.subscribe("placewatch.telemetry.*", cb=count)
+    with anyio.fail_after(60):
+        await first.wait()
+    proc = psutil.Process(pid)
+    before = proc.cpu_times()
+    started = time.monotonic()
+    rss = []
+    while time.monotonic() - started < seconds:
+        rss.append(proc.memory_info().rss)
+        await anyio.sleep(0.5)
+    after = proc.cpu_times()
+    wall = time.monotonic() - started
+    rss.append(proc.memory_info().rss)
+    messages = sum(1 for t in seen if t >= started)
+    await nc.close()
+    cpu = (after.user - before.user) + (after.system - before.system)
+    return rss, cpu, wall, messages
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--interval", type=float, default=2.0)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp, nats_server() as url:
+        tool_bin = write_fake_nvidia_smi(Path(tmp), 8, query_apps(8, 64))
+        argv = [
+            *placewatch_cmd(),
+            "run",
+            "--nats",
+            url,
+            "--node",
+            "bench",
+            "--interval",
+            str(args.interval),
+            "--log-level",
+            "warning",
+        ]
+        with open(Path(tmp) / "worker.log", "w") as log:
+            worker = subprocess.Popen(argv, env=worker_env(tool_bin), stdout=log, stderr=log)
+            try:
+                rss, cpu, wall, messages = anyio.run(measure, url, worker.pid, args.seconds)
+            finally:
+                worker.terminate()
+                worker.wait(10)
+        said = (Path(tmp) / "worker.log").read_text().strip()
+
+    end, peak = rss[-1] / MIB, max(rss) / MIB
+    pct = cpu / wall * 100
+    print(
+        f"footprint of `placewatch run` at a {args.interval:g} s interval over {wall:.0f} s, "
+        f"{messages} telemetry messages (load {os.getloadavg()[0]:.2f})"
+    )
+    print(f"{'figure':<24}{'result':>12}{'target':>10}{'ratio':>8}")
+    print(
+        f"{'RSS at the end':<24}{end:>8.1f} MiB{RSS_TARGET_MIB:>6.0f} MiB{end / RSS_TARGET_MIB:>8.2f}"
+    )
+    print(
+        f"{'RSS, largest':<24}{peak:>8.1f} MiB{RSS_TARGET_MIB:>6.0f} MiB{peak / RSS_TARGET_MIB:>8.2f}"
+    )
+    print(
+        f"{'CPU, one core':<24}{pct:>10.3f} %{CPU_TARGET_PCT:>8.1f} %{pct / CPU_TARGET_PCT:>8.2f}"
+    )
+    low, high = DCGM_EXPORTER_MIB
+    print(f"RSS against dcgm-exporter's {low} to {high} MiB: {peak / low:.2f} to {peak / high:.2f}")
+    if said:
+        print(f"the worker said:\n{said}")
+
+
+if __name__ == "__main__":
+    main()

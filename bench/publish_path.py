@@ -1,0 +1,132 @@
+"""The publish path: messages a second through the schemas encoder and the worker's Publisher.
+
+Against nats-py publishing the same pre-encoded bytes, in one run, into a
+nats-server this script starts, on a connection made as the worker makes
+its own (placewatch.bus.connect). A child process counts arrivals on a bare
+socket (bench/counter.py), so the publisher is what is measured. Each round
+publishes the messages, flushes, and waits for the counter to have them
+all; the rate is messages over the time from the first publish to the end
+of the flush, the best of the rounds. A third row, the pre-encoded bytes
+with the contract's headers, tells the encoder's share from the headers'.
+
+The message is a NodeTelemetry of 8 GPUs, 64 processes and 16 shards.
+
+    python bench/publish_path.py [--messages N] [--rounds R]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import anyio
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.servers import nats_server  # noqa: E402
+from bench.synthetic import node_telemetry  # noqa: E402
+from placewatch.bus import Publisher, connect  # noqa: E402
+from placewatch.schemas import encode, subjects  # noqa: E402
+
+TARGET = 0.8
+
+
+class Counter:
+    """bench/counter.py as a child process."""
+
+    def __init__(self, url: str, subject: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "bench" / "counter.py"), url, subject],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.proc.stdout is not None and self.proc.stdin is not None
+        self.stdout, self.stdin = self.proc.stdout, self.proc.stdin
+        assert self.stdout.readline().strip() == "ready"
+        self.total = 0
+
+    def wait_for(self, more: int) -> tuple[int, float]:
+        """Until `more` further messages arrived: the total and the last arrival's time."""
+        self.total += more
+        self.stdin.write(f"{self.total}\n")
+        self.stdin.flush()
+        count, last = self.stdout.readline().split()
+        return int(count), float(last)
+
+    def close(self) -> None:
+        self.stdin.close()
+        self.proc.wait(10)
+
+
+async def rounds(url: str, messages: int, n_rounds: int) -> dict[str, list[float]]:
+    nc = await connect([url], "bench publisher")
+    message = node_telemetry()
+    subject = subjects.telemetry(message.node)
+    payload, headers = encode(message)
+    publisher = Publisher(nc, subjects.DEFAULT_PREFIX)
+
+    async def raw() -> None:
+        await nc.publish(subject, payload)
+
+    async def raw_headers() -> None:
+        await nc.publish(subject, payload, headers=headers)
+
+    async def placewatch() -> None:
+        await publisher.telemetry(message)
+
+    paths: dict[str, Callable[[], Awaitable[None]]] = {
+        "nats-py, pre-encoded bytes": raw,
+        "nats-py, bytes + headers": raw_headers,
+        "encoder + Publisher": placewatch,
+    }
+    rates: dict[str, list[float]] = {name: [] for name in paths}
+    counter = Counter(url, subject)
+    try:
+        for _ in range(n_rounds):
+            for name, publish in paths.items():
+                started = time.monotonic()
+                for _ in range(messages):
+                    await publish()
+                await nc.flush()
+                flushed = time.monotonic()
+                count, _ = await anyio.to_thread.run_sync(counter.wait_for, messages)
+                assert count == counter.total, f"{counter.total - count} messages lost"
+                rates[name].append(messages / (flushed - started))
+    finally:
+        counter.close()
+        await nc.close()
+    print(f"message: NodeTelemetry, {len(payload)} bytes of JSON, headers {headers}")
+    return rates
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=20000)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    with nats_server(jetstream=False) as url:
+        rates = anyio.run(rounds, url, args.messages, args.rounds, backend="asyncio")
+    raw = max(rates["nats-py, pre-encoded bytes"])
+    print(
+        f"publish path: {args.messages} messages x {args.rounds} rounds, all arrived, "
+        f"best round (load {os.getloadavg()[0]:.2f})"
+    )
+    print(f"{'path':<30}{'msgs/s':>10}{'MB/s':>8}{'us/msg':>8}{'of raw':>8}")
+    size = len(encode(node_telemetry())[0])
+    for name, found in rates.items():
+        best = max(found)
+        print(
+            f"{name:<30}{best:>10.0f}{best * size / 1e6:>8.1f}{1e6 / best:>8.1f}{best / raw:>8.2f}"
+        )
+    print(f"target: encoder + Publisher at least {TARGET} of raw")
+
+
+if __name__ == "__main__":
+    main()

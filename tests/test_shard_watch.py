@@ -1,0 +1,93 @@
+"""ShardWatch across ticks: a shard's process is followed, and noticed when it changes."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from placewatch.schemas import ComputeStatus, GpuProcess, GpuSample
+from placewatch.shards.placements import ShardsFile
+from placewatch.shards.watch import ShardWatch
+
+MATCH = "sleep 3601.25"
+
+
+@pytest.fixture
+def sleepers() -> Iterator[list[subprocess.Popen[bytes]]]:
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for p in started:
+        p.kill()
+        p.wait()
+
+
+def sleeper(started: list[subprocess.Popen[bytes]], argv: str = MATCH) -> int:
+    started.append(subprocess.Popen(argv.split()))
+    return started[-1].pid
+
+
+def gpu_listing(*pids: int) -> list[GpuSample]:
+    return [
+        GpuSample(
+            index=0,
+            uuid="GPU-0",
+            memory_used_bytes=8 << 30,
+            processes=[GpuProcess(pid=p, used_bytes=4 << 30) for p in pids],
+        )
+    ]
+
+
+def judge(watch: ShardWatch, gpus: list[GpuSample]) -> dict[str, ComputeStatus]:
+    async def once() -> dict[str, ComputeStatus]:
+        return {s.shard: s for s in (await watch.check(gpus, gpus_known=True)).statuses}
+
+    return anyio.run(once, backend="asyncio")
+
+
+def test_a_shard_whose_process_exits_is_gone_and_a_match_finds_the_next_one(
+    sleepers: list[subprocess.Popen[bytes]], tmp_path: Path
+) -> None:
+    by_pid, by_match = sleeper(sleepers, "sleep 3601.5"), sleeper(sleepers)
+    shards = tmp_path / "shards.toml"
+    shards.write_text(
+        f'[[shard]]\nid = "fixed"\npid = {by_pid}\ngpus = [0]\n\n'
+        f'[[shard]]\nid = "found"\nmatch = "{MATCH}$"\ngpus = [0]\n'
+    )
+    watch = ShardWatch("n1", "s1", grace_s=0, shards_file=ShardsFile(shards), discovery=False)
+    first = judge(watch, gpu_listing(by_pid, by_match))
+    assert first["fixed"].verdict == "gpu" and first["fixed"].pid == by_pid
+    assert first["found"].verdict == "gpu" and first["found"].pid == by_match
+
+    # Steady ticks: the same processes, the same verdicts.
+    assert judge(watch, gpu_listing(by_pid, by_match))["fixed"].verdict == "gpu"
+
+    # The process exits: a shard placed by pid is gone.
+    sleepers[0].kill()
+    sleepers[0].wait()
+    after = judge(watch, gpu_listing(by_match))
+    assert after["fixed"].verdict == "gone"
+    assert after["found"].pid == by_match and after["found"].verdict == "gpu"
+
+    # One placed by match follows its engine to the process that replaced it.
+    sleepers[1].kill()
+    sleepers[1].wait()
+    successor = sleeper(sleepers)
+    last = judge(watch, gpu_listing(successor))
+    assert last["found"].pid == successor and last["found"].verdict == "gpu"
+
+
+def test_without_a_log_to_follow_nothing_is_followed(tmp_path: Path) -> None:
+    shards = tmp_path / "shards.toml"
+    shards.write_text('[[shard]]\nid = "a"\npid = 1\ngpus = [0]\n')
+    watch = ShardWatch("n1", "s1", shards_file=ShardsFile(shards), discovery=False)
+    judge(watch, gpu_listing())
+    assert not watch.following()
+    log = tmp_path / "a.log"
+    log.write_text("")
+    shards.write_text(f'[[shard]]\nid = "a"\npid = 1\ngpus = [0]\nlog_path = "{log}"\n')
+    judge(watch, gpu_listing())
+    assert watch.following()
