@@ -179,7 +179,6 @@ async def consume(url: str, nodes: int, warmup: float, measure: float) -> dict[s
     await anyio.sleep(warmup)
     usage = resource.getrusage(resource.RUSAGE_SELF)
     cpu_before = usage.ru_utime + usage.ru_stime
-    seen_before = set(last_seq)
     state["measuring"] = True
     started = time.monotonic()
     await anyio.sleep(measure)
@@ -201,7 +200,7 @@ async def consume(url: str, nodes: int, warmup: float, measure: float) -> dict[s
         "p99": pct(0.99),
         "max": ages[-1] if ages else float("nan"),
         "gaps": state["gaps"],
-        "silent_nodes": nodes - len(seen_before),
+        "silent_nodes": nodes - len(last_seq),
         "undecodable": view.undecodable,
         "cpu_pct": cpu / wall * 100,
         **problems,

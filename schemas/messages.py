@@ -8,10 +8,9 @@ could not give is None, never 0.
 
 Every Struct is `gc=False`: a message holds values and lists of values, never
 a reference back to itself, so the garbage collector has no cycle to find in
-it. A consumer holding the latest sample of thousands of nodes would
-otherwise have each full collection walk hundreds of objects per node (one
-NodeTelemetry of 8 GPUs is about 300), stalling every reader for tens of
-milliseconds (bench/fan_in.py).
+it. A gateway holding the latest sample of thousands of nodes otherwise has
+every full collection walk them all: with 5,000 samples of 8 GPUs held, one
+took 167 ms, and 86 ms with only their lists left to walk (bench/fan_in.py).
 """
 
 from __future__ import annotations

@@ -208,6 +208,7 @@ def test_alerts_waits_for_the_stream_retries_a_failing_webhook_and_delivers_once
     hook = Webhook(failures=3)
     try:
         alerts.append(Alerts("--nats", node.url, "--webhook", hook.url))  # before any worker
+        time.sleep(2)  # it finds no stream: workers create it when they start
         node.start()
         (event,) = hook.wait(1, timeout=25)
         assert [code for code, _ in hook.posts] == [500, 500, 500, 200]

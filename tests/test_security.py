@@ -99,7 +99,7 @@ def test_least_privilege_works_and_another_nodes_subjects_are_refused(
             "--nats", server.url, "--node", "n2", "--interval", "1", "--no-discover", env=env
         )
         workers.append(impostor)
-        time.sleep(4)
+        time.sleep(6)
         assert impostor.proc.poll() is None, "the worker stopped on a refused publish"
         code, _, _, err = impostor.stop()
         assert code == 0

@@ -89,6 +89,7 @@ async def run(settings: Settings, out: TextIO) -> None:
                         ),
                     ),
                 )
+                tg.start_soon(_set_up_streams, worker.outbox)
                 with anyio.move_on_after(5):
                     tracker.seed(await worker.outbox.previous(settings.node))
                 # Drained with the connection at the end: no stop of its own.
@@ -162,6 +163,17 @@ class Worker:
 
 
 LOG_POLL_S = 0.2
+
+
+async def _set_up_streams(outbox: EventOutbox) -> None:
+    """The streams and buckets exist from the start, so a gateway can fill from them before
+    any shard event; a failure here is retried when the first event goes out."""
+    try:
+        await outbox.setup()
+    except (nats.errors.Error, TimeoutError) as exc:
+        log.warning("streams and buckets not ready yet (%s); retried with the first event", exc)
+
+
 LOG_IDLE_S = 1.0
 """How often the loop looks for a log to follow while there is none."""
 
