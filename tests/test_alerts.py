@@ -313,16 +313,16 @@ def test_alerts_refuses_a_durable_consumer_that_follows_other_subjects(
             )
             await js.add_consumer(
                 subjects.STREAM_EVENTS,
-                ConsumerConfig(durable_name="shared", filter_subject="placewatch.compute.>"),
+                ConsumerConfig(durable_name="taken", filter_subject="placewatch.compute.>"),
             )
         finally:
             await nc.close()
 
     anyio.run(other_consumer, backend="asyncio")
-    done = run_placewatch("alerts", "--nats", nats_server.url, "--durable", "shared")
+    done = run_placewatch("alerts", "--nats", nats_server.url, "--durable", "taken")
     assert done.returncode == 2
     assert done.stderr.splitlines()[-1] == (
-        "placewatch: consumer shared exists on PLACEWATCH_EVENTS with filter "
+        "placewatch: consumer taken exists on PLACEWATCH_EVENTS with filter "
         "'placewatch.compute.>', not 'placewatch.fallback.>'; pick another --durable or "
-        "remove it (nats consumer rm PLACEWATCH_EVENTS shared)"
+        "remove it (nats consumer rm PLACEWATCH_EVENTS taken)"
     )
