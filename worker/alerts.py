@@ -36,7 +36,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from placewatch.schemas import ComputeStatus, DecodeError, FallbackEvent, decode, subjects
 
 from .bus import connect, connect_options
-from .config import ConfigError, Settings
+from .config import Settings
 from .watch import LOCAL_URL
 from .webhook import DeliveryError, alertmanager_alerts, check_url, post_json
 
@@ -176,11 +176,7 @@ def add_command(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
 
 
 def command(settings: Settings, args: argparse.Namespace) -> int:
-    try:
-        options = connect_options(settings)
-    except ConfigError as exc:
-        print(f"placewatch: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
+    options = connect_options(settings)  # a ConfigError is the command line's to report
     sink: StdoutSink | WebhookSink
     if args.webhook:
         problem = check_url(args.webhook)

@@ -48,12 +48,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         stream=sys.stderr,
     )
     handler = getattr(args, "handler", None)  # a command in its own module
-    if handler is not None:
-        code: int = handler(settings, args)
-        return code
-    if args.command == "sample":
-        return _sample(settings, as_json=args.json)
-    return _run(settings)
+    try:
+        if handler is not None:
+            code: int = handler(settings, args)
+            return code
+        if args.command == "sample":
+            return _sample(settings, as_json=args.json)
+        return _run(settings)
+    except ConfigError as exc:  # a credentials or TLS file that cannot be used, for any command
+        print(f"placewatch: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
 
 
 def _run(settings: Settings) -> int:
@@ -62,9 +66,6 @@ def _run(settings: Settings) -> int:
     except EmbeddedError as exc:
         print(f"placewatch: {exc}", file=sys.stderr)
         return 1
-    except ConfigError as exc:
-        print(f"placewatch: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
     except KeyboardInterrupt:
         pass
     return 0

@@ -27,7 +27,7 @@ from placewatch.consumer import Fleet, FleetView
 from placewatch.schemas import ComputeStatus, GpuSample, NodeTelemetry
 
 from .bus import connect, connect_options, redact
-from .config import ConfigError, Settings
+from .config import Settings
 
 LOCAL_URL = "nats://127.0.0.1:4222"
 """Where `placewatch run` puts its embedded server by default."""
@@ -68,11 +68,7 @@ def add_command(commands: Any, parents: list[argparse.ArgumentParser]) -> None:
 
 
 def command(settings: Settings, args: argparse.Namespace) -> int:
-    try:
-        options = connect_options(settings)
-    except ConfigError as exc:
-        print(f"placewatch: {exc}", file=sys.stderr)
-        return 2
+    options = connect_options(settings)  # a ConfigError is the command line's to report
     if args.log_level is None:
         # The screen says how the connection fares; log lines would scroll it away.
         logging.getLogger("placewatch").setLevel(logging.ERROR)
