@@ -64,12 +64,21 @@ def test_children_and_reparented_group_members_belong_to_a_group_leader(
 ) -> None:
     shard = subprocess.Popen([sys.executable, "-c", PARENT], start_new_session=True)
     procs.append(shard)
-    wait_for(lambda: len(group_members(shard.pid)) >= 3)
-    members = group_members(shard.pid)
+
+    def reparented() -> list[int]:
+        """Group members the shard is no longer the parent of: the double-forked daemon,
+        once its intermediate parent has exited."""
+        return [
+            p
+            for p in group_members(shard.pid)
+            if p != shard.pid
+            and psutil.Process(p).ppid() not in (shard.pid, 0)
+            and psutil.Process(p).ppid() not in group_members(shard.pid)
+        ]
+
+    wait_for(lambda: bool(psutil.Process(shard.pid).children()) and bool(reparented()))
     child = psutil.Process(shard.pid).children()[0].pid
-    daemon = next(
-        p for p in members if p not in (shard.pid, child) and psutil.Process(p).ppid() != shard.pid
-    )
+    daemon = reparented()[0]
     table = ProcTable()
     shards = {shard.pid: "llama-a"}
     assert owner(shard.pid, shards, table) == "llama-a"
