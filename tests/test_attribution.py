@@ -130,3 +130,50 @@ def test_start_time_tells_this_process_from_one_that_reuses_its_pid() -> None:
     assert abs(psutil.boot_time() + started / ticks - psutil.Process(me).create_time()) < 0.05
     missing = max(psutil.pids()) + 100000
     assert table.started(missing) is None
+
+
+def test_a_read_stands_until_the_process_exits(procs: list[subprocess.Popen[bytes]]) -> None:
+    sleeper = subprocess.Popen([sys.executable, "-c", SLEEP], start_new_session=True)
+    procs.append(sleeper)
+    table = ProcTable()
+    assert table.stat(sleeper.pid) == (os.getpid(), sleeper.pid)
+    started = table.started(sleeper.pid)
+    assert not table.refresh(), "nothing exited"
+    assert table.stat(sleeper.pid) == (os.getpid(), sleeper.pid)
+    assert table.started(sleeper.pid) == started
+    assert table.used == {sleeper.pid}
+
+    sleeper.kill()
+    sleeper.wait()
+    assert table.refresh(), "the exit was not noticed"
+    assert table.stat(sleeper.pid) is None
+    assert not table.refresh(), "an exit is reported once"
+
+
+def test_keep_only_forgets_the_rest(procs: list[subprocess.Popen[bytes]]) -> None:
+    a, b = (
+        subprocess.Popen([sys.executable, "-c", SLEEP], start_new_session=True) for _ in range(2)
+    )
+    procs += [a, b]
+    table = ProcTable()
+    assert table.visible(a.pid) and table.visible(b.pid)
+    table.keep_only({a.pid})
+    b.kill()
+    b.wait()
+    assert not table.refresh(), "an exit of a process no longer kept was reported"
+    assert table.stat(a.pid) == (os.getpid(), a.pid)
+    assert table.stat(b.pid) is None
+    table.close()
+
+
+def test_a_table_over_another_proc_reads_again_every_tick(tmp_path: Path) -> None:
+    # A /proc of another PID namespace (mounted from a host, say): no pidfd can follow
+    # its processes, so no read outlives its tick.
+    (tmp_path / "4242").mkdir()
+    stat = tmp_path / "4242" / "stat"
+    stat.write_text("4242 (llama-server) S 1 4242 4242 0 -1 4194560 9 0 0 0 3 1 0 0 20 0 7 0 99 0")
+    table = ProcTable(tmp_path)
+    assert table.stat(4242) == (1, 4242) and table.started(4242) == 99
+    assert table.refresh(), "a table without pidfds must say its reads no longer hold"
+    stat.write_text("4242 (llama-server) S 77 77 77 0 -1 4194560 9 0 0 0 3 1 0 0 20 0 7 0 99 0")
+    assert table.stat(4242) == (77, 77)

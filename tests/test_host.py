@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+import psutil
+
 from placewatch.host import MIN_WINDOW_S, HostSampler
 
 
@@ -21,3 +23,4 @@ def test_a_sample_waits_out_a_short_window_and_says_when_it_would_not() -> None:
     second = host.sample()
     assert time.monotonic() - started < MIN_WINDOW_S / 2
     assert second.memory_total_bytes == first.memory_total_bytes
+    assert first.cpu_count == second.cpu_count == psutil.cpu_count(logical=True)

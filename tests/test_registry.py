@@ -67,12 +67,15 @@ def test_an_absent_vendor_is_looked_for_once_a_minute(monkeypatch: pytest.Monkey
             return super().unavailable()
 
     chain = VendorChain("nvidia", [Counting(ProbeRunner())], clock=lambda: now[0])
+    assert not chain.resting()
     gpus, statuses = sample(chain)
     assert gpus == [] and chain.absent
     assert [(s.name, s.error) for s in statuses] == [("nvidia-smi", "nvidia-smi not found on PATH")]
     now[0] += RECHECK_ABSENT_S / 2
+    assert chain.resting()
     assert sample(chain)[1] == statuses
     assert looked == [1000.0]
     now[0] += RECHECK_ABSENT_S
+    assert not chain.resting()
     sample(chain)
     assert len(looked) == 2

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
+import psutil
 import pytest
 
 from placewatch.schemas import ComputeStatus, GpuProcess, GpuSample
@@ -91,3 +94,45 @@ def test_without_a_log_to_follow_nothing_is_followed(tmp_path: Path) -> None:
     shards.write_text(f'[[shard]]\nid = "a"\npid = 1\ngpus = [0]\nlog_path = "{log}"\n')
     judge(watch, gpu_listing())
     assert watch.following()
+
+
+# A shard that does not lead its group (started with the test's own group): only descent
+# makes a process its own. Its child starts the process that computes, and sleeps.
+CHAIN = """
+import subprocess, sys, time
+child = "import subprocess, time; subprocess.Popen(['sleep', '3601.75']); time.sleep(3600)"
+subprocess.Popen([sys.executable, "-c", child])
+time.sleep(3600)
+"""
+
+
+def test_a_process_whose_parent_exits_is_worked_out_again(
+    sleepers: list[subprocess.Popen[bytes]], tmp_path: Path
+) -> None:
+    sleepers.append(subprocess.Popen([sys.executable, "-c", CHAIN]))
+    shard = psutil.Process(sleepers[0].pid)
+    deadline = time.monotonic() + 10
+    while len(shard.children(recursive=True)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    (middle,) = shard.children()
+    (computing,) = middle.children()
+    try:
+        shards = tmp_path / "shards.toml"
+        shards.write_text(f'[[shard]]\nid = "a"\npid = {shard.pid}\ngpus = [0]\n')
+        watch = ShardWatch("n1", "s1", grace_s=0, shards_file=ShardsFile(shards), discovery=False)
+        listing = gpu_listing(computing.pid)
+        for _ in range(3):  # the owner, once worked out, stands while nothing exits
+            status = judge(watch, listing)["a"]
+            assert status.verdict == "gpu" and status.devices[0].used_bytes == 4 << 30
+
+        # The middle process exits: the computing one is reparented away from the shard,
+        # and it was never in a group the shard leads, so it is no longer the shard's.
+        middle.kill()  # a zombie until the shard reaps it, which it never does
+        deadline = time.monotonic() + 10
+        while computing.ppid() == middle.pid and time.monotonic() < deadline:
+            time.sleep(0.02)
+        after = judge(watch, listing)["a"]
+        assert after.verdict == "cpu_fallback", after.reason
+        assert after.devices == []
+    finally:
+        computing.kill()

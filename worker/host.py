@@ -11,6 +11,10 @@ from placewatch.schemas import HostSample
 
 MIN_WINDOW_S = 0.2
 """CPU use over a shorter window than this is noise; the first call waits it out."""
+COUNT_EVERY_S = 60.0
+"""How often the CPU count is read again: CPUs come and go rarely (hotplug in a VM), and the
+read (sysconf, which opens /sys/devices/system/cpu/online) costs as much as the rest of a
+sample."""
 
 
 class HostSampler:
@@ -22,6 +26,8 @@ class HostSampler:
     def __init__(self) -> None:
         psutil.cpu_percent(interval=None)
         self._since = time.monotonic()
+        self._cpu_count: int | None = None
+        self._counted_at = 0.0
 
     def ready(self) -> bool:
         """Whether sample() returns at once, without waiting out the CPU window.
@@ -36,6 +42,8 @@ class HostSampler:
             time.sleep(wait)
         cpu = psutil.cpu_percent(interval=None)
         self._since = time.monotonic()
+        if self._cpu_count is None or self._since - self._counted_at >= COUNT_EVERY_S:
+            self._cpu_count, self._counted_at = psutil.cpu_count(logical=True), self._since
         memory = psutil.virtual_memory()
         try:
             load_1m: float | None = round(os.getloadavg()[0], 2)
@@ -43,7 +51,7 @@ class HostSampler:
             load_1m = None
         return HostSample(
             cpu_pct=min(100.0, cpu),
-            cpu_count=psutil.cpu_count(logical=True),
+            cpu_count=self._cpu_count,
             memory_total_bytes=memory.total,
             memory_available_bytes=memory.available,
             load_1m=load_1m,

@@ -51,9 +51,14 @@ class NodeSampler:
         async def probe(i: int, chain: VendorChain) -> None:
             results[i] = await chain.sample()
 
-        async with anyio.create_task_group() as tg:
+        # A node has one vendor's GPUs, or none: a task group only when two must wait.
+        if sum(not chain.resting() for chain in self.chains) > 1:
+            async with anyio.create_task_group() as tg:
+                for i, chain in enumerate(self.chains):
+                    tg.start_soon(probe, i, chain)
+        else:
             for i, chain in enumerate(self.chains):
-                tg.start_soon(probe, i, chain)
+                await probe(i, chain)
         # A thread costs as much as the reading itself: one only when it has to wait.
         if self.host.ready():
             host = self.host.sample()

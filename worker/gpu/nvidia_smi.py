@@ -141,37 +141,37 @@ def _fit(columns: list[Column], row: list[str]) -> list[str]:
     return [cell.strip() for cell in row[: len(columns)]]
 
 
-def _positions(columns: list[Column]) -> dict[str, tuple[int, str | None]]:
-    """Each field name's column and header unit, made once per table."""
-    return {c.name: (i, c.unit) for i, c in enumerate(columns)}
+class _Fields:
+    """Where each field is in one table: a field's name differs across driver versions, so
+    each lookup lists its aliases, and is worked out once per table, not once per row."""
+
+    def __init__(self, columns: list[Column]) -> None:
+        self._positions = {c.name: (i, c.unit) for i, c in enumerate(columns)}
+
+    def at(self, *names: str) -> list[tuple[int, str | None]]:
+        """The column and header unit of each of `names` the table has, in that order."""
+        return [self._positions[n] for n in names if n in self._positions]
 
 
-class _Row:
-    """One row, looked up by field name and its aliases across driver versions."""
+def _cell(cells: list[str], at: list[tuple[int, str | None]]) -> tuple[str | None, str | None]:
+    """The first non-missing cell among the columns `at`, with its header unit."""
+    for i, unit in at:
+        if not values.is_missing(cells[i]):
+            return cells[i], unit
+    return None, None
 
-    def __init__(self, positions: dict[str, tuple[int, str | None]], cells: list[str]) -> None:
-        self._positions = positions
-        self._cells = cells
 
-    def get(self, *names: str) -> tuple[str | None, str | None]:
-        """The first present, non-missing cell among `names`, with its header unit."""
-        for name in names:
-            found = self._positions.get(name)
-            if found is not None:
-                cell = self._cells[found[0]]
-                if not values.is_missing(cell):
-                    return cell, found[1]
-        return None, None
+def _text(cells: list[str], at: list[tuple[int, str | None]]) -> str | None:
+    return _cell(cells, at)[0]  # cells are stripped, and _cell() skips missing ones
 
-    def text(self, *names: str) -> str | None:
-        return self.get(*names)[0]  # cells are stripped, and get() skips missing ones
 
-    def number(self, *names: str) -> float | None:
-        return values.number(self.get(*names)[0])
+def _number(cells: list[str], at: list[tuple[int, str | None]]) -> float | None:
+    return values.number(_cell(cells, at)[0])
 
-    def bytes(self, *names: str) -> int | None:
-        cell, unit = self.get(*names)
-        return values.to_bytes(cell, unit or "MiB")
+
+def _bytes(cells: list[str], at: list[tuple[int, str | None]]) -> int | None:
+    cell, unit = _cell(cells, at)
+    return values.to_bytes(cell, unit or "MiB")
 
 
 def parse_gpus(text: str) -> list[GpuSample]:
@@ -179,35 +179,41 @@ def parse_gpus(text: str) -> list[GpuSample]:
     columns, rows = parse_table(text)
     if not {c.name for c in columns} & _GPU_KEYS:
         return []  # not a query-gpu table: an error message, or another tool's output
+    f = _Fields(columns)
+    index_at, uuid_at = f.at("index"), f.at("uuid", "gpu_uuid")
+    name_at, bus_at = f.at("name", "gpu_name"), f.at("pci.bus_id", "gpu_bus_id")
+    util_at, temp_at = f.at("utilization.gpu"), f.at("temperature.gpu")
+    used_at, free_at = f.at("memory.used"), f.at("memory.free")
+    total_at, reserved_at = f.at("memory.total"), f.at("memory.reserved")
+    power_at = f.at("power.draw", "power.draw.instant", "power.draw.average")
+    cap_at, mig_at = f.at("enforced.power.limit", "power.limit"), f.at("mig.mode.current")
     gpus = []
-    positions = _positions(columns)
     for position, cells in enumerate(rows):
-        row = _Row(positions, cells)
-        index = values.integer(row.get("index")[0])
-        used = row.bytes("memory.used")
-        free = row.bytes("memory.free")
-        total = row.bytes("memory.total")
+        index = values.integer(_cell(cells, index_at)[0])
+        used = _bytes(cells, used_at)
+        free = _bytes(cells, free_at)
+        total = _bytes(cells, total_at)
         if total is None and used is not None and free is not None:
             # Some queries leave out memory.total; it is reserved + used + free.
-            total = used + free + (row.bytes("memory.reserved") or 0)
+            total = used + free + (_bytes(cells, reserved_at) or 0)
         # MIG-enabled GPUs report [N/A] here: the tool cannot tell.
-        utilization = values.percent(row.get("utilization.gpu")[0])
+        utilization = values.percent(_cell(cells, util_at)[0])
         gpus.append(
             GpuSample(
                 index=index if index is not None and index >= 0 else position,
-                uuid=row.text("uuid", "gpu_uuid"),
+                uuid=_text(cells, uuid_at),
                 vendor="nvidia",
-                name=row.text("name", "gpu_name"),
-                bus_id=row.text("pci.bus_id", "gpu_bus_id"),
+                name=_text(cells, name_at),
+                bus_id=_text(cells, bus_at),
                 utilization_pct=utilization,
                 activity="busy" if utilization is not None else None,
                 memory_total_bytes=total,
                 memory_used_bytes=used,
                 memory_free_bytes=free,
-                temperature_c=row.number("temperature.gpu"),
-                power_w=row.number("power.draw", "power.draw.instant", "power.draw.average"),
-                power_cap_w=row.number("enforced.power.limit", "power.limit"),
-                mig_enabled=_mig_mode(row.text("mig.mode.current")),
+                temperature_c=_number(cells, temp_at),
+                power_w=_number(cells, power_at),
+                power_cap_w=_number(cells, cap_at),
+                mig_enabled=_mig_mode(_text(cells, mig_at)),
             )
         )
     return gpus
@@ -224,20 +230,21 @@ def parse_compute_apps(text: str) -> list[ComputeApp]:
     columns, rows = parse_table(text)
     if "pid" not in {c.name for c in columns}:
         return []
+    f = _Fields(columns)
+    pid_at, uuid_at = f.at("pid"), f.at("gpu_uuid", "uuid")
+    name_at, used_at = f.at("process_name", "name"), f.at("used_gpu_memory", "used_memory")
     apps = []
-    positions = _positions(columns)
     for cells in rows:
-        row = _Row(positions, cells)
-        pid = values.integer(row.get("pid")[0])
+        pid = values.integer(_cell(cells, pid_at)[0])
         if pid is None or pid < 0:
             continue
         apps.append(
             ComputeApp(
-                gpu_uuid=row.text("gpu_uuid", "uuid"),
+                gpu_uuid=_text(cells, uuid_at),
                 pid=pid,
-                name=row.text("process_name", "name"),
+                name=_text(cells, name_at),
                 # WDDM (Windows) drivers print [N/A] for every process.
-                used_bytes=row.bytes("used_gpu_memory", "used_memory"),
+                used_bytes=_bytes(cells, used_at),
             )
         )
     return apps

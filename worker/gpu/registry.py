@@ -57,6 +57,11 @@ class VendorChain:
         self._absent_until = 0.0
         self._missing: list[SourceStatus] = []
 
+    def resting(self) -> bool:
+        """Whether sample() answers at once: no tool for this vendor, and not yet time to look
+        again."""
+        return self.current is None and self.absent and self._clock() < self._absent_until
+
     async def sample(self) -> tuple[list[GpuSample], list[SourceStatus]]:
         statuses: list[SourceStatus] = []
         failed: GpuSource | None = None

@@ -7,54 +7,141 @@ daemonized and was reparented to init keeps the group). A shard that does not
 lead its group shares it with processes that are not its own (everything
 started from one shell script), so the group says nothing about it.
 
-Only the processes a GPU lists are looked up, through /proc/PID/stat: the
-fields after the command name's closing parenthesis (the name may hold
-spaces and parentheses) are state, ppid, pgrp, and the 20th is the start
-time, which tells a shard's process from a later one that reuses its pid.
-Every GPU process is read every tick, so the read is a bare os.open/os.read:
-pathlib and a buffered file object cost three times as much.
+Only the processes a GPU lists, and their ancestors, are looked up, through
+/proc/PID/stat: the fields after the command name's closing parenthesis (the
+name may hold spaces and parentheses) are state, ppid, pgrp, and the 20th is
+the start time, which tells a shard's process from a later one that reuses
+its pid. The read is a bare os.open/os.read: pathlib and a buffered file
+object cost three times as much.
+
+A running process keeps its parent until that parent exits, and its start
+time for good, so each read is kept (until the process or its parent exits)
+with a pidfd (Linux 5.3 and later) that
+says when the process exits: a tick whose processes all still run reads
+nothing and polls every pidfd in one call. Without pidfds (an older kernel,
+a seccomp filter that denies pidfd_open, another /proc than the worker's
+own) a read lasts one tick. A process that moves itself to a new group or
+session (setsid) after it was read keeps its old group here until a process
+it depends on exits; engines daemonize before they touch a GPU.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+import select
+import weakref
 from pathlib import Path
 
 MAX_DEPTH = 64
+MAX_HANDLES = 512
+"""Pidfds kept at most; past it the table holds none and reads last one tick, as without
+pidfds (the soft limit on open files is often 1024, and the worker has its own to keep)."""
+
+Stat = tuple[int, int, int | None]
+"""(ppid, pgid, start time in clock ticks after boot) of one process."""
 
 
-@dataclass
 class ProcTable:
-    """/proc/PID/stat reads for one tick, each pid read at most once."""
+    """/proc/PID/stat reads, each pid read at most once while it runs.
 
-    root: Path = Path("/proc")
-    _texts: dict[int, str | None] = field(default_factory=dict)
-    _stats: dict[int, tuple[int, int] | None] = field(default_factory=dict)
+    Call `refresh()` at the start of a tick: it forgets the processes that
+    exited since, their children (reparented) and every read that has no pidfd.
+    """
 
-    def _text(self, pid: int) -> str | None:
-        if pid not in self._texts:
-            self._texts[pid] = read_stat_text(self.root, pid)
-        return self._texts[pid]
+    def __init__(self, root: Path = Path("/proc")) -> None:
+        self.root = root
+        self._stats: dict[int, Stat | None] = {}
+        self._fds: dict[int, int] = {}
+        self._pids: dict[int, int] = {}  # pidfd -> pid
+        self._poll = select.poll()
+        self._handles = root == Path("/proc") and hasattr(os, "pidfd_open")
+        self.used: set[int] = set()
+        """The pids looked up since the last refresh()."""
+        weakref.finalize(self, _close_all, self._fds)
+
+    def refresh(self) -> bool:
+        """Forget what no longer holds; True when an earlier read may no longer hold (a
+        process read before exited, or there are no pidfds to tell)."""
+        exited = {self._pids[fd] for fd, _ in self._poll.poll(0)} if self._fds else set()
+        if exited:
+            # Their children were reparented: read those again too.
+            orphans = {p for p, found in self._stats.items() if found and found[0] in exited}
+            for pid in exited | orphans:
+                self._drop(pid)
+        for pid in [p for p in self._stats if p not in self._fds]:
+            del self._stats[pid]
+        self.used = set()
+        return bool(exited) or not self._handles
+
+    def keep_only(self, pids: set[int]) -> None:
+        """Close the pidfds of every process not in `pids`."""
+        for pid in [p for p in self._fds if p not in pids]:
+            self._drop(pid)
+
+    def close(self) -> None:
+        self.keep_only(set())
+        self._stats.clear()
+
+    def _drop(self, pid: int) -> None:
+        self._stats.pop(pid, None)
+        fd = self._fds.pop(pid, None)
+        if fd is not None:
+            self._pids.pop(fd, None)
+            self._poll.unregister(fd)
+            os.close(fd)
+
+    def _read(self, pid: int) -> Stat | None:
+        self.used.add(pid)
+        if pid in self._stats:
+            return self._stats[pid]
+        # The pidfd first: if the process is replaced after it, the read below is of the
+        # new process but the pidfd (of the old) reports an exit at the next refresh().
+        fd = None
+        if self._handles and len(self._fds) >= MAX_HANDLES:
+            # A parent without a pidfd could exit unseen: hold none at all from here on.
+            self._handles = False
+            self.keep_only(set())
+        if self._handles and pid > 0:
+            try:
+                fd = os.pidfd_open(pid)
+            except ProcessLookupError:  # gone, or in another PID namespace
+                fd = None
+            except OSError:  # ENOSYS (before Linux 5.3), EPERM (seccomp), EMFILE
+                self._handles = False
+                self.keep_only(set())
+        text = read_stat_text(self.root, pid)
+        found = None if text is None else parse_stat_fields(text)
+        self._stats[pid] = found
+        if fd is not None:
+            if found is None:
+                os.close(fd)
+            else:
+                self._fds[pid] = fd
+                self._pids[fd] = pid
+                self._poll.register(fd, select.POLLIN)
+        return found
 
     def stat(self, pid: int) -> tuple[int, int] | None:
         """(ppid, pgid) of `pid`, or None when this worker cannot see it."""
-        if pid not in self._stats:
-            text = self._text(pid)
-            self._stats[pid] = None if text is None else parse_stat(text)
-        return self._stats[pid]
+        found = self._read(pid)
+        return None if found is None else (found[0], found[1])
 
     def started(self, pid: int) -> int | None:
         """When `pid` started, in clock ticks since boot; None when it is not running."""
-        text = self._text(pid)
-        return None if text is None else parse_start(text)
+        found = self._read(pid)
+        return None if found is None else found[2]
 
     def visible(self, pid: int) -> bool:
-        return self.stat(pid) is not None
+        return self._read(pid) is not None
 
     def leads_group(self, pid: int) -> bool:
-        found = self.stat(pid)
+        found = self._read(pid)
         return found is not None and found[1] == pid
+
+
+def _close_all(fds: dict[int, int]) -> None:
+    for fd in fds.values():
+        os.close(fd)
 
 
 def read_stat_text(root: Path, pid: int) -> str | None:
@@ -83,6 +170,20 @@ def parse_stat(text: str) -> tuple[int, int] | None:
         return int(fields[1]), int(fields[2])
     except ValueError:
         return None
+
+
+def parse_stat_fields(text: str) -> Stat | None:
+    """(ppid, pgid, start time) from the text of /proc/PID/stat; the start time may be None."""
+    end = text.rfind(")")
+    fields = text[end + 1 :].split() if end >= 0 else []
+    try:
+        ppid, pgid = int(fields[1]), int(fields[2])
+    except (IndexError, ValueError):
+        return None
+    try:
+        return ppid, pgid, int(fields[19])
+    except (IndexError, ValueError):
+        return ppid, pgid, None
 
 
 def parse_start(text: str) -> int | None:

@@ -99,22 +99,28 @@ class ShardWatch:
         self._reading_logs = threading.Lock()  # the tick and the log-follow loop, two threads
         self._found: list[Placement] | None = None
         self._found_at = 0.0
+        self.table = ProcTable(proc_root)
+        self._owners: dict[int, str | None] = {}
+        self._owners_for: dict[int, str] = {}
 
     async def check(self, gpus: list[GpuSample], gpus_known: bool) -> ShardsView:
         placements, problems = self._placements()
         if self.discovery:
             placements += await self._discovered(gpus, placements)
         gone = self._sync(placements)
-        table = ProcTable(self.proc_root)
+        table = self.table
+        exited = table.refresh()
         if not self._settled(table):
             await anyio.to_thread.run_sync(self._resolve, table)
         await self._readiness()
         if self.following():
             await anyio.to_thread.run_sync(self.follow_logs)  # one thread hop for every log
-        gpus, held = _attribute(
-            gpus, {t.pid: sid for sid, t in self.tracked.items() if t.pid}, table
-        )
-        hidden = _hidden(gpus, table) if self.tracked else {}  # a /proc read per GPU process
+        shard_pids = {t.pid: sid for sid, t in self.tracked.items() if t.pid}
+        fresh = self._update_owners(gpus, shard_pids, exited)
+        gpus, held = _attribute(gpus, self._owners)
+        hidden = _hidden(gpus, table) if self.tracked else {}
+        if fresh:  # every process the owners were worked out from was looked up this tick
+            table.keep_only(table.used)
         now = datetime.now(UTC)
         statuses = []
         for sid, t in sorted(self.tracked.items()):
@@ -136,6 +142,25 @@ class ShardWatch:
             gone=[self._gone_status(p, now) for p in gone],
             problems=problems,
         )
+
+    def _update_owners(
+        self, gpus: list[GpuSample], shard_pids: dict[int, str], exited: bool
+    ) -> bool:
+        """Work out the shard of each GPU process not worked out before; True when all were.
+
+        An owner stands while the shards' pids and every process it was worked out from
+        (the process, its ancestors, its group's leader) stay the same, so the usual tick
+        reads no /proc file at all. Everything is worked out again when one of them exited,
+        when a shard's pid changed, or when a process left the GPUs' lists (so that the
+        pidfds kept are those of processes still listed).
+        """
+        pids = {p.pid for g in gpus for p in g.processes}
+        fresh = exited or shard_pids != self._owners_for or not self._owners.keys() <= pids
+        if fresh:
+            self._owners, self._owners_for = {}, shard_pids
+        for pid in pids - self._owners.keys():
+            self._owners[pid] = owner(pid, shard_pids, self.table) if shard_pids else None
+        return fresh
 
     async def _discovered(
         self, gpus: list[GpuSample], placements: list[Placement]
@@ -234,7 +259,8 @@ class ShardWatch:
         return gone
 
     def _settled(self, table: ProcTable) -> bool:
-        """Whether every shard still has the process it had, by one /proc read each.
+        """Whether every shard still has the process it had (its start time, kept while
+        its pidfd says it runs).
 
         The usual tick: nothing to look up, so no thread is needed for it.
         """
@@ -357,7 +383,7 @@ def _health(url: str) -> Literal["ok", "not ready", "unreachable"]:
 
 
 def _attribute(
-    gpus: list[GpuSample], shard_pids: dict[int, str], table: ProcTable
+    gpus: list[GpuSample], owners: dict[int, str | None]
 ) -> tuple[list[GpuSample], dict[str, dict[int, int | None]]]:
     """GPUs with each process's shard and foreign memory; what each shard holds per GPU."""
     held: dict[str, dict[int, int | None]] = {}
@@ -366,7 +392,7 @@ def _attribute(
         processes = []
         ours = 0
         for p in gpu.processes:
-            sid = owner(p.pid, shard_pids, table) if shard_pids else None
+            sid = owners.get(p.pid)
             if sid is not None:
                 per_gpu = held.setdefault(sid, {})
                 before = per_gpu.get(gpu.index, 0)
