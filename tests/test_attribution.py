@@ -177,3 +177,22 @@ def test_a_table_over_another_proc_reads_again_every_tick(tmp_path: Path) -> Non
     assert table.refresh(), "a table without pidfds must say its reads no longer hold"
     stat.write_text("4242 (llama-server) S 77 77 77 0 -1 4194560 9 0 0 0 3 1 0 0 20 0 7 0 99 0")
     assert table.stat(4242) == (77, 77)
+
+
+def test_past_its_pidfd_limit_a_table_reads_again_every_tick(
+    procs: list[subprocess.Popen[bytes]],
+) -> None:
+    a, b = (
+        subprocess.Popen([sys.executable, "-c", SLEEP], start_new_session=True) for _ in range(2)
+    )
+    procs += [a, b]
+    table = ProcTable(max_handles=1)
+    assert table.stat(a.pid) == (os.getpid(), a.pid)
+    assert not table.refresh(), "one pidfd is within the limit"
+    assert table.stat(b.pid) == (os.getpid(), b.pid)  # the second one passes the limit
+    assert table.refresh(), "past the limit no read may stand for the next tick"
+    assert table.stat(a.pid) == (os.getpid(), a.pid) and table.stat(b.pid) == (os.getpid(), b.pid)
+    a.kill()
+    a.wait()
+    assert table.refresh()
+    assert table.stat(a.pid) is None

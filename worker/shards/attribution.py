@@ -48,8 +48,9 @@ class ProcTable:
     exited since, their children (reparented) and every read that has no pidfd.
     """
 
-    def __init__(self, root: Path = Path("/proc")) -> None:
+    def __init__(self, root: Path = Path("/proc"), max_handles: int = MAX_HANDLES) -> None:
         self.root = root
+        self.max_handles = max_handles
         self._stats: dict[int, Stat | None] = {}
         self._fds: dict[int, int] = {}
         self._pids: dict[int, int] = {}  # pidfd -> pid
@@ -97,7 +98,7 @@ class ProcTable:
         # The pidfd first: if the process is replaced after it, the read below is of the
         # new process but the pidfd (of the old) reports an exit at the next refresh().
         fd = None
-        if self._handles and len(self._fds) >= MAX_HANDLES:
+        if self._handles and len(self._fds) >= self.max_handles:
             # A parent without a pidfd could exit unseen: hold none at all from here on.
             self._handles = False
             self.keep_only(set())
