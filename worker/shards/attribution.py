@@ -15,14 +15,13 @@ its pid. The read is a bare os.open/os.read: pathlib and a buffered file
 object cost three times as much.
 
 A running process keeps its parent until that parent exits, and its start
-time for good, so each read is kept (until the process or its parent exits)
-with a pidfd (Linux 5.3 and later) that
-says when the process exits: a tick whose processes all still run reads
-nothing and polls every pidfd in one call. Without pidfds (an older kernel,
-a seccomp filter that denies pidfd_open, another /proc than the worker's
-own) a read lasts one tick. A process that moves itself to a new group or
-session (setsid) after it was read keeps its old group here until a process
-it depends on exits; engines daemonize before they touch a GPU.
+time for good, so each read is kept until the process or its parent exits,
+which a pidfd (Linux 5.3 and later) tells: a tick whose processes all still
+run reads nothing and polls every pidfd in one call. Without pidfds (an older
+kernel, a seccomp filter that denies pidfd_open, another /proc than the
+worker's own) a read lasts one tick. A process that moves itself to a new
+group or session (setsid) after it was read keeps its old group here until a
+process it depends on exits; engines daemonize before they touch a GPU.
 """
 
 from __future__ import annotations
