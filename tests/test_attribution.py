@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from placewatch.shards.attribution import ProcTable, owner, parse_start, parse_stat
+from placewatch.shards.attribution import ProcTable, owner, parse_stat
 
 SLEEP = "import time; time.sleep(60)"
 # Starts a child, and a grandchild that double-forks away (reparented, same group).
@@ -54,7 +54,7 @@ def group_members(pgid: int) -> list[int]:
 
 
 def test_parse_stat_reads_after_the_last_parenthesis() -> None:
-    assert parse_stat("4242 (llama (server) x) S 1 4242 4242 0 -1") == (1, 4242)
+    assert parse_stat("4242 (llama (server) x) S 1 4242 4242 0 -1") == (1, 4242, None)
     assert parse_stat("garbage") is None
     assert parse_stat("12 (x) S") is None
 
@@ -113,11 +113,11 @@ def test_invisible_pids_have_no_owner_and_are_not_visible() -> None:
     assert owner(missing, {1: "init"}, table) is None
 
 
-def test_parse_start_reads_the_start_time_after_the_last_parenthesis() -> None:
+def test_parse_stat_reads_the_start_time_after_the_last_parenthesis() -> None:
     line = "4242 (llama (server) x) S 1 4242 4242 0 -1 4194560 9 0 0 0 3 1 0 0 20 0 7 0 918273 0"
-    assert parse_start(line) == 918273
-    assert parse_start("12 (x) S 1 12") is None
-    assert parse_start("garbage") is None
+    assert parse_stat(line) == (1, 4242, 918273)
+    assert parse_stat("12 (x) S 1 12") == (1, 12, None)
+    assert parse_stat("garbage") is None
 
 
 def test_start_time_tells_this_process_from_one_that_reuses_its_pid() -> None:
@@ -163,7 +163,6 @@ def test_keep_only_forgets_the_rest(procs: list[subprocess.Popen[bytes]]) -> Non
     assert not table.refresh(), "an exit of a process no longer kept was reported"
     assert table.stat(a.pid) == (os.getpid(), a.pid)
     assert table.stat(b.pid) is None
-    table.close()
 
 
 def test_a_table_over_another_proc_reads_again_every_tick(tmp_path: Path) -> None:

@@ -78,10 +78,6 @@ class ProcTable:
         for pid in [p for p in self._fds if p not in pids]:
             self._drop(pid)
 
-    def close(self) -> None:
-        self.keep_only(set())
-        self._stats.clear()
-
     def _drop(self, pid: int) -> None:
         self._stats.pop(pid, None)
         fd = self._fds.pop(pid, None)
@@ -110,7 +106,7 @@ class ProcTable:
                 self._handles = False
                 self.keep_only(set())
         text = read_stat_text(self.root, pid)
-        found = None if text is None else parse_stat_fields(text)
+        found = None if text is None else parse_stat(text)
         self._stats[pid] = found
         if fd is not None:
             if found is None:
@@ -158,21 +154,7 @@ def read_stat_text(root: Path, pid: int) -> str | None:
     return data.decode(errors="replace")
 
 
-def parse_stat(text: str) -> tuple[int, int] | None:
-    """(ppid, pgid) from the text of /proc/PID/stat."""
-    end = text.rfind(")")
-    if end < 0:
-        return None
-    fields = text[end + 1 :].split()
-    if len(fields) < 3:
-        return None
-    try:
-        return int(fields[1]), int(fields[2])
-    except ValueError:
-        return None
-
-
-def parse_stat_fields(text: str) -> Stat | None:
+def parse_stat(text: str) -> Stat | None:
     """(ppid, pgid, start time) from the text of /proc/PID/stat; the start time may be None."""
     end = text.rfind(")")
     fields = text[end + 1 :].split() if end >= 0 else []
@@ -184,17 +166,6 @@ def parse_stat_fields(text: str) -> Stat | None:
         return ppid, pgid, int(fields[19])
     except (IndexError, ValueError):
         return ppid, pgid, None
-
-
-def parse_start(text: str) -> int | None:
-    """The start time (clock ticks after boot) from the text of /proc/PID/stat."""
-    end = text.rfind(")")
-    if end < 0:
-        return None
-    try:
-        return int(text[end + 1 :].split()[19])
-    except (IndexError, ValueError):
-        return None
 
 
 def owner(pid: int, shard_pids: dict[int, str], table: ProcTable) -> str | None:
