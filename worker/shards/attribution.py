@@ -78,6 +78,12 @@ class ProcTable:
         for pid in [p for p in self._fds if p not in pids]:
             self._drop(pid)
 
+    def _stop_holding(self) -> None:
+        """Hold no pidfd from here on: a parent without one could exit unseen, so no read
+        may outlive its tick."""
+        self._handles = False
+        self.keep_only(set())
+
     def _drop(self, pid: int) -> None:
         self._stats.pop(pid, None)
         fd = self._fds.pop(pid, None)
@@ -94,17 +100,14 @@ class ProcTable:
         # new process but the pidfd (of the old) reports an exit at the next refresh().
         fd = None
         if self._handles and len(self._fds) >= self.max_handles:
-            # A parent without a pidfd could exit unseen: hold none at all from here on.
-            self._handles = False
-            self.keep_only(set())
+            self._stop_holding()
         if self._handles and pid > 0:
             try:
                 fd = os.pidfd_open(pid)
             except ProcessLookupError:  # gone, or in another PID namespace
                 fd = None
             except OSError:  # ENOSYS (before Linux 5.3), EPERM (seccomp), EMFILE
-                self._handles = False
-                self.keep_only(set())
+                self._stop_holding()
         text = read_stat_text(self.root, pid)
         found = None if text is None else parse_stat(text)
         self._stats[pid] = found

@@ -93,7 +93,6 @@ class ShardWatch:
         self.shards_file = shards_file
         self.bucket = bucket
         self.discovery = discovery
-        self.proc_root = proc_root
         self.clock = clock
         self.tracked: dict[str, Tracked] = {}
         self._reading_logs = threading.Lock()  # the tick and the log-follow loop, two threads
