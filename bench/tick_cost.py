@@ -3,7 +3,9 @@
 An 8-GPU node with 64 GPU processes and 16 shards: each shard is a real
 sleeping process leading its own session with three children (as vLLM's
 workers or an Ollama runner are), all four listed on the shard's GPU, placed
-through a shards file; discovery is off. Three paths, one run:
+through a shards file; discovery is off. Four paths, one run, their ticks
+taken in turn (one of each, then the next of each), so that the VM's slow
+and fast minutes fall on all of them alike:
 
 - nvidia-smi, floor: the worker runs the two CSV queries a tick; the tool is
   the cheapest one possible, `sh` and `cat` of the answer.
@@ -15,7 +17,9 @@ through a shards file; discovery is off. Three paths, one run:
 - NVML in process (a stand-in library serving the same GPUs): no child.
 
 The worker's CPU is its own (every thread; user and system, system shown
-apart), the spawn's is the children's, counted over the ticks alone.
+apart), the spawn's is the children's, counted over the ticks alone; the
+mean is the figure, the median and 90th percentile of the ticks show their
+spread.
 Between ticks the script pauses past the host sampler's CPU window, as the
 worker's loop sleeps out its interval, so that each tick does what a
 worker's does, caches as cold. A last row takes the shards away, to show
@@ -31,11 +35,12 @@ import os
 import resource
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -76,12 +81,34 @@ def cpu(who: int) -> tuple[float, float]:
 
 
 class Cost:
-    """CPU seconds per tick: the worker's own (and its system share), the tools'."""
+    """One path's CPU per tick: the worker's own (each tick's, and system apart), the tools'."""
 
-    def __init__(self, own: tuple[float, float], children: tuple[float, float], n: int) -> None:
-        self.own = sum(own) / n
-        self.system = own[1] / n
-        self.spawn = sum(children) / n / SPAWNS_PER_TICK
+    def __init__(self) -> None:
+        self.own: list[float] = []
+        self.system = 0.0
+        self.children = 0.0
+
+    def add(self, own: tuple[float, float], children: tuple[float, float]) -> None:
+        self.own.append(sum(own))
+        self.system += own[1]
+        self.children += sum(children)
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.own)
+
+    @property
+    def system_mean(self) -> float:
+        return self.system / len(self.own)
+
+    @property
+    def spawn(self) -> float:
+        """CPU seconds of one tool run (0 for a path that runs none)."""
+        return self.children / len(self.own) / SPAWNS_PER_TICK
+
+    def quantile(self, q: float) -> float:
+        ordered = sorted(self.own)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 @contextmanager
@@ -125,78 +152,101 @@ def sampler(chain: VendorChain, shards: ShardsFile | None) -> NodeSampler:
     return NodeSampler("bench", 2.0, [chain], HostSampler(), session="bench", watch=watch)
 
 
-async def ticks(node: NodeSampler, n: int) -> Cost:
-    """The CPU of n ticks, each after a pause."""
-    await node.sample()  # warm up: imports, first host window, shard start times
-    judged = SHARDS if node.watch and node.watch.shards_file else 0
-    own, children = (0.0, 0.0), (0.0, 0.0)
+async def interleaved(
+    paths: dict[str, NodeSampler], n: int, reference: Callable[[], object]
+) -> tuple[dict[str, Cost], list[float], list[float]]:
+    """n ticks of each path, taken in turn, each after a pause: their CPU.
+
+    Each round also times `reference` after the same pause and again at once:
+    the CPU of the same work cold and warm, what this machine charges for a
+    pause at the time.
+    """
+    costs = {name: Cost() for name in paths}
+    cold: list[float] = []
+    warm: list[float] = []
+    for node in paths.values():
+        await node.sample()  # warm up: imports, first host window, shard start times
     for _ in range(n):
         await anyio.sleep(PAUSE_S)
-        own_before, children_before = cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN)
-        telemetry = (await node.sample()).telemetry
-        own_after, children_after = cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN)
-        own = (own[0] + own_after[0] - own_before[0], own[1] + own_after[1] - own_before[1])
-        children = (
-            children[0] + children_after[0] - children_before[0],
-            children[1] + children_after[1] - children_before[1],
-        )
-        assert len(telemetry.gpus) == GPUS, telemetry.sources
-        assert sum(len(g.processes) for g in telemetry.gpus) == PROCESSES
-        assert [b.verdict for b in telemetry.shards] == ["gpu"] * judged, telemetry.shards
-    return Cost(own, children, n)
+        started = time.process_time()
+        reference()
+        between = time.process_time()
+        reference()
+        cold.append(between - started)
+        warm.append(time.process_time() - between)
+        for name, node in paths.items():
+            await anyio.sleep(PAUSE_S)
+            own_before, children_before = cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN)
+            telemetry = (await node.sample()).telemetry
+            own_after, children_after = cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN)
+            costs[name].add(
+                (own_after[0] - own_before[0], own_after[1] - own_before[1]),
+                (children_after[0] - children_before[0], children_after[1] - children_before[1]),
+            )
+            judged = SHARDS if node.watch and node.watch.shards_file else 0
+            assert len(telemetry.gpus) == GPUS, telemetry.sources
+            assert sum(len(g.processes) for g in telemetry.gpus) == PROCESSES
+            assert [b.verdict for b in telemetry.shards] == ["gpu"] * judged, telemetry.shards
+    return costs, cold, warm
 
 
-def smi_path(tmp: Path, apps: str, shards: ShardsFile, n: int, python: str | None) -> Cost:
+def smi_chain(tmp: Path, apps: str, python: str | None) -> VendorChain:
     where = tmp / ("interpreter" if python else "floor")
     where.mkdir()
-    bin_dir = write_fake_nvidia_smi(where, GPUS, apps, python=python)
-    tool = str(bin_dir / "nvidia-smi")
-    chain = VendorChain("nvidia", [NvidiaSmiSource(ProbeRunner(), tool=tool)])
-    return anyio.run(ticks, sampler(chain, shards), n, backend="asyncio")
+    tool = str(write_fake_nvidia_smi(where, GPUS, apps, python=python) / "nvidia-smi")
+    return VendorChain("nvidia", [NvidiaSmiSource(ProbeRunner(), tool=tool)])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ticks", type=int, default=150)
+    parser.add_argument("--ticks", type=int, default=150, help="ticks of each path")
     n = parser.parse_args().ticks
     with tempfile.TemporaryDirectory() as tmp_name, shard_processes() as groups:
         tmp = Path(tmp_name)
         holders = [(s % GPUS, pid) for s, pids in enumerate(groups) for pid in pids]
         apps = query_apps_of(holders)
         shards = shards_file(tmp, groups)
-        floor = smi_path(tmp, apps, shards, n, None)
-        interpreter = smi_path(tmp, apps, shards, n, sys.executable)
         gpus = attach_processes(parse_gpus(query_gpu(GPUS)), parse_compute_apps(apps))
-        nvml = anyio.run(
-            ticks, sampler(VendorChain("nvidia", [NvmlSource(FakeNvml(gpus))]), shards), n
-        )
-        bare = anyio.run(
-            ticks, sampler(VendorChain("nvidia", [NvmlSource(FakeNvml(gpus))]), None), n
-        )
+        paths = {
+            "nvidia-smi, floor tool (sh+cat)": sampler(smi_chain(tmp, apps, None), shards),
+            "nvidia-smi, interpreter tool": sampler(smi_chain(tmp, apps, sys.executable), shards),
+            "NVML in process": sampler(VendorChain("nvidia", [NvmlSource(FakeNvml(gpus))]), shards),
+            "NVML in process, no shards": sampler(
+                VendorChain("nvidia", [NvmlSource(FakeNvml(gpus))]), None
+            ),
+        }
+        answers = query_gpu(GPUS), apps
 
+        def parse() -> object:
+            return parse_gpus(answers[0]), parse_compute_apps(answers[1])
+
+        costs, cold, warm = anyio.run(interleaved, paths, n, parse, backend="asyncio")
+
+    floor = costs["nvidia-smi, floor tool (sh+cat)"].spawn
+    interpreter = costs["nvidia-smi, interpreter tool"].spawn
     print(
-        f"tick cost: {GPUS} GPUs, {PROCESSES} GPU processes, {SHARDS} shards, {n} ticks, "
-        f"CPU ms per tick (load {os.getloadavg()[0]:.2f})"
+        f"tick cost: {GPUS} GPUs, {PROCESSES} GPU processes, {SHARDS} shards, {n} ticks of each "
+        f"path taken in turn, CPU ms per tick (load {os.getloadavg()[0]:.2f})"
     )
     print(
-        f"{'path':<34}{'worker':>8}{'system':>8}{'one spawn':>11}"
+        f"{'path':<34}{'worker':>8}{'p50':>7}{'p90':>7}{'system':>8}{'one spawn':>11}"
         f"{'/ floor spawn':>15}{'/ interp. spawn':>17}"
     )
-    rows = (
-        ("nvidia-smi, floor tool (sh+cat)", floor),
-        ("nvidia-smi, interpreter tool", interpreter),
-        ("NVML in process", nvml),
-        ("NVML in process, no shards", bare),
-    )
-    for name, cost in rows:
+    for name, cost in costs.items():
         spawn = f"{cost.spawn * 1e3:.3f}" if cost.spawn else "-"
         print(
-            f"{name:<34}{cost.own * 1e3:>8.3f}{cost.system * 1e3:>8.3f}{spawn:>11}"
-            f"{cost.own / floor.spawn:>15.3f}{cost.own / interpreter.spawn:>17.3f}"
+            f"{name:<34}{cost.mean * 1e3:>8.3f}{cost.quantile(0.5) * 1e3:>7.2f}"
+            f"{cost.quantile(0.9) * 1e3:>7.2f}{cost.system_mean * 1e3:>8.3f}{spawn:>11}"
+            f"{cost.mean / floor:>15.3f}{cost.mean / interpreter:>17.3f}"
         )
     print(
-        "targets: nvidia-smi path worker <= 0.25 of one spawn of its tool; "
-        "NVML worker <= 2 ms per tick"
+        "worker: the mean; the ratios are of the mean. targets: nvidia-smi path worker <= 0.25 "
+        "of one spawn of its tool; NVML worker <= 2 ms per tick"
+    )
+    cold_ms, warm_ms = statistics.median(cold) * 1e3, statistics.median(warm) * 1e3
+    print(
+        f"this machine after a pause: parsing both answers took {cold_ms:.3f} ms (median), "
+        f"{warm_ms:.3f} ms again at once: {cold_ms / warm_ms:.1f}x"
     )
 
 
