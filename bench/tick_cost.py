@@ -206,7 +206,8 @@ def main() -> None:
         holders = [(s % GPUS, pid) for s, pids in enumerate(groups) for pid in pids]
         apps = query_apps_of(holders)
         shards = shards_file(tmp, groups)
-        gpus = attach_processes(parse_gpus(query_gpu(GPUS)), parse_compute_apps(apps))
+        gpu_answer = query_gpu(GPUS)
+        gpus = attach_processes(parse_gpus(gpu_answer), parse_compute_apps(apps))
         paths = {
             "nvidia-smi, floor tool (sh+cat)": sampler(smi_chain(tmp, apps, None), shards),
             "nvidia-smi, interpreter tool": sampler(smi_chain(tmp, apps, sys.executable), shards),
@@ -215,10 +216,9 @@ def main() -> None:
                 VendorChain("nvidia", [NvmlSource(FakeNvml(gpus))]), None
             ),
         }
-        answers = query_gpu(GPUS), apps
 
         def parse() -> object:
-            return parse_gpus(answers[0]), parse_compute_apps(answers[1])
+            return parse_gpus(gpu_answer), parse_compute_apps(apps)
 
         costs, cold, warm = anyio.run(interleaved, paths, n, parse, backend="asyncio")
 
