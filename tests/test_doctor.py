@@ -13,8 +13,10 @@ import subprocess
 from pathlib import Path
 
 import anyio
+import pytest
 
 from placewatch.doctor import Check, Engine, Report, preflight
+from placewatch.gpu import nvml
 from placewatch.probe import ProbeRunner
 
 from .conftest import (
@@ -120,6 +122,23 @@ def test_all_ok_against_a_real_server_with_nvidia_smi_and_an_engine(
     assert lines(out, "engine pre-flight") == [
         f"ok    engine pre-flight: llama-server ({engine}): "
         "CUDA0 NVIDIA A100-SXM4-80GB, CUDA1 NVIDIA A100-SXM4-80GB"
+    ]
+
+
+def test_a_node_without_gpu_tools_fails_with_what_to_install(fake_gpu: FakeGpuTools) -> None:
+    if nvml.load()[0] is not None:
+        pytest.skip("a real NVML answers on this machine")
+    done = run_placewatch("doctor", "--nats", f"nats://127.0.0.1:{free_port()}", env=fake_gpu.env())
+    assert done.returncode == 1
+    (nvml_line,) = lines(done.stdout, "GPU tool nvml")
+    assert nvml_line.startswith("skip  GPU tool nvml: NVML did not initialise: ")
+    assert lines(done.stdout, "GPU tool nvidia-smi") == [
+        "skip  GPU tool nvidia-smi: nvidia-smi not found on PATH"
+    ]
+    assert lines(done.stdout, "GPU tools") == [
+        "fail  GPU tools: none found: no NVML, nvidia-smi, rocm-smi or amd-smi; next: install the "
+        "NVIDIA driver (NVML, and nvidia-smi on the worker's PATH), or ROCm's rocm-smi or amd-smi "
+        "on the worker's PATH"
     ]
 
 

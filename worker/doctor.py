@@ -233,8 +233,8 @@ _TOOL_ADVICE = {
 }
 _STUCK = "a GPU is stuck in the driver: check dmesg for Xid errors; the GPU may need a reset"
 _INSTALL = (
-    "install a GPU tool on the worker's PATH: the NVIDIA driver's nvidia-smi (and pip install "
-    "'placewatch[nvml]'), or ROCm's rocm-smi or amd-smi"
+    "install the NVIDIA driver (NVML, and nvidia-smi on the worker's PATH), or ROCm's "
+    "rocm-smi or amd-smi on the worker's PATH"
 )
 
 

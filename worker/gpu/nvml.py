@@ -32,9 +32,9 @@ NAME = "nvml"
 def load() -> tuple[Any, str | None]:
     """The initialised pynvml module, or None and why it cannot be used."""
     try:
-        import pynvml  # noqa: PLC0415 - optional: the `nvml` extra
+        import pynvml  # noqa: PLC0415 - loaded only on a node that reads NVML
     except ImportError:
-        return None, "nvidia-ml-py is not installed (pip install 'placewatch[nvml]')"
+        return None, "nvidia-ml-py is not installed (pip install nvidia-ml-py)"
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError as exc:
