@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -17,7 +18,9 @@ from pathlib import Path
 import psutil
 import pytest
 
+from placewatch.config import GPU_SOURCES
 from placewatch.embedded import find_binary
+from placewatch.gpu import nvml
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -157,8 +160,22 @@ def fake_gpu(tmp_path: Path) -> FakeGpuTools:
     return FakeGpuTools(tmp_path / "fake-gpu")
 
 
+@functools.cache
+def real_nvml() -> bool:
+    """Whether a real NVIDIA driver answers through NVML on this machine."""
+    module, _ = nvml.load()
+    if module is None:
+        return False
+    module.nvmlShutdown()
+    return True
+
+
 def clean_env() -> dict[str, str]:
-    """The test's environment without any PLACEWATCH_* setting or real GPU tool on PATH."""
+    """The test's environment without any PLACEWATCH_* setting or real GPU tool.
+
+    No real tool is on PATH, and where a real driver answers through NVML the
+    worker is told to leave NVML out, so that the fake tools are what it reads.
+    """
     env = {k: v for k, v in os.environ.items() if not k.startswith("PLACEWATCH_")}
     keep = [
         d
@@ -166,6 +183,8 @@ def clean_env() -> dict[str, str]:
         if d and not any((Path(d) / t).exists() for t in ("nvidia-smi", "rocm-smi", "amd-smi"))
     ]
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), *keep])
+    if real_nvml():
+        env["PLACEWATCH_GPU_SOURCES"] = ",".join(s for s in GPU_SOURCES if s != "nvml")
     return env
 
 

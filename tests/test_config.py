@@ -16,6 +16,7 @@ def test_defaults() -> None:
     assert s.nats == []
     assert s.interval == 2.0
     assert s.prefix == "placewatch"
+    assert s.gpu_sources == ["nvml", "nvidia-smi", "rocm-smi", "amd-smi"]
     assert s.node  # the short hostname
     assert "." not in s.node
 
@@ -38,6 +39,34 @@ def test_config_file_from_environment_and_url_lists(tmp_path: Path) -> None:
     assert s.nats == ["nats://a:4222", "nats://b:4222"]
     s = load({}, environ={"PLACEWATCH_NATS": "nats://c:1,nats://d:2"})
     assert s.nats == ["nats://c:1", "nats://d:2"]
+
+
+def test_gpu_sources_as_a_list_or_comma_separated(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text('gpu_sources = ["rocm-smi", "amd-smi"]\n')
+    assert load({}, environ={}, config_path=str(config)).gpu_sources == ["rocm-smi", "amd-smi"]
+    env = {"PLACEWATCH_GPU_SOURCES": "nvidia-smi, amd-smi"}
+    assert load({}, environ=env).gpu_sources == ["nvidia-smi", "amd-smi"]
+    assert load({"gpu_sources": "nvml"}, environ=env).gpu_sources == ["nvml"]
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (
+            "nvml,cuda",
+            "Invalid enum value 'cuda'; expected one of nvml, nvidia-smi, rocm-smi, amd-smi",
+        ),
+        (" , ", "names none; name at least one of nvml, nvidia-smi, rocm-smi, amd-smi"),
+    ],
+)
+def test_bad_gpu_sources_name_the_choices(value: str, message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load({}, environ={"PLACEWATCH_GPU_SOURCES": value})
+    assert str(caught.value) == f"environment variable PLACEWATCH_GPU_SOURCES: {message}"
+    with pytest.raises(ConfigError) as caught:
+        load({"gpu_sources": value}, environ={})
+    assert str(caught.value) == f"--gpu-sources: {message}"
 
 
 def test_unknown_file_key_names_the_key(tmp_path: Path) -> None:

@@ -16,7 +16,6 @@ import anyio
 import pytest
 
 from placewatch.doctor import Check, Engine, Report, preflight
-from placewatch.gpu import nvml
 from placewatch.probe import ProbeRunner
 
 from .conftest import (
@@ -26,6 +25,7 @@ from .conftest import (
     NatsServer,
     apps,
     free_port,
+    real_nvml,
     run_placewatch,
 )
 from .natsproto import RawSubscriber
@@ -126,7 +126,7 @@ def test_all_ok_against_a_real_server_with_nvidia_smi_and_an_engine(
 
 
 def test_a_node_without_gpu_tools_fails_with_what_to_install(fake_gpu: FakeGpuTools) -> None:
-    if nvml.load()[0] is not None:
+    if real_nvml():
         pytest.skip("a real NVML answers on this machine")
     done = run_placewatch("doctor", "--nats", f"nats://127.0.0.1:{free_port()}", env=fake_gpu.env())
     assert done.returncode == 1
@@ -139,6 +139,14 @@ def test_a_node_without_gpu_tools_fails_with_what_to_install(fake_gpu: FakeGpuTo
         "fail  GPU tools: none found: no NVML, nvidia-smi, rocm-smi or amd-smi; next: install the "
         "NVIDIA driver (NVML, and nvidia-smi on the worker's PATH), or ROCm's rocm-smi or amd-smi "
         "on the worker's PATH"
+    ]
+    env = fake_gpu.env() | {"PLACEWATCH_GPU_SOURCES": "rocm-smi"}
+    done = run_placewatch("doctor", "--nats", f"nats://127.0.0.1:{free_port()}", env=env)
+    assert [line for line in done.stdout.splitlines() if "GPU tool" in line] == [
+        "skip  GPU tool rocm-smi: rocm-smi not found on PATH",
+        "fail  GPU tools: none found: no rocm-smi; next: install the NVIDIA driver (NVML, and "
+        "nvidia-smi on the worker's PATH), or ROCm's rocm-smi or amd-smi on the worker's PATH; "
+        "or widen gpu_sources (now rocm-smi)",
     ]
 
 

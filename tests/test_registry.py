@@ -5,9 +5,10 @@ from __future__ import annotations
 import anyio
 import pytest
 
+from placewatch.config import GPU_SOURCES
 from placewatch.gpu.nvidia_smi import NvidiaSmiSource
 from placewatch.gpu.nvml import NvmlSource
-from placewatch.gpu.registry import RECHECK_ABSENT_S, VendorChain
+from placewatch.gpu.registry import RECHECK_ABSENT_S, VendorChain, default_chains
 from placewatch.probe import ProbeRunner
 from placewatch.schemas import GpuSample, SourceStatus
 
@@ -79,3 +80,18 @@ def test_an_absent_vendor_is_looked_for_once_a_minute(monkeypatch: pytest.Monkey
     assert not chain.resting()
     sample(chain)
     assert len(looked) == 2
+
+
+def test_every_source_has_a_setting_name_and_the_vendors_order_holds() -> None:
+    every = default_chains(ProbeRunner())
+    assert [(c.vendor, [s.name for s in c.candidates]) for c in every] == [
+        ("nvidia", ["nvml", "nvidia-smi"]),
+        ("amd", ["rocm-smi", "amd-smi"]),
+    ]
+    assert sorted(GPU_SOURCES) == sorted(s.name for c in every for s in c.candidates)
+    chosen = default_chains(ProbeRunner(), sources=["amd-smi", "nvidia-smi", "rocm-smi"])
+    assert [(c.vendor, [s.name for s in c.candidates]) for c in chosen] == [
+        ("nvidia", ["nvidia-smi"]),
+        ("amd", ["rocm-smi", "amd-smi"]),
+    ]
+    assert [c.vendor for c in default_chains(ProbeRunner(), sources=["nvml"])] == ["nvidia"]

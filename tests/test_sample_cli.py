@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .conftest import CORPUS, FIXTURES, FakeGpuTools, needs_corpus, run_placewatch
+import pytest
+
+from .conftest import CORPUS, FIXTURES, FakeGpuTools, needs_corpus, real_nvml, run_placewatch
 
 MiB = 1 << 20
 
@@ -58,6 +60,8 @@ def test_sample_replays_a_real_h100_capture(fake_gpu: FakeGpuTools) -> None:
 
 
 def test_sample_without_gpu_tools_reports_none_and_exits_0() -> None:
+    if real_nvml():
+        pytest.skip("a real NVML answers on this machine")
     done = run_placewatch("sample", "--json")
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
@@ -70,6 +74,16 @@ def test_sample_without_gpu_tools_reports_none_and_exits_0() -> None:
     )
     assert {s["vendor"] for s in sources.values()} >= {"nvidia"}
     assert doc["host"]["cpu_count"] >= 1
+
+
+def test_sample_reads_only_the_gpu_sources_it_is_given() -> None:
+    done = run_placewatch("sample", "--json", "--gpu-sources", "nvidia-smi,amd-smi")
+    assert done.returncode == 0, done.stderr
+    sources = json.loads(done.stdout)["sources"]
+    assert [(s["name"], s["error"]) for s in sources] == [
+        ("nvidia-smi", "nvidia-smi not found on PATH"),
+        ("amd-smi", "amd-smi not found on PATH"),
+    ]
 
 
 def test_failing_driver_is_reported_with_its_own_words(fake_gpu: FakeGpuTools) -> None:

@@ -15,11 +15,10 @@ import msgspec
 from placewatch.schemas import NodeTelemetry, asyncapi_document, json_schema
 
 from . import __version__, alerts, doctor, watch
-from .config import ENV_CONFIG, ConfigError, Settings, load, split_urls
+from .config import ENV_CONFIG, GPU_SOURCES, ConfigError, Settings, load
 from .embedded import EmbeddedError
-from .gpu.registry import default_chains
+from .gpu.registry import chains_for
 from .host import HostSampler
-from .probe import ProbeRunner
 from .runtime import run
 from .sampler import NodeSampler, new_session
 from .shards.watch import shard_watch
@@ -77,7 +76,7 @@ def _sample(settings: Settings, *, as_json: bool) -> int:
         sampler = NodeSampler(
             settings.node,
             settings.interval,
-            default_chains(ProbeRunner(settings.probe_timeout), settings.kfd_root),
+            chains_for(settings),
             HostSampler(),
             session=session,
             watch=shard_watch(settings, session),
@@ -135,7 +134,7 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
     for field in Settings.__struct_fields__:
         value = getattr(args, field, None)
         if value is not None:
-            given[field] = split_urls(value) if field == "nats" else value
+            given[field] = value
     return given
 
 
@@ -176,6 +175,11 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("--interval", type=float, metavar="SECONDS", help="default 2")
     common.add_argument(
         "--probe-timeout", type=float, metavar="SECONDS", help="limit for one GPU tool run (5)"
+    )
+    common.add_argument(
+        "--gpu-sources",
+        metavar="NAMES",
+        help=f"GPU sources to read, comma-separated (default {','.join(GPU_SOURCES)})",
     )
     common.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     common.add_argument("--kfd-root", metavar="DIR", help="AMD KFD sysfs tree (/sys/class/kfd/kfd)")

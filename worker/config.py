@@ -23,6 +23,10 @@ ENV_CONFIG = "PLACEWATCH_CONFIG"
 
 Positive = Annotated[float, msgspec.Meta(gt=0)]
 Port = Annotated[int, msgspec.Meta(ge=0, le=65535)]
+GpuSourceName = Literal["nvml", "nvidia-smi", "rocm-smi", "amd-smi"]
+GPU_SOURCES: tuple[GpuSourceName, ...] = get_args(GpuSourceName)
+LISTS = ("nats", "gpu_sources")
+"""Settings that are lists: a comma-separated string in a flag or the environment."""
 
 
 def default_state_dir() -> str:
@@ -59,6 +63,10 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     prefix: str = "placewatch"
     encoding: Literal["json", "msgpack"] = "json"
     probe_timeout: Positive = 5.0
+    gpu_sources: Annotated[list[GpuSourceName], msgspec.Meta(min_length=1)] = msgspec.field(
+        default_factory=lambda: list(GPU_SOURCES)
+    )
+    """The GPU sources to read; each vendor's are tried in their own order (NVML first)."""
     state_dir: str = msgspec.field(default_factory=default_state_dir)
     embedded_port: Port = 4222
     """Port of the embedded server; taken when free, else any free port. 0: any."""
@@ -139,8 +147,9 @@ def _read_env(environ: Mapping[str, str]) -> dict[str, Any]:
 def _check(layer: dict[str, Any], where: str, *, strict: bool) -> dict[str, Any]:
     """`layer` with its values normalised, or a ConfigError naming the bad key."""
     layer = dict(layer)
-    if isinstance(layer.get("nats"), str):
-        layer["nats"] = split_urls(layer["nats"])
+    for key in LISTS:
+        if isinstance(layer.get(key), str):
+            layer[key] = split_list(layer[key])
     try:
         msgspec.convert(layer, Settings, strict=strict)
     except msgspec.ValidationError as exc:
@@ -148,13 +157,15 @@ def _check(layer: dict[str, Any], where: str, *, strict: bool) -> dict[str, Any]
     return layer
 
 
-def split_urls(value: str) -> list[str]:
-    """Comma-separated server URLs, the form NATS tools take, as a list."""
-    return [url.strip() for url in value.split(",") if url.strip()]
+def split_list(value: str) -> list[str]:
+    """Comma-separated values (server URLs, the form NATS tools take), as a list."""
+    return [item.strip() for item in value.split(",") if item.strip()]
 
 
 def _choices(key: str) -> tuple[str, ...]:
     hint = get_type_hints(Settings).get(key)
+    if get_origin(hint) is list:
+        (hint,) = get_args(hint)
     return tuple(str(c) for c in get_args(hint)) if get_origin(hint) is Literal else ()
 
 
@@ -175,6 +186,8 @@ def _explain(message: str, where: str) -> str:
     choices = _choices(key)
     if choices and what.startswith("Invalid enum value"):
         what += f"; expected one of {', '.join(choices)}"
+    elif choices and what.startswith("Expected `array` of length >= 1"):
+        what = f"names none; name at least one of {', '.join(choices)}"
     if where == "environment":
         return f"environment variable {env_name(key)}: {what}"
     if where == "flag":

@@ -40,8 +40,8 @@ from nats.js import JetStreamContext
 from placewatch.schemas import GpuSample, encode, subjects
 
 from .bus import connect_options, inbox_prefix, redact
-from .config import ConfigError, Settings
-from .gpu.registry import default_chains
+from .config import GPU_SOURCES, ConfigError, Settings
+from .gpu.registry import chains_for
 from .host import HostSampler
 from .probe import ProbeRunner
 from .sampler import NodeSampler, new_session
@@ -242,7 +242,7 @@ async def check_gpu_tools(settings: Settings, report: Report) -> list[GpuSample]
     """One sample through each source on the node; the GPUs of each vendor's first answer."""
     gpus: list[GpuSample] = []
     present = False
-    for chain in default_chains(ProbeRunner(settings.probe_timeout), settings.kfd_root):
+    for chain in chains_for(settings):
         vendor_gpus: list[GpuSample] = []
         for source in chain.candidates:
             name = f"GPU tool {source.name}"
@@ -262,7 +262,12 @@ async def check_gpu_tools(settings: Settings, report: Report) -> list[GpuSample]
             report.fail(name, f"{but}{status.error} (after {took})", todo)
         gpus += vendor_gpus
     if not present:
-        report.fail(GPU_TOOLS, "none found: no NVML, nvidia-smi, rocm-smi or amd-smi", _INSTALL)
+        names = ["NVML" if name == "nvml" else name for name in settings.gpu_sources]
+        listed = " or ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
+        todo = _INSTALL
+        if set(settings.gpu_sources) != set(GPU_SOURCES):
+            todo += f"; or widen gpu_sources (now {','.join(settings.gpu_sources)})"
+        report.fail(GPU_TOOLS, f"none found: no {listed}", todo)
     return gpus
 
 
@@ -687,7 +692,7 @@ class _Bus:
         settings = self.settings
         subject = subjects.telemetry(settings.node, settings.prefix)
         session = new_session()
-        chains = default_chains(ProbeRunner(settings.probe_timeout), settings.kfd_root)
+        chains = chains_for(settings)
         sampler = NodeSampler(
             settings.node,
             settings.interval,

@@ -23,10 +23,9 @@ from placewatch.schemas import ComputeStatus, FallbackEvent
 from .bus import Publisher, connect, connect_options, inbox_prefix
 from .config import Settings
 from .embedded import EmbeddedServer
-from .gpu.registry import default_chains
+from .gpu.registry import chains_for
 from .host import HostSampler
 from .outbox import EventOutbox, StreamSettings
-from .probe import ProbeRunner
 from .sampler import NodeSampler, new_session
 from .service import Latest, start_service
 from .shards.bucket import PlacementsBucket
@@ -60,7 +59,7 @@ async def run(settings: Settings, out: TextIO) -> None:
         sampler = NodeSampler(
             settings.node,
             settings.interval,
-            default_chains(ProbeRunner(settings.probe_timeout), settings.kfd_root),
+            chains_for(settings),
             HostSampler(),
             session=session,
             watch=shard_watch(settings, session, bucket),

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 from placewatch.schemas import GpuSample, SourceStatus
 from placewatch.schemas.messages import Vendor
 
+from ..config import GPU_SOURCES, Settings
 from ..probe import ProbeRunner
 from . import GpuSource, kfd
 from .amd_smi import AmdSmiSource
@@ -30,14 +31,29 @@ log = logging.getLogger(__name__)
 RECHECK_ABSENT_S = 60.0
 
 
-def default_chains(runner: ProbeRunner, kfd_root: str | Path = kfd.KFD_ROOT) -> list[VendorChain]:
-    return [
+def default_chains(
+    runner: ProbeRunner,
+    kfd_root: str | Path = kfd.KFD_ROOT,
+    sources: Collection[str] = GPU_SOURCES,
+) -> list[VendorChain]:
+    """A chain for each vendor with a source among `sources`, in the vendor's order."""
+    chains = [
         VendorChain("nvidia", [NvmlSource(timeout_s=runner.timeout_s), NvidiaSmiSource(runner)]),
         VendorChain(
             "amd",
             [RocmSmiSource(runner, kfd_root=kfd_root), AmdSmiSource(runner, kfd_root=kfd_root)],
         ),
     ]
+    for chain in chains:
+        chain.candidates = [source for source in chain.candidates if source.name in sources]
+    return [chain for chain in chains if chain.candidates]
+
+
+def chains_for(settings: Settings) -> list[VendorChain]:
+    """The chains of the GPU sources `settings` names, with its tool timeout and KFD tree."""
+    return default_chains(
+        ProbeRunner(settings.probe_timeout), settings.kfd_root, settings.gpu_sources
+    )
 
 
 class VendorChain:
