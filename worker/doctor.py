@@ -263,7 +263,7 @@ async def check_gpu_tools(settings: Settings, report: Report) -> list[GpuSample]
         gpus += vendor_gpus
     if not present:
         names = ["NVML" if name == "nvml" else name for name in settings.gpu_sources]
-        listed = " or ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
+        listed = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
         todo = _INSTALL
         if set(settings.gpu_sources) != set(GPU_SOURCES):
             todo += f"; or widen gpu_sources (now {','.join(settings.gpu_sources)})"
