@@ -7,9 +7,18 @@ import socket
 import time
 from pathlib import Path
 
+import anyio
 import msgspec
 
+from placewatch.bus import Publisher, connect
+from placewatch.host import HostSampler
+from placewatch.outbox import EventOutbox
+from placewatch.runtime import Worker as Worker_
+from placewatch.runtime import follow_logs
+from placewatch.sampler import NodeSampler
 from placewatch.schemas import NodeTelemetry, decode
+from placewatch.shards.events import EventTracker
+from placewatch.shards.watch import ShardWatch
 
 from .conftest import FIXTURES, FakeGpuTools, NatsServer, Worker, clean_env, free_port
 from .natsproto import RawSubscriber
@@ -162,3 +171,38 @@ def test_embedded_server_dies_with_a_killed_worker(tmp_path: Path, workers: list
             return
         time.sleep(0.1)
     raise AssertionError("the embedded server outlived a killed worker")
+
+
+def test_with_no_log_to_follow_the_log_loop_wakes_with_the_ticks_only(
+    nats_server: NatsServer,
+) -> None:
+    watch = ShardWatch("n1", "s1", discovery=False)
+    looks: list[float] = []
+    following = watch.following
+
+    def counted() -> bool:
+        looks.append(time.monotonic())
+        return following()
+
+    watch.following = counted  # type: ignore[method-assign]
+
+    async def main() -> tuple[int, float]:
+        nc = await connect([nats_server.url], "test worker")
+        sampler = NodeSampler("n1", 2.0, [], HostSampler(), session="s1", watch=watch)
+        worker = Worker_(
+            sampler, EventTracker("n1", "s1"), Publisher(nc, "placewatch"), EventOutbox(nc)
+        )
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(follow_logs, watch, worker)
+            await anyio.sleep(2.5)
+            idle = len(looks)
+            await worker.tick()
+            ticked = time.monotonic()
+            await anyio.sleep(0.1)
+            tg.cancel_scope.cancel()
+        await nc.close()
+        return idle, ticked
+
+    idle, ticked = anyio.run(main, backend="asyncio")
+    assert idle == 1  # looked once at the start, then waited for a tick, not a clock
+    assert [t for t in looks if t >= ticked], "the loop did not look again after the tick"

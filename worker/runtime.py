@@ -109,7 +109,7 @@ async def run(settings: Settings, out: TextIO) -> None:
                     session,
                 )
                 if sampler.watch is not None:
-                    tg.start_soon(_follow_logs, sampler.watch, worker)
+                    tg.start_soon(follow_logs, sampler.watch, worker)
                 await worker.loop(settings.interval)
         finally:
             with anyio.move_on_after(DRAIN_TIMEOUT_S, shield=True):
@@ -129,10 +129,19 @@ class Worker:
         self.outbox = outbox
         self.latest = Latest()
         self._lock = anyio.Lock()  # a re-check on demand never overlaps the loop's tick
+        self._ticked = anyio.Event()
 
     async def tick(self) -> None:
         async with self._lock:
-            await self._tick()
+            try:
+                await self._tick()
+            finally:
+                self._ticked.set()
+                self._ticked = anyio.Event()
+
+    async def ticked(self) -> None:
+        """Until the next tick is over."""
+        await self._ticked.wait()
 
     async def _tick(self) -> None:
         tick = await self.sampler.sample()
@@ -173,21 +182,17 @@ async def _set_up_streams(outbox: EventOutbox) -> None:
         log.warning("streams and buckets not ready yet (%s); retried with the first event", exc)
 
 
-LOG_IDLE_S = 1.0
-"""How often the loop looks for a log to follow while there is none."""
-
-
-async def _follow_logs(watch: ShardWatch, worker: Worker) -> None:
+async def follow_logs(watch: ShardWatch, worker: Worker) -> None:
     """Judge the shards again as soon as an engine's log says something new.
 
-    With no log to follow it looks once a second, not five times: those
-    wake-ups, each with a thread hop, were about a tenth of the CPU of a
-    worker with no shards (bench/footprint.py). The tick that places a shard
-    with a log reads that log itself.
+    With no log to follow it waits for the end of the next tick, the only
+    thing that places a shard with a log (and reads that log itself), so an
+    idle worker has no wake-ups of its own here: polling five times a second,
+    then once, cost a tenth and more of a worker's CPU (bench/footprint.py).
     """
     while True:
         if not watch.following():
-            await anyio.sleep(LOG_IDLE_S)
+            await worker.ticked()
             continue
         await anyio.sleep(LOG_POLL_S)
         if await anyio.to_thread.run_sync(watch.follow_logs):
