@@ -13,7 +13,7 @@ import msgspec
 from placewatch.bus import Publisher, connect
 from placewatch.host import HostSampler
 from placewatch.outbox import EventOutbox
-from placewatch.runtime import Worker as Worker_
+from placewatch.runtime import Worker as RuntimeWorker
 from placewatch.runtime import follow_logs
 from placewatch.sampler import NodeSampler
 from placewatch.schemas import NodeTelemetry, decode
@@ -189,7 +189,7 @@ def test_with_no_log_to_follow_the_log_loop_wakes_with_the_ticks_only(
     async def main() -> tuple[int, float]:
         nc = await connect([nats_server.url], "test worker")
         sampler = NodeSampler("n1", 2.0, [], HostSampler(), session="s1", watch=watch)
-        worker = Worker_(
+        worker = RuntimeWorker(
             sampler, EventTracker("n1", "s1"), Publisher(nc, "placewatch"), EventOutbox(nc)
         )
         async with anyio.create_task_group() as tg:
