@@ -4,8 +4,10 @@
 with a fake nvidia-smi on PATH answering for 8 GPUs and 64 processes (`sh`
 and `cat`: the tool's own processes are not counted anyway). Measured from
 the first telemetry on: RSS every half second (the last and the largest),
-and the worker's CPU time (user + system, its own threads, no children) over
-the wall time. dcgm-exporter, for comparison, is reported at 71 to 155 MiB RSS.
+the worker's CPU time (user + system, its own threads, no children) over
+the wall time, and its wakes: voluntary context switches of all its threads
+a second (each time one slept and was woken), a count this VM's noise does
+not move as it moves the CPU figure. dcgm-exporter, for comparison, is reported at 71 to 155 MiB RSS.
 
     python bench/footprint.py [--seconds S] [--interval S]
 """
@@ -37,8 +39,23 @@ CPU_TARGET_PCT = 0.5
 DCGM_EXPORTER_MIB = (71, 155)
 
 
-async def measure(url: str, pid: int, seconds: float) -> tuple[list[int], float, float, int]:
-    """RSS samples, CPU seconds, wall seconds and telemetry messages seen, from the first one."""
+def wakes(pid: int) -> int:
+    """Voluntary context switches of every thread of `pid` so far (threads that ended: lost)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            status = (task / "status").read_text()
+        except OSError:
+            continue  # the thread ended
+        for line in status.splitlines():
+            if line.startswith("voluntary_ctxt_switches:"):
+                total += int(line.split()[1])
+    return total
+
+
+async def measure(url: str, pid: int, seconds: float) -> tuple[list[int], float, float, int, int]:
+    """RSS samples, CPU seconds, wall seconds, telemetry messages seen and wakes, from the
+    first message on."""
     nc = await nats.connect(url)
     seen: list[float] = []
     first = anyio.Event()
@@ -52,18 +69,20 @@ async def measure(url: str, pid: int, seconds: float) -> tuple[list[int], float,
         await first.wait()
     proc = psutil.Process(pid)
     before = proc.cpu_times()
+    woken = wakes(pid)
     started = time.monotonic()
     rss = []
     while time.monotonic() - started < seconds:
         rss.append(proc.memory_info().rss)
         await anyio.sleep(0.5)
     after = proc.cpu_times()
+    woken = wakes(pid) - woken
     wall = time.monotonic() - started
     rss.append(proc.memory_info().rss)
     messages = sum(1 for t in seen if t >= started)
     await nc.close()
     cpu = (after.user - before.user) + (after.system - before.system)
-    return rss, cpu, wall, messages
+    return rss, cpu, wall, messages, woken
 
 
 def main() -> None:
@@ -88,7 +107,7 @@ def main() -> None:
         with open(Path(tmp) / "worker.log", "w") as log:
             worker = subprocess.Popen(argv, env=worker_env(tool_bin), stdout=log, stderr=log)
             try:
-                rss, cpu, wall, messages = anyio.run(measure, url, worker.pid, args.seconds)
+                rss, cpu, wall, messages, woken = anyio.run(measure, url, worker.pid, args.seconds)
             finally:
                 worker.terminate()
                 worker.wait(10)
@@ -110,6 +129,7 @@ def main() -> None:
     print(
         f"{'CPU, one core':<24}{pct:>10.3f} %{CPU_TARGET_PCT:>8.1f} %{pct / CPU_TARGET_PCT:>8.2f}"
     )
+    print(f"{'wakes a second':<24}{woken / wall:>10.1f}")
     low, high = DCGM_EXPORTER_MIB
     print(f"RSS against dcgm-exporter's {low} to {high} MiB: {peak / low:.2f} to {peak / high:.2f}")
     if said:

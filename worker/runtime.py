@@ -214,7 +214,7 @@ async def _watch_placements(
     delay = 1.0
     while True:
         try:
-            await bucket.watch(nc.jetstream(), create=create, replicas=replicas)
+            await bucket.watch(nc, create=create, replicas=replicas)
         except (nats.errors.Error, TimeoutError) as exc:
             log.warning(
                 "cannot watch KV %s (%s); retrying in %g s",

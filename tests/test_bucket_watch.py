@@ -1,0 +1,167 @@
+"""The placements watch against a real nats-server: the latest values, then each change,
+and afresh when the server loses its consumer or restarts."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+
+import anyio
+import nats
+import pytest
+from nats.aio.client import Client
+from nats.js.kv import KeyValue
+
+from placewatch.schemas import subjects
+from placewatch.shards.bucket import STREAM, PlacementsBucket
+
+from .conftest import NatsServer
+
+
+def spec(shard: str, gpu: int) -> bytes:
+    return json.dumps({"id": shard, "pid": 100 + gpu, "gpus": [gpu]}).encode()
+
+
+async def until(check: Callable[[], bool]) -> None:
+    with anyio.fail_after(10):
+        while not check():
+            await anyio.sleep(0.02)
+
+
+async def consumers(nc: Client) -> list[str]:
+    return [c.name for c in await nc.jetstream().consumers_info(STREAM)]
+
+
+Body = Callable[[Client, KeyValue, PlacementsBucket], Awaitable[None]]
+
+
+def watching(url: str, bucket: PlacementsBucket, before: Body, body: Body) -> None:
+    """Run `before` on a fresh bucket, then `body` with the watch running."""
+
+    async def main() -> None:
+        admin = await nats.connect(url)
+        node = await nats.connect(url, max_reconnect_attempts=-1, reconnect_time_wait=0.1)
+        try:
+            kv = await admin.jetstream().create_key_value(bucket=subjects.BUCKET_PLACEMENTS)
+            await before(admin, kv, bucket)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(bucket.watch, node)
+                await until(lambda: bucket.ready)
+                await body(admin, kv, bucket)
+                tg.cancel_scope.cancel()
+        finally:
+            await node.close()
+            await admin.close()
+
+    anyio.run(main, backend="asyncio")
+
+
+async def nothing(admin: Client, kv: KeyValue, bucket: PlacementsBucket) -> None:
+    pass
+
+
+def test_latest_values_of_this_node_then_each_change(nats_server: NatsServer) -> None:
+    bucket = PlacementsBucket("n1")
+
+    async def before(admin: Client, kv: KeyValue, bucket: PlacementsBucket) -> None:
+        await kv.put("n1.a", spec("a", 0))
+        await kv.put("n1.a", spec("a", 1))  # only the latest counts
+        await kv.put("n1.b", b"{not json")
+        await kv.put("n1.c", spec("c", 2))
+        await kv.delete("n1.c")
+        await kv.put("n2.x", spec("x", 3))  # another node's
+
+    async def body(admin: Client, kv: KeyValue, bucket: PlacementsBucket) -> None:
+        assert {k: s.gpus for k, s in bucket.specs.items()} == {"n1.a": [1]}
+        assert list(bucket.problems) == ["n1.b"]
+        await kv.put("n1.d", spec("d", 4))
+        await until(lambda: "n1.d" in bucket.specs)
+        await kv.put("n1.a", spec("a", 5))
+        await until(lambda: bucket.specs["n1.a"].gpus == [5])
+        await kv.put("n1.b", spec("b", 6))
+        await until(lambda: "n1.b" in bucket.specs)
+        assert bucket.problems == {}
+        await kv.delete("n1.a")
+        await kv.purge("n1.d")
+        await until(lambda: set(bucket.specs) == {"n1.b"})
+        await kv.put("n2.y", spec("y", 7))
+        await kv.put("n1.e", spec("e", 0))  # after n2.y: once it is in, n2.y was passed over
+        await until(lambda: "n1.e" in bucket.specs)
+        assert set(bucket.specs) == {"n1.b", "n1.e"}
+        assert len(await consumers(admin)) == 1
+
+    watching(nats_server.url, bucket, before, body)
+
+
+def test_an_empty_bucket_is_ready_at_once_and_a_quiet_one_stays_put(
+    nats_server: NatsServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    bucket = PlacementsBucket("n1", heartbeat=0.2)
+
+    async def body(admin: Client, kv: KeyValue, bucket: PlacementsBucket) -> None:
+        assert bucket.specs == {} and bucket.problems == {}
+        first = await consumers(admin)
+        await anyio.sleep(2)  # ten heartbeats: each one says nothing was missed
+        assert await consumers(admin) == first
+        await kv.put("n1.a", spec("a", 1))
+        await until(lambda: "n1.a" in bucket.specs)
+
+    with caplog.at_level(logging.INFO, logger="placewatch.shards.bucket"):
+        watching(nats_server.url, bucket, nothing, body)
+    assert "reading the latest values again" not in caplog.text
+
+
+def test_a_lost_consumer_is_noticed_and_the_values_read_afresh(
+    nats_server: NatsServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    bucket = PlacementsBucket("n1", heartbeat=0.2)
+
+    async def before(admin: Client, kv: KeyValue, bucket: PlacementsBucket) -> None:
+        await kv.put("n1.a", spec("a", 1))
+        await kv.put("n1.b", spec("b", 2))
+        await kv.put("n1.c", spec("c", 4))
+
+    async def body(admin: Client, kv: KeyValue, bucket: PlacementsBucket) -> None:
+        assert set(bucket.specs) == {"n1.a", "n1.b", "n1.c"}
+        [lost] = await consumers(admin)
+        await admin.jetstream().delete_consumer(STREAM, lost)
+        await kv.put("n1.a", spec("a", 3))  # nobody delivers these now
+        await kv.delete("n1.b")
+        await until(
+            lambda: set(bucket.specs) == {"n1.a", "n1.c"} and bucket.specs["n1.a"].gpus == [3]
+        )
+        [found] = await consumers(admin)
+        assert found != lost
+
+    with caplog.at_level(logging.INFO, logger="placewatch.shards.bucket"):
+        watching(nats_server.url, bucket, before, body)
+    assert "placements watch: no word from the server in 0.5 s" in caplog.text
+    assert "placement n1.b removed" in caplog.text
+    assert "placement n1.a: a on GPUs [3]" in caplog.text
+    assert caplog.text.count("placement n1.c: c on GPUs [4]") == 1  # unchanged: not again
+
+
+def test_a_server_restart_is_survived(
+    nats_server: NatsServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    bucket = PlacementsBucket("n1", heartbeat=0.2)
+
+    async def before(admin: Client, kv: KeyValue, bucket: PlacementsBucket) -> None:
+        await kv.put("n1.a", spec("a", 1))
+
+    async def body(admin: Client, kv: KeyValue, bucket: PlacementsBucket) -> None:
+        await anyio.to_thread.run_sync(nats_server.stop)
+        await anyio.to_thread.run_sync(nats_server.start)  # same port, same store
+        with anyio.fail_after(10):
+            while True:  # the admin connection is back once a put goes through
+                try:
+                    await kv.put("n1.b", spec("b", 2))
+                    break
+                except (nats.errors.Error, TimeoutError):
+                    await anyio.sleep(0.1)
+        await until(lambda: set(bucket.specs) == {"n1.a", "n1.b"})
+
+    with caplog.at_level(logging.INFO, logger="placewatch.shards.bucket"):
+        watching(nats_server.url, bucket, before, body)
+    assert "placements watch: no word from the server" in caplog.text  # its consumer went too
