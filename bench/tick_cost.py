@@ -19,7 +19,9 @@ and fast minutes fall on all of them alike:
 The worker's CPU is its own (every thread; user and system, system shown
 apart), the spawn's is the children's, counted over the ticks alone; the
 mean is the figure, the median and 90th percentile of the ticks show their
-spread.
+spread. Its wakes are the times a thread of it slept and was woken in a
+tick (voluntary context switches): on a machine that charges for each wake
+(this VM does, milliseconds at some hours), what a tick costs follows them.
 Between ticks the script pauses past the host sampler's CPU window, as the
 worker's loop sleeps out its interval, so that each tick does what a
 worker's does, caches as cold. A last row takes the shards away, to show
@@ -80,6 +82,11 @@ def cpu(who: int) -> tuple[float, float]:
     return usage.ru_utime, usage.ru_stime
 
 
+def wakes() -> int:
+    """Voluntary context switches of this process's threads so far."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw
+
+
 class Cost:
     """One path's CPU per tick: the worker's own (each tick's, and system apart), the tools'."""
 
@@ -87,11 +94,13 @@ class Cost:
         self.own: list[float] = []
         self.system = 0.0
         self.children = 0.0
+        self.wakes = 0
 
-    def add(self, own: tuple[float, float], children: tuple[float, float]) -> None:
+    def add(self, own: tuple[float, float], children: tuple[float, float], wakes: int) -> None:
         self.own.append(sum(own))
         self.system += own[1]
         self.children += sum(children)
+        self.wakes += wakes
 
     @property
     def mean(self) -> float:
@@ -177,11 +186,14 @@ async def interleaved(
         for name, node in paths.items():
             await anyio.sleep(PAUSE_S)
             own_before, children_before = cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN)
+            woken = wakes()
             telemetry = (await node.sample()).telemetry
+            woken = wakes() - woken
             own_after, children_after = cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN)
             costs[name].add(
                 (own_after[0] - own_before[0], own_after[1] - own_before[1]),
                 (children_after[0] - children_before[0], children_after[1] - children_before[1]),
+                woken,
             )
             judged = SHARDS if node.watch and node.watch.shards_file else 0
             assert len(telemetry.gpus) == GPUS, telemetry.sources
@@ -229,14 +241,15 @@ def main() -> None:
         f"path taken in turn, CPU ms per tick (load {os.getloadavg()[0]:.2f})"
     )
     print(
-        f"{'path':<34}{'worker':>8}{'p50':>7}{'p90':>7}{'system':>8}{'one spawn':>11}"
+        f"{'path':<34}{'worker':>8}{'p50':>7}{'p90':>7}{'system':>8}{'wakes':>7}{'one spawn':>11}"
         f"{'/ floor spawn':>15}{'/ interp. spawn':>17}"
     )
     for name, cost in costs.items():
         spawn = f"{cost.spawn * 1e3:.3f}" if cost.spawn else "-"
         print(
             f"{name:<34}{cost.mean * 1e3:>8.3f}{cost.quantile(0.5) * 1e3:>7.2f}"
-            f"{cost.quantile(0.9) * 1e3:>7.2f}{cost.system_mean * 1e3:>8.3f}{spawn:>11}"
+            f"{cost.quantile(0.9) * 1e3:>7.2f}{cost.system_mean * 1e3:>8.3f}"
+            f"{cost.wakes / len(cost.own):>7.1f}{spawn:>11}"
             f"{cost.mean / floor:>15.3f}{cost.mean / interpreter:>17.3f}"
         )
     print(
