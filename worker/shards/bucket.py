@@ -77,36 +77,37 @@ class PlacementsBucket:
     async def _follow(self, nc: Client, js: JetStreamContext) -> str:
         """Follow one consumer until it may have missed a change; why it stopped."""
         send, receive = anyio.create_memory_object_stream[Msg](math.inf)
-        sub = await nc.subscribe(nc.new_inbox(), cb=send.send)
-        name = None
-        try:
-            info = await js.add_consumer(
-                STREAM,
-                ConsumerConfig(
-                    deliver_subject=sub.subject,
-                    filter_subject=f"{KEY_PREFIX}{subjects.token(self.node)}.*",
-                    deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,
-                    ack_policy=AckPolicy.NONE,
-                    idle_heartbeat=self.heartbeat,
-                    inactive_threshold=300.0,
-                    mem_storage=True,
-                    num_replicas=1,
-                ),
-            )
-            name = info.name
-            initial: dict[str, bytes | None] | None = {}
-            if not info.num_pending and not (info.delivered and info.delivered.consumer_seq):
-                self._replace({})  # nothing to wait for
-                initial = None
-            return await self._take(receive, initial)
-        finally:
-            with anyio.CancelScope(shield=True), anyio.move_on_after(1):
-                try:
-                    await sub.unsubscribe()
-                    if name is not None:
-                        await js.delete_consumer(STREAM, name)
-                except (nats.errors.Error, TimeoutError):
-                    pass  # gone with the server; the server drops it when idle
+        with send, receive:
+            sub = await nc.subscribe(nc.new_inbox(), cb=send.send)
+            name = None
+            try:
+                info = await js.add_consumer(
+                    STREAM,
+                    ConsumerConfig(
+                        deliver_subject=sub.subject,
+                        filter_subject=f"{KEY_PREFIX}{subjects.token(self.node)}.*",
+                        deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,
+                        ack_policy=AckPolicy.NONE,
+                        idle_heartbeat=self.heartbeat,
+                        inactive_threshold=300.0,
+                        mem_storage=True,
+                        num_replicas=1,
+                    ),
+                )
+                name = info.name
+                initial: dict[str, bytes | None] | None = {}
+                if not info.num_pending and not (info.delivered and info.delivered.consumer_seq):
+                    self._replace({})  # nothing to wait for
+                    initial = None
+                return await self._take(receive, initial)
+            finally:
+                with anyio.CancelScope(shield=True), anyio.move_on_after(1):
+                    try:
+                        await sub.unsubscribe()
+                        if name is not None:
+                            await js.delete_consumer(STREAM, name)
+                    except (nats.errors.Error, TimeoutError):
+                        pass  # gone with the server; the server drops it when idle
 
     async def _take(
         self, receive: MemoryObjectReceiveStream[Msg], initial: dict[str, bytes | None] | None
