@@ -30,9 +30,10 @@ T2 = datetime(2026, 11, 30, 6, 7, 30, tzinfo=UTC)
 
 
 class Webhook:
-    """A local endpoint that records each POST; answers 500 to the first `failures`."""
+    """A local endpoint that records each POST; answers 500 to the first `failures`, each
+    answer `delay` seconds after the POST is recorded."""
 
-    def __init__(self, failures: int = 0) -> None:
+    def __init__(self, failures: int = 0, delay: float = 0.0) -> None:
         self.failures = failures
         self.posts: list[tuple[int, Any]] = []
         lock = threading.Lock()
@@ -44,6 +45,7 @@ class Webhook:
                 with lock:
                     code = 500 if len(hook.posts) < hook.failures else 200
                     hook.posts.append((code, body))
+                time.sleep(delay)
                 self.send_response(code)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
@@ -169,6 +171,28 @@ def test_alertmanager_alerts_carry_labels_and_the_status_times() -> None:
     unknown = alertmanager_alerts(RESOLVED, None)
     assert [a["labels"]["verdict"] for a in unknown] == ["partial", "cpu_fallback", "misplaced"]
     assert {a["endsAt"] for a in unknown} == {"2026-11-30T06:07:30Z"}
+
+
+def test_a_stop_while_the_webhook_answers_lets_that_delivery_finish(
+    node: ShardNode, alerts: list[Alerts]
+) -> None:
+    slow = Webhook(delay=1.0)
+    try:
+        node.start()
+        node.wait_published()
+        alerts.append(Alerts("--nats", node.url, "--webhook", slow.url))
+        slow.wait(1)  # the POST is in; its answer comes a second later
+        code, _, err = alerts[-1].stop()
+        assert code == 0, err
+        # Restarted, it does not post the firing event again: the resolved one comes next.
+        alerts.append(Alerts("--nats", node.url, "--webhook", slow.url))
+        node.idle_on_gpu(True)
+        slow.wait(2)
+        assert [b["state"] for b in slow.delivered()] == ["firing", "resolved"]
+        code, _, err = alerts[-1].stop()
+        assert code == 0, err
+    finally:
+        slow.close()
 
 
 def test_alerts_webhook_delivers_firing_then_resolved_and_nothing_twice_after_a_restart(

@@ -400,7 +400,10 @@ async def _deliver_one(sink: Sink, event: FallbackEvent, msg: Msg) -> None:
     failed = False
     while True:
         try:
-            await sink.deliver(event)
+            # A try under way finishes even when stopping (HTTP_TIMEOUT_S at most): an
+            # endpoint that took the event must not be sent it again by the next run.
+            with anyio.CancelScope(shield=True):
+                await sink.deliver(event)
         except DeliveryError as exc:
             log.warning("%s not delivered (%s); again in %g s", _describe(event), exc, delay)
             failed = True
