@@ -150,6 +150,9 @@ def test_javascript_client_reads_telemetry_and_fallback_events(
             sub.kill()
             sub.wait()
         stderr = sub.stderr.read() if sub.stderr else ""
+        for pipe in (sub.stdin, sub.stdout, sub.stderr):
+            if pipe is not None:
+                pipe.close()
     assert stderr == ""
 
     telemetry = seen["telemetry"]

@@ -382,6 +382,7 @@ def test_health_url_decides_readiness(
         assert brief["verdict"] == "gpu"
     finally:
         server.shutdown()
+        server.server_close()
 
 
 def test_a_new_log_line_is_judged_without_waiting_for_the_next_interval(

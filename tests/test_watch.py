@@ -203,6 +203,8 @@ def test_watch_into_a_pipe_appends_a_frame_per_change_and_stops_on_sigterm(
             proc.kill()
             proc.wait()
         reader.join(5)
+        proc.stdout.close()  # type: ignore[union-attr]
+        proc.stderr.close()  # type: ignore[union-attr]
     assert not any("\x1b[" in line for line in everything)  # not a terminal: plain frames
     assert sum(line.startswith("placewatch  ") for line in everything) >= 3
 
@@ -233,3 +235,4 @@ def test_watch_on_a_terminal_clears_and_redraws_in_place(nats_server: NatsServer
             proc.kill()
             proc.wait()
         os.close(leader)
+        proc.stderr.close()  # type: ignore[union-attr]

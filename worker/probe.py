@@ -28,7 +28,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import anyio
-import psutil
 
 log = logging.getLogger(__name__)
 
@@ -62,23 +61,18 @@ class ProbeRunner:
         self.timeout_s = timeout_s
         self.kill_signal = kill_signal  # a seam: tests stand in a signal a tool survives
         self._in_flight: set[str] = set()
-        self._stuck: dict[str, psutil.Process] = {}
+        self._stuck: dict[str, subprocess.Popen[bytes]] = {}
 
     def stuck(self, tool: str) -> int | None:
         """The pid of a killed `tool` that has not exited yet, or None."""
         proc = self._stuck.get(tool)
         if proc is None:
             return None
-        try:
-            # is_running() also checks the start time: a reused pid is not our tool.
-            gone = not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE
-        except psutil.Error:
-            gone = True
-        if gone:
-            del self._stuck[tool]
-            log.info("%s (pid %d) finally exited; probing it again", tool, proc.pid)
-            return None
-        return proc.pid
+        if proc.poll() is None:  # our child: its pid is not reused until this reaps it
+            return proc.pid
+        del self._stuck[tool]
+        log.info("%s (pid %d) finally exited; probing it again", tool, proc.pid)
+        return None
 
     async def run(self, argv: Sequence[str]) -> ProbeResult:
         tool = os.path.basename(argv[0])
@@ -156,8 +150,7 @@ class ProbeRunner:
                 proc.pid,
                 tool,
             )
-            with contextlib.suppress(psutil.Error):
-                self._stuck[tool] = psutil.Process(proc.pid)
+            self._stuck[tool] = proc
 
 
 async def _read_all(pipes: dict[int, bytearray]) -> None:
