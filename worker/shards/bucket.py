@@ -152,7 +152,7 @@ class PlacementsBucket:
         for key in self.values.keys() - latest.keys():
             self.apply(key, None, deleted=True)
         for key, value in latest.items():
-            if value is None or self.values.get(key) != value:
+            if self.values.get(key) != value:
                 self.apply(key, value, deleted=value is None)
         self.ready = True
 
