@@ -16,17 +16,11 @@ from nats.js.kv import KeyValue
 from placewatch.schemas import subjects
 from placewatch.shards.bucket import STREAM, PlacementsBucket
 
-from .conftest import NatsServer
+from .conftest import NatsServer, until
 
 
 def spec(shard: str, gpu: int) -> bytes:
     return json.dumps({"id": shard, "pid": 100 + gpu, "gpus": [gpu]}).encode()
-
-
-async def until(check: Callable[[], bool]) -> None:
-    with anyio.fail_after(10):
-        while not check():
-            await anyio.sleep(0.02)
 
 
 async def consumers(nc: Client) -> list[str]:

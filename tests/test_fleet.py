@@ -5,7 +5,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import pytest
 from placewatch.consumer import FiringFallback, FleetView, Message
 from placewatch.schemas import ComputeStatus, encode, subjects
 
-from .conftest import ROOT, FakeGpuTools, NatsServer, Worker
+from .conftest import ROOT, FakeGpuTools, NatsServer, Worker, until
 from .fleet_node import HOLDING_MIB, NODE, ShardNode
 
 MIB = 1 << 20
@@ -44,12 +43,6 @@ def test_consumer_package_imports_only_the_contract_and_nats() -> None:
     }
     assert "nats" in imported
     assert {"anyio", "psutil", "placewatch.bus", "placewatch.runtime"}.isdisjoint(imported)
-
-
-async def until(check: Callable[[], bool], seconds: float = 10) -> None:
-    with anyio.fail_after(seconds):
-        while not check():
-            await anyio.sleep(0.05)
 
 
 def test_a_gateway_that_starts_late_knows_the_fleet_at_once_then_follows_it(
