@@ -7,8 +7,6 @@ import subprocess
 import time
 from pathlib import Path
 
-import anyio
-
 from .conftest import (
     FIXTURES,
     GPU1,
@@ -21,7 +19,7 @@ from .conftest import (
     wait_older_than,
 )
 from .natsproto import RawSubscriber
-from .test_shards_e2e import stream_events, summary
+from .test_shards_e2e import events_now
 
 
 def kill(server: NatsServer) -> None:
@@ -54,7 +52,7 @@ def test_events_survive_server_kills_exactly_once_and_telemetry_resumes(
         workers.append(worker)
         expected = [("compute", "flappy", "cpu_fallback"), ("fallback", "flappy", "firing")]
         deadline = time.monotonic() + 15
-        while summary(anyio.run(stream_events, server.url, backend="asyncio")) != expected:
+        while events_now(server.url) != expected:
             assert time.monotonic() < deadline, "the first verdict never reached the stream"
             time.sleep(0.3)
 
@@ -74,9 +72,7 @@ def test_events_survive_server_kills_exactly_once_and_telemetry_resumes(
             resumed.append(time.monotonic() - back)
             expected += [("compute", "flappy", verdict), ("fallback", "flappy", state)]
             deadline = time.monotonic() + 10
-            while (
-                seen := summary(anyio.run(stream_events, server.url, backend="asyncio"))
-            ) != expected:
+            while (seen := events_now(server.url)) != expected:
                 assert time.monotonic() < deadline, f"stream holds {seen}, expected {expected}"
                 time.sleep(0.3)
         assert all(t < 2 for t in resumed), resumed

@@ -6,6 +6,7 @@ and by a bare subscriber.
 
 from __future__ import annotations
 
+import asyncio
 import http.server
 import json
 import subprocess
@@ -56,6 +57,15 @@ async def stream_events(url: str) -> list[Any]:
         return found
     finally:
         await nc.close()
+
+
+def events_now(url: str) -> list[tuple[str, str, str]] | None:
+    """The events stream's summary, or None when the server could not say just now (a
+    stream electing its leader, a server that has just come back): a poll asks again."""
+    try:
+        return summary(anyio.run(stream_events, url, backend="asyncio"))
+    except (nats.errors.Error, TimeoutError, asyncio.CancelledError):
+        return None
 
 
 def summary(events: list[Any]) -> list[tuple[str, str, str]]:
