@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 import anyio
 import nats
@@ -27,22 +27,29 @@ async def consumers(nc: Client) -> list[str]:
     return [c.name for c in await nc.jetstream().consumers_info(STREAM)]
 
 
-Body = Callable[[Client, KeyValue, PlacementsBucket], Awaitable[None]]
+Body = Callable[[Client, KeyValue], Awaitable[None]]
 
 
-def watching(url: str, bucket: PlacementsBucket, before: Body, body: Body) -> None:
-    """Run `before` on a fresh bucket, then `body` with the watch running."""
+def watching(
+    url: str, bucket: PlacementsBucket, written: Sequence[tuple[str, bytes | None]], body: Body
+) -> None:
+    """Write `written` into a fresh bucket (None deletes the key), then run `body` with the
+    watch running."""
 
     async def main() -> None:
         admin = await nats.connect(url)
         node = await nats.connect(url, max_reconnect_attempts=-1, reconnect_time_wait=0.1)
         try:
             kv = await admin.jetstream().create_key_value(bucket=subjects.BUCKET_PLACEMENTS)
-            await before(admin, kv, bucket)
+            for key, value in written:
+                if value is None:
+                    await kv.delete(key)
+                else:
+                    await kv.put(key, value)
             async with anyio.create_task_group() as tg:
                 tg.start_soon(bucket.watch, node)
                 await until(lambda: bucket.ready)
-                await body(admin, kv, bucket)
+                await body(admin, kv)
                 tg.cancel_scope.cancel()
         finally:
             await node.close()
@@ -51,22 +58,18 @@ def watching(url: str, bucket: PlacementsBucket, before: Body, body: Body) -> No
     anyio.run(main, backend="asyncio")
 
 
-async def nothing(admin: Client, kv: KeyValue, bucket: PlacementsBucket) -> None:
-    pass
-
-
 def test_latest_values_of_this_node_then_each_change(nats_server: NatsServer) -> None:
     bucket = PlacementsBucket("n1")
+    written = [
+        ("n1.a", spec("a", 0)),
+        ("n1.a", spec("a", 1)),  # only the latest counts
+        ("n1.b", b"{not json"),
+        ("n1.c", spec("c", 2)),
+        ("n1.c", None),
+        ("n2.x", spec("x", 3)),  # another node's
+    ]
 
-    async def before(admin: Client, kv: KeyValue, bucket: PlacementsBucket) -> None:
-        await kv.put("n1.a", spec("a", 0))
-        await kv.put("n1.a", spec("a", 1))  # only the latest counts
-        await kv.put("n1.b", b"{not json")
-        await kv.put("n1.c", spec("c", 2))
-        await kv.delete("n1.c")
-        await kv.put("n2.x", spec("x", 3))  # another node's
-
-    async def body(admin: Client, kv: KeyValue, bucket: PlacementsBucket) -> None:
+    async def body(admin: Client, kv: KeyValue) -> None:
         assert {k: s.gpus for k, s in bucket.specs.items()} == {"n1.a": [1]}
         assert list(bucket.problems) == ["n1.b"]
         await kv.put("n1.d", spec("d", 4))
@@ -85,15 +88,16 @@ def test_latest_values_of_this_node_then_each_change(nats_server: NatsServer) ->
         assert set(bucket.specs) == {"n1.b", "n1.e"}
         assert len(await consumers(admin)) == 1
 
-    watching(nats_server.url, bucket, before, body)
+    watching(nats_server.url, bucket, written, body)
 
 
 def test_an_empty_bucket_is_ready_at_once_and_a_quiet_one_stays_put(
     nats_server: NatsServer, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="placewatch.shards.bucket")
     bucket = PlacementsBucket("n1", heartbeat=0.2)
 
-    async def body(admin: Client, kv: KeyValue, bucket: PlacementsBucket) -> None:
+    async def body(admin: Client, kv: KeyValue) -> None:
         assert bucket.specs == {} and bucket.problems == {}
         first = await consumers(admin)
         await anyio.sleep(2)  # ten heartbeats: each one says nothing was missed
@@ -101,22 +105,18 @@ def test_an_empty_bucket_is_ready_at_once_and_a_quiet_one_stays_put(
         await kv.put("n1.a", spec("a", 1))
         await until(lambda: "n1.a" in bucket.specs)
 
-    with caplog.at_level(logging.INFO, logger="placewatch.shards.bucket"):
-        watching(nats_server.url, bucket, nothing, body)
+    watching(nats_server.url, bucket, [], body)
     assert "reading the latest values again" not in caplog.text
 
 
 def test_a_lost_consumer_is_noticed_and_the_values_read_afresh(
     nats_server: NatsServer, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="placewatch.shards.bucket")
     bucket = PlacementsBucket("n1", heartbeat=0.2)
+    written = [("n1.a", spec("a", 1)), ("n1.b", spec("b", 2)), ("n1.c", spec("c", 4))]
 
-    async def before(admin: Client, kv: KeyValue, bucket: PlacementsBucket) -> None:
-        await kv.put("n1.a", spec("a", 1))
-        await kv.put("n1.b", spec("b", 2))
-        await kv.put("n1.c", spec("c", 4))
-
-    async def body(admin: Client, kv: KeyValue, bucket: PlacementsBucket) -> None:
+    async def body(admin: Client, kv: KeyValue) -> None:
         assert set(bucket.specs) == {"n1.a", "n1.b", "n1.c"}
         [lost] = await consumers(admin)
         await admin.jetstream().delete_consumer(STREAM, lost)
@@ -128,8 +128,7 @@ def test_a_lost_consumer_is_noticed_and_the_values_read_afresh(
         [found] = await consumers(admin)
         assert found != lost
 
-    with caplog.at_level(logging.INFO, logger="placewatch.shards.bucket"):
-        watching(nats_server.url, bucket, before, body)
+    watching(nats_server.url, bucket, written, body)
     assert "placements watch: no word from the server in 0.5 s" in caplog.text
     assert "placement n1.b removed" in caplog.text
     assert "placement n1.a: a on GPUs [3]" in caplog.text
@@ -139,12 +138,10 @@ def test_a_lost_consumer_is_noticed_and_the_values_read_afresh(
 def test_a_server_restart_is_survived(
     nats_server: NatsServer, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="placewatch.shards.bucket")
     bucket = PlacementsBucket("n1", heartbeat=0.2)
 
-    async def before(admin: Client, kv: KeyValue, bucket: PlacementsBucket) -> None:
-        await kv.put("n1.a", spec("a", 1))
-
-    async def body(admin: Client, kv: KeyValue, bucket: PlacementsBucket) -> None:
+    async def body(admin: Client, kv: KeyValue) -> None:
         await anyio.to_thread.run_sync(nats_server.stop)
         await anyio.to_thread.run_sync(nats_server.start)  # same port, same store
         with anyio.fail_after(10):
@@ -156,6 +153,5 @@ def test_a_server_restart_is_survived(
                     await anyio.sleep(0.1)
         await until(lambda: set(bucket.specs) == {"n1.a", "n1.b"})
 
-    with caplog.at_level(logging.INFO, logger="placewatch.shards.bucket"):
-        watching(nats_server.url, bucket, before, body)
+    watching(nats_server.url, bucket, [("n1.a", spec("a", 1))], body)
     assert "placements watch: no word from the server" in caplog.text  # its consumer went too
