@@ -6,11 +6,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import anyio
+import msgspec
 import nats
 from nats.aio.client import Client
 
 from placewatch.outbox import EventOutbox
-from placewatch.schemas import ComputeStatus, decode, subjects
+from placewatch.schemas import ComputeStatus, decode, encode, subjects
 from placewatch.shards.events import EventTracker
 
 from .conftest import NatsServer, free_port
@@ -113,3 +114,27 @@ def test_without_jetstream_events_go_out_as_core_messages(tmp_path: Path) -> Non
             assert sub.next(timeout=3).subject == "placewatch.fallback.n1.s"
     finally:
         server.stop()
+
+
+def test_previous_reads_this_nodes_latest_statuses_and_none_without_a_bucket(
+    nats_server: NatsServer,
+) -> None:
+    async def go() -> None:
+        nc = await nats.connect(nats_server.url)
+        try:
+            outbox = EventOutbox(nc)
+            assert await outbox.previous("n1") == []  # a first start: no bucket yet
+            kv = await nc.jetstream().create_key_value(bucket=subjects.BUCKET_COMPUTE)
+            for key, verdict in [("n1.a", "gpu"), ("n1.a", "cpu_fallback"), ("n1.b", "gpu")]:
+                await kv.put(key, encode(msgspec.structs.replace(status(verdict), shard=key))[0])
+            await kv.delete("n1.b")
+            await kv.put("n1.c", b"{not a status")
+            await kv.put("n2.a", encode(status("misplaced"))[0])  # another node's
+            found = await outbox.previous("n1")
+            assert [(s.shard, s.verdict) for s in found] == [("n1.a", "cpu_fallback")]
+            info = await nc.jetstream().stream_info(f"KV_{subjects.BUCKET_COMPUTE}")
+            assert info.state.consumer_count == 0  # the reading consumer went with the read
+        finally:
+            await nc.close()
+
+    anyio.run(go, backend="asyncio")

@@ -16,6 +16,9 @@ import nkeys
 import pytest
 from nats.js.api import StreamConfig
 
+from placewatch.bus import inbox_prefix
+from placewatch.outbox import EventOutbox
+
 from .conftest import ROOT, NatsServer, Worker, clean_env
 from .natsproto import RawSubscriber
 
@@ -93,6 +96,18 @@ def test_least_privilege_works_and_another_nodes_subjects_are_refused(
         code, _, _, err = worker.stop()
         assert code == 0
         assert "refused" not in err, err
+
+        async def carried_over() -> list[str]:
+            """What a restarted worker reads of this session, with the node's permissions."""
+            nc = await nats.connect(
+                server.url, user="n1", password="n1pw", inbox_prefix=inbox_prefix("n1")
+            )
+            try:
+                return [s.shard for s in await EventOutbox(nc).previous("n1")]
+            finally:
+                await nc.close()
+
+        assert anyio.run(carried_over, backend="asyncio") == ["init"]
 
         # The same credentials, posing as another node: the server refuses, the worker says so.
         impostor = Worker(

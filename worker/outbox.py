@@ -24,11 +24,14 @@ from nats.js.kv import KeyValue
 from placewatch.schemas import ComputeStatus, DecodeError, decode, encode, subjects
 from placewatch.schemas.codec import Encoding
 
+from .kvfollow import Values, follow
 from .shards.events import Outgoing
 
 log = logging.getLogger(__name__)
 
 DUPLICATE_WINDOW_S = 300.0
+PREVIOUS_HEARTBEAT_S = 1.0
+"""The server's heartbeat while the statuses of an earlier session are read."""
 
 
 @dataclass(frozen=True)
@@ -132,25 +135,29 @@ class EventOutbox:
     async def previous(self, node: str) -> list[ComputeStatus]:
         """The statuses an earlier session of this node left in the compute bucket.
 
-        Watches this node's keys only (not the fleet's), up to the initial values.
+        Reads this node's keys only (not the fleet's), their latest values. No bucket (a
+        first start) or no JetStream: none.
         """
-        found: list[ComputeStatus] = []
+        found: Values = {}
         try:
-            kv = await self.js.key_value(subjects.BUCKET_COMPUTE)
-            watcher = await kv.watch(f"{subjects.token(node)}.*", ignore_deletes=True)
+            await follow(
+                self.nc,
+                subjects.BUCKET_COMPUTE,
+                f"{subjects.token(node)}.*",
+                heartbeat=PREVIOUS_HEARTBEAT_S,
+                latest=found.update,
+            )
         except (nats.errors.Error, TimeoutError):
-            return found  # no bucket, no JetStream: nothing to carry over
-        try:
-            async for entry in watcher:
-                if entry is None:  # the initial values are all in
-                    break
-                try:
-                    found.append(decode(entry.value or b"", ComputeStatus))
-                except DecodeError:
-                    continue
-        finally:
-            await watcher.stop()  # type: ignore[no-untyped-call]
-        return found
+            return []  # nothing to carry over
+        statuses = []
+        for value in found.values():
+            if value is None:
+                continue  # deleted
+            try:
+                statuses.append(decode(value, ComputeStatus))
+            except DecodeError:
+                continue
+        return statuses
 
     def _no_jetstream(self) -> None:
         if not self.core_only:

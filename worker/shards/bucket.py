@@ -9,32 +9,25 @@ reported (a log line, and an entry in the telemetry's `sources`) and skipped.
 from __future__ import annotations
 
 import logging
-import math
 
 import anyio
 import msgspec
-import nats.errors
-from anyio.streams.memory import MemoryObjectReceiveStream
 from nats.aio.client import Client
-from nats.aio.msg import Msg
 from nats.js import JetStreamContext
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, Header
 from nats.js.errors import BucketNotFoundError
-from nats.js.kv import KV_DEL, KV_MARKER_REASON, KV_OP, KV_PURGE, KeyValue
+from nats.js.kv import KeyValue
 
 from placewatch.schemas import PlacementSpec, subjects
 
+from ..kvfollow import Values, follow, stream_of
 from .placements import check_spec
 
 log = logging.getLogger(__name__)
 
-STREAM = f"KV_{subjects.BUCKET_PLACEMENTS}"
-KEY_PREFIX = f"$KV.{subjects.BUCKET_PLACEMENTS}."
+STREAM = stream_of(subjects.BUCKET_PLACEMENTS)
 HEARTBEAT_S = 10.0
 """How often the server says the watch is alive when nothing changes."""
 RESTART_PAUSE_S = 0.5
-DELETED = (KV_DEL, KV_PURGE)
-EXPIRED = ("MaxAge", "Purge", "Remove")  # server-placed markers (nats-server 2.11+)
 
 
 class PlacementsBucket:
@@ -58,96 +51,24 @@ class PlacementsBucket:
             )
 
     async def watch(self, nc: Client, create: bool = True, replicas: int = 1) -> None:
-        """Keep `specs` current until cancelled.
-
-        A push consumer of the node's keys, latest value each, then every
-        change. Not nats-py's KV watcher: its ordered consumer checks flow
-        control four times a second, a third of an idle worker's CPU
-        (docs/benchmarks.md); this one wakes for a change and for the
-        server's heartbeat. A change it may have missed (a consumer sequence
-        that skips, a silent server) makes it read the latest values afresh.
-        """
-        js = nc.jetstream()
-        await self.open(js, create, replicas)
+        """Keep `specs` current until cancelled: the latest values, then each change
+        (placewatch.kvfollow); a change that may have been missed makes it read the latest
+        values afresh."""
+        await self.open(nc.jetstream(), create, replicas)
+        keys = f"{subjects.token(self.node)}.*"
         while True:
-            reason = await self._follow(nc, js)
+            reason = await follow(
+                nc,
+                subjects.BUCKET_PLACEMENTS,
+                keys,
+                heartbeat=self.heartbeat,
+                latest=self._replace,
+                change=lambda key, value: self.apply(key, value, deleted=value is None),
+            )
             log.warning("placements watch: %s; reading the latest values again", reason)
             await anyio.sleep(RESTART_PAUSE_S)  # a server that keeps refusing is not hammered
 
-    async def _follow(self, nc: Client, js: JetStreamContext) -> str:
-        """Follow one consumer until it may have missed a change; why it stopped."""
-        send, receive = anyio.create_memory_object_stream[Msg](math.inf)
-        with send, receive:
-            sub = await nc.subscribe(nc.new_inbox(), cb=send.send)
-            name = None
-            try:
-                info = await js.add_consumer(
-                    STREAM,
-                    ConsumerConfig(
-                        deliver_subject=sub.subject,
-                        filter_subject=f"{KEY_PREFIX}{subjects.token(self.node)}.*",
-                        deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,
-                        ack_policy=AckPolicy.NONE,
-                        idle_heartbeat=self.heartbeat,
-                        inactive_threshold=300.0,
-                        mem_storage=True,
-                        num_replicas=1,
-                    ),
-                )
-                name = info.name
-                initial: dict[str, bytes | None] | None = {}
-                if not info.num_pending and not (info.delivered and info.delivered.consumer_seq):
-                    self._replace({})  # nothing to wait for
-                    initial = None
-                return await self._take(receive, initial)
-            finally:
-                with anyio.CancelScope(shield=True), anyio.move_on_after(1):
-                    try:
-                        await sub.unsubscribe()
-                        if name is not None:
-                            await js.delete_consumer(STREAM, name)
-                    except (nats.errors.Error, TimeoutError):
-                        pass  # gone with the server; the server drops it when idle
-
-    async def _take(
-        self, receive: MemoryObjectReceiveStream[Msg], initial: dict[str, bytes | None] | None
-    ) -> str:
-        """Apply what arrives: the initial values at once when all are in, then each change."""
-        delivered = 0
-        while True:
-            msg = None
-            with anyio.move_on_after(2.5 * self.heartbeat):
-                msg = await receive.receive()
-            if msg is None:
-                return f"no word from the server in {2.5 * self.heartbeat:g} s"
-            headers = msg.headers or {}
-            status = headers.get(Header.STATUS)
-            if status is not None:
-                last = headers.get(Header.LAST_CONSUMER)
-                if status != "100":
-                    return f"the server says {status} {headers.get(Header.DESCRIPTION, '')}"
-                if last is not None and int(last) != delivered:
-                    return f"the server sent {last} changes, {delivered} arrived"
-                continue  # an idle heartbeat
-            meta = msg.metadata
-            delivered += 1
-            if meta.sequence.consumer != delivered:
-                return f"change {meta.sequence.consumer} arrived after {delivered - 1}"
-            op = headers.get(KV_OP)
-            reason = headers.get(KV_MARKER_REASON)
-            deleted = op in DELETED or reason in EXPIRED
-            key = msg.subject.removeprefix(KEY_PREFIX)
-            if op is None and reason is not None and not deleted:
-                pass  # a marker of a kind this worker does not know: the value stands
-            elif initial is None:
-                self.apply(key, msg.data, deleted)
-            else:
-                initial[key] = None if deleted else msg.data
-            if initial is not None and meta.num_pending == 0:
-                self._replace(initial)
-                initial = None
-
-    def _replace(self, latest: dict[str, bytes | None]) -> None:
+    def _replace(self, latest: Values) -> None:
         """Take the latest values: apply what changed, remove what is gone."""
         for key in self.values.keys() - latest.keys():
             self.apply(key, None, deleted=True)
