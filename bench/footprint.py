@@ -8,8 +8,10 @@ the worker's CPU time (user + system, its own threads, no children) over
 the wall time, and its wakes: voluntary context switches of all its threads
 a second (each time one slept and was woken), a count this VM's noise does
 not move as it moves the CPU figure. dcgm-exporter, for comparison, is reported at 71 to 155 MiB RSS.
+With `--real`, on a GPU node, the worker reads the node's own GPUs instead
+(NVML where the driver answers) and the script says which source it used.
 
-    python bench/footprint.py [--seconds S] [--interval S]
+    python bench/footprint.py [--seconds S] [--interval S] [--real]
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import anyio
 import nats
@@ -32,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.servers import nats_server, placewatch_cmd, worker_env  # noqa: E402
 from bench.synthetic import query_apps, write_fake_nvidia_smi  # noqa: E402
+from placewatch.schemas import NodeTelemetry, decode  # noqa: E402
 
 MIB = 1 << 20
 RSS_TARGET_MIB = 45.0
@@ -53,15 +57,26 @@ def wakes(pid: int) -> int:
     return total
 
 
-async def measure(url: str, pid: int, seconds: float) -> tuple[list[int], float, float, int, int]:
-    """RSS samples, CPU seconds, wall seconds, telemetry messages seen and wakes, from the
-    first message on."""
+class Measured(NamedTuple):
+    rss: list[int]
+    cpu: float
+    wall: float
+    messages: int
+    wakes: int
+    last: NodeTelemetry
+
+
+async def measure(url: str, pid: int, seconds: float) -> Measured:
+    """RSS samples, CPU seconds, wall seconds, telemetry messages seen, wakes, from the first
+    message on, and the last message."""
     nc = await nats.connect(url)
     seen: list[float] = []
     first = anyio.Event()
+    last: list[Msg] = []
 
     async def count(msg: Msg) -> None:
         seen.append(time.monotonic())
+        last[:] = [msg]
         first.set()
 
     await nc.subscribe("placewatch.telemetry.*", cb=count)
@@ -82,16 +97,21 @@ async def measure(url: str, pid: int, seconds: float) -> tuple[list[int], float,
     messages = sum(1 for t in seen if t >= started)
     await nc.close()
     cpu = (after.user - before.user) + (after.system - before.system)
-    return rss, cpu, wall, messages, woken
+    telemetry = decode(last[0].data, NodeTelemetry, last[0].headers)
+    return Measured(rss, cpu, wall, messages, woken, telemetry)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--interval", type=float, default=2.0)
+    parser.add_argument("--real", action="store_true", help="the node's own GPUs and tools")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp, nats_server() as url:
-        tool_bin = write_fake_nvidia_smi(Path(tmp), 8, query_apps(8, 64))
+        if args.real:
+            env = {k: v for k, v in os.environ.items() if not k.startswith("PLACEWATCH_")}
+        else:
+            env = worker_env(write_fake_nvidia_smi(Path(tmp), 8, query_apps(8, 64)))
         argv = [
             *placewatch_cmd(),
             "run",
@@ -105,9 +125,11 @@ def main() -> None:
             "warning",
         ]
         with open(Path(tmp) / "worker.log", "w") as log:
-            worker = subprocess.Popen(argv, env=worker_env(tool_bin), stdout=log, stderr=log)
+            worker = subprocess.Popen(argv, env=env, stdout=log, stderr=log)
             try:
-                rss, cpu, wall, messages, woken = anyio.run(measure, url, worker.pid, args.seconds)
+                rss, cpu, wall, messages, woken, last = anyio.run(
+                    measure, url, worker.pid, args.seconds
+                )
             finally:
                 worker.terminate()
                 worker.wait(10)
@@ -119,6 +141,9 @@ def main() -> None:
         f"footprint of `placewatch run` at a {args.interval:g} s interval over {wall:.0f} s, "
         f"{messages} telemetry messages (load {os.getloadavg()[0]:.2f})"
     )
+    read = ", ".join(f"{s.name} {s.latency_ms} ms" for s in last.sources if s.ok)
+    names = sorted({g.name or "?" for g in last.gpus})
+    print(f"it read {len(last.gpus)} GPUs ({', '.join(names)}) through {read or 'no source'}")
     print(f"{'figure':<24}{'result':>12}{'target':>10}{'ratio':>8}")
     print(
         f"{'RSS at the end':<24}{end:>8.1f} MiB{RSS_TARGET_MIB:>6.0f} MiB{end / RSS_TARGET_MIB:>8.2f}"

@@ -27,7 +27,12 @@ worker's loop sleeps out its interval, so that each tick does what a
 worker's does, caches as cold. A last row takes the shards away, to show
 what judging them costs.
 
-    python bench/tick_cost.py [--ticks N]
+On a node with an NVIDIA driver, `--real` measures the node's own nvidia-smi
+and NVML instead, with 16 shards of 4 processes that each hold memory on
+GPU 0 through the driver (tests/cuda_holder.py): the ratio is then against a
+spawn of the real tool.
+
+    python bench/tick_cost.py [--ticks N] [--real]
 """
 
 from __future__ import annotations
@@ -55,7 +60,9 @@ sys.path.insert(0, str(ROOT))
 from bench.synthetic import query_apps_of, query_gpu, write_fake_nvidia_smi  # noqa: E402
 from placewatch.gpu.nvidia_smi import (  # noqa: E402
     NvidiaSmiSource,
+    apps_query_argv,
     attach_processes,
+    gpu_query_argv,
     parse_compute_apps,
     parse_gpus,
 )
@@ -70,6 +77,7 @@ from tests.fake_nvml import FakeNvml  # noqa: E402
 
 GPUS, SHARDS, PER_SHARD = 8, 16, 4
 PROCESSES = SHARDS * PER_SHARD
+CUDA_HOLDER = ROOT / "tests" / "cuda_holder.py"
 SPAWNS_PER_TICK = 2  # --query-gpu and --query-compute-apps
 
 
@@ -129,27 +137,50 @@ def shard_processes() -> Iterator[list[list[int]]]:
         subprocess.Popen(["/bin/sh", "-c", script], start_new_session=True) for _ in range(SHARDS)
     ]
     try:
-        groups = []
-        for p in procs:
-            deadline = time.monotonic() + 10
-            children: list[psutil.Process] = []
-            while len(children) < PER_SHARD - 1 and time.monotonic() < deadline:
-                children = psutil.Process(p.pid).children()
-                time.sleep(0.01)
-            assert len(children) == PER_SHARD - 1, "shard children did not start"
-            groups.append([p.pid, *(c.pid for c in children)])
-        yield groups
+        yield [[p.pid, *children_of(p.pid)] for p in procs]
     finally:
         for p in procs:
             os.killpg(p.pid, signal.SIGKILL)
             p.wait()
 
 
-def shards_file(where: Path, groups: list[list[int]]) -> ShardsFile:
+@contextmanager
+def cuda_shard_processes() -> Iterator[list[list[int]]]:
+    """SHARDS session leaders holding memory on GPU 0, each with PER_SHARD - 1 children
+    holding it too: their pids."""
+    argv = [sys.executable, str(CUDA_HOLDER), "--mib", "64", "--children", str(PER_SHARD - 1)]
+    procs = [
+        subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, start_new_session=True)
+        for _ in range(SHARDS)
+    ]
+    try:
+        for p in procs:
+            assert p.stdout is not None
+            assert p.stdout.readline().strip() == "ready", "a shard did not take GPU memory"
+        yield [[p.pid, *children_of(p.pid)] for p in procs]
+    finally:
+        for p in procs:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+            if p.stdout is not None:
+                p.stdout.close()
+
+
+def children_of(pid: int) -> list[int]:
+    deadline = time.monotonic() + 10
+    children: list[psutil.Process] = []
+    while len(children) < PER_SHARD - 1 and time.monotonic() < deadline:
+        children = psutil.Process(pid).children()
+        time.sleep(0.01)
+    assert len(children) == PER_SHARD - 1, "shard children did not start"
+    return [c.pid for c in children]
+
+
+def shards_file(where: Path, groups: list[list[int]], gpus: int) -> ShardsFile:
     path = where / "shards.toml"
     path.write_text(
         "".join(
-            f'[[shard]]\nid = "shard-{s:02d}"\npid = {pids[0]}\ngpus = [{s % GPUS}]\n\n'
+            f'[[shard]]\nid = "shard-{s:02d}"\npid = {pids[0]}\ngpus = [{s % gpus}]\n\n'
             for s, pids in enumerate(groups)
         )
     )
@@ -162,7 +193,7 @@ def sampler(chain: VendorChain, shards: ShardsFile | None) -> NodeSampler:
 
 
 async def interleaved(
-    paths: dict[str, NodeSampler], n: int, reference: Callable[[], object]
+    paths: dict[str, NodeSampler], n: int, reference: Callable[[], object], gpus: int
 ) -> tuple[dict[str, Cost], list[float], list[float]]:
     """n ticks of each path, taken in turn, each after a pause: their CPU.
 
@@ -196,8 +227,8 @@ async def interleaved(
                 woken,
             )
             judged = SHARDS if node.watch and node.watch.shards_file else 0
-            assert len(telemetry.gpus) == GPUS, telemetry.sources
-            assert sum(len(g.processes) for g in telemetry.gpus) == PROCESSES
+            assert len(telemetry.gpus) == gpus, telemetry.sources
+            assert sum(len(g.processes) for g in telemetry.gpus) >= PROCESSES
             assert [b.verdict for b in telemetry.shards] == ["gpu"] * judged, telemetry.shards
     return costs, cold, warm
 
@@ -209,40 +240,95 @@ def smi_chain(tmp: Path, apps: str, python: str | None) -> VendorChain:
     return VendorChain("nvidia", [NvidiaSmiSource(ProbeRunner(), tool=tool)])
 
 
+class Setup:
+    """The paths to measure, the tool spawns to compare with, and the parse to time."""
+
+    def __init__(
+        self,
+        what: str,
+        gpus: int,
+        paths: dict[str, NodeSampler],
+        spawns: dict[str, str],
+        parse: Callable[[], object],
+    ) -> None:
+        self.what = what
+        self.gpus = gpus
+        self.paths = paths
+        self.spawns = spawns  # column title: the path whose tool runs are the spawn
+        self.parse = parse
+
+
+def fake_node(tmp: Path, groups: list[list[int]]) -> Setup:
+    holders = [(s % GPUS, pid) for s, pids in enumerate(groups) for pid in pids]
+    apps = query_apps_of(holders)
+    shards = shards_file(tmp, groups, GPUS)
+    gpu_answer = query_gpu(GPUS)
+    gpus = attach_processes(parse_gpus(gpu_answer), parse_compute_apps(apps))
+    floor, interpreter = "nvidia-smi, floor tool (sh+cat)", "nvidia-smi, interpreter tool"
+    paths = {
+        floor: sampler(smi_chain(tmp, apps, None), shards),
+        interpreter: sampler(smi_chain(tmp, apps, sys.executable), shards),
+        "NVML in process": sampler(VendorChain("nvidia", [NvmlSource(FakeNvml(gpus))]), shards),
+        "NVML in process, no shards": sampler(
+            VendorChain("nvidia", [NvmlSource(FakeNvml(gpus))]), None
+        ),
+    }
+    return Setup(
+        f"{GPUS} GPUs (fake tools)",
+        GPUS,
+        paths,
+        {"/ floor spawn": floor, "/ interp. spawn": interpreter},
+        lambda: (parse_gpus(gpu_answer), parse_compute_apps(apps)),
+    )
+
+
+def real_node(tmp: Path, groups: list[list[int]]) -> Setup:
+    runner = ProbeRunner()
+    answers = [
+        subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+        for argv in (gpu_query_argv(), apps_query_argv())
+    ]
+    gpus = len(parse_gpus(answers[0]))
+    assert gpus, f"nvidia-smi lists no GPU: {answers[0]!r}"
+    shards = shards_file(tmp, groups, 1)
+    smi = "nvidia-smi, the node's"
+    paths = {
+        smi: sampler(VendorChain("nvidia", [NvidiaSmiSource(runner)]), shards),
+        "NVML, the node's driver": sampler(VendorChain("nvidia", [NvmlSource()]), shards),
+        "NVML, no shards": sampler(VendorChain("nvidia", [NvmlSource()]), None),
+    }
+    return Setup(
+        f"{gpus} real GPU(s), every shard on GPU 0",
+        gpus,
+        paths,
+        {"/ nvidia-smi spawn": smi},
+        lambda: (parse_gpus(answers[0]), parse_compute_apps(answers[1])),
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ticks", type=int, default=150, help="ticks of each path")
-    n = parser.parse_args().ticks
-    with tempfile.TemporaryDirectory() as tmp_name, shard_processes() as groups:
-        tmp = Path(tmp_name)
-        holders = [(s % GPUS, pid) for s, pids in enumerate(groups) for pid in pids]
-        apps = query_apps_of(holders)
-        shards = shards_file(tmp, groups)
-        gpu_answer = query_gpu(GPUS)
-        gpus = attach_processes(parse_gpus(gpu_answer), parse_compute_apps(apps))
-        paths = {
-            "nvidia-smi, floor tool (sh+cat)": sampler(smi_chain(tmp, apps, None), shards),
-            "nvidia-smi, interpreter tool": sampler(smi_chain(tmp, apps, sys.executable), shards),
-            "NVML in process": sampler(VendorChain("nvidia", [NvmlSource(FakeNvml(gpus))]), shards),
-            "NVML in process, no shards": sampler(
-                VendorChain("nvidia", [NvmlSource(FakeNvml(gpus))]), None
-            ),
-        }
+    parser.add_argument(
+        "--real", action="store_true", help="the node's own nvidia-smi and NVML, real GPU shards"
+    )
+    args = parser.parse_args()
+    n = args.ticks
+    processes = cuda_shard_processes if args.real else shard_processes
+    with tempfile.TemporaryDirectory() as tmp_name, processes() as groups:
+        setup = (real_node if args.real else fake_node)(Path(tmp_name), groups)
+        costs, cold, warm = anyio.run(
+            interleaved, setup.paths, n, setup.parse, setup.gpus, backend="asyncio"
+        )
 
-        def parse() -> object:
-            return parse_gpus(gpu_answer), parse_compute_apps(apps)
-
-        costs, cold, warm = anyio.run(interleaved, paths, n, parse, backend="asyncio")
-
-    floor = costs["nvidia-smi, floor tool (sh+cat)"].spawn
-    interpreter = costs["nvidia-smi, interpreter tool"].spawn
+    spawns = {title: costs[path].spawn for title, path in setup.spawns.items()}
     print(
-        f"tick cost: {GPUS} GPUs, {PROCESSES} GPU processes, {SHARDS} shards, {n} ticks of each "
+        f"tick cost: {setup.what}, {PROCESSES} GPU processes, {SHARDS} shards, {n} ticks of each "
         f"path taken in turn, CPU ms per tick (load {os.getloadavg()[0]:.2f})"
     )
     print(
         f"{'path':<34}{'worker':>8}{'p50':>7}{'p90':>7}{'system':>8}{'wakes':>7}{'one spawn':>11}"
-        f"{'/ floor spawn':>15}{'/ interp. spawn':>17}"
+        + "".join(f"{title:>20}" for title in spawns)
     )
     for name, cost in costs.items():
         spawn = f"{cost.spawn * 1e3:.3f}" if cost.spawn else "-"
@@ -250,7 +336,7 @@ def main() -> None:
             f"{name:<34}{cost.mean * 1e3:>8.3f}{cost.quantile(0.5) * 1e3:>7.2f}"
             f"{cost.quantile(0.9) * 1e3:>7.2f}{cost.system_mean * 1e3:>8.3f}"
             f"{cost.wakes / len(cost.own):>7.1f}{spawn:>11}"
-            f"{cost.mean / floor:>15.3f}{cost.mean / interpreter:>17.3f}"
+            + "".join(f"{cost.mean / each:>20.3f}" for each in spawns.values())
         )
     print(
         "worker: the mean; the ratios are of the mean. targets: nvidia-smi path worker <= 0.25 "

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# The checks that need a real NVIDIA GPU, run on a node that has one:
+#   bash bench/nvidia_node.sh OUTDIR
+# OUTDIR gets the node's description (env.txt), nvidia-smi's answers to the
+# worker's queries while two processes hold GPU memory (captures.tgz), and
+# the log of each step: the real-GPU tests, the tick cost and the footprint
+# against the node's own nvidia-smi and NVML, and the tick cost with the fake
+# tools, for comparison with a machine without a GPU. Each step has a time
+# limit, and a failed step does not stop the next. Needs placewatch and its
+# test extra installed; PYTHON names the interpreter (python3).
+set -u
+out=${1:?usage: bash bench/nvidia_node.sh OUTDIR}
+py=${PYTHON:-python3}
+cd "$(dirname "$0")/.."
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+export PYTHONUNBUFFERED=1
+failed=0
+
+step() { # step NAME SECONDS COMMAND...: its output to NAME.log and here
+    local name=$1 limit=$2
+    shift 2
+    echo "== $name ($(date -u +%T))"
+    timeout --kill-after=5 "$limit" "$@" 2>&1 | tee "$out/$name.log"
+    local rc=${PIPESTATUS[0]}
+    [ "$rc" -eq 0 ] || { echo "== $name: exit $rc"; failed=1; }
+}
+
+{
+    date -u +%FT%TZ
+    uname -srm
+    nproc
+    "$py" --version
+    nvidia-smi --version
+    nvidia-smi -L
+} >"$out/env.txt" 2>&1
+cat "$out/env.txt"
+
+# What nvidia-smi answers the worker's own queries, with two processes on GPU 0.
+captures=$(mktemp -d)
+"$py" tests/cuda_holder.py --mib 512 --children 1 >"$captures/holder.out" &
+holder=$!
+for _ in $(seq 200); do grep -q ready "$captures/holder.out" && break; sleep 0.1; done
+"$py" - "$captures" <<'PY'
+import subprocess, sys
+from pathlib import Path
+from placewatch.gpu.nvidia_smi import apps_query_argv, gpu_query_argv, xml_argv
+where = Path(sys.argv[1])
+for name, argv in (("query-gpu.csv", gpu_query_argv()), ("query-compute-apps.csv", apps_query_argv()),
+                   ("q.xml", xml_argv()), ("nvidia-smi.txt", ["nvidia-smi"])):
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    (where / name).write_text(done.stdout)
+    print(name, "exit", done.returncode, len(done.stdout), "chars", done.stderr.strip())
+PY
+kill "$holder"
+wait "$holder" 2>/dev/null
+tar czf "$out/captures.tgz" -C "$captures" .
+rm -rf "$captures"
+
+step real-tests 150 "$py" -m pytest -v -p no:cacheprovider tests/test_real_gpu.py
+step tick-real 150 "$py" bench/tick_cost.py --real --ticks 40
+step footprint-real 90 "$py" bench/footprint.py --real --seconds 60
+step tick-fake 120 "$py" bench/tick_cost.py --ticks 25
+exit $failed
