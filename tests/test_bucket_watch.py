@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from types import SimpleNamespace
 
 import anyio
 import nats
@@ -13,6 +15,7 @@ import pytest
 from nats.aio.client import Client
 from nats.js.kv import KeyValue
 
+from placewatch import runtime
 from placewatch.schemas import subjects
 from placewatch.shards.bucket import STREAM, PlacementsBucket
 
@@ -155,3 +158,40 @@ def test_a_server_restart_is_survived(
 
     watching(nats_server.url, bucket, [("n1.a", spec("a", 1))], body)
     assert "placements watch: no word from the server" in caplog.text  # its consumer went too
+
+
+def test_retries_wait_longer_each_time_and_start_over_after_a_watch_that_ran(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A server without JetStream: every try fails at once. The clock says the fourth
+    # try ran a minute before it failed, as a watch that had been following would.
+    server = NatsServer(tmp_path / "store", jetstream=False)
+    server.start()
+    ran = iter([0, 0, 0, 0, 0, 0, 0, 60, 60, 60])
+    monkeypatch.setattr(runtime, "time", SimpleNamespace(monotonic=lambda: next(ran)))
+    pauses: list[float] = []
+
+    class Enough(Exception):
+        pass
+
+    async def sleep(seconds: float) -> None:
+        pauses.append(seconds)
+        if len(pauses) == 5:
+            raise Enough
+
+    monkeypatch.setattr(runtime, "anyio", SimpleNamespace(sleep=sleep))
+
+    async def main() -> None:
+        nc = await nats.connect(server.url)
+        try:
+            with pytest.raises(Enough):
+                await runtime._watch_placements(PlacementsBucket("gpu-07"), nc, True, 1)
+        finally:
+            await nc.close()
+
+    try:
+        anyio.run(main, backend="asyncio")
+    finally:
+        server.stop()
+    first = runtime.RETRY_FIRST_S
+    assert pauses == [first, 2 * first, 4 * first, first, 2 * first]

@@ -35,6 +35,8 @@ from .shards.watch import ShardWatch, shard_watch
 log = logging.getLogger(__name__)
 
 DRAIN_TIMEOUT_S = 2.0
+RETRY_FIRST_S, RETRY_MOST_S = 1.0, 30.0
+"""The placements watch's pauses between tries."""
 
 
 async def run(settings: Settings, out: TextIO) -> None:
@@ -210,12 +212,19 @@ def _log_change(message: ComputeStatus | FallbackEvent) -> None:
 async def _watch_placements(
     bucket: PlacementsBucket, nc: Client, create: bool, replicas: int
 ) -> None:
-    """Follow the placements bucket; without JetStream, say so and carry on without it."""
-    delay = 1.0
+    """Follow the placements bucket; without JetStream, say so and carry on without it.
+
+    Tries that fail at once wait longer each time, up to RETRY_MOST_S; one that had been
+    following for longer than that is a new outage, retried after RETRY_FIRST_S again.
+    """
+    delay = RETRY_FIRST_S
     while True:
+        started = time.monotonic()
         try:
             await bucket.watch(nc, create=create, replicas=replicas)
         except (nats.errors.Error, TimeoutError) as exc:
+            if time.monotonic() - started >= RETRY_MOST_S:
+                delay = RETRY_FIRST_S
             log.warning(
                 "cannot watch KV %s (%s); retrying in %g s",
                 "placewatch_placements",
@@ -223,7 +232,7 @@ async def _watch_placements(
                 delay,
             )
         await anyio.sleep(delay)
-        delay = min(delay * 2, 30.0)
+        delay = min(delay * 2, RETRY_MOST_S)
 
 
 async def _stop_on_signal(scope: anyio.CancelScope) -> None:
