@@ -149,25 +149,11 @@ def test_the_worker_publishes_real_gpus_and_fires_for_the_shard_on_the_cpu(
 ) -> None:
     server = NatsServer(tmp_path / "jetstream")
     server.start()
-    shards = shards_file(tmp_path, holder, on_cpu)
-    worker = Worker(
-        "--nats",
-        server.url,
-        "--node",
-        "gpu-node",
-        "--interval",
-        "1",
-        "--no-discover",
-        "--grace",
-        "0",
-        "--shards",
-        str(shards),
-        env=real_env(),
-    )
+    argv = ["--nats", server.url, "--node", "gpu-node", "--interval", "1", "--no-discover"]
+    argv += ["--grace", "0", "--shards", str(shards_file(tmp_path, holder, on_cpu))]
     try:
-        telemetry, statuses, fallbacks = anyio.run(watch, server.url)
+        telemetry, statuses, fallbacks, said = anyio.run(watch, server.url, argv)
     finally:
-        _, _, _, said = worker.stop()
         server.stop()
     assert telemetry and len(statuses) == 2 and fallbacks, (statuses, fallbacks, said)
     expected = read(NvmlSource())
@@ -181,9 +167,12 @@ def test_the_worker_publishes_real_gpus_and_fires_for_the_shard_on_the_cpu(
     ]
 
 
-async def watch(url: str) -> tuple[list[NodeTelemetry], dict[str, str], list[FallbackEvent]]:
-    """Telemetry that judges both shards, their statuses and the fallback events, until
-    there are all three or 30 s have passed."""
+async def watch(
+    url: str, argv: list[str]
+) -> tuple[list[NodeTelemetry], dict[str, str], list[FallbackEvent], str]:
+    """Subscribed first, then `placewatch run argv`: the telemetry that judges both shards,
+    their statuses and the fallback events, until there are all three or 30 s have passed;
+    and what the worker said."""
     telemetry: list[NodeTelemetry] = []
     statuses: dict[str, str] = {}
     fallbacks: list[FallbackEvent] = []
@@ -205,9 +194,14 @@ async def watch(url: str) -> tuple[list[NodeTelemetry], dict[str, str], list[Fal
         await nc.subscribe("placewatch.telemetry.gpu-node", cb=on_telemetry)
         await nc.subscribe("placewatch.compute.gpu-node.*", cb=on_status)
         await nc.subscribe("placewatch.fallback.gpu-node.*", cb=on_fallback)
-        with anyio.move_on_after(30):
-            while not (telemetry and len(statuses) == 2 and fallbacks):
-                await anyio.sleep(0.05)
+        await nc.flush()
+        worker = Worker(*argv, env=real_env())
+        try:
+            with anyio.move_on_after(30):
+                while not (telemetry and len(statuses) == 2 and fallbacks):
+                    await anyio.sleep(0.05)
+        finally:
+            _, _, _, said = worker.stop()
     finally:
         await nc.close()
-    return telemetry, statuses, fallbacks
+    return telemetry, statuses, fallbacks, said
