@@ -49,6 +49,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
@@ -240,22 +241,15 @@ def smi_chain(tmp: Path, apps: str, python: str | None) -> VendorChain:
     return VendorChain("nvidia", [NvidiaSmiSource(ProbeRunner(), tool=tool)])
 
 
+@dataclass
 class Setup:
     """The paths to measure, the tool spawns to compare with, and the parse to time."""
 
-    def __init__(
-        self,
-        what: str,
-        gpus: int,
-        paths: dict[str, NodeSampler],
-        spawns: dict[str, str],
-        parse: Callable[[], object],
-    ) -> None:
-        self.what = what
-        self.gpus = gpus
-        self.paths = paths
-        self.spawns = spawns  # column title: the path whose tool runs are the spawn
-        self.parse = parse
+    what: str
+    gpus: int
+    paths: dict[str, NodeSampler]
+    spawns: dict[str, str]  # column title: the path whose tool runs are the spawn
+    parse: Callable[[], object]
 
 
 def fake_node(tmp: Path, groups: list[list[int]]) -> Setup:
@@ -283,7 +277,6 @@ def fake_node(tmp: Path, groups: list[list[int]]) -> Setup:
 
 
 def real_node(tmp: Path, groups: list[list[int]]) -> Setup:
-    runner = ProbeRunner()
     answers = [
         subprocess.run(argv, capture_output=True, text=True, check=True).stdout
         for argv in (gpu_query_argv(), apps_query_argv())
@@ -293,7 +286,7 @@ def real_node(tmp: Path, groups: list[list[int]]) -> Setup:
     shards = shards_file(tmp, groups, 1)
     smi = "nvidia-smi, the node's"
     paths = {
-        smi: sampler(VendorChain("nvidia", [NvidiaSmiSource(runner)]), shards),
+        smi: sampler(VendorChain("nvidia", [NvidiaSmiSource(ProbeRunner())]), shards),
         "NVML, the node's driver": sampler(VendorChain("nvidia", [NvmlSource()]), shards),
         "NVML, no shards": sampler(VendorChain("nvidia", [NvmlSource()]), None),
     }
