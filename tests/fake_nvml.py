@@ -18,6 +18,7 @@ T = TypeVar("T")
 
 NVML_DEVICE_MIG_ENABLE = 1
 NVML_TEMPERATURE_GPU = 0
+nvmlMemory_v2 = 0x02000028
 
 
 class NVMLError(Exception):
@@ -28,11 +29,28 @@ class NVMLError_NotSupported(NVMLError):
     pass
 
 
+class NVMLError_FunctionNotFound(NVMLError):
+    pass
+
+
 @dataclass
 class Memory:
+    """nvmlMemory_t: `used` counts what the driver reserves for itself."""
+
     total: int
     used: int
     free: int
+
+
+@dataclass
+class MemoryV2:
+    """nvmlMemory_v2_t (drivers R510 and later): the reserve apart, `used` without it."""
+
+    version: int
+    total: int
+    reserved: int
+    free: int
+    used: int
 
 
 @dataclass
@@ -70,12 +88,23 @@ class Device:
 
 
 class FakeNvml:
+    """A capture's memory.used leaves out what the driver reserves for itself (nvidia-smi
+    R510 and later: total = reserved + used + free), which NVML's v1 reading counts as used
+    and its v2 reading gives apart. `v2=False` is a driver without the v2 reading."""
+
     NVMLError = NVMLError
     NVML_DEVICE_MIG_ENABLE = NVML_DEVICE_MIG_ENABLE
     NVML_TEMPERATURE_GPU = NVML_TEMPERATURE_GPU
+    nvmlMemory_v2 = nvmlMemory_v2
 
-    def __init__(self, gpus: list[GpuSample], mig: dict[int, list[Mig]] | None = None) -> None:
+    def __init__(
+        self,
+        gpus: list[GpuSample],
+        mig: dict[int, list[Mig]] | None = None,
+        v2: bool = True,
+    ) -> None:
         self.devices = [Device(g, (mig or {}).get(g.index, [])) for g in gpus]
+        self.v2 = v2
         self.hang = threading.Event()  # set: every call blocks until release is set
         self.release = threading.Event()
         self.calls = 0
@@ -113,15 +142,19 @@ class FakeNvml:
     def nvmlDeviceGetUtilizationRates(self, h: Device) -> Utilization:
         return Utilization(round(self._need(h.gpu.utilization_pct)))
 
-    def nvmlDeviceGetMemoryInfo(self, h: Device | Mig) -> Memory:
+    def nvmlDeviceGetMemoryInfo(self, h: Device | Mig, version: int = 0) -> Memory | MemoryV2:
+        if version and not self.v2:
+            raise NVMLError_FunctionNotFound("Function Not Found")
         if isinstance(h, Mig):
-            return Memory(h.total, h.used, h.total - h.used)
-        g = h.gpu
-        return Memory(
-            self._need(g.memory_total_bytes),
-            self._need(g.memory_used_bytes),
-            self._need(g.memory_free_bytes),
-        )
+            total, used, free = h.total, h.used, h.total - h.used
+        else:
+            g = h.gpu
+            total = self._need(g.memory_total_bytes)
+            used = self._need(g.memory_used_bytes)
+            free = self._need(g.memory_free_bytes)
+        if version:
+            return MemoryV2(version, total, total - used - free, free, used)
+        return Memory(total, total - free, free)
 
     def nvmlDeviceGetTemperature(self, h: Device, sensor: int) -> int:
         return round(self._need(h.gpu.temperature_c))

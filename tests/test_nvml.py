@@ -52,6 +52,20 @@ def test_nvml_reads_the_same_values_as_nvidia_smi() -> None:
     assert idle.memory_total_bytes == 81920 * MiB
 
 
+def test_used_memory_leaves_out_the_drivers_reserve_as_nvidia_smi_does() -> None:
+    # The capture: 81920 MiB in all, 40960 used, 40405 free; the driver keeps 555 for itself.
+    # NVML's v1 reading counts those as used; an idle GPU of a larger reserve would read as
+    # held by processes nobody lists, and a shard on the CPU beside it could not be judged.
+    (busy, _), _ = sample(NvmlSource(FakeNvml(captured())))
+    assert busy.memory_used_bytes == 40960 * MiB
+    assert busy.memory_free_bytes == 40405 * MiB
+    assert busy.memory_total_bytes == 81920 * MiB
+    # A driver before R510 has only the v1 reading: the reserve counts as used.
+    (old, _), _ = sample(NvmlSource(FakeNvml(captured(), v2=False)))
+    assert old.memory_used_bytes == (40960 + 555) * MiB
+    assert old.memory_free_bytes == 40405 * MiB
+
+
 def test_mig_gpu_reports_instances_and_their_processes() -> None:
     gpu = msgspec.structs.replace(captured()[0], utilization_pct=None)
     mig = [

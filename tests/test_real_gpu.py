@@ -55,6 +55,12 @@ def read(source: NvmlSource | NvidiaSmiSource) -> list[GpuSample]:
     return gpus
 
 
+def reserve(gpu: GpuSample) -> int:
+    total, used, free = gpu.memory_total_bytes, gpu.memory_used_bytes, gpu.memory_free_bytes
+    assert total is not None and used is not None and free is not None, gpu
+    return total - used - free
+
+
 def holding(gpus: list[GpuSample], pid: int) -> int:
     """Bytes the driver lists `pid` as holding on GPU 0."""
     return sum(p.used_bytes or 0 for p in gpus[0].processes if p.pid == pid)
@@ -110,6 +116,9 @@ def test_nvml_and_nvidia_smi_read_the_same_gpus() -> None:
         assert a.memory_total_bytes is not None and a.memory_total_bytes > 1 << 30
         assert a.power_cap_w == b.power_cap_w
         assert a.mig_enabled == b.mig_enabled
+        # What is neither used nor free is the driver's reserve, the same through both
+        # (nvidia-smi rounds to MiB); NVML's first reading would count it as used.
+        assert abs(reserve(a) - reserve(b)) <= 2 << 20, (reserve(a), reserve(b))
 
 
 def test_a_process_holding_gpu_memory_is_listed_by_both_sources(holder: int) -> None:

@@ -12,9 +12,12 @@ import anyio
 import psutil
 import pytest
 
+from placewatch.gpu.nvml import NvmlSource
 from placewatch.schemas import ComputeStatus, GpuProcess, GpuSample
 from placewatch.shards.placements import ShardsFile
 from placewatch.shards.watch import ShardWatch
+
+from .fake_nvml import FakeNvml
 
 MATCH = "sleep 3601.25"
 
@@ -136,3 +139,26 @@ def test_a_process_whose_parent_exits_is_worked_out_again(
         assert after.devices == []
     finally:
         computing.kill()
+
+
+def test_a_shard_on_the_cpu_beside_an_idle_gpu_read_through_nvml_is_a_fallback(
+    sleepers: list[subprocess.Popen[bytes]], tmp_path: Path
+) -> None:
+    # An idle GPU whose driver keeps 1.5 GiB for itself, more than the memory no listed
+    # process may hold before the worker suspects processes it cannot see. Read through
+    # NVML, that reserve is not memory in use, as nvidia-smi does not count it either.
+    total = 143771 << 20
+    idle = GpuSample(
+        index=0,
+        uuid="GPU-0",
+        name="NVIDIA H200",
+        memory_total_bytes=total,
+        memory_used_bytes=0,
+        memory_free_bytes=total - (1536 << 20),
+    )
+    gpus, status = anyio.run(NvmlSource(FakeNvml([idle])).sample, backend="asyncio")
+    assert status.ok and gpus[0].memory_used_bytes == 0
+    shards = tmp_path / "shards.toml"
+    shards.write_text(f'[[shard]]\nid = "a"\npid = {sleeper(sleepers)}\ngpus = [0]\n')
+    watch = ShardWatch("n1", "s1", grace_s=0, shards_file=ShardsFile(shards), discovery=False)
+    assert judge(watch, gpus)["a"].verdict == "cpu_fallback"

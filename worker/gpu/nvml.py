@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import anyio
 import anyio.to_thread
@@ -58,7 +58,7 @@ def _read_gpu(nvml: Any, index: int, handle: Any) -> GpuSample:
         except nvml.NVMLError:
             return None
 
-    memory = ask("nvmlDeviceGetMemoryInfo", handle)
+    memory = _memory(nvml, handle, ask)
     utilization = ask("nvmlDeviceGetUtilizationRates", handle)
     pci = ask("nvmlDeviceGetPciInfo", handle)
     power_mw = ask("nvmlDeviceGetPowerUsage", handle)
@@ -80,9 +80,9 @@ def _read_gpu(nvml: Any, index: int, handle: Any) -> GpuSample:
         bus_id=None if pci is None else _str(pci.busId),
         utilization_pct=util,
         activity=None if util is None else "busy",
-        memory_total_bytes=None if memory is None else int(memory.total),
-        memory_used_bytes=None if memory is None else int(memory.used),
-        memory_free_bytes=None if memory is None else int(memory.free),
+        memory_total_bytes=None if memory is None else memory.total,
+        memory_used_bytes=None if memory is None else memory.used,
+        memory_free_bytes=None if memory is None else memory.free,
         temperature_c=_float(ask("nvmlDeviceGetTemperature", handle, nvml.NVML_TEMPERATURE_GPU)),
         power_w=None if power_mw is None else power_mw / 1000,
         power_cap_w=None if cap_mw is None else cap_mw / 1000,
@@ -99,7 +99,7 @@ def _mig(nvml: Any, handle: Any, ask: Any) -> tuple[list[MigInstance], list[GpuP
         mig = ask("nvmlDeviceGetMigDeviceHandleByIndex", handle, slot)
         if mig is None:
             continue  # an empty slot
-        memory = ask("nvmlDeviceGetMemoryInfo", mig)
+        memory = _memory(nvml, mig, ask)
         name = _str(ask("nvmlDeviceGetName", mig))
         instances.append(
             MigInstance(
@@ -108,12 +108,36 @@ def _mig(nvml: Any, handle: Any, ask: Any) -> tuple[list[MigInstance], list[GpuP
                 uuid=_str(ask("nvmlDeviceGetUUID", mig)),
                 # "NVIDIA H100 80GB HBM3 MIG 1g.10gb": the profile is the last word.
                 profile=name.rsplit(" ", 1)[-1] if name and " MIG " in name else None,
-                memory_total_bytes=None if memory is None else int(memory.total),
-                memory_used_bytes=None if memory is None else int(memory.used),
+                memory_total_bytes=None if memory is None else memory.total,
+                memory_used_bytes=None if memory is None else memory.used,
             )
         )
         processes += _processes(nvml, ask("nvmlDeviceGetComputeRunningProcesses", mig))
     return instances, processes
+
+
+class Memory(NamedTuple):
+    total: int
+    used: int
+    free: int
+
+
+def _memory(nvml: Any, handle: Any, ask: Any) -> Memory | None:
+    """Memory as nvidia-smi reports it: `used` without what the driver reserves for itself.
+
+    NVML's first reading counts that reserve as used: hundreds of MiB on an idle
+    datacenter GPU that no process holds. Its v2 reading (drivers R510 and later) gives
+    the reserve apart; a driver without it gets the first.
+    """
+    version = getattr(nvml, "nvmlMemory_v2", None)
+    memory = None if version is None else ask("nvmlDeviceGetMemoryInfo", handle, version)
+    if memory is not None:
+        used = int(memory.total) - int(memory.free) - int(memory.reserved)
+        return Memory(int(memory.total), max(used, 0), int(memory.free))
+    memory = ask("nvmlDeviceGetMemoryInfo", handle)
+    if memory is None:
+        return None
+    return Memory(int(memory.total), int(memory.used), int(memory.free))
 
 
 def _processes(nvml: Any, infos: Any) -> list[GpuProcess]:
