@@ -33,8 +33,9 @@ from placewatch.schemas import (
     NodeTelemetry,
     decode,
     subjects,
+    value_headers,
 )
-from placewatch.schemas.codec import HEADER_CONTENT_TYPE, JSON, MSGPACK
+from placewatch.schemas.codec import HEADER_CONTENT_TYPE
 from placewatch.schemas.messages import Verdict
 
 log = logging.getLogger(__name__)
@@ -250,13 +251,8 @@ _KINDS: dict[str, type[NodeTelemetry] | type[ComputeStatus] | type[FallbackEvent
 
 
 def _kv_headers(data: bytes, headers: Mapping[str, str]) -> Mapping[str, str]:
-    """Headers for a bucket value: nats-py's KV put sends none, so the format is sniffed.
-
-    A JSON ComputeStatus starts with `{`; msgpack starts with a map marker.
-    """
-    if HEADER_CONTENT_TYPE in headers:
-        return headers
-    return {HEADER_CONTENT_TYPE: JSON if data.lstrip()[:1] == b"{" else MSGPACK}
+    """Headers for a bucket value: nats-py's KV put sends none, so the format is sniffed."""
+    return headers if HEADER_CONTENT_TYPE in headers else value_headers(data)
 
 
 def _left(deadline: float) -> float:

@@ -6,7 +6,7 @@ service can depend on it without the worker's dependencies.
 
 from . import subjects
 from .asyncapi import asyncapi_document
-from .codec import DecodeError, decode, decode_any, encode, json_schema
+from .codec import DecodeError, decode, decode_any, encode, json_schema, value_headers
 from .messages import (
     MESSAGE_TYPES,
     SCHEMA_VERSION,
@@ -44,4 +44,5 @@ __all__ = [
     "encode",
     "json_schema",
     "subjects",
+    "value_headers",
 ]

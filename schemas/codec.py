@@ -66,6 +66,12 @@ def decode(data: bytes, type_: type[T], headers: Mapping[str, str] | None = None
         raise DecodeError(f"not a valid {type_.__name__} ({content_type}): {exc}") from exc
 
 
+def value_headers(data: bytes) -> dict[str, str]:
+    """The Content-Type of a KV bucket value, which travels without headers: a JSON message
+    starts with `{`, a msgpack one with a map marker."""
+    return {HEADER_CONTENT_TYPE: JSON if data.lstrip()[:1] == b"{" else MSGPACK}
+
+
 def decode_any(data: bytes, headers: Mapping[str, str]) -> msgspec.Struct:
     """Decode a message of any contract type, named by its Placewatch-Type header."""
     name = headers.get(HEADER_TYPE, "")

@@ -138,3 +138,22 @@ def test_previous_reads_this_nodes_latest_statuses_and_none_without_a_bucket(
             await nc.close()
 
     anyio.run(go, backend="asyncio")
+
+
+def test_a_restart_reads_the_statuses_a_msgpack_worker_left(nats_server: NatsServer) -> None:
+    # A bucket value carries no headers: what a worker running with msgpack stored there
+    # must still be read back by its next session, which then knows what it left firing.
+    async def go() -> None:
+        nc = await nats.connect(nats_server.url)
+        try:
+            outbox = EventOutbox(nc, encoding="msgpack")
+            outbox.add(EventTracker("n1", "abc").changes([status()]))
+            assert await outbox.flush() == 2
+            found = await EventOutbox(nc, encoding="msgpack").previous("n1")
+            assert [(s.shard, s.verdict, s.session) for s in found] == [
+                ("s", "cpu_fallback", "abc")
+            ]
+        finally:
+            await nc.close()
+
+    anyio.run(go, backend="asyncio")

@@ -20,6 +20,7 @@ import anyio
 import nats
 import nats.js.errors
 import psutil
+import pytest
 
 from placewatch.schemas import ComputeStatus, FallbackEvent, decode_any, subjects
 
@@ -89,12 +90,17 @@ def wait_for_events(url: str, predicate: Any, timeout: float = 15) -> list[tuple
     raise AssertionError(f"timed out; events so far: {seen}")
 
 
+# msgpack: the statuses a session leaves in the compute bucket are msgpack too, and the next
+# session must read them (bucket values carry no Content-Type).
+@pytest.mark.parametrize("encoding", ["json", "msgpack"])
 def test_verdicts_events_and_resolution_end_to_end(
     nats_server: NatsServer,
     fake_gpu: FakeGpuTools,
     shard_procs: dict[str, subprocess.Popen[bytes]],
     workers: list[Worker],
     tmp_path: Path,
+    *,
+    encoding: str,
 ) -> None:
     holding = start(shard_procs, "holding")
     idle = start(shard_procs, "idle")
@@ -128,6 +134,8 @@ def test_verdicts_events_and_resolution_end_to_end(
         "--interval",
         "1",
         "--no-discover",
+        "--encoding",
+        encoding,
     )
     worker = Worker(*args, env=fake_gpu.env())
     workers.append(worker)

@@ -21,7 +21,14 @@ from nats.aio.client import Client
 from nats.js.api import DiscardPolicy, StorageType, StreamConfig
 from nats.js.kv import KeyValue
 
-from placewatch.schemas import ComputeStatus, DecodeError, decode, encode, subjects
+from placewatch.schemas import (
+    ComputeStatus,
+    DecodeError,
+    decode,
+    encode,
+    subjects,
+    value_headers,
+)
 from placewatch.schemas.codec import Encoding
 
 from .kvfollow import Values, follow
@@ -154,7 +161,7 @@ class EventOutbox:
             if value is None:
                 continue  # deleted
             try:
-                statuses.append(decode(value, ComputeStatus))
+                statuses.append(decode(value, ComputeStatus, value_headers(value)))
             except DecodeError:
                 continue
         return statuses
