@@ -33,6 +33,10 @@ class NVMLError_FunctionNotFound(NVMLError):
     pass
 
 
+class NVMLError_GpuIsLost(NVMLError):
+    pass
+
+
 @dataclass
 class Memory:
     """nvmlMemory_t: `used` counts what the driver reserves for itself."""
@@ -108,12 +112,13 @@ class FakeNvml:
         self.hang = threading.Event()  # set: every call blocks until release is set
         self.release = threading.Event()
         self.calls = 0
-        self.lost = False  # set: the GPU fell off the bus (Xid 79)
+        self.failing = False  # set: every call fails, as when the driver stops answering
+        self.lost: set[int] = set()  # GPUs fallen off the bus (Xid 79), by index
 
     def _wait(self) -> None:
         self.calls += 1
-        if self.lost:
-            raise NVMLError("GPU is lost")
+        if self.failing:
+            raise NVMLError("Unknown Error")
         if self.hang.is_set():
             self.release.wait(30)
 
@@ -128,6 +133,8 @@ class FakeNvml:
         return len(self.devices)
 
     def nvmlDeviceGetHandleByIndex(self, index: int) -> Device:
+        if index in self.lost:
+            raise NVMLError_GpuIsLost("GPU is lost")
         return self.devices[index]
 
     def nvmlDeviceGetUUID(self, h: Device | Mig) -> str:

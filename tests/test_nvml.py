@@ -66,6 +66,18 @@ def test_used_memory_leaves_out_the_drivers_reserve_as_nvidia_smi_does() -> None
     assert old.memory_free_bytes == 40405 * MiB
 
 
+def test_a_gpu_the_driver_lost_leaves_the_others_read() -> None:
+    nvml = FakeNvml(captured())
+    nvml.lost = {0}  # fallen off the bus: NVML refuses even its handle
+    (lost, other), status = sample(NvmlSource(nvml))
+    assert lost == GpuSample(index=0, vendor="nvidia")
+    assert other.uuid == "GPU-9d2e4b61-27c3-4f0a-b8e5-6a1c3d5f7b92"
+    assert other.memory_total_bytes == 81920 * MiB
+    assert [p.pid for p in other.processes] == [5120]
+    assert not status.ok and status.error is not None
+    assert status.error.startswith("NVML cannot read GPU 0: GPU is lost; the other GPUs are read")
+
+
 def test_mig_gpu_reports_instances_and_their_processes() -> None:
     gpu = msgspec.structs.replace(captured()[0], utilization_pct=None)
     mig = [
@@ -74,7 +86,7 @@ def test_mig_gpu_reports_instances_and_their_processes() -> None:
         Mig(2, 0, "MIG-66666666-7777-8888-9999-000000000000", "NVIDIA A100-SXM4-80GB MIG 3g.40gb",
             40192 * MiB, 13 * MiB),
     ]  # fmt: skip
-    (read,) = read_gpus(FakeNvml([gpu], {0: mig}))
+    (read,), _ = read_gpus(FakeNvml([gpu], {0: mig}))
     assert read.mig_enabled is True
     assert read.utilization_pct is None  # NVML cannot give it on a MIG GPU
     assert [(m.gpu_instance_id, m.compute_instance_id, m.profile) for m in read.mig] == [
@@ -96,7 +108,7 @@ def test_nvml_replaying_the_h100_capture() -> None:
             here / "utkuozdemir-h100-80gb-hbm3-mig-linux-drv590.48.01-query-compute-apps-load.csv"
         ).read_text()
     )
-    (gpu,) = read_gpus(FakeNvml(attach_processes(gpus, apps)))
+    (gpu,), _ = read_gpus(FakeNvml(attach_processes(gpus, apps)))
     assert gpu.name == "NVIDIA H100 80GB HBM3"
     assert gpu.memory_total_bytes == 81559 * MiB
     assert gpu.power_w == pytest.approx(433.78)

@@ -46,11 +46,11 @@ def test_a_failing_source_falls_back_in_the_same_tick_and_sticks(smi: FakeGpuToo
     nvml = FakeNvml(captured())
     chain = VendorChain("nvidia", [NvmlSource(nvml), NvidiaSmiSource(ProbeRunner())])
     sample(chain)
-    nvml.lost = True
+    nvml.failing = True
     gpus, statuses = sample(chain)
     assert len(gpus) == 2, "the tick lost its sample"
     assert [(s.name, s.ok) for s in statuses] == [("nvml", False), ("nvidia-smi", True)]
-    assert statuses[0].error == "NVML failed: GPU is lost"
+    assert statuses[0].error == "NVML failed: Unknown Error"
     calls = nvml.calls
     gpus, statuses = sample(chain)
     assert [s.name for s in statuses] == ["nvidia-smi"]

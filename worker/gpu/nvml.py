@@ -42,13 +42,23 @@ def load() -> tuple[Any, str | None]:
     return pynvml, None
 
 
-def read_gpus(nvml: Any) -> list[GpuSample]:
-    """Every GPU as NVML sees it; a reading NVML refuses is None. Blocking."""
-    gpus = []
+def read_gpus(nvml: Any) -> tuple[list[GpuSample], list[str]]:
+    """Every GPU as NVML sees it, and why any cannot be read at all; a reading NVML refuses
+    is None. Blocking.
+
+    A GPU the driver lost (Xid 79, fallen off the bus) refuses even its handle: it is
+    listed by its index alone, and the others are read as usual.
+    """
+    gpus, problems = [], []
     for index in range(nvml.nvmlDeviceGetCount()):
-        handle = nvml.nvmlDeviceGetHandleByIndex(index)
+        try:
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+        except nvml.NVMLError as exc:
+            problems.append(f"GPU {index}: {exc}")
+            gpus.append(GpuSample(index=index, vendor="nvidia"))
+            continue
         gpus.append(_read_gpu(nvml, index, handle))
-    return gpus
+    return gpus, problems
 
 
 def _read_gpu(nvml: Any, index: int, handle: Any) -> GpuSample:
@@ -209,19 +219,25 @@ class NvmlSource:
         self._reading = done
         nvml = self._nvml
 
-        def read() -> list[GpuSample]:
+        def read() -> tuple[list[GpuSample], list[str]]:
             try:
                 return read_gpus(nvml)
             finally:
                 done.set()
 
-        gpus: list[GpuSample] | None = None
+        found: tuple[list[GpuSample], list[str]] | None = None
         try:
             with anyio.move_on_after(self.timeout_s):
-                gpus = await anyio.to_thread.run_sync(read, abandon_on_cancel=True)
+                found = await anyio.to_thread.run_sync(read, abandon_on_cancel=True)
         except nvml.NVMLError as exc:
             return [], status(f"NVML failed: {exc}")
-        if gpus is None:
+        if found is None:
             log.warning("NVML read timed out after %g s; abandoning it", self.timeout_s)
             return [], status(f"NVML timed out after {self.timeout_s:g} s", degraded=True)
+        gpus, problems = found
+        if problems:
+            return gpus, status(
+                f"NVML cannot read {'; '.join(problems)}; the other GPUs are read (a GPU the "
+                "driver lost needs a reset or a reboot: check dmesg for Xid errors)"
+            )
         return gpus, status()
