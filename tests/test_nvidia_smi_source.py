@@ -60,3 +60,21 @@ def test_no_xml_is_read_without_mig(smi: FakeGpuTools) -> None:
     gpus, status = sample(NvidiaSmiSource(ProbeRunner()))
     assert status.ok and len(gpus) == 2
     assert not any("-q -x" in c for c in smi.calls("nvidia-smi"))
+
+
+def test_a_gpu_the_tool_cannot_reach_leaves_the_others_read(smi: FakeGpuTools) -> None:
+    # nvidia-smi prints a message where the row of a GPU it cannot reach would be, the
+    # rows of the others, and fails.
+    header, _, gpu1 = (OWN / "a100x2-query-gpu.csv").read_text().splitlines()
+    lost = "Unable to determine the device handle for GPU0000:07:00.0: Unknown Error"
+    smi.write("nvidia-smi", "query-gpu.csv", f"{header}\n{lost}\n{gpu1}\n")
+    smi.write("nvidia-smi", "query-compute-apps.csv", OWN / "a100x2-query-compute-apps.csv")
+    smi.write("nvidia-smi", "exit", f"15 {lost}")
+    gpus, status = sample(NvidiaSmiSource(ProbeRunner()))
+    assert [(g.index, g.uuid) for g in gpus] == [(1, "GPU-9d2e4b61-27c3-4f0a-b8e5-6a1c3d5f7b92")]
+    assert [p.pid for p in gpus[0].processes] == [5120]
+    assert not status.ok
+    assert status.error == (
+        f"nvidia-smi exited 15: {lost}; the GPUs it printed are read; "
+        f"nvidia-smi exited 15: {lost}; the processes it printed are read"
+    )

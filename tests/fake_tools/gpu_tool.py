@@ -11,7 +11,8 @@ test can change what the "driver" reports while a worker runs:
 A file named `refuse-csv` makes nvidia-smi reject CSV queries as an old
 driver does. A file named `hang` makes the tool ignore SIGTERM and sleep for ever (a tool
 stuck in the driver); a file named `fail` holds "CODE MESSAGE" to print the
-message on stderr and exit with CODE.
+message on stderr and exit with CODE; a file named `exit` holds the same, printed and
+returned after the answer (a tool that printed what it could, then failed).
 """
 
 import os
@@ -60,6 +61,10 @@ def main() -> int:
         print("No devices were found", file=sys.stderr)
         return 6
     sys.stdout.write(path.read_text())
+    if (here / "exit").exists():
+        code, _, message = (here / "exit").read_text().partition(" ")
+        print(message.strip(), file=sys.stderr)
+        return int(code)
     return 0
 
 

@@ -122,6 +122,9 @@ def parse_table(text: str) -> tuple[list[Column], list[list[str]]]:
             columns.append(Column(cell.strip(), None))
         else:
             columns.append(Column(match["name"].strip(), match["unit"]))
+    # A line of one cell under a header of several is a message among the rows ("Unable to
+    # determine the device handle for GPU0000:3B:00.0: Unknown Error"), not a row.
+    rows = [row for row in rows if len(row) > 1 or len(columns) == 1]
     return columns, [_fit(columns, row) for row in rows]
 
 
@@ -250,6 +253,12 @@ def parse_compute_apps(text: str) -> list[ComputeApp]:
     return apps
 
 
+def _is_apps_table(text: str) -> bool:
+    """Whether `text` holds a --query-compute-apps table, its rows however many."""
+    columns, _ = parse_table(text)
+    return any(c.name == "pid" for c in columns)
+
+
 def attach_processes(gpus: list[GpuSample], apps: list[ComputeApp]) -> list[GpuSample]:
     """Each GPU with the processes the compute-apps query lists on it, matched by UUID."""
     by_uuid: dict[str, list[GpuProcess]] = {g.uuid: [] for g in gpus if g.uuid}
@@ -282,14 +291,19 @@ class NvidiaSmiSource(ToolSource):
             log.info("%s refused the CSV query (%s); reading -q -x instead", TOOL, gpu_result.error)
             self._xml_only = True
             return await self._sample_xml()
-        if not gpu_result.ok:
-            return [], self._status(gpu_result.latency_ms, gpu_result.error, gpu_result.stuck)
         gpus = parse_gpus(gpu_result.stdout)
+        if not gpu_result.ok and not gpus:
+            return [], self._status(gpu_result.latency_ms, gpu_result.error, gpu_result.stuck)
+        # A tool that failed after printing what it could (all but a GPU it could not
+        # reach) still read that: it is kept, and the failure is the status's.
+        partly = [] if gpu_result.ok else [f"{gpu_result.error}; the GPUs it printed are read"]
         apps_result = await self._runner.run(apps_query_argv(self._tool))
         latency = gpu_result.latency_ms + apps_result.latency_ms
         if not apps_result.ok:
-            error = f"GPU readings only, no processes: {apps_result.error}"
-            return gpus, self._status(latency, error, apps_result.stuck)
+            if not _is_apps_table(apps_result.stdout):
+                error = f"GPU readings only, no processes: {apps_result.error}"
+                return gpus, self._status(latency, error, apps_result.stuck)
+            partly.append(f"{apps_result.error}; the processes it printed are read")
         gpus = attach_processes(gpus, parse_compute_apps(apps_result.stdout))
         if not gpus:
             error = f"{TOOL} printed no GPU rows; run `{TOOL}` to see what the driver says"
@@ -298,7 +312,7 @@ class NvidiaSmiSource(ToolSource):
             xml_result = await self._runner.run(xml_argv(self._tool))
             latency += xml_result.latency_ms
             gpus = attach_mig(gpus, parse_xml(xml_result.stdout) if xml_result.ok else [])
-        return gpus, self._status(latency)
+        return gpus, self._status(latency, "; ".join(partly) or None)
 
     async def _sample_xml(self) -> tuple[list[GpuSample], SourceStatus]:
         result = await self._runner.run(xml_argv(self._tool))
