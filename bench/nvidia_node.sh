@@ -2,7 +2,8 @@
 # The checks that need a real NVIDIA GPU, run on a node that has one:
 #   bash bench/nvidia_node.sh OUTDIR
 # OUTDIR gets the node's description (env.txt), nvidia-smi's answers to the
-# worker's queries while two processes hold GPU memory (captures.tgz), and
+# worker's queries while two processes hold GPU memory and NVML's two memory
+# readings beside nvidia-smi's (captures.tgz), and
 # the log of each step: `placewatch sample` and `placewatch doctor` as an
 # operator runs them, the real-GPU tests, the tick cost and the footprint
 # against the node's own nvidia-smi and NVML, and the tick cost with the fake
@@ -48,11 +49,25 @@ import subprocess, sys
 from pathlib import Path
 from placewatch.gpu.nvidia_smi import apps_query_argv, gpu_query_argv, xml_argv
 where = Path(sys.argv[1])
+memory = ["nvidia-smi", "--query-gpu=index,memory.total,memory.reserved,memory.used,memory.free",
+          "--format=csv,nounits"]
 for name, argv in (("query-gpu.csv", gpu_query_argv()), ("query-compute-apps.csv", apps_query_argv()),
-                   ("q.xml", xml_argv()), ("nvidia-smi.txt", ["nvidia-smi"])):
+                   ("q.xml", xml_argv()), ("nvidia-smi.txt", ["nvidia-smi"]), ("memory.csv", memory)):
     done = subprocess.run(argv, capture_output=True, text=True, timeout=30)
     (where / name).write_text(done.stdout)
     print(name, "exit", done.returncode, len(done.stdout), "chars", done.stderr.strip())
+# NVML's two memory readings beside nvidia-smi's: what each counts as used.
+import pynvml
+pynvml.nvmlInit()
+lines = []
+for i in range(pynvml.nvmlDeviceGetCount()):
+    h = pynvml.nvmlDeviceGetHandleByIndex(i)
+    v1 = pynvml.nvmlDeviceGetMemoryInfo(h)
+    v2 = pynvml.nvmlDeviceGetMemoryInfo(h, version=pynvml.nvmlMemory_v2)
+    lines.append(f"{i} v1 total {v1.total} used {v1.used} free {v1.free}; "
+                 f"v2 total {v2.total} reserved {v2.reserved} used {v2.used} free {v2.free}")
+(where / "nvml-memory.txt").write_text("\n".join(lines) + "\n")
+print(*lines, sep="\n")
 PY
 kill "$holder"
 wait "$holder" 2>/dev/null
