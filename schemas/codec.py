@@ -67,8 +67,8 @@ def decode(data: bytes, type_: type[T], headers: Mapping[str, str] | None = None
 
 
 def value_headers(data: bytes) -> dict[str, str]:
-    """The Content-Type of a KV bucket value, which travels without headers: a JSON message
-    starts with `{`, a msgpack one with a map marker."""
+    """Headers for a KV bucket value, which travels without any: its Content-Type, told
+    from its first byte (a JSON message starts with `{`, a msgpack one with a map marker)."""
     return {HEADER_CONTENT_TYPE: JSON if data.lstrip()[:1] == b"{" else MSGPACK}
 
 
