@@ -87,7 +87,7 @@ def test_losing_the_connected_server_loses_no_event(
     worker = Worker("--nats", urls, "--node", "n1", "--shards", str(shards), "--grace", "1", "--interval", "1",
                     "--no-discover", "--replicas", "3", env=fake_gpu.env())  # fmt: skip
     workers.append(worker)
-    first = [("compute", "r3", "cpu_fallback"), ("fallback", "r3", "firing")]
+    first = [("fallback", "r3", "firing"), ("compute", "r3", "cpu_fallback")]
     deadline = time.monotonic() + 20
     while events_now(cluster[0][0].url) != first:
         assert time.monotonic() < deadline, "no first verdict"
@@ -115,7 +115,7 @@ def test_losing_the_connected_server_loses_no_event(
         sub.next(timeout=10)
         back = time.monotonic() - killed
     assert back < 3, f"telemetry took {back:.1f} s to come back"
-    expected = [*first, ("compute", "r3", "gpu"), ("fallback", "r3", "resolved")]
+    expected = [*first, ("fallback", "r3", "resolved"), ("compute", "r3", "gpu")]
     deadline = time.monotonic() + 20
     seen: list[tuple[str, str, str]] | None = []
     while seen != expected:

@@ -44,20 +44,21 @@ def test_first_status_then_only_changes_never_memory_jitter() -> None:
 def test_fallback_fires_once_and_resolves_on_leaving() -> None:
     t = EventTracker("n1", "s1")
     fired = t.changes([status("cpu_fallback")])
+    # The event first: the status's copy in the bucket is what a restart believes was said.
     assert kinds(fired) == [
-        ("placewatch.compute.n1.llama-a", "cpu_fallback"),
         ("placewatch.fallback.n1.llama-a", "firing"),
+        ("placewatch.compute.n1.llama-a", "cpu_fallback"),
     ]
-    assert fired[1].msg_id == "n1.llama-a.s1.1.firing"
+    assert fired[0].msg_id == "n1.llama-a.s1.1.firing"
     assert kinds(t.changes([status("partial", (1,))])) == [
         ("placewatch.compute.n1.llama-a", "partial")
     ]
     resolved = t.changes([status("gpu", (1,))])
     assert kinds(resolved) == [
-        ("placewatch.compute.n1.llama-a", "gpu"),
         ("placewatch.fallback.n1.llama-a", "resolved"),
+        ("placewatch.compute.n1.llama-a", "gpu"),
     ]
-    event = resolved[1].message
+    event = resolved[0].message
     assert isinstance(event, FallbackEvent) and event.status.verdict == "gpu"
 
 
@@ -66,8 +67,8 @@ def test_a_shard_that_goes_resolves_its_fallback() -> None:
     t.changes([status("misplaced", (0,))])
     out = t.changes([], gone=[status("gone")])
     assert kinds(out) == [
-        ("placewatch.compute.n1.llama-a", "gone"),
         ("placewatch.fallback.n1.llama-a", "resolved"),
+        ("placewatch.compute.n1.llama-a", "gone"),
     ]
     # Placed again later: reported afresh, with new ids.
     again = t.changes([status("starting")])
@@ -87,12 +88,12 @@ def test_a_fallback_left_firing_by_an_earlier_session_is_resolved() -> None:
     t.seed(earlier)
     out = t.changes([status("gpu", (1,))])
     assert kinds(out) == [
-        ("placewatch.compute.n1.llama-a", "gpu"),
         ("placewatch.fallback.n1.llama-a", "resolved"),
-        ("placewatch.compute.n1.old", "gone"),
+        ("placewatch.compute.n1.llama-a", "gpu"),
         ("placewatch.fallback.n1.old", "resolved"),
+        ("placewatch.compute.n1.old", "gone"),
     ]
-    gone = out[2].message
+    gone = out[3].message
     assert isinstance(gone, ComputeStatus) and gone.session == "s2"
     assert gone.reason == "no longer placed or found since the worker restarted"
     assert t.changes([status("gpu", (1,))]) == []

@@ -50,7 +50,7 @@ def test_events_survive_server_kills_exactly_once_and_telemetry_resumes(
             "--interval", "1", "--no-discover", env=fake_gpu.env(),
         )  # fmt: skip
         workers.append(worker)
-        expected = [("compute", "flappy", "cpu_fallback"), ("fallback", "flappy", "firing")]
+        expected = [("fallback", "flappy", "firing"), ("compute", "flappy", "cpu_fallback")]
         deadline = time.monotonic() + 15
         while events_now(server.url) != expected:
             assert time.monotonic() < deadline, "the first verdict never reached the stream"
@@ -70,7 +70,7 @@ def test_events_survive_server_kills_exactly_once_and_telemetry_resumes(
             with RawSubscriber(server.url, "placewatch.telemetry.n1") as sub:
                 sub.next(timeout=5)
             resumed.append(time.monotonic() - back)
-            expected += [("compute", "flappy", verdict), ("fallback", "flappy", state)]
+            expected += [("fallback", "flappy", state), ("compute", "flappy", verdict)]
             deadline = time.monotonic() + 10
             while (seen := events_now(server.url)) != expected:
                 assert time.monotonic() < deadline, f"stream holds {seen}, expected {expected}"

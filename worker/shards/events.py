@@ -97,14 +97,10 @@ class EventTracker:
         number = self._numbers.get(shard, 0) + 1
         self._numbers[shard] = number
         base = f"{subjects.token(self.node)}.{subjects.token(shard)}.{self.session}.{number}"
-        out = [
-            Outgoing(
-                subjects.compute(self.node, shard, self.prefix),
-                status,
-                base,
-                subjects.shard_key(self.node, shard),
-            )
-        ]
+        # A fallback event goes out before the status, whose copy in the compute bucket is
+        # what a restarted worker believes it last said: stopped between the two, it says
+        # the event again rather than never.
+        out = []
         falling = status.verdict in FALLBACK_VERDICTS
         if falling and shard not in self._firing:
             self._firing.add(shard)
@@ -112,6 +108,14 @@ class EventTracker:
         elif not falling and shard in self._firing:
             self._firing.discard(shard)
             out.append(self._fallback("resolved", status, base))
+        out.append(
+            Outgoing(
+                subjects.compute(self.node, shard, self.prefix),
+                status,
+                base,
+                subjects.shard_key(self.node, shard),
+            )
+        )
         return out
 
     def _fallback(self, state: FallbackState, status: ComputeStatus, base: str) -> Outgoing:
