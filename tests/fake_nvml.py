@@ -8,9 +8,10 @@ NVMLError_NotSupported, as NVML does.
 
 from __future__ import annotations
 
+import ctypes
 import threading
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from placewatch.schemas import GpuSample
 
@@ -196,3 +197,47 @@ class FakeNvml:
         if h.mig:
             return []  # NVML lists a MIG GPU's processes per instance
         return [Process(p.pid, p.used_bytes) for p in h.gpu.processes]
+
+
+class ProcessRecord(ctypes.Structure):
+    """nvmlProcessInfo_v2_t, which nvidia-ml-py also names c_nvmlProcessInfo_v3_t."""
+
+    _fields_ = [
+        ("pid", ctypes.c_uint),
+        ("usedGpuMemory", ctypes.c_ulonglong),
+        ("gpuInstanceId", ctypes.c_uint),
+        ("computeInstanceId", ctypes.c_uint),
+    ]
+
+
+class FakeNvmlLibrary(FakeNvml):
+    """FakeNvml that also exposes the driver's process-list function, as nvidia-ml-py does
+    (`_nvmlGetFunctionPointer`): it fills the caller's records, or says how many it needs.
+    `lists` counts its calls."""
+
+    NVML_SUCCESS = 0
+    NVML_ERROR_INSUFFICIENT_SIZE = 7
+    c_nvmlProcessInfo_v3_t = ProcessRecord
+
+    def __init__(self, gpus: list[GpuSample]) -> None:
+        super().__init__(gpus)
+        self.lists = 0
+
+    def _nvmlGetFunctionPointer(self, name: str) -> Any:
+        assert name == "nvmlDeviceGetComputeRunningProcesses_v3"
+        return self._list
+
+    def _list(self, h: Device, count: Any, records: Any) -> int:
+        self.lists += 1
+        found = self.nvmlDeviceGetComputeRunningProcesses(h)
+        room = count._obj  # what ctypes.byref wraps
+        if len(found) > room.value:
+            room.value = len(found)
+            return self.NVML_ERROR_INSUFFICIENT_SIZE
+        for slot, process in zip(records, found, strict=False):
+            slot.pid = process.pid
+            slot.usedGpuMemory = (
+                (1 << 64) - 1 if process.usedGpuMemory is None else process.usedGpuMemory
+            )
+        room.value = len(found)
+        return self.NVML_SUCCESS

@@ -9,12 +9,13 @@ import anyio
 import msgspec
 import pytest
 
+from placewatch.gpu import nvml as nvml_source
 from placewatch.gpu.nvidia_smi import attach_processes, parse_compute_apps, parse_gpus
 from placewatch.gpu.nvml import NvmlSource, load, read_gpus
-from placewatch.schemas import GpuSample
+from placewatch.schemas import GpuProcess, GpuSample
 
 from .conftest import CORPUS, FIXTURES, needs_corpus
-from .fake_nvml import FakeNvml, Mig, Process
+from .fake_nvml import FakeNvml, FakeNvmlLibrary, Mig, Process
 
 MiB = 1 << 20
 OWN = FIXTURES / "nvidia-smi"
@@ -76,6 +77,26 @@ def test_a_gpu_the_driver_lost_leaves_the_others_read() -> None:
     assert [p.pid for p in other.processes] == [5120]
     assert not status.ok and status.error is not None
     assert status.error.startswith("NVML cannot read GPU 0: GPU is lost; the other GPUs are read")
+
+
+def test_the_process_list_is_read_in_one_driver_call_where_the_bindings_allow(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # 70 processes, more than the first read makes room for: it asks again with room for
+    # them, and later reads ask once. What they give is what the bindings' own call gives.
+    monkeypatch.setattr(nvml_source._Room, "slots", 64)
+    gpu = msgspec.structs.replace(
+        captured()[0],
+        processes=[GpuProcess(pid=1000 + n, used_bytes=n * MiB or None) for n in range(70)],
+    )
+    nvml = FakeNvmlLibrary([gpu])
+    (first,), _ = read_gpus(nvml)
+    assert nvml.lists == 2
+    (second,), _ = read_gpus(nvml)
+    assert nvml.lists == 3
+    (through_bindings,), _ = read_gpus(FakeNvml([gpu]))
+    assert first.processes == second.processes == through_bindings.processes == gpu.processes
+    assert first.processes[0].used_bytes is None  # the driver's "not available"
 
 
 def test_mig_gpu_reports_instances_and_their_processes() -> None:
