@@ -162,9 +162,10 @@ def _running(nvml: Any, handle: Any) -> Any:
     """The compute processes on `handle`, as NVML's process records.
 
     nvidia-ml-py asks the driver twice for each list (its length, then the list) and wraps
-    every record in an object of its own; on an H200 with 64 processes that cost 1.56 ms of
-    CPU a call, most of it in the driver. Here the list is read in one call into room sized
-    from the last one, where the bindings expose the driver's function; else through them.
+    every record in an object of its own: 0.9 to 1.6 ms of CPU a list of 64 processes on an
+    H200, most of it in the driver, against 0.6 to 0.7 ms in one call. Here the list is read
+    in one call into room sized from the last one, where the bindings expose the driver's
+    function; else through them.
     """
     get = getattr(nvml, "_nvmlGetFunctionPointer", None)
     record = getattr(nvml, "c_nvmlProcessInfo_v3_t", None)
