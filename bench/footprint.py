@@ -33,7 +33,7 @@ from nats.aio.msg import Msg
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.servers import nats_server, placewatch_cmd, worker_env  # noqa: E402
+from bench.servers import nats_server, node_env, placewatch_cmd, worker_env  # noqa: E402
 from bench.synthetic import query_apps, write_fake_nvidia_smi  # noqa: E402
 from placewatch.schemas import NodeTelemetry, decode  # noqa: E402
 
@@ -109,7 +109,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp, nats_server() as url:
         if args.real:
-            env = {k: v for k, v in os.environ.items() if not k.startswith("PLACEWATCH_")}
+            env = node_env()
         else:
             env = worker_env(write_fake_nvidia_smi(Path(tmp), 8, query_apps(8, 64)))
         argv = [

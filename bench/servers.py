@@ -67,9 +67,14 @@ def placewatch_cmd() -> list[str]:
     return [found] if found else [sys.executable, "-m", "placewatch"]
 
 
+def node_env() -> dict[str, str]:
+    """This environment without PLACEWATCH_* settings: the node's own GPU tools and driver."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("PLACEWATCH_")}
+
+
 def worker_env(tool_bin: Path) -> dict[str, str]:
     """This environment without PLACEWATCH_* settings or real GPU tools; `tool_bin` first."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PLACEWATCH_")}
+    env = node_env()
     keep = [
         d
         for d in env.get("PATH", "").split(os.pathsep)

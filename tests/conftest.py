@@ -171,13 +171,18 @@ def real_nvml() -> bool:
     return True
 
 
+def node_env() -> dict[str, str]:
+    """This environment without any PLACEWATCH_* setting: the node's own tools and driver."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("PLACEWATCH_")}
+
+
 def clean_env() -> dict[str, str]:
     """The test's environment without any PLACEWATCH_* setting or real GPU tool.
 
     No real tool is on PATH, and where a real driver answers through NVML the
     worker is told to leave NVML out, so that the fake tools are what it reads.
     """
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PLACEWATCH_")}
+    env = node_env()
     keep = [
         d
         for d in env.get("PATH", "").split(os.pathsep)

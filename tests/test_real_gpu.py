@@ -9,7 +9,6 @@ processes the driver lists are the node's own.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -30,6 +29,7 @@ from .conftest import (
     SLEEP,
     NatsServer,
     Worker,
+    node_env,
     parse_json,
     real_nvml,
     run_placewatch,
@@ -42,11 +42,6 @@ pytestmark = pytest.mark.skipif(
     not (real_nvml() and shutil.which("nvidia-smi")),
     reason="no NVIDIA driver answers here (NVML and nvidia-smi): runs on a GPU node",
 )
-
-
-def real_env() -> dict[str, str]:
-    """This environment without PLACEWATCH_* settings: the node's own tools and driver."""
-    return {k: v for k, v in os.environ.items() if not k.startswith("PLACEWATCH_")}
 
 
 def read(source: NvmlSource | NvidiaSmiSource) -> list[GpuSample]:
@@ -143,7 +138,7 @@ def test_a_one_off_sample_judges_real_shards(
         sources,
         "--shards",
         str(shards),
-        env=real_env(),
+        env=node_env(),
     )
     assert result.returncode == 0, result.stderr
     telemetry = parse_json(result.stdout)
@@ -204,7 +199,7 @@ async def watch(
         await nc.subscribe("placewatch.compute.gpu-node.*", cb=on_status)
         await nc.subscribe("placewatch.fallback.gpu-node.*", cb=on_fallback)
         await nc.flush()
-        worker = Worker(*argv, env=real_env())
+        worker = Worker(*argv, env=node_env())
         try:
             with anyio.move_on_after(30):
                 while not (telemetry and len(statuses) == 2 and fallbacks):
