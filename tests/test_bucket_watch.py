@@ -161,10 +161,11 @@ def test_a_server_restart_is_survived(
 
 
 def test_retries_wait_longer_each_time_and_start_over_after_a_watch_that_ran(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     # A server without JetStream: every try fails at once. The clock says the fourth
     # try ran a minute before it failed, as a watch that had been following would.
+    caplog.set_level(logging.DEBUG, logger="placewatch.runtime")
     server = NatsServer(tmp_path / "store", jetstream=False)
     server.start()
     ran = iter([0, 0, 0, 0, 0, 0, 0, 60, 60, 60])
@@ -195,3 +196,17 @@ def test_retries_wait_longer_each_time_and_start_over_after_a_watch_that_ran(
         server.stop()
     first = runtime.RETRY_FIRST_S
     assert pauses == [first, 2 * first, 4 * first, first, 2 * first]
+    # Each outage told once, at its first try, in words: the later tries only in debug.
+    said = [(r.levelno, r.getMessage()) for r in caplog.records if "cannot watch" in r.getMessage()]
+    assert [level for level, _ in said] == [
+        logging.WARNING,
+        logging.DEBUG,
+        logging.DEBUG,
+        logging.WARNING,
+        logging.DEBUG,
+    ]
+    assert said[0][1] == (
+        "cannot watch KV placewatch_placements (the server has no JetStream: placements come "
+        "from the shards file and discovery alone; enable it with nats-server -js); "
+        f"retrying in {first:g} s, then at most every {runtime.RETRY_MOST_S:g} s"
+    )

@@ -16,9 +16,10 @@ from typing import TextIO
 import anyio
 import anyio.to_thread
 import nats.errors
+import nats.js.errors
 from nats.aio.client import Client
 
-from placewatch.schemas import ComputeStatus, FallbackEvent
+from placewatch.schemas import ComputeStatus, FallbackEvent, subjects
 
 from .bus import Publisher, connect, connect_options, inbox_prefix
 from .config import Settings
@@ -216,23 +217,38 @@ async def _watch_placements(
 
     Tries that fail at once wait longer each time, up to RETRY_MOST_S; one that had been
     following for longer than that is a new outage, retried after RETRY_FIRST_S again.
+    An outage is told once, and again only when what the server says changes.
     """
     delay = RETRY_FIRST_S
+    said = ""
     while True:
         started = time.monotonic()
         try:
             await bucket.watch(nc, create=create, replicas=replicas)
         except (nats.errors.Error, TimeoutError) as exc:
             if time.monotonic() - started >= RETRY_MOST_S:
-                delay = RETRY_FIRST_S
-            log.warning(
-                "cannot watch KV %s (%s); retrying in %g s",
-                "placewatch_placements",
-                str(exc) or type(exc).__name__,
+                delay, said = RETRY_FIRST_S, ""
+            why = _watch_failure(exc)
+            log.log(
+                logging.DEBUG if why == said else logging.WARNING,
+                "cannot watch KV %s (%s); retrying in %g s, then at most every %g s",
+                subjects.BUCKET_PLACEMENTS,
+                why,
                 delay,
+                RETRY_MOST_S,
             )
+            said = why
         await anyio.sleep(delay)
         delay = min(delay * 2, RETRY_MOST_S)
+
+
+def _watch_failure(exc: BaseException) -> str:
+    if isinstance(exc, (nats.js.errors.ServiceUnavailableError, nats.errors.NoRespondersError)):
+        return (
+            "the server has no JetStream: placements come from the shards file and discovery "
+            "alone; enable it with nats-server -js"
+        )
+    return str(exc) or type(exc).__name__
 
 
 async def _stop_on_signal(scope: anyio.CancelScope) -> None:

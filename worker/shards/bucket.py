@@ -56,6 +56,7 @@ class PlacementsBucket:
         values afresh."""
         await self.open(nc.jetstream(), create, replicas)
         keys = f"{subjects.token(self.node)}.*"
+        log.info("watching KV %s for placements %s", subjects.BUCKET_PLACEMENTS, keys)
         while True:
             reason = await follow(
                 nc,
