@@ -3,24 +3,53 @@
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
 
 import psutil
+import pytest
 
+from placewatch import host as host_module
 from placewatch.host import MIN_WINDOW_S, HostSampler
 
 
-def test_a_sample_waits_out_a_short_window_and_says_when_it_would_not() -> None:
+def test_the_first_sample_waits_out_the_window_and_later_ones_do_not() -> None:
     host = HostSampler()
     assert not host.ready()
     started = time.monotonic()
     first = host.sample()
     assert time.monotonic() - started >= MIN_WINDOW_S * 0.9
     assert first.cpu_pct is not None and 0 <= first.cpu_pct <= 100
-    assert not host.ready()  # the window starts again
-    time.sleep(MIN_WINDOW_S)
     assert host.ready()
-    started = time.monotonic()
+    time.sleep(MIN_WINDOW_S)
     second = host.sample()
-    assert time.monotonic() - started < MIN_WINDOW_S / 2
+    assert second.cpu_pct is not None and 0 <= second.cpu_pct <= 100
     assert second.memory_total_bytes == first.memory_total_bytes
     assert first.cpu_count == second.cpu_count == psutil.cpu_count(logical=True)
+
+
+def test_a_sample_within_the_window_repeats_the_last_reading_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A tick on new evidence just after a scheduled one: no wait, the reading before it, and
+    # the window runs on, so the next reading spans both.
+    clock = [100.0]
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        clock[0] += seconds
+
+    readings = iter([0.0, 12.5, 40.0])  # psutil's first answer (at construction) means nothing
+    monkeypatch.setattr(
+        host_module, "time", SimpleNamespace(monotonic=lambda: clock[0], sleep=sleep)
+    )
+    monkeypatch.setattr(psutil, "cpu_percent", lambda interval=None: next(readings))
+    host = HostSampler()
+    assert host.sample().cpu_pct == 12.5
+    assert slept == [pytest.approx(MIN_WINDOW_S)]
+    clock[0] += MIN_WINDOW_S * 0.6
+    assert host.ready()
+    assert host.sample().cpu_pct == 12.5
+    clock[0] += MIN_WINDOW_S * 0.6  # 1.2 windows after the reading
+    assert host.sample().cpu_pct == 40.0
+    assert len(slept) == 1
