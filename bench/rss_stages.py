@@ -1,0 +1,88 @@
+"""Where the worker's RSS comes from: this interpreter's RSS after each stage of its start.
+
+The stages are the ones `placewatch run` goes through: the interpreter alone,
+asyncio (which imports ssl, and with it OpenSSL), the worker's dependencies,
+its command line, nvidia-ml-py, and, where the driver's NVML loads,
+`nvmlInit` and a first read of the GPUs. Each line gives the RSS and its two
+parts: anonymous (the process's own memory) and mapped files (shared
+libraries, the interpreter). Import nothing of the worker's before running
+this: the stages are measured in this process, in import order.
+
+    python bench/rss_stages.py
+"""
+
+from __future__ import annotations
+
+import importlib
+import site
+import sys
+from pathlib import Path
+
+MIB = 1 << 20
+
+
+def rss() -> dict[str, float]:
+    """VmRSS, RssAnon and RssFile of this process, in MiB."""
+    found = {}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "RssAnon", "RssFile"):
+            found[key] = int(value.split()[0]) * 1024 / MIB
+    return found
+
+
+def show(stage: str, before: dict[str, float] | None = None) -> dict[str, float]:
+    now = rss()
+    grew = f"{now['VmRSS'] - before['VmRSS']:+7.1f}" if before else " " * 7
+    print(
+        f"{stage:<44}{now['VmRSS']:>7.1f}{grew}{now['RssAnon']:>11.1f}{now['RssFile']:>8.1f}"
+        f"{len(sys.modules):>9}"
+    )
+    return now
+
+
+def main() -> None:
+    pth = [
+        p.name
+        for where in sorted({*site.getsitepackages(), site.getusersitepackages()})
+        for p in sorted(Path(where).glob("*.pth"))
+        if any(line.startswith("import") for line in p.read_text(errors="replace").splitlines())
+    ]
+    print(f"Python {sys.version.split()[0]} at {sys.executable}")
+    print(f"site .pth files that import at start: {', '.join(pth) or 'none'}")
+    print(f"{'stage':<44}{'RSS MiB':>7}{'grew':>7}{'anonymous':>11}{'files':>8}{'modules':>9}")
+    last = show("interpreter")
+    for stage, modules in (
+        ("asyncio (and ssl)", ["asyncio"]),
+        ("anyio, msgspec, nats-py, psutil", ["anyio", "msgspec", "nats", "psutil"]),
+        ("the worker's command line", ["placewatch.cli"]),
+        ("nvidia-ml-py", ["pynvml"]),
+    ):
+        for name in modules:
+            importlib.import_module(name)
+        last = show(stage, last)
+
+    import pynvml
+
+    from placewatch.gpu import nvml
+
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        print(f"no NVML here ({exc}): the stages that need a driver are left out")
+        return
+    last = show("nvmlInit", last)
+    mapped = sorted(
+        {
+            Path(line.split()[-1]).name
+            for line in Path("/proc/self/maps").read_text().splitlines()
+            if "libnvidia-ml" in line or "libcuda" in line
+        }
+    )
+    gpus, errors = nvml.read_gpus(pynvml)
+    show(f"a first read ({len(gpus)} GPUs{', errors' if errors else ''})", last)
+    print(f"driver libraries mapped: {', '.join(mapped)}")
+
+
+if __name__ == "__main__":
+    main()
