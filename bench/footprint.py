@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import site
 import subprocess
 import sys
 import tempfile
@@ -38,6 +37,7 @@ from nats.aio.msg import Msg
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.rss_stages import startup_pth  # noqa: E402
 from bench.servers import nats_server, node_env, placewatch_cmd, worker_env  # noqa: E402
 from bench.synthetic import query_apps, write_fake_nvidia_smi  # noqa: E402
 from placewatch.schemas import NodeTelemetry, decode  # noqa: E402
@@ -56,18 +56,6 @@ def rss_split(pid: int) -> dict[str, int]:
         if key in ("RssAnon", "RssFile"):
             split[key] = int(value.split()[0]) * 1024
     return split
-
-
-def startup_pth() -> list[str]:
-    """The .pth files of this interpreter's site directories that import a module at start:
-    what each of them imports is in every process of the interpreter, the worker's too."""
-    found = []
-    for where in sorted({*site.getsitepackages(), site.getusersitepackages()}):
-        for pth in sorted(Path(where).glob("*.pth")):
-            lines = pth.read_text(errors="replace").splitlines()
-            if any(line.startswith(("import ", "import\t")) for line in lines):
-                found.append(pth.name)
-    return found
 
 
 def wakes(pid: int) -> int:

@@ -41,15 +41,21 @@ def show(stage: str, before: dict[str, float] | None = None) -> dict[str, float]
     return now
 
 
+def startup_pth() -> list[str]:
+    """The .pth files of this interpreter's site directories that import a module at start:
+    what each of them imports is in every process of the interpreter."""
+    found = []
+    for where in sorted({*site.getsitepackages(), site.getusersitepackages()}):
+        for pth in sorted(Path(where).glob("*.pth")):
+            lines = pth.read_text(errors="replace").splitlines()
+            if any(line.startswith(("import ", "import\t")) for line in lines):
+                found.append(pth.name)
+    return found
+
+
 def main() -> None:
-    pth = [
-        p.name
-        for where in sorted({*site.getsitepackages(), site.getusersitepackages()})
-        for p in sorted(Path(where).glob("*.pth"))
-        if any(line.startswith("import") for line in p.read_text(errors="replace").splitlines())
-    ]
     print(f"Python {sys.version.split()[0]} at {sys.executable}")
-    print(f"site .pth files that import at start: {', '.join(pth) or 'none'}")
+    print(f"site .pth files that import at its start: {', '.join(startup_pth()) or 'none'}")
     print(f"{'stage':<44}{'RSS MiB':>7}{'grew':>7}{'anonymous':>11}{'files':>8}{'modules':>9}")
     last = show("interpreter")
     for stage, modules in (
