@@ -9,9 +9,11 @@ all; the rate is messages over the time from the first publish to the end
 of the flush, the best of the rounds. A third row, the pre-encoded bytes
 with the contract's headers, tells the encoder's share from the headers'.
 
-The message is a NodeTelemetry of 8 GPUs, 64 processes and 16 shards.
+The message is a NodeTelemetry of 8 GPUs, 64 processes and 16 shards, in
+JSON, or in MessagePack with `--encoding msgpack` (the worker's `--encoding`):
+then all three rows send the MessagePack bytes.
 
-    python bench/publish_path.py [--messages N] [--rounds R]
+    python bench/publish_path.py [--messages N] [--rounds R] [--encoding E]
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from bench.servers import nats_server  # noqa: E402
 from bench.synthetic import node_telemetry  # noqa: E402
 from placewatch.bus import Publisher, connect  # noqa: E402
 from placewatch.schemas import encode, subjects  # noqa: E402
+from placewatch.schemas.codec import Encoding  # noqa: E402
 
 TARGET = 0.8
 
@@ -65,12 +68,14 @@ class Counter:
         self.proc.wait(10)
 
 
-async def rounds(url: str, messages: int, n_rounds: int) -> dict[str, list[float]]:
+async def rounds(
+    url: str, messages: int, n_rounds: int, encoding: Encoding
+) -> dict[str, list[float]]:
     nc = await connect([url], "bench publisher")
     message = node_telemetry()
     subject = subjects.telemetry(message.node)
-    payload, headers = encode(message)
-    publisher = Publisher(nc, subjects.DEFAULT_PREFIX)
+    payload, headers = encode(message, encoding)
+    publisher = Publisher(nc, subjects.DEFAULT_PREFIX, encoding)
 
     async def raw() -> None:
         await nc.publish(subject, payload)
@@ -102,7 +107,7 @@ async def rounds(url: str, messages: int, n_rounds: int) -> dict[str, list[float
     finally:
         counter.close()
         await nc.close()
-    print(f"message: NodeTelemetry, {len(payload)} bytes of JSON, headers {headers}")
+    print(f"message: NodeTelemetry, {len(payload)} bytes of {encoding}, headers {headers}")
     return rates
 
 
@@ -110,16 +115,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=20000)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--encoding", choices=["json", "msgpack"], default="json")
     args = parser.parse_args()
     with nats_server(jetstream=False) as url:
-        rates = anyio.run(rounds, url, args.messages, args.rounds, backend="asyncio")
+        rates = anyio.run(rounds, url, args.messages, args.rounds, args.encoding, backend="asyncio")
     raw = max(rates["nats-py, pre-encoded bytes"])
     print(
         f"publish path: {args.messages} messages x {args.rounds} rounds, all arrived, "
         f"best round (load {os.getloadavg()[0]:.2f})"
     )
     print(f"{'path':<30}{'msgs/s':>10}{'MB/s':>8}{'us/msg':>8}{'of raw':>8}")
-    size = len(encode(node_telemetry())[0])
+    size = len(encode(node_telemetry(), args.encoding)[0])
     for name, found in rates.items():
         best = max(found)
         print(
