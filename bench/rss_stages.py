@@ -5,8 +5,8 @@ asyncio (which imports ssl, and with it OpenSSL), the worker's dependencies,
 its command line, nvidia-ml-py, and, where the driver's NVML loads,
 `nvmlInit` and a first read of the GPUs. Each line gives the RSS and its two
 parts: anonymous (the process's own memory) and mapped files (shared
-libraries, the interpreter). Import nothing of the worker's before running
-this: the stages are measured in this process, in import order.
+libraries, the interpreter). The stages are measured in this script's own
+process, in import order, so it imports nothing of the worker's before them.
 
     python bench/rss_stages.py
 """
