@@ -15,7 +15,7 @@ files it maps, and names the interpreter and the site `.pth` files that import
 modules at its start: a crowded environment's (a machine image's shared venv)
 add to every process of it, the worker's too.
 
-    python bench/footprint.py [--seconds S] [--interval S] [--real]
+    python bench/footprint.py [--seconds S] [--interval S] [--real] [--gpu-sources LIST]
 """
 
 from __future__ import annotations
@@ -72,6 +72,10 @@ def wakes(pid: int) -> int:
     return total
 
 
+class NoTelemetry(Exception):
+    """The worker sent no telemetry: it exited first, or a minute went by."""
+
+
 class Measured(NamedTuple):
     rss: list[int]
     cpu: float
@@ -96,9 +100,14 @@ async def measure(url: str, pid: int, seconds: float) -> Measured:
         first.set()
 
     await nc.subscribe("placewatch.telemetry.*", cb=count)
-    with anyio.fail_after(60):
-        await first.wait()
     proc = psutil.Process(pid)
+    with anyio.move_on_after(60):
+        while not first.is_set():
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                raise NoTelemetry("the worker exited before its first telemetry")
+            await anyio.sleep(0.1)
+    if not first.is_set():
+        raise NoTelemetry("no telemetry from the worker within 60 s")
     before = proc.cpu_times()
     woken = wakes(pid)
     started = time.monotonic()
@@ -123,6 +132,11 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--interval", type=float, default=2.0)
     parser.add_argument("--real", action="store_true", help="the node's own GPUs and tools")
+    parser.add_argument(
+        "--gpu-sources",
+        help="passed to the worker: the GPU sources it may read (all, by default), "
+        "e.g. nvidia-smi to leave NVML out",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp, nats_server() as url:
         if args.real:
@@ -141,12 +155,17 @@ def main() -> None:
             "--log-level",
             "warning",
         ]
+        if args.gpu_sources:
+            argv += ["--gpu-sources", args.gpu_sources]
         with open(Path(tmp) / "worker.log", "w") as log:
             worker = subprocess.Popen(argv, env=env, stdout=log, stderr=log)
             try:
                 rss, cpu, wall, messages, woken, split, last = anyio.run(
                     measure, url, worker.pid, args.seconds
                 )
+            except NoTelemetry as exc:
+                said = (Path(tmp) / "worker.log").read_text().strip()
+                sys.exit(f"footprint: {exc}; it said:\n{said}")
             finally:
                 worker.terminate()
                 worker.wait(10)
