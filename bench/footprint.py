@@ -37,6 +37,7 @@ from nats.aio.msg import Msg
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.rss_stages import rss as rss_split  # noqa: E402
 from bench.rss_stages import startup_pth  # noqa: E402
 from bench.servers import nats_server, node_env, placewatch_cmd, worker_env  # noqa: E402
 from bench.synthetic import query_apps, write_fake_nvidia_smi  # noqa: E402
@@ -46,16 +47,6 @@ MIB = 1 << 20
 RSS_TARGET_MIB = 45.0
 CPU_TARGET_PCT = 0.5
 DCGM_EXPORTER_MIB = (71, 155)
-
-
-def rss_split(pid: int) -> dict[str, int]:
-    """RssAnon and RssFile of `pid` in bytes: its own memory, and the files it maps."""
-    split = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("RssAnon", "RssFile"):
-            split[key] = int(value.split()[0]) * 1024
-    return split
 
 
 def wakes(pid: int) -> int:
@@ -82,7 +73,7 @@ class Measured(NamedTuple):
     wall: float
     messages: int
     wakes: int
-    split: dict[str, int]
+    split: dict[str, float]
     last: NodeTelemetry
 
 
@@ -191,7 +182,7 @@ def main() -> None:
         f"{'CPU, one core':<24}{pct:>10.3f} %{CPU_TARGET_PCT:>8.1f} %{pct / CPU_TARGET_PCT:>8.2f}"
     )
     print(f"{'wakes a second':<24}{woken / wall:>10.1f}")
-    anon, mapped = split.get("RssAnon", 0) / MIB, split.get("RssFile", 0) / MIB
+    anon, mapped = split["RssAnon"], split["RssFile"]
     print(f"RSS at the end: {anon:.1f} MiB its own (anonymous), {mapped:.1f} MiB of mapped files")
     pth = ", ".join(startup_pth()) or "none"
     print(f"interpreter: Python {sys.version.split()[0]} at {sys.executable}")

@@ -21,10 +21,10 @@ from pathlib import Path
 MIB = 1 << 20
 
 
-def rss() -> dict[str, float]:
-    """VmRSS, RssAnon and RssFile of this process, in MiB."""
+def rss(pid: int | str = "self") -> dict[str, float]:
+    """VmRSS, RssAnon and RssFile of a process (this one by default), in MiB."""
     found = {}
-    for line in Path("/proc/self/status").read_text().splitlines():
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         key, _, value = line.partition(":")
         if key in ("VmRSS", "RssAnon", "RssFile"):
             found[key] = int(value.split()[0]) * 1024 / MIB

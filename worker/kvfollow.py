@@ -51,6 +51,7 @@ async def follow(
     consumer cannot be made (no bucket, no JetStream, no permission)."""
     js = nc.jetstream()
     stream = stream_of(bucket)
+    prefix = f"$KV.{bucket}."
     send, receive = anyio.create_memory_object_stream[Msg](math.inf)
     with send, receive:
         sub = await nc.subscribe(nc.new_inbox(), cb=send.send)
@@ -60,7 +61,7 @@ async def follow(
                 stream,
                 ConsumerConfig(
                     deliver_subject=sub.subject,
-                    filter_subject=f"$KV.{bucket}.{keys}",
+                    filter_subject=f"{prefix}{keys}",
                     deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,
                     ack_policy=AckPolicy.NONE,
                     idle_heartbeat=heartbeat,
@@ -77,7 +78,7 @@ async def follow(
                 if change is None:
                     return ""
             return await _take(
-                receive, f"$KV.{bucket}.", heartbeat, initial=initial, latest=latest, change=change
+                receive, prefix, heartbeat, initial=initial, latest=latest, change=change
             )
         finally:
             with anyio.CancelScope(shield=True), anyio.move_on_after(1):

@@ -147,7 +147,7 @@ class EventOutbox:
         """
         found: Values = {}
         try:
-            await follow(
+            stopped = await follow(
                 self.nc,
                 subjects.BUCKET_COMPUTE,
                 f"{subjects.token(node)}.*",
@@ -156,6 +156,14 @@ class EventOutbox:
             )
         except (nats.errors.Error, TimeoutError):
             return []  # nothing to carry over
+        if stopped:
+            log.warning(
+                "the statuses node %s's last session left in KV %s were not read (%s): a "
+                "fallback it left firing is not resolved by this session",
+                node,
+                subjects.BUCKET_COMPUTE,
+                stopped,
+            )
         statuses = []
         for value in found.values():
             if value is None:
