@@ -7,6 +7,9 @@ its command line, nvidia-ml-py, and, where the driver's NVML loads,
 parts: anonymous (the process's own memory) and mapped files (shared
 libraries, the interpreter). The stages are measured in this script's own
 process, in import order, so it imports nothing of the worker's before them.
+Where NVML loads, a last line adds what `nvmlInit` took to what the stack
+alone (the interpreter, asyncio and the four dependencies) holds: the least
+any worker built on them can hold while it reads NVML.
 
     python bench/rss_stages.py
 """
@@ -58,6 +61,7 @@ def main() -> None:
     print(f"site .pth files that import at its start: {', '.join(startup_pth()) or 'none'}")
     print(f"{'stage':<44}{'RSS MiB':>7}{'grew':>7}{'anonymous':>11}{'files':>8}{'modules':>9}")
     last = show("interpreter")
+    stack = last
     for stage, modules in (
         ("asyncio (and ssl)", ["asyncio"]),
         ("anyio, msgspec, nats-py, psutil", ["anyio", "msgspec", "nats", "psutil"]),
@@ -67,6 +71,8 @@ def main() -> None:
         for name in modules:
             importlib.import_module(name)
         last = show(stage, last)
+        if "nats" in modules:
+            stack = last  # all a worker on this stack holds before any code of its own
 
     import pynvml
 
@@ -77,7 +83,8 @@ def main() -> None:
     except pynvml.NVMLError as exc:
         print(f"no NVML here ({exc}): the stages that need a driver are left out")
         return
-    last = show("nvmlInit", last)
+    before, last = last, show("nvmlInit", last)
+    least = stack["VmRSS"] + last["VmRSS"] - before["VmRSS"]
     mapped = sorted(
         {
             Path(line.split()[-1]).name
@@ -88,6 +95,10 @@ def main() -> None:
     gpus, errors = nvml.read_gpus(pynvml)
     show(f"a first read ({len(gpus)} GPUs{', errors' if errors else ''})", last)
     print(f"driver libraries mapped: {', '.join(mapped)}")
+    print(
+        f"the least any worker on this stack reading NVML holds: {stack['VmRSS']:.1f} MiB "
+        f"before its own code, and nvmlInit's {least - stack['VmRSS']:.1f}: {least:.1f} MiB"
+    )
 
 
 if __name__ == "__main__":

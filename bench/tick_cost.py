@@ -25,7 +25,11 @@ tick (voluntary context switches): on a machine that charges for each wake
 Between ticks the script pauses past the host sampler's CPU window, as the
 worker's loop sleeps out its interval, so that each tick does what a
 worker's does, caches as cold. A last row takes the shards away, to show
-what judging them costs.
+what judging them costs. Two lines follow the table, each timed after the
+same pause in every round: the least any tick on the nvidia-smi path can
+cost (both queries run with a bare subprocess.run and their answers
+parsed, nothing else), and the parse alone, cold and again at once, for
+what this machine charges for a pause at the time.
 
 On a node with an NVIDIA driver, `--real` measures the node's own nvidia-smi
 and NVML instead, with 16 shards of 4 processes that each hold memory on
@@ -59,6 +63,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.synthetic import query_apps_of, query_gpu, write_fake_nvidia_smi  # noqa: E402
+from placewatch.gpu.nvidia_smi import TOOL as NVIDIA_SMI  # noqa: E402
 from placewatch.gpu.nvidia_smi import (  # noqa: E402
     NvidiaSmiSource,
     apps_query_argv,
@@ -193,28 +198,66 @@ def sampler(chain: VendorChain, shards: ShardsFile | None) -> NodeSampler:
     return NodeSampler("bench", 2.0, [chain], HostSampler(), session="bench", watch=watch)
 
 
+@dataclass
+class Setup:
+    """The paths to measure, the tool spawns to compare with, and the parts to time."""
+
+    what: str
+    gpus: int
+    paths: dict[str, NodeSampler]
+    spawns: dict[str, str]  # column title: the path whose tool runs are the spawn
+    parse: Callable[[], object]
+    least: Callable[[], object]
+    """The least a tick on the spawning path can do: both tool runs, bare, and the parse."""
+
+
+def both_answers(gpu_answer: str, apps_answer: str) -> object:
+    """Both answers parsed, as a tick on the nvidia-smi path does."""
+    return parse_gpus(gpu_answer), parse_compute_apps(apps_answer)
+
+
+def bare_runs(tool: str) -> Callable[[], object]:
+    """Both queries run with subprocess.run, as plainly as Python can, and parsed."""
+
+    def run() -> object:
+        gpu_answer, apps_answer = (
+            subprocess.run([tool, *argv[1:]], capture_output=True, text=True, check=True).stdout
+            for argv in (gpu_query_argv(), apps_query_argv())
+        )
+        return both_answers(gpu_answer, apps_answer)
+
+    return run
+
+
 async def interleaved(
-    paths: dict[str, NodeSampler], n: int, reference: Callable[[], object], gpus: int
-) -> tuple[dict[str, Cost], list[float], list[float]]:
+    setup: Setup, n: int
+) -> tuple[dict[str, Cost], list[float], list[float], list[float]]:
     """n ticks of each path, taken in turn, each after a pause: their CPU.
 
-    Each round also times `reference` after the same pause and again at once:
-    the CPU of the same work cold and warm, what this machine charges for a
-    pause at the time.
+    Each round also times the parse after the same pause and again at once
+    (the CPU of the same work cold and warm: what this machine charges for a
+    pause at the time), and, after another pause, the least a tick on the
+    spawning path can cost: the two tool runs bare and the parse.
     """
+    paths = setup.paths
     costs = {name: Cost() for name in paths}
     cold: list[float] = []
     warm: list[float] = []
+    least: list[float] = []
     for node in paths.values():
         await node.sample()  # warm up: imports, first host window, shard start times
     for _ in range(n):
         await anyio.sleep(PAUSE_S)
         started = time.process_time()
-        reference()
+        setup.parse()
         between = time.process_time()
-        reference()
+        setup.parse()
         cold.append(between - started)
         warm.append(time.process_time() - between)
+        await anyio.sleep(PAUSE_S)
+        started = time.process_time()
+        setup.least()
+        least.append(time.process_time() - started)
         for name, node in paths.items():
             await anyio.sleep(PAUSE_S)
             own_before, children_before = cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN)
@@ -228,28 +271,20 @@ async def interleaved(
                 woken,
             )
             judged = SHARDS if node.watch and node.watch.shards_file else 0
-            assert len(telemetry.gpus) == gpus, telemetry.sources
+            assert len(telemetry.gpus) == setup.gpus, telemetry.sources
             assert sum(len(g.processes) for g in telemetry.gpus) >= PROCESSES
             assert [b.verdict for b in telemetry.shards] == ["gpu"] * judged, telemetry.shards
-    return costs, cold, warm
+    return costs, cold, warm, least
 
 
-def smi_chain(tmp: Path, apps: str, python: str | None) -> VendorChain:
+def fake_tool(tmp: Path, apps: str, python: str | None) -> str:
     where = tmp / ("interpreter" if python else "floor")
     where.mkdir()
-    tool = str(write_fake_nvidia_smi(where, GPUS, apps, python=python) / "nvidia-smi")
+    return str(write_fake_nvidia_smi(where, GPUS, apps, python=python) / "nvidia-smi")
+
+
+def smi_chain(tool: str = NVIDIA_SMI) -> VendorChain:
     return VendorChain("nvidia", [NvidiaSmiSource(ProbeRunner(), tool=tool)])
-
-
-@dataclass
-class Setup:
-    """The paths to measure, the tool spawns to compare with, and the parse to time."""
-
-    what: str
-    gpus: int
-    paths: dict[str, NodeSampler]
-    spawns: dict[str, str]  # column title: the path whose tool runs are the spawn
-    parse: Callable[[], object]
 
 
 def fake_node(tmp: Path, groups: list[list[int]]) -> Setup:
@@ -258,10 +293,11 @@ def fake_node(tmp: Path, groups: list[list[int]]) -> Setup:
     shards = shards_file(tmp, groups, GPUS)
     gpu_answer = query_gpu(GPUS)
     gpus = attach_processes(parse_gpus(gpu_answer), parse_compute_apps(apps))
+    floor_tool = fake_tool(tmp, apps, None)
     floor, interpreter = "nvidia-smi, floor tool (sh+cat)", "nvidia-smi, interpreter tool"
     paths = {
-        floor: sampler(smi_chain(tmp, apps, None), shards),
-        interpreter: sampler(smi_chain(tmp, apps, sys.executable), shards),
+        floor: sampler(smi_chain(floor_tool), shards),
+        interpreter: sampler(smi_chain(fake_tool(tmp, apps, sys.executable)), shards),
         "NVML in process": sampler(VendorChain("nvidia", [NvmlSource(FakeNvml(gpus))]), shards),
         "NVML in process, no shards": sampler(
             VendorChain("nvidia", [NvmlSource(FakeNvml(gpus))]), None
@@ -272,7 +308,8 @@ def fake_node(tmp: Path, groups: list[list[int]]) -> Setup:
         GPUS,
         paths,
         {"/ floor spawn": floor, "/ interp. spawn": interpreter},
-        lambda: (parse_gpus(gpu_answer), parse_compute_apps(apps)),
+        lambda: both_answers(gpu_answer, apps),
+        bare_runs(floor_tool),
     )
 
 
@@ -286,7 +323,7 @@ def real_node(tmp: Path, groups: list[list[int]]) -> Setup:
     shards = shards_file(tmp, groups, 1)
     smi = "nvidia-smi, the node's"
     paths = {
-        smi: sampler(VendorChain("nvidia", [NvidiaSmiSource(ProbeRunner())]), shards),
+        smi: sampler(smi_chain(), shards),
         "NVML, the node's driver": sampler(VendorChain("nvidia", [NvmlSource()]), shards),
         "NVML, no shards": sampler(VendorChain("nvidia", [NvmlSource()]), None),
     }
@@ -295,7 +332,8 @@ def real_node(tmp: Path, groups: list[list[int]]) -> Setup:
         gpus,
         paths,
         {"/ nvidia-smi spawn": smi},
-        lambda: (parse_gpus(answers[0]), parse_compute_apps(answers[1])),
+        lambda: both_answers(*answers),
+        bare_runs(NVIDIA_SMI),
     )
 
 
@@ -310,9 +348,7 @@ def main() -> None:
     processes = cuda_shard_processes if args.real else shard_processes
     with tempfile.TemporaryDirectory() as tmp_name, processes() as groups:
         setup = (real_node if args.real else fake_node)(Path(tmp_name), groups)
-        costs, cold, warm = anyio.run(
-            interleaved, setup.paths, n, setup.parse, setup.gpus, backend="asyncio"
-        )
+        costs, cold, warm, least = anyio.run(interleaved, setup, n, backend="asyncio")
 
     spawns = {title: costs[path].spawn for title, path in setup.spawns.items()}
     print(
@@ -334,6 +370,12 @@ def main() -> None:
     print(
         "worker: the mean; the ratios are of the mean. targets: nvidia-smi path worker <= 0.25 "
         "of one spawn of its tool; NVML worker <= 2 ms per tick"
+    )
+    least_ms = statistics.fmean(least) * 1e3
+    print(
+        f"the least a tick on the nvidia-smi path can cost: both queries run bare with "
+        f"subprocess.run and parsed, after the same pause: {least_ms:.3f} ms (the mean), "
+        + ", ".join(f"{least_ms / 1e3 / each:.3f} {title}" for title, each in spawns.items())
     )
     cold_ms, warm_ms = statistics.median(cold) * 1e3, statistics.median(warm) * 1e3
     print(
