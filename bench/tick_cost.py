@@ -25,11 +25,11 @@ tick (voluntary context switches): on a machine that charges for each wake
 Between ticks the script pauses past the host sampler's CPU window, as the
 worker's loop sleeps out its interval, so that each tick does what a
 worker's does, caches as cold. A last row takes the shards away, to show
-what judging them costs. Two lines follow the table, each timed after the
-same pause in every round: the least any tick on the nvidia-smi path can
-cost (both queries run with a bare subprocess.run and their answers
-parsed, nothing else), and the parse alone, cold and again at once, for
-what this machine charges for a pause at the time.
+what judging them costs. Below the table, each timed after the same pause
+in every round: for each tool, the least any tick on its path can cost
+(its two queries run with a bare subprocess.run and their answers parsed,
+nothing else), and the parse alone, cold and again at once, for what this
+machine charges for a pause at the time.
 
 On a node with an NVIDIA driver, `--real` measures the node's own nvidia-smi
 and NVML instead, with 16 shards of 4 processes that each hold memory on
@@ -207,8 +207,9 @@ class Setup:
     paths: dict[str, NodeSampler]
     spawns: dict[str, str]  # column title: the path whose tool runs are the spawn
     parse: Callable[[], object]
-    least: Callable[[], object]
-    """The least a tick on the spawning path can do: both tool runs, bare, and the parse."""
+    least: dict[str, Callable[[], object]]
+    """Under each spawn's title, the least a tick on its path can do: both runs of its
+    tool, bare, and the parse."""
 
 
 def both_answers(gpu_answer: str, apps_answer: str) -> object:
@@ -231,19 +232,19 @@ def bare_runs(tool: str) -> Callable[[], object]:
 
 async def interleaved(
     setup: Setup, n: int
-) -> tuple[dict[str, Cost], list[float], list[float], list[float]]:
+) -> tuple[dict[str, Cost], list[float], list[float], dict[str, list[float]]]:
     """n ticks of each path, taken in turn, each after a pause: their CPU.
 
     Each round also times the parse after the same pause and again at once
     (the CPU of the same work cold and warm: what this machine charges for a
-    pause at the time), and, after another pause, the least a tick on the
-    spawning path can cost: the two tool runs bare and the parse.
+    pause at the time), and, each after another pause, the least a tick on
+    each spawning path can cost: its two tool runs bare and the parse.
     """
     paths = setup.paths
     costs = {name: Cost() for name in paths}
     cold: list[float] = []
     warm: list[float] = []
-    least: list[float] = []
+    least: dict[str, list[float]] = {title: [] for title in setup.least}
     for node in paths.values():
         await node.sample()  # warm up: imports, first host window, shard start times
     for _ in range(n):
@@ -254,10 +255,11 @@ async def interleaved(
         setup.parse()
         cold.append(between - started)
         warm.append(time.process_time() - between)
-        await anyio.sleep(PAUSE_S)
-        started = time.process_time()
-        setup.least()
-        least.append(time.process_time() - started)
+        for title, bare in setup.least.items():
+            await anyio.sleep(PAUSE_S)
+            started = time.process_time()
+            bare()
+            least[title].append(time.process_time() - started)
         for name, node in paths.items():
             await anyio.sleep(PAUSE_S)
             own_before, children_before = cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN)
@@ -293,11 +295,11 @@ def fake_node(tmp: Path, groups: list[list[int]]) -> Setup:
     shards = shards_file(tmp, groups, GPUS)
     gpu_answer = query_gpu(GPUS)
     gpus = attach_processes(parse_gpus(gpu_answer), parse_compute_apps(apps))
-    floor_tool = fake_tool(tmp, apps, None)
+    floor_tool, interpreter_tool = fake_tool(tmp, apps, None), fake_tool(tmp, apps, sys.executable)
     floor, interpreter = "nvidia-smi, floor tool (sh+cat)", "nvidia-smi, interpreter tool"
     paths = {
         floor: sampler(smi_chain(floor_tool), shards),
-        interpreter: sampler(smi_chain(fake_tool(tmp, apps, sys.executable)), shards),
+        interpreter: sampler(smi_chain(interpreter_tool), shards),
         "NVML in process": sampler(VendorChain("nvidia", [NvmlSource(FakeNvml(gpus))]), shards),
         "NVML in process, no shards": sampler(
             VendorChain("nvidia", [NvmlSource(FakeNvml(gpus))]), None
@@ -309,7 +311,7 @@ def fake_node(tmp: Path, groups: list[list[int]]) -> Setup:
         paths,
         {"/ floor spawn": floor, "/ interp. spawn": interpreter},
         lambda: both_answers(gpu_answer, apps),
-        bare_runs(floor_tool),
+        {"/ floor spawn": bare_runs(floor_tool), "/ interp. spawn": bare_runs(interpreter_tool)},
     )
 
 
@@ -333,7 +335,7 @@ def real_node(tmp: Path, groups: list[list[int]]) -> Setup:
         paths,
         {"/ nvidia-smi spawn": smi},
         lambda: both_answers(*answers),
-        bare_runs(NVIDIA_SMI),
+        {"/ nvidia-smi spawn": bare_runs(NVIDIA_SMI)},
     )
 
 
@@ -371,12 +373,13 @@ def main() -> None:
         "worker: the mean; the ratios are of the mean. targets: nvidia-smi path worker <= 0.25 "
         "of one spawn of its tool; NVML worker <= 2 ms per tick"
     )
-    least_ms = statistics.fmean(least) * 1e3
     print(
-        f"the least a tick on the nvidia-smi path can cost: both queries run bare with "
-        f"subprocess.run and parsed, after the same pause: {least_ms:.3f} ms (the mean), "
-        + ", ".join(f"{least_ms / 1e3 / each:.3f} {title}" for title, each in spawns.items())
+        "the least a tick on the nvidia-smi path can cost: both queries run bare with "
+        "subprocess.run and parsed, after the same pause (the mean):"
     )
+    for title, each in spawns.items():
+        bare = statistics.fmean(least[title])
+        print(f"  {setup.spawns[title]:<32}{bare * 1e3:>8.3f} ms, {bare / each:.3f} of its spawn")
     cold_ms, warm_ms = statistics.median(cold) * 1e3, statistics.median(warm) * 1e3
     print(
         f"this machine after a pause: parsing both answers took {cold_ms:.3f} ms (median), "
