@@ -45,6 +45,7 @@ sys.path.insert(0, str(ROOT))
 from bench.servers import nats_server, placewatch_cmd, worker_env  # noqa: E402
 from bench.synthetic import query_apps_of, query_gpu  # noqa: E402
 from placewatch.schemas import FallbackEvent, decode  # noqa: E402
+
 from tests.conftest import FakeGpuTools  # noqa: E402
 
 LOG_TARGET_S = 0.5

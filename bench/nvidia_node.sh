@@ -44,7 +44,7 @@ cat "$out/env.txt"
 
 # What nvidia-smi answers the worker's own queries, with two processes on GPU 0.
 captures=$(mktemp -d)
-"$py" tests/cuda_holder.py --mib 512 --children 1 >"$captures/holder.out" &
+"$py" tests/support/cuda_holder.py --mib 512 --children 1 >"$captures/holder.out" &
 holder=$!
 for _ in $(seq 200); do grep -q ready "$captures/holder.out" && break; sleep 0.1; done
 "$py" - "$captures" <<'PY'
@@ -89,7 +89,7 @@ kill "$server"
 wait "$server" 2>/dev/null
 rm -rf "$store"
 
-step real-tests 150 "$py" -m pytest -v -p no:cacheprovider tests/test_real_gpu.py
+step real-tests 150 "$py" -m pytest -v -p no:cacheprovider tests/integration/gpu/test_real_gpu.py
 step tick-real 150 "$py" bench/tick_cost.py --real --ticks 40
 step footprint-real 90 "$py" bench/footprint.py --real --seconds 60
 step rss-stages 60 "$py" bench/rss_stages.py

@@ -35,7 +35,8 @@ sys.path.insert(0, str(ROOT))
 
 from bench.servers import nats_server  # noqa: E402
 from bench.synthetic import node_telemetry  # noqa: E402
-from placewatch.bus import Publisher, connect  # noqa: E402
+from placewatch.bus.publish import Publisher  # noqa: E402
+from placewatch.consumer.connection import connect  # noqa: E402
 from placewatch.schemas import NodeTelemetry, encode, subjects  # noqa: E402
 from placewatch.schemas.codec import Encoding  # noqa: E402
 

@@ -33,7 +33,7 @@ machine charges for a pause at the time.
 
 On a node with an NVIDIA driver, `--real` measures the node's own nvidia-smi
 and NVML instead, with 16 shards of 4 processes that each hold memory on
-GPU 0 through the driver (tests/cuda_holder.py): the ratio is then against a
+GPU 0 through the driver (tests/support/cuda_holder.py): the ratio is then against a
 spawn of the real tool.
 
     python bench/tick_cost.py [--ticks N] [--real]
@@ -75,15 +75,17 @@ from placewatch.gpu.nvidia_smi import (  # noqa: E402
 from placewatch.gpu.nvml import NvmlSource  # noqa: E402
 from placewatch.gpu.registry import VendorChain  # noqa: E402
 from placewatch.host import MIN_WINDOW_S, HostSampler  # noqa: E402
+from placewatch.pipeline import Pipeline  # noqa: E402
 from placewatch.probe import ProbeRunner  # noqa: E402
 from placewatch.sampler import NodeSampler  # noqa: E402
 from placewatch.shards.placements import ShardsFile  # noqa: E402
-from placewatch.shards.watch import ShardWatch  # noqa: E402
-from tests.fake_nvml import FakeNvml  # noqa: E402
+from placewatch.shards.shard_pass import ShardPass  # noqa: E402
+
+from tests.support.fake_nvml import FakeNvml  # noqa: E402
 
 GPUS, SHARDS, PER_SHARD = 8, 16, 4
 PROCESSES = SHARDS * PER_SHARD
-CUDA_HOLDER = ROOT / "tests" / "cuda_holder.py"
+CUDA_HOLDER = ROOT / "tests" / "support" / "cuda_holder.py"
 SPAWNS_PER_TICK = 2  # --query-gpu and --query-compute-apps
 
 
@@ -193,9 +195,9 @@ def shards_file(where: Path, groups: list[list[int]], gpus: int) -> ShardsFile:
     return ShardsFile(path)
 
 
-def sampler(chain: VendorChain, shards: ShardsFile | None) -> NodeSampler:
-    watch = ShardWatch("bench", "bench", grace_s=0.0, shards_file=shards, discovery=False)
-    return NodeSampler("bench", 2.0, [chain], HostSampler(), session="bench", watch=watch)
+def sampler(chain: VendorChain, shards: ShardsFile | None) -> Pipeline:
+    judged = ShardPass("bench", "bench", grace_s=0.0, shards_file=shards, discovery=False)
+    return Pipeline("bench", 2.0, NodeSampler([chain], HostSampler()), judged)
 
 
 @dataclass
@@ -204,7 +206,7 @@ class Setup:
 
     what: str
     gpus: int
-    paths: dict[str, NodeSampler]
+    paths: dict[str, Pipeline]
     spawns: dict[str, str]  # column title: the path whose tool runs are the spawn
     parse: Callable[[], object]
     least: dict[str, Callable[[], object]]
@@ -246,7 +248,7 @@ async def interleaved(
     warm: list[float] = []
     least: dict[str, list[float]] = {title: [] for title in setup.least}
     for node in paths.values():
-        await node.sample()  # warm up: imports, first host window, shard start times
+        await node.take()  # warm up: imports, first host window, shard start times
     for _ in range(n):
         await anyio.sleep(PAUSE_S)
         started = time.process_time()
@@ -264,7 +266,7 @@ async def interleaved(
             await anyio.sleep(PAUSE_S)
             own_before, children_before = cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN)
             woken = wakes()
-            telemetry = (await node.sample()).telemetry
+            telemetry = (await node.take()).telemetry
             woken = wakes() - woken
             own_after, children_after = cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN)
             costs[name].add(
@@ -272,7 +274,7 @@ async def interleaved(
                 (children_after[0] - children_before[0], children_after[1] - children_before[1]),
                 woken,
             )
-            judged = SHARDS if node.watch and node.watch.shards_file else 0
+            judged = SHARDS if node.shards.shards_file else 0
             assert len(telemetry.gpus) == setup.gpus, telemetry.sources
             assert sum(len(g.processes) for g in telemetry.gpus) >= PROCESSES
             assert [b.verdict for b in telemetry.shards] == ["gpu"] * judged, telemetry.shards

@@ -27,6 +27,7 @@ from nats.aio.subscription import Subscription
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from placewatch.schemas import (
+    FALLBACK_VERDICTS,
     ComputeStatus,
     DecodeError,
     FallbackEvent,
@@ -37,17 +38,14 @@ from placewatch.schemas import (
 )
 from placewatch.schemas.codec import HEADER_CONTENT_TYPE
 from placewatch.schemas.messages import Verdict
+from placewatch.schemas.streams import COMPUTE, TELEMETRY
 
 log = logging.getLogger(__name__)
-
-FALLBACK_VERDICTS: frozenset[str] = frozenset({"partial", "cpu_fallback", "misplaced"})
-"""Verdicts a worker raises a fallback event for (docs/shards.md)."""
 
 FILL_TIMEOUT_S = 5.0
 FILL_CONSUMER_IDLE_S = 10.0
 """The server removes a fill's ephemeral consumer this long after its last fetch."""
 _FILL_BATCH = 256
-_KV_OPERATION = "KV-Operation"
 
 Message = NodeTelemetry | ComputeStatus | FallbackEvent
 ShardKey = tuple[str, str]
@@ -108,15 +106,14 @@ class FleetView:
             self._subs.append(await self.nc.subscribe(subject, cb=self._live))
         deadline = time.monotonic() + self.fill_timeout
         for msg in await self._latest(
-            subjects.STREAM_TELEMETRY, subjects.all_telemetry(self.prefix), deadline
+            TELEMETRY.name, subjects.all_telemetry(self.prefix), deadline
         ):
-            self._take(msg.data, msg.headers, NodeTelemetry)
-        kv_stream = f"KV_{subjects.BUCKET_COMPUTE}"
-        for msg in await self._latest(kv_stream, f"$KV.{subjects.BUCKET_COMPUTE}.>", deadline):
+            self._hold(msg.data, msg.headers, NodeTelemetry)
+        for msg in await self._latest(COMPUTE.stream, subjects.kv_subject(COMPUTE.name), deadline):
             headers = msg.headers or {}
-            if headers.get(_KV_OPERATION) in ("DEL", "PURGE"):
+            if headers.get(subjects.KV_OPERATION) in subjects.KV_DELETED:
                 continue
-            self._take(msg.data, _kv_headers(msg.data, headers), ComputeStatus)
+            self._hold(msg.data, _kv_headers(msg.data, headers), ComputeStatus)
 
     async def stop(self) -> None:
         """Stop following the bus; the view keeps what it knew."""
@@ -158,9 +155,9 @@ class FleetView:
         if type_ is None:
             self.undecodable += 1
             return
-        self._take(msg.data, msg.headers, type_)
+        self._hold(msg.data, msg.headers, type_)
 
-    def _take(
+    def _hold(
         self,
         data: bytes,
         headers: Mapping[str, str] | None,

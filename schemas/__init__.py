@@ -4,10 +4,11 @@ Imports msgspec and the standard library only, so a gateway or an alerting
 service can depend on it without the worker's dependencies.
 """
 
-from . import subjects
+from . import streams, subjects
 from .asyncapi import asyncapi_document
 from .codec import DecodeError, decode, decode_any, encode, json_schema, value_headers
 from .messages import (
+    FALLBACK_VERDICTS,
     MESSAGE_TYPES,
     SCHEMA_VERSION,
     ComputeStatus,
@@ -24,6 +25,7 @@ from .messages import (
 )
 
 __all__ = [
+    "FALLBACK_VERDICTS",
     "MESSAGE_TYPES",
     "SCHEMA_VERSION",
     "ComputeStatus",
@@ -43,6 +45,7 @@ __all__ = [
     "decode_any",
     "encode",
     "json_schema",
+    "streams",
     "subjects",
     "value_headers",
 ]

@@ -24,7 +24,7 @@ from .codec import (
 from .messages import MESSAGE_TYPES, SCHEMA_VERSION
 
 ASYNCAPI_VERSION = "3.0.0"
-DEFAULT_SERVER = "nats://127.0.0.1:4222"
+
 
 _NAME_RULE = (
     "Every character outside `A-Z a-z 0-9 _ -` becomes `_` (`rack 4.gpu*7` travels as "
@@ -76,14 +76,14 @@ def asyncapi_document(prefix: str = subjects.DEFAULT_PREFIX) -> dict[str, Any]:
             "`PLACEWATCH_EVENTS`, deduplicated by `Nats-Msg-Id`.",
         ),
         "computeBucket": _channel(
-            f"$KV.{subjects.BUCKET_COMPUTE}.{{node}}.{{shard}}",
+            subjects.kv_subject(subjects.BUCKET_COMPUTE, "{node}.{shard}"),
             "ComputeStatusEntry",
             shard,
             f"The KV bucket `{subjects.BUCKET_COMPUTE}`, key `<node>.<shard>`: the latest "
             "ComputeStatus of each shard, for a consumer that starts late.",
         ),
         "placements": _channel(
-            f"$KV.{subjects.BUCKET_PLACEMENTS}.{{node}}.{{shard}}",
+            subjects.kv_subject(subjects.BUCKET_PLACEMENTS, "{node}.{shard}"),
             "PlacementSpec",
             shard,
             f"The KV bucket `{subjects.BUCKET_PLACEMENTS}`, key `<node>.<shard>`: where a "
@@ -156,7 +156,7 @@ def asyncapi_document(prefix: str = subjects.DEFAULT_PREFIX) -> dict[str, Any]:
         "defaultContentType": JSON,
         "servers": {
             "default": {
-                "host": DEFAULT_SERVER.removeprefix("nats://"),
+                "host": subjects.LOCAL_URL.removeprefix("nats://"),
                 "protocol": "nats",
                 "description": "The embedded nats-server `placewatch run` starts when no server "
                 "is configured; a cluster's URLs are given with --nats or PLACEWATCH_NATS.",

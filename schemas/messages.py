@@ -31,6 +31,10 @@ Verdict = Literal[
 ]
 FallbackState = Literal["firing", "resolved"]
 
+FALLBACK_VERDICTS: frozenset[Verdict] = frozenset({"partial", "cpu_fallback", "misplaced"})
+"""The verdicts of a shard placed on GPUs that does not compute (only) on them: entering one
+fires a FallbackEvent, leaving it resolves the event."""
+
 NonNegative = Annotated[int, msgspec.Meta(ge=0)]
 Percent = Annotated[float, msgspec.Meta(ge=0, le=100)]
 
@@ -111,7 +115,7 @@ class ShardBrief(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     reason: str = ""
 
 
-class NodeTelemetry(msgspec.Struct, kw_only=True, gc=False):
+class NodeTelemetry(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """Everything one node saw in one interval, published on placewatch.telemetry.<node>."""
 
     schema: int = SCHEMA_VERSION

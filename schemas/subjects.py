@@ -1,9 +1,12 @@
-"""Subject, stream and bucket names of the wire contract.
+"""Every subject, wildcard and key of the wire contract, built in one place.
 
 Node and shard names become subject tokens by replacing every character
 outside ``A-Z a-z 0-9 _ -`` with ``_``: a dot would split a token, and a
 space, ``*`` or ``>`` would break or widen a subscription. The payload
 carries the exact names, so nothing is lost by the mapping.
+
+The streams and buckets these subjects are kept in are described in
+``streams.py``; a KV bucket's values travel on ``$KV.<bucket>.<key>``.
 """
 
 from __future__ import annotations
@@ -11,6 +14,10 @@ from __future__ import annotations
 import re
 
 DEFAULT_PREFIX = "placewatch"
+DEFAULT_PORT = 4222
+LOCAL_URL = f"nats://127.0.0.1:{DEFAULT_PORT}"
+"""Where `placewatch run` puts its embedded server by default, and where the commands that read
+the bus look when no server is given."""
 
 STREAM_EVENTS = "PLACEWATCH_EVENTS"
 STREAM_TELEMETRY = "PLACEWATCH_TELEMETRY"
@@ -25,6 +32,9 @@ def token(name: str) -> str:
     return _OUTSIDE_TOKEN.sub("_", name) or "_"
 
 
+# --- what one node publishes --------------------------------------------------------------
+
+
 def telemetry(node: str, prefix: str = DEFAULT_PREFIX) -> str:
     return f"{prefix}.telemetry.{token(node)}"
 
@@ -37,15 +47,64 @@ def fallback(node: str, shard: str, prefix: str = DEFAULT_PREFIX) -> str:
     return f"{prefix}.fallback.{token(node)}.{token(shard)}"
 
 
-def shard_key(node: str, shard: str) -> str:
-    """The key of a shard in the placements and compute buckets."""
-    return f"{token(node)}.{token(shard)}"
+def service(node: str, prefix: str = DEFAULT_PREFIX) -> str:
+    """The group of a node's micro service endpoints (`.telemetry`, `.shards`, `.recheck`)."""
+    return f"{prefix}.service.{token(node)}"
+
+
+def inbox(node: str) -> str:
+    """The prefix of the replies a node's worker asks for, so that its credentials may
+    subscribe to its own replies only (docs/operations.md)."""
+    return f"_INBOX.{token(node)}"
+
+
+# --- what consumers subscribe to ----------------------------------------------------------
 
 
 def all_telemetry(prefix: str = DEFAULT_PREFIX) -> str:
     return f"{prefix}.telemetry.*"
 
 
+def all_compute(prefix: str = DEFAULT_PREFIX) -> str:
+    return f"{prefix}.compute.>"
+
+
+def all_fallback(prefix: str = DEFAULT_PREFIX) -> str:
+    return f"{prefix}.fallback.>"
+
+
 def all_events(prefix: str = DEFAULT_PREFIX) -> list[str]:
     """The subjects the events stream holds."""
-    return [f"{prefix}.compute.>", f"{prefix}.fallback.>"]
+    return [all_compute(prefix), all_fallback(prefix)]
+
+
+# --- the KV buckets -----------------------------------------------------------------------
+
+
+def shard_key(node: str, shard: str) -> str:
+    """The key of a shard in the placements and compute buckets."""
+    return f"{token(node)}.{token(shard)}"
+
+
+def node_keys(node: str) -> str:
+    """The keys of one node's shards in the placements and compute buckets."""
+    return f"{token(node)}.*"
+
+
+def kv_stream(bucket: str) -> str:
+    """The JetStream stream that holds a KV bucket."""
+    return f"KV_{bucket}"
+
+
+def kv_subject(bucket: str, key: str = ">") -> str:
+    """The subject a bucket's value for `key` (or a wildcard of keys) travels on."""
+    return f"{kv_prefix(bucket)}{key}"
+
+
+def kv_prefix(bucket: str) -> str:
+    return f"$KV.{bucket}."
+
+
+KV_OPERATION = "KV-Operation"
+"""The header that marks a KV message as a delete or purge rather than a value."""
+KV_DELETED = ("DEL", "PURGE")

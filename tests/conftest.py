@@ -25,7 +25,7 @@ from placewatch.gpu import nvml
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
-FAKE_TOOL = Path(__file__).resolve().parent / "fake_tools" / "gpu_tool.py"
+FAKE_TOOL = Path(__file__).resolve().parent / "support" / "gpu_tool.py"
 SHARED = ROOT.parent / "shared"
 CORPUS = SHARED / "corpus"
 

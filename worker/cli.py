@@ -1,41 +1,36 @@
-"""The `placewatch` command: run, sample, schema."""
+"""The `placewatch` command: the node worker's commands and those that read the bus.
+
+`run`, `sample` and `doctor` are the node's (placewatch); `watch` and
+`alerts` read the bus (placewatch.consumer); `schema` prints the contract.
+Each command's module is imported only when that command runs, so that
+`placewatch sample` does not pay for the NATS client: a command whose
+module owns flags of its own (`doctor`, `watch`, `alerts`) adds them to its
+parser through `add_arguments` once the command line has named it.
+"""
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 from collections.abc import Sequence
 from typing import Any
 
-import anyio
-import msgspec
-
-from placewatch.schemas import NodeTelemetry, asyncapi_document, json_schema
-
-from . import __version__, alerts, doctor, watch
+from . import __version__
 from .config import ENV_CONFIG, GPU_SOURCES, ConfigError, Settings, load
-from .embedded import EmbeddedError
-from .gpu.registry import chains_for
-from .host import HostSampler
-from .runtime import run
-from .sampler import NodeSampler, new_session
-from .shards.watch import shard_watch
 
 EXIT_CONFIG = 2
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = _parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = _parser(argv)
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return EXIT_CONFIG
     if args.command == "schema":
-        document = asyncapi_document(args.prefix) if args.asyncapi else json_schema()
-        print(json.dumps(document, indent=2))
-        return 0
+        return _schema(args)
     try:
         settings = load(_flags(args), config_path=args.config)
     except ConfigError as exc:
@@ -46,20 +41,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s placewatch %(levelname)s %(message)s",
         stream=sys.stderr,
     )
-    handler = getattr(args, "handler", None)  # a command in its own module
     try:
-        if handler is not None:
-            code: int = handler(settings, args)
-            return code
-        if args.command == "sample":
-            return _sample(settings, as_json=args.json)
-        return _run(settings)
+        code: int = COMMANDS[args.command](settings, args)
     except ConfigError as exc:  # a credentials or TLS file that cannot be used, for any command
         print(f"placewatch: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    return code
 
 
-def _run(settings: Settings) -> int:
+# --- the commands, each importing what it needs when it runs -------------------------------
+
+
+def _run(settings: Settings, args: argparse.Namespace) -> int:
+    import anyio
+
+    from .embedded import EmbeddedError
+    from .runtime import run
+
     try:
         anyio.run(run, settings, sys.stdout, backend="asyncio")
     except EmbeddedError as exc:
@@ -70,63 +68,57 @@ def _run(settings: Settings) -> int:
     return 0
 
 
-def _sample(settings: Settings, *, as_json: bool) -> int:
-    async def once() -> NodeTelemetry:
-        session = new_session()
-        sampler = NodeSampler(
-            settings.node,
-            settings.interval,
-            chains_for(settings),
-            HostSampler(),
-            session=session,
-            watch=shard_watch(settings, session),
-        )
-        return (await sampler.sample()).telemetry
+def _sample(settings: Settings, args: argparse.Namespace) -> int:
+    from . import sample
 
-    telemetry = anyio.run(once, backend="asyncio")
-    if as_json:
-        sys.stdout.buffer.write(msgspec.json.format(msgspec.json.encode(telemetry), indent=2))
-        sys.stdout.write("\n")
-    else:
-        print(describe(telemetry))
+    return sample.main(settings, as_json=args.json)
+
+
+def _doctor(settings: Settings, args: argparse.Namespace) -> int:
+    from . import doctor
+
+    return doctor.command(settings, args)
+
+
+def _watch(settings: Settings, args: argparse.Namespace) -> int:
+    from placewatch.consumer import terminal
+
+    return terminal.command(_bus(settings), args)
+
+
+def _alerts(settings: Settings, args: argparse.Namespace) -> int:
+    from placewatch.consumer import alerts
+
+    return alerts.command(_bus(settings), args)
+
+
+def _bus(settings: Settings) -> Any:
+    """Where a command that reads the bus connects (a ConfigError is the caller's to say)."""
+    from placewatch.consumer.connection import Bus
+    from placewatch.schemas import subjects
+
+    from .bus.options import connect_options
+
+    return Bus(settings.nats or [subjects.LOCAL_URL], connect_options(settings), settings.prefix)
+
+
+def _schema(args: argparse.Namespace) -> int:
+    import json
+
+    from placewatch.schemas import asyncapi_document, json_schema
+
+    document = asyncapi_document(args.prefix) if args.asyncapi else json_schema()
+    print(json.dumps(document, indent=2))
     return 0
 
 
-def describe(t: NodeTelemetry) -> str:
-    """A sample as a person reads it at a terminal."""
-    lines = [f"node {t.node}  {t.time:%Y-%m-%d %H:%M:%S} UTC"]
-    if not t.gpus:
-        lines.append("no GPUs found")
-    for g in t.gpus:
-        util = "-" if g.utilization_pct is None else f"{g.utilization_pct:.0f}%"
-        mem = f"{_gib(g.memory_used_bytes)}/{_gib(g.memory_total_bytes)} GiB"
-        temp = "-" if g.temperature_c is None else f"{g.temperature_c:.0f} C"
-        power = "-" if g.power_w is None else f"{g.power_w:.0f}"
-        if g.power_cap_w is not None:
-            power += f"/{g.power_cap_w:.0f}"
-        lines.append(
-            f"{g.vendor} GPU {g.index}  {g.name or '?'}  util {util}  mem {mem}  {temp}  "
-            f"{power} W  {len(g.processes)} process{'' if len(g.processes) == 1 else 'es'}"
-        )
-    if t.host is not None:
-        h = t.host
-        cpu = "-" if h.cpu_pct is None else f"{h.cpu_pct:.0f}%"
-        lines.append(
-            f"host  cpu {cpu} of {h.cpu_count}  memory {_gib(h.memory_available_bytes)} GiB "
-            f"available of {_gib(h.memory_total_bytes)}  load {h.load_1m}"
-        )
-    for b in t.shards:
-        pid = f" (pid {b.pid})" if b.pid else ""
-        lines.append(f"shard {b.shard}{pid}  {b.verdict}: {b.reason}")
-    for s in t.sources:
-        state = "ok" if s.ok else f"failed: {s.error}"
-        latency = "" if s.latency_ms is None else f" ({s.latency_ms:.0f} ms)"
-        lines.append(f"source {s.name}{latency} {state}")
-    return "\n".join(lines)
-
-
-def _gib(n: int | None) -> str:
-    return "-" if n is None else f"{n / (1 << 30):.1f}"
+COMMANDS = {
+    "run": _run,
+    "sample": _sample,
+    "doctor": _doctor,
+    "watch": _watch,
+    "alerts": _alerts,
+}
 
 
 def _flags(args: argparse.Namespace) -> dict[str, Any]:
@@ -138,29 +130,10 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
     return given
 
 
-def bus_options() -> argparse.ArgumentParser:
-    """The flags of every command that talks to NATS: servers, credentials, TLS, prefix."""
-    bus = argparse.ArgumentParser(add_help=False)
-    group = bus.add_argument_group("NATS connection (secrets are better given in the environment)")
-    group.add_argument(
-        "--nats",
-        metavar="URL",
-        help="server URL(s), comma-separated (also PLACEWATCH_NATS); "
-        "none: run an embedded server (run) or use nats://127.0.0.1:4222",
-    )
-    group.add_argument("--user", help="user name (password in PLACEWATCH_PASSWORD)")
-    group.add_argument("--password", help="password; prefer PLACEWATCH_PASSWORD")
-    group.add_argument("--token", help="token; prefer PLACEWATCH_TOKEN")
-    group.add_argument("--nkey-seed", metavar="FILE", help="file holding an NKey seed")
-    group.add_argument("--creds", metavar="FILE", help="NATS credentials file (JWT and seed)")
-    group.add_argument("--tls-ca", metavar="FILE", help="CA to verify the server (turns TLS on)")
-    group.add_argument("--tls-cert", metavar="FILE", help="client certificate (mutual TLS)")
-    group.add_argument("--tls-key", metavar="FILE", help="client certificate's key")
-    group.add_argument("--prefix", help="subject prefix (default placewatch)")
-    return bus
+# --- the command line ----------------------------------------------------------------------
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="placewatch",
         description="Checks that every model shard placed on a node's GPUs computes on them, "
@@ -168,7 +141,83 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"placewatch {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    named = next((a for a in argv if not a.startswith("-")), None)
+    node, bus, reader = _node_options(), _bus_options(), _reader_options()
+    parents = {
+        "run": [node, bus],
+        "sample": [node],
+        "doctor": [node, bus],
+        "watch": [reader, bus],
+        "alerts": [reader, bus],
+        "schema": [],
+    }
+    for name, (help_text, description) in HELP.items():
+        command = commands.add_parser(
+            name,
+            parents=parents[name] if name == named else [],
+            help=help_text,
+            description=description,
+        )
+        if name == named:
+            _add_arguments(name, command)
+    return parser
 
+
+HELP = {
+    "run": (
+        "run the worker",
+        "Sample every interval and publish to NATS. With no server configured, start an "
+        "embedded nats-server on 127.0.0.1 and print its URL.",
+    ),
+    "sample": ("take one sample and print it, no bus needed", None),
+    "doctor": (
+        "check that this node can run the worker, one line per check",
+        "Check the GPU tools, access to the engines' processes, the NATS server (reachable, "
+        "credentials, JetStream, streams and buckets, publish permission) and which GPUs each "
+        "llama.cpp build can use. Exit 0 when nothing failed, else 1.",
+    ),
+    "watch": (
+        "a live view of the fleet from the bus",
+        "Nodes, GPUs and shards as the bus has them, redrawn as they change. With no --nats, "
+        "the embedded default nats://127.0.0.1:4222.",
+    ),
+    "alerts": (
+        "deliver fallback events to stdout or a webhook",
+        "A durable JetStream consumer of fallback events: each is written to stdout as a JSON "
+        "line or POSTed to --webhook, and acknowledged once it was delivered. With no --nats, "
+        "the embedded default nats://127.0.0.1:4222.",
+    ),
+    "schema": ("print the JSON Schema of every message", None),
+}
+
+
+def _add_arguments(name: str, command: argparse.ArgumentParser) -> None:
+    """The flags of the command the command line names, from the module that owns them."""
+    if name == "run":
+        _run_arguments(command)
+    elif name == "sample":
+        command.add_argument("--json", action="store_true", help="print a NodeTelemetry as JSON")
+    elif name == "doctor":
+        from . import doctor
+
+        doctor.add_arguments(command)
+    elif name == "watch":
+        from placewatch.consumer import terminal
+
+        terminal.add_arguments(command)
+    elif name == "alerts":
+        from placewatch.consumer import alerts
+
+        alerts.add_arguments(command)
+    elif name == "schema":
+        command.add_argument(
+            "--asyncapi", action="store_true", help="print the AsyncAPI 3.0.0 document instead"
+        )
+        command.add_argument("--prefix", default="placewatch", help="subject prefix (--asyncapi)")
+
+
+def _node_options() -> argparse.ArgumentParser:
+    """The flags of every command that samples this node: run, sample, doctor."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--config", metavar="FILE", help=f"TOML settings file (also {ENV_CONFIG})")
     common.add_argument("--node", help="this node's name (default: the short hostname)")
@@ -197,14 +246,40 @@ def _parser() -> argparse.ArgumentParser:
         const=False,
         help="do not look for llama.cpp, Ollama and vLLM processes nothing places",
     )
+    return common
 
-    run = commands.add_parser(
-        "run",
-        parents=[common, bus_options()],
-        help="run the worker",
-        description="Sample every interval and publish to NATS. With no server configured, "
-        "start an embedded nats-server on 127.0.0.1 and print its URL.",
+
+def _reader_options() -> argparse.ArgumentParser:
+    """The flags of every command that reads the bus: watch, alerts."""
+    reader = argparse.ArgumentParser(add_help=False)
+    reader.add_argument("--config", metavar="FILE", help=f"TOML settings file (also {ENV_CONFIG})")
+    reader.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    return reader
+
+
+def _bus_options() -> argparse.ArgumentParser:
+    """The flags of every command that talks to NATS: servers, credentials, TLS, prefix."""
+    bus = argparse.ArgumentParser(add_help=False)
+    group = bus.add_argument_group("NATS connection (secrets are better given in the environment)")
+    group.add_argument(
+        "--nats",
+        metavar="URL",
+        help="server URL(s), comma-separated (also PLACEWATCH_NATS); "
+        "none: run an embedded server (run) or use nats://127.0.0.1:4222",
     )
+    group.add_argument("--user", help="user name (password in PLACEWATCH_PASSWORD)")
+    group.add_argument("--password", help="password; prefer PLACEWATCH_PASSWORD")
+    group.add_argument("--token", help="token; prefer PLACEWATCH_TOKEN")
+    group.add_argument("--nkey-seed", metavar="FILE", help="file holding an NKey seed")
+    group.add_argument("--creds", metavar="FILE", help="NATS credentials file (JWT and seed)")
+    group.add_argument("--tls-ca", metavar="FILE", help="CA to verify the server (turns TLS on)")
+    group.add_argument("--tls-cert", metavar="FILE", help="client certificate (mutual TLS)")
+    group.add_argument("--tls-key", metavar="FILE", help="client certificate's key")
+    group.add_argument("--prefix", help="subject prefix (default placewatch)")
+    return bus
+
+
+def _run_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument("--encoding", choices=["json", "msgpack"], help="payload format (json)")
     run.add_argument("--state-dir", metavar="DIR", help="embedded server's JetStream store")
     run.add_argument(
@@ -221,27 +296,6 @@ def _parser() -> argparse.ArgumentParser:
         "--replicas", type=int, metavar="N", help="replicas of what the worker creates (1)"
     )
     run.add_argument("--storage", choices=["file", "memory"], help="storage of what it creates")
-
-    sample = commands.add_parser(
-        "sample", parents=[common], help="take one sample and print it, no bus needed"
-    )
-    sample.add_argument("--json", action="store_true", help="print a NodeTelemetry as JSON")
-    doctor.add_command(commands, [common, bus_options()])
-
-    consumer = argparse.ArgumentParser(add_help=False)
-    consumer.add_argument(
-        "--config", metavar="FILE", help=f"TOML settings file (also {ENV_CONFIG})"
-    )
-    consumer.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
-    watch.add_command(commands, [consumer, bus_options()])
-    alerts.add_command(commands, [consumer, bus_options()])
-
-    schema = commands.add_parser("schema", help="print the JSON Schema of every message")
-    schema.add_argument(
-        "--asyncapi", action="store_true", help="print the AsyncAPI 3.0.0 document instead"
-    )
-    schema.add_argument("--prefix", default="placewatch", help="subject prefix (--asyncapi)")
-    return parser
 
 
 if __name__ == "__main__":

@@ -14,17 +14,24 @@ import socket
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args, get_origin, get_type_hints
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args, get_origin, get_type_hints
 
 import msgspec
+
+from .gpu import KFD_ROOT
+from .gpu.registry import NAMES
 
 ENV_PREFIX = "PLACEWATCH_"
 ENV_CONFIG = "PLACEWATCH_CONFIG"
 
 Positive = Annotated[float, msgspec.Meta(gt=0)]
 Port = Annotated[int, msgspec.Meta(ge=0, le=65535)]
-GpuSourceName = Literal["nvml", "nvidia-smi", "rocm-smi", "amd-smi"]
-GPU_SOURCES: tuple[GpuSourceName, ...] = get_args(GpuSourceName)
+GPU_SOURCES = NAMES
+"""The names of every GPU source, as the registry lists them."""
+if TYPE_CHECKING:
+    GpuSourceName = str
+else:  # the registry's names, so that a name it does not know is refused with the choices
+    GpuSourceName = Literal[GPU_SOURCES]
 LISTS = ("nats", "gpu_sources")
 """Settings that are lists: a comma-separated string in a flag or the environment."""
 
@@ -77,13 +84,14 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Seconds after a shard's process started before it is judged, when it has no health_url."""
     discover: bool = True
     """Find llama.cpp, Ollama and vLLM processes that nothing places."""
-    kfd_root: str = "/sys/class/kfd/kfd"
+    kfd_root: str = str(KFD_ROOT)
+    """The AMD KFD sysfs tree that per-process VRAM is read from."""
     create: bool = True
     """Create the streams and buckets when missing (`--no-create`: never)."""
     replicas: Annotated[int, msgspec.Meta(ge=1, le=5)] = 1
     """Replicas of the streams and buckets the worker creates (3 on a cluster)."""
     storage: Literal["file", "memory"] = "file"
-    """The AMD KFD sysfs tree that per-process VRAM is read from."""
+    """Storage of the streams and buckets the worker creates."""
 
 
 class ConfigError(Exception):

@@ -3,47 +3,53 @@
 nats-py is asyncio-only, so the worker runs on anyio's asyncio backend.
 SIGTERM or SIGINT cancels the group; the connection is then drained and
 the embedded server (if any) stopped, all within a few seconds.
+
+The tasks of the group: the tick loop (the only caller of a tick), EngineLogs
+(every engine log, followed), the placements bucket followed, the streams and
+buckets set up, and the signal handler. A log that says something new, or a
+`recheck` request to the micro service, asks the loop for a tick sooner.
 """
 
 from __future__ import annotations
 
 import logging
-import signal
+import math
 import time
 from contextlib import AsyncExitStack
 from typing import TextIO
 
 import anyio
-import anyio.to_thread
 import nats.errors
 import nats.js.errors
+from anyio.abc import TaskStatus
 from nats.aio.client import Client
 
+from placewatch.consumer.connection import connect
+from placewatch.consumer.lifecycle import drain, stop_on_signal
 from placewatch.schemas import ComputeStatus, FallbackEvent, subjects
 
-from .bus import Publisher, connect, connect_options, inbox_prefix
+from .bus.options import connect_options
+from .bus.outbox import EventOutbox
+from .bus.publish import Publisher
+from .bus.service import Latest, start_service
+from .bus.streams import StreamSettings
 from .config import Settings
 from .embedded import EmbeddedServer
-from .gpu.registry import chains_for
-from .host import HostSampler
-from .outbox import EventOutbox, StreamSettings
-from .sampler import NodeSampler, new_session
-from .service import Latest, start_service
+from .pipeline import Pipeline, new_session
 from .shards.bucket import PlacementsBucket
+from .shards.engine_logs import EngineLogs
 from .shards.events import EventTracker
-from .shards.watch import ShardWatch, shard_watch
 
 log = logging.getLogger(__name__)
 
-DRAIN_TIMEOUT_S = 2.0
 RETRY_FIRST_S, RETRY_MOST_S = 1.0, 30.0
-"""The placements watch's pauses between tries."""
+"""The placements bucket's pauses between tries to follow it."""
+PREVIOUS_WAIT_S = 5.0
+"""How long a starting worker waits for the statuses its last session left."""
 
 
 async def run(settings: Settings, out: TextIO) -> None:
-    options = connect_options(
-        settings
-    )  # a bad credentials or TLS file stops us before anything runs
+    options = connect_options(settings)  # a bad credentials or TLS file stops us at once
     async with AsyncExitStack() as stack:
         servers = settings.nats
         if not servers:
@@ -58,122 +64,131 @@ async def run(settings: Settings, out: TextIO) -> None:
                 flush=True,
             )
         session = new_session()
+        streams = StreamSettings(settings.create, settings.replicas, settings.storage)
         bucket = PlacementsBucket(settings.node)
-        sampler = NodeSampler(
-            settings.node,
-            settings.interval,
-            chains_for(settings),
-            HostSampler(),
-            session=session,
-            watch=shard_watch(settings, session, bucket),
-        )
-        tracker = EventTracker(settings.node, session, settings.prefix)
+        pipeline = Pipeline.from_settings(settings, session, bucket)
         nc: Client | None = None
         try:
             async with anyio.create_task_group() as tg:
-                tg.start_soon(_stop_on_signal, tg.cancel_scope)
+                tg.start_soon(stop_on_signal, tg.cancel_scope, "draining and stopping")
                 nc = await connect(
                     servers,
                     f"placewatch {settings.node}",
-                    options | {"inbox_prefix": inbox_prefix(settings.node)},
+                    options | {"inbox_prefix": subjects.inbox(settings.node)},
                 )
-                tg.start_soon(_watch_placements, bucket, nc, settings.create, settings.replicas)
+                tg.start_soon(_follow_placements, bucket, nc, streams)
+                outbox = EventOutbox(nc, settings.prefix, settings.encoding, streams=streams)
+                tg.start_soon(_set_up_streams, outbox)
+                tracker = EventTracker(settings.node, session, settings.prefix)
+                with anyio.move_on_after(PREVIOUS_WAIT_S):
+                    tracker.seed(await outbox.previous(settings.node))
                 worker = Worker(
-                    sampler,
-                    tracker,
-                    Publisher(nc, settings.prefix, settings.encoding),
-                    EventOutbox(
-                        nc,
-                        settings.prefix,
-                        settings.encoding,
-                        streams=StreamSettings(
-                            settings.create, settings.replicas, settings.storage
-                        ),
-                    ),
+                    pipeline, tracker, Publisher(nc, settings.prefix, settings.encoding), outbox
                 )
-                tg.start_soon(_set_up_streams, worker.outbox)
-                with anyio.move_on_after(5):
-                    tracker.seed(await worker.outbox.previous(settings.node))
                 # Drained with the connection at the end: no stop of its own.
                 await start_service(
                     nc,
                     settings.node,
                     worker.latest,
-                    worker.tick,
+                    worker.recheck,
                     prefix=settings.prefix,
                     encoding=settings.encoding,
                 )
                 log.info(
-                    "node %s publishing on %s.telemetry.%s every %g s (session %s)",
+                    "node %s publishing on %s every %g s (session %s)",
                     settings.node,
-                    settings.prefix,
-                    settings.node,
+                    subjects.telemetry(settings.node, settings.prefix),
                     settings.interval,
                     session,
                 )
-                if sampler.watch is not None:
-                    tg.start_soon(follow_logs, sampler.watch, worker)
-                await worker.loop(settings.interval)
+                if pipeline.logs is not None:
+                    await tg.start(pipeline.logs.run)
+                    tg.start_soon(_tick_on_new_evidence, pipeline.logs, worker)
+                await worker.run(settings.interval)
         finally:
-            with anyio.move_on_after(DRAIN_TIMEOUT_S, shield=True):
-                if nc is not None and not nc.is_closed:
-                    await nc.drain()
+            await drain(nc)
 
 
 class Worker:
-    """Sample, judge, publish events, publish telemetry: once a tick."""
+    """Sample, judge, build, flush events, publish telemetry: once a tick, in that order."""
 
     def __init__(
-        self, sampler: NodeSampler, tracker: EventTracker, publisher: Publisher, outbox: EventOutbox
+        self,
+        pipeline: Pipeline,
+        tracker: EventTracker,
+        publisher: Publisher,
+        outbox: EventOutbox,
     ) -> None:
-        self.sampler = sampler
+        self.pipeline = pipeline
         self.tracker = tracker
         self.publisher = publisher
         self.outbox = outbox
         self.latest = Latest()
-        self._lock = anyio.Lock()  # a re-check on demand never overlaps the loop's tick
-        self._ticked = anyio.Event()
-
-    async def tick(self) -> None:
-        async with self._lock:
-            try:
-                await self._tick()
-            finally:
-                self._ticked.set()
-                self._ticked = anyio.Event()
-
-    async def ticked(self) -> None:
-        """Until the next tick is over."""
-        await self._ticked.wait()
+        self._asks, self._asked = anyio.create_memory_object_stream[anyio.Event | None](math.inf)
 
     async def _tick(self) -> None:
-        tick = await self.sampler.sample()
-        self.latest.telemetry = tick.telemetry
-        self.latest.statuses = tick.shards.statuses if tick.shards else []
-        if tick.shards is not None:
-            changes = self.tracker.changes(tick.shards.statuses, tick.shards.gone)
-            for change in changes:
-                _log_change(change.message)
-            self.outbox.add(changes)
-        await self.outbox.flush()
-        await self.publisher.telemetry(tick.telemetry)
+        reading = await self.pipeline.read()  # 1. the GPUs and the host
+        shards = await self.pipeline.judge(reading)  # 2. every shard, on those readings
+        telemetry = self.pipeline.telemetry(reading, shards)  # 3. the telemetry, built
+        self.latest.telemetry, self.latest.statuses = telemetry, shards.statuses
+        changes = self.tracker.changes(shards.statuses, shards.gone)
+        for change in changes:
+            _log_change(change.message)
+        self.outbox.add(changes)
+        await self.outbox.flush()  # 4. the events, before the telemetry that tells of them
+        await self.publisher.telemetry(telemetry)  # 5. the telemetry
 
-    async def loop(self, interval: float) -> None:
-        """Tick on a fixed cadence; a slow tick delays, never stacks, the next."""
+    async def run(
+        self, interval: float, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Tick on a fixed cadence, and sooner when asked; a slow tick delays, never stacks,
+        the next. The only caller of a tick: an asked tick leaves the cadence as it was."""
+        task_status.started()
         next_at = time.monotonic()
+        asked: list[anyio.Event | None] = []
         while True:
+            asked += self._waiting_asks()
             try:
-                await self.tick()
+                await self._tick()
             except Exception:
                 # A defect in one tick must not stop a node agent; the next tick tries afresh.
                 log.exception("tick failed; continuing")
-            next_at += interval
+            finally:
+                for done in asked:
+                    if done is not None:
+                        done.set()
+                asked = []
             now = time.monotonic()
-            next_at = max(next_at, now)  # a tick that overran starts the next now, not a burst
-            await anyio.sleep(next_at - now)
+            if now >= next_at:  # the tick that was due; one that overran starts the next now
+                next_at = max(next_at + interval, now)
+            with anyio.move_on_after(next_at - now):
+                asked.append(await self._asked.receive())
+
+    def _waiting_asks(self) -> list[anyio.Event | None]:
+        """Every ask waiting now: the coming tick answers them all."""
+        waiting: list[anyio.Event | None] = []
+        while True:
+            try:
+                waiting.append(self._asked.receive_nowait())
+            except anyio.WouldBlock:
+                return waiting
+
+    def ask_tick(self) -> None:
+        """A tick soon, without waiting for it."""
+        self._asks.send_nowait(None)
+
+    async def recheck(self) -> None:
+        """A tick now (after the one under way, if any); returns once it is over."""
+        done = anyio.Event()
+        self._asks.send_nowait(done)
+        await done.wait()
 
 
-LOG_POLL_S = 0.2
+async def _tick_on_new_evidence(logs: EngineLogs, worker: Worker) -> None:
+    """An engine's own word reaches the bus at once, not at the next interval."""
+    while True:
+        await logs.changed()
+        worker.ask_tick()
 
 
 async def _set_up_streams(outbox: EventOutbox) -> None:
@@ -185,23 +200,6 @@ async def _set_up_streams(outbox: EventOutbox) -> None:
         log.warning("streams and buckets not ready yet (%s); retried with the first event", exc)
 
 
-async def follow_logs(watch: ShardWatch, worker: Worker) -> None:
-    """Judge the shards again as soon as an engine's log says something new.
-
-    With no log to follow it waits for the end of the next tick, the only
-    thing that places a shard with a log (and reads that log itself), so an
-    idle worker has no wake-ups of its own here: polling five times a second,
-    then once, cost a tenth and more of a worker's CPU (bench/footprint.py).
-    """
-    while True:
-        if not watch.following():
-            await worker.ticked()
-            continue
-        await anyio.sleep(LOG_POLL_S)
-        if await anyio.to_thread.run_sync(watch.follow_logs):
-            await worker.tick()
-
-
 def _log_change(message: ComputeStatus | FallbackEvent) -> None:
     if isinstance(message, FallbackEvent):
         level = logging.WARNING if message.state == "firing" else logging.INFO
@@ -210,9 +208,7 @@ def _log_change(message: ComputeStatus | FallbackEvent) -> None:
         log.info("shard %s: %s: %s", message.shard, message.verdict, message.reason)
 
 
-async def _watch_placements(
-    bucket: PlacementsBucket, nc: Client, create: bool, replicas: int
-) -> None:
+async def _follow_placements(bucket: PlacementsBucket, nc: Client, streams: StreamSettings) -> None:
     """Follow the placements bucket; without JetStream, say so and carry on without it.
 
     Tries that fail at once wait longer each time, up to RETRY_MOST_S; one that had been
@@ -224,11 +220,11 @@ async def _watch_placements(
     while True:
         started = time.monotonic()
         try:
-            await bucket.watch(nc, create=create, replicas=replicas)
+            await bucket.follow(nc, streams)
         except (nats.errors.Error, TimeoutError) as exc:
             if time.monotonic() - started >= RETRY_MOST_S:
                 delay, said = RETRY_FIRST_S, ""
-            why = _watch_failure(exc)
+            why = _follow_failure(exc)
             log.log(
                 logging.DEBUG if why == said else logging.WARNING,
                 "cannot watch KV %s (%s); retrying in %g s, then at most every %g s",
@@ -242,18 +238,10 @@ async def _watch_placements(
         delay = min(delay * 2, RETRY_MOST_S)
 
 
-def _watch_failure(exc: BaseException) -> str:
+def _follow_failure(exc: BaseException) -> str:
     if isinstance(exc, (nats.js.errors.ServiceUnavailableError, nats.errors.NoRespondersError)):
         return (
             "the server has no JetStream: placements come from the shards file and discovery "
             "alone; enable it with nats-server -js"
         )
     return str(exc) or type(exc).__name__
-
-
-async def _stop_on_signal(scope: anyio.CancelScope) -> None:
-    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        async for signum in signals:
-            log.info("%s: draining and stopping", signal.Signals(signum).name)
-            scope.cancel()
-            return

@@ -1,51 +1,37 @@
-"""One tick: every GPU source and the host sampled together, then every shard judged."""
+"""The node's GPUs and host, read together once a tick; it knows nothing of shards."""
 
 from __future__ import annotations
 
-import secrets
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 import anyio
 
-from placewatch.schemas import GpuSample, NodeTelemetry, SourceStatus
+from placewatch.schemas import GpuSample, HostSample, SourceStatus
 
 from .gpu.registry import VendorChain
 from .host import HostSampler
-from .shards.watch import ShardsView, ShardWatch
 
 
-def new_session() -> str:
-    """An id for one run of a worker: consumers tell a restart from a gap by it."""
-    return secrets.token_hex(6)
+@dataclass(frozen=True)
+class NodeReading:
+    """What the GPU sources and the host said at one tick."""
 
+    gpus: list[GpuSample]
+    host: HostSample
+    sources: list[SourceStatus]
 
-@dataclass
-class Tick:
-    telemetry: NodeTelemetry
-    shards: ShardsView | None
+    @property
+    def gpus_known(self) -> bool:
+        """Whether any GPU source answered: without one, no GPU says what it holds."""
+        return bool(self.gpus) or any(s.ok for s in self.sources)
 
 
 class NodeSampler:
-    def __init__(
-        self,
-        node: str,
-        interval_s: float,
-        chains: list[VendorChain],
-        host: HostSampler,
-        *,
-        session: str | None = None,
-        watch: ShardWatch | None = None,
-    ) -> None:
-        self.node = node
-        self.interval_s = interval_s
+    def __init__(self, chains: list[VendorChain], host: HostSampler) -> None:
         self.chains = chains
         self.host = host
-        self.session = session or new_session()
-        self.watch = watch
-        self.seq = 0
 
-    async def sample(self) -> Tick:
+    async def sample(self) -> NodeReading:
         results: list[tuple[list[GpuSample], list[SourceStatus]]] = [([], [])] * len(self.chains)
 
         async def probe(i: int, chain: VendorChain) -> None:
@@ -73,22 +59,4 @@ class NodeSampler:
             if not chain.absent
         ]
         shown = present or [statuses for _, statuses in results]
-        sources = [status for statuses in shown for status in statuses]
-        view = None
-        if self.watch is not None:
-            view = await self.watch.check(gpus, gpus_known=any(s.ok for s in sources) or bool(gpus))
-            gpus = view.gpus
-            sources += view.problems
-        telemetry = NodeTelemetry(
-            node=self.node,
-            session=self.session,
-            seq=self.seq,
-            time=datetime.now(UTC),
-            interval_s=self.interval_s,
-            gpus=gpus,
-            host=host,
-            shards=view.briefs if view else [],
-            sources=sources,
-        )
-        self.seq += 1
-        return Tick(telemetry, view)
+        return NodeReading(gpus, host, [status for statuses in shown for status in statuses])

@@ -2,19 +2,32 @@
 
 A source turns a tool's raw output into GpuSample values through pure parse
 functions, and reports how the probe went as a SourceStatus. The registry
-(registry.py) orders the sources of each vendor by preference; a new source
-is a new module and a line there, not an edit across the worker.
+(registry.py) lists every source, each vendor's in its order of preference;
+a new source is a new module and a line there, not an edit across the worker.
 """
 
 from __future__ import annotations
 
 import shutil
-from typing import Protocol
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar, Protocol
 
 from placewatch.schemas import GpuSample, SourceStatus
 from placewatch.schemas.messages import Vendor
 
 from ..probe import ProbeRunner
+
+KFD_ROOT = Path("/sys/class/kfd/kfd")
+"""The AMD KFD sysfs tree that per-process VRAM is read from."""
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """What a source may be built with: the runner of its tool, the KFD tree to read."""
+
+    runner: ProbeRunner
+    kfd_root: Path = KFD_ROOT
 
 
 class GpuSource(Protocol):
@@ -36,8 +49,8 @@ class GpuSource(Protocol):
 class ToolSource:
     """What every source that runs a vendor tool shares: its runner, PATH lookup, status."""
 
-    name: str
-    vendor: Vendor
+    name: ClassVar[str]
+    vendor: ClassVar[Vendor]
 
     def __init__(self, runner: ProbeRunner, tool: str) -> None:
         self._runner = runner

@@ -35,7 +35,7 @@ import msgspec
 from placewatch.schemas import GpuProcess, GpuSample, SourceStatus
 
 from ..probe import ProbeResult, ProbeRunner
-from . import ToolSource, kfd, values
+from . import KFD_ROOT, SourceOptions, ToolSource, kfd, values
 from .rocm_smi import load_json, power_activity
 
 TOOL = "amd-smi"
@@ -305,12 +305,16 @@ class AmdSmiSource(ToolSource):
     vendor = "amd"
 
     def __init__(
-        self, runner: ProbeRunner, tool: str = TOOL, kfd_root: Path | str = kfd.KFD_ROOT
+        self, runner: ProbeRunner, tool: str = TOOL, kfd_root: Path | str = KFD_ROOT
     ) -> None:
         super().__init__(runner, tool)
         self._kfd_root = Path(kfd_root)
         self._metric_args: tuple[str, ...] = METRIC_ARGS
         self._tried_all = False
+
+    @classmethod
+    def build(cls, options: SourceOptions) -> AmdSmiSource:
+        return cls(options.runner, kfd_root=options.kfd_root)
 
     async def sample(self) -> tuple[list[GpuSample], SourceStatus]:
         result, gpus = await self._metric()

@@ -40,7 +40,7 @@ import msgspec
 
 from placewatch.schemas import GpuProcess, GpuSample
 
-KFD_ROOT = Path("/sys/class/kfd/kfd")
+from . import KFD_ROOT
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ import msgspec
 from placewatch.schemas import GpuProcess, GpuSample, SourceStatus
 
 from ..probe import ProbeRunner
-from . import ToolSource, values
+from . import SourceOptions, ToolSource, values
 from .nvidia_smi_xml import parse_xml
 
 log = logging.getLogger(__name__)
@@ -282,6 +282,10 @@ class NvidiaSmiSource(ToolSource):
     def __init__(self, runner: ProbeRunner, tool: str = TOOL) -> None:
         super().__init__(runner, tool)
         self._xml_only = False
+
+    @classmethod
+    def build(cls, options: SourceOptions) -> NvidiaSmiSource:
+        return cls(options.runner)
 
     async def sample(self) -> tuple[list[GpuSample], SourceStatus]:
         if self._xml_only:

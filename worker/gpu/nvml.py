@@ -18,13 +18,15 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import anyio
 import anyio.to_thread
 
 from placewatch.schemas import GpuProcess, GpuSample, MigInstance, SourceStatus
 from placewatch.schemas.messages import Vendor
+
+from . import SourceOptions
 
 log = logging.getLogger(__name__)
 
@@ -212,14 +214,18 @@ def _pct(value: Any) -> float | None:
 class NvmlSource:
     """NVIDIA readings from NVML; `nvml` is the pynvml module (or a stand-in in tests)."""
 
-    name = NAME
-    vendor: Vendor = "nvidia"
+    name: ClassVar[str] = NAME
+    vendor: ClassVar[Vendor] = "nvidia"
 
     def __init__(self, nvml: Any = None, timeout_s: float = 5.0) -> None:
         self._nvml = nvml
         self._why_not: str | None = None
         self.timeout_s = timeout_s
         self._reading: threading.Event | None = None  # set when the last read returned
+
+    @classmethod
+    def build(cls, options: SourceOptions) -> NvmlSource:
+        return cls(timeout_s=options.runner.timeout_s)
 
     def unavailable(self) -> str | None:
         if self._nvml is None and self._why_not is None:

@@ -14,13 +14,13 @@ import logging
 import time
 from collections.abc import Callable, Collection
 from pathlib import Path
+from typing import Protocol
 
 from placewatch.schemas import GpuSample, SourceStatus
 from placewatch.schemas.messages import Vendor
 
-from ..config import GPU_SOURCES, Settings
 from ..probe import ProbeRunner
-from . import GpuSource, kfd
+from . import KFD_ROOT, GpuSource, SourceOptions
 from .amd_smi import AmdSmiSource
 from .nvidia_smi import NvidiaSmiSource
 from .nvml import NvmlSource
@@ -31,29 +31,41 @@ log = logging.getLogger(__name__)
 RECHECK_ABSENT_S = 60.0
 
 
+class SourceType(Protocol):
+    """A GPU source's class: its name and vendor, and how it is built."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def vendor(self) -> Vendor: ...
+
+    def build(self, options: SourceOptions) -> GpuSource: ...
+
+
+SOURCES: tuple[SourceType, ...] = (NvmlSource, NvidiaSmiSource, RocmSmiSource, AmdSmiSource)
+"""Every GPU source, each vendor's in its order of preference."""
+NAMES: tuple[str, ...] = tuple(source.name for source in SOURCES)
+
+
 def default_chains(
-    runner: ProbeRunner,
-    kfd_root: str | Path = kfd.KFD_ROOT,
-    sources: Collection[str] = GPU_SOURCES,
+    runner: ProbeRunner, kfd_root: str | Path = KFD_ROOT, sources: Collection[str] = NAMES
 ) -> list[VendorChain]:
     """A chain for each vendor with a source among `sources`, in the vendor's order."""
-    chains = [
-        VendorChain("nvidia", [NvmlSource(timeout_s=runner.timeout_s), NvidiaSmiSource(runner)]),
-        VendorChain(
-            "amd",
-            [RocmSmiSource(runner, kfd_root=kfd_root), AmdSmiSource(runner, kfd_root=kfd_root)],
-        ),
-    ]
-    for chain in chains:
-        chain.candidates = [source for source in chain.candidates if source.name in sources]
-    return [chain for chain in chains if chain.candidates]
+    options = SourceOptions(runner, Path(kfd_root))
+    chains: dict[Vendor, VendorChain] = {}
+    for source in SOURCES:
+        if source.name in sources:
+            chain = chains.setdefault(source.vendor, VendorChain(source.vendor, []))
+            chain.candidates.append(source.build(options))
+    return list(chains.values())
 
 
-def chains_for(settings: Settings) -> list[VendorChain]:
-    """The chains of the GPU sources `settings` names, with its tool timeout and KFD tree."""
-    return default_chains(
-        ProbeRunner(settings.probe_timeout), settings.kfd_root, settings.gpu_sources
-    )
+def chains_for(
+    probe_timeout: float, kfd_root: str | Path, sources: Collection[str]
+) -> list[VendorChain]:
+    """The chains of the GPU sources named, with that tool timeout and KFD tree."""
+    return default_chains(ProbeRunner(probe_timeout), kfd_root, sources)
 
 
 class VendorChain:

@@ -31,7 +31,7 @@ import anyio.to_thread
 from placewatch.schemas import GpuSample, SourceStatus
 
 from ..probe import ProbeResult, ProbeRunner
-from . import ToolSource, kfd, values
+from . import KFD_ROOT, SourceOptions, ToolSource, kfd, values
 
 TOOL = "rocm-smi"
 
@@ -218,10 +218,14 @@ class RocmSmiSource(ToolSource):
     vendor = "amd"
 
     def __init__(
-        self, runner: ProbeRunner, tool: str = TOOL, kfd_root: Path | str = kfd.KFD_ROOT
+        self, runner: ProbeRunner, tool: str = TOOL, kfd_root: Path | str = KFD_ROOT
     ) -> None:
         super().__init__(runner, tool)
         self._kfd_root = Path(kfd_root)
+
+    @classmethod
+    def build(cls, options: SourceOptions) -> RocmSmiSource:
+        return cls(options.runner, kfd_root=options.kfd_root)
 
     async def sample(self) -> tuple[list[GpuSample], SourceStatus]:
         result = await self._runner.run([self._tool, *ROCM_SMI_ARGS])

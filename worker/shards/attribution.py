@@ -31,7 +31,14 @@ import select
 import weakref
 from pathlib import Path
 
+import msgspec
+
+from placewatch.schemas import GpuSample
+
 MAX_DEPTH = 64
+UNLISTED_BYTES = 1 << 30
+"""Memory in use on a GPU that lists no process at all, above which someone this worker
+cannot see holds it (a worker in a container without the host's PID namespace)."""
 MAX_HANDLES = 512
 """Pidfds kept at most; past it the table holds none and reads last one tick, as without
 pidfds (the soft limit on open files is often 1024, and the worker has its own to keep)."""
@@ -192,3 +199,48 @@ def owner(pid: int, shard_pids: dict[int, str], table: ProcTable) -> str | None:
         if pgid in shard_pids and table.leads_group(pgid):
             return shard_pids[pgid]
     return None
+
+
+Held = dict[str, dict[int, int | None]]
+"""Shard id -> GPU index -> bytes its processes hold there (None: listed, size not given)."""
+
+
+def attribute(gpus: list[GpuSample], owners: dict[int, str | None]) -> tuple[list[GpuSample], Held]:
+    """GPUs with each process's shard and foreign memory; what each shard holds per GPU."""
+    held: Held = {}
+    out = []
+    for gpu in gpus:
+        processes = []
+        ours = 0
+        for p in gpu.processes:
+            sid = owners.get(p.pid)
+            if sid is not None:
+                per_gpu = held.setdefault(sid, {})
+                before = per_gpu.get(gpu.index, 0)
+                per_gpu[gpu.index] = (
+                    None if before is None or p.used_bytes is None else before + p.used_bytes
+                )
+                ours += p.used_bytes or 0
+                p = msgspec.structs.replace(p, shard=sid)  # noqa: PLW2901
+            processes.append(p)
+        foreign = None if gpu.memory_used_bytes is None else max(gpu.memory_used_bytes - ours, 0)
+        out.append(msgspec.structs.replace(gpu, processes=processes, foreign_bytes=foreign))
+    return out, held
+
+
+def unseen_holders(gpus: list[GpuSample], table: ProcTable) -> dict[int, str]:
+    """GPU index -> why its memory may belong to processes this worker cannot see."""
+    unseen_by_gpu = {}
+    for gpu in gpus:
+        unseen = [p.pid for p in gpu.processes if not table.visible(p.pid)]
+        if unseen:
+            unseen_by_gpu[gpu.index] = (
+                f"lists {len(unseen)} process(es) (pid {unseen[0]}...) that are not in this "
+                "worker's /proc"
+            )
+        elif not gpu.processes and (gpu.memory_used_bytes or 0) > UNLISTED_BYTES:
+            unseen_by_gpu[gpu.index] = (
+                f"has {(gpu.memory_used_bytes or 0) / (1 << 30):.1f} GiB in use by processes "
+                "the driver does not list to this worker"
+            )
+    return unseen_by_gpu

@@ -13,18 +13,16 @@ import logging
 import anyio
 import msgspec
 from nats.aio.client import Client
-from nats.js import JetStreamContext
-from nats.js.errors import BucketNotFoundError
-from nats.js.kv import KeyValue
 
 from placewatch.schemas import PlacementSpec, subjects
+from placewatch.schemas.streams import PLACEMENTS
 
-from ..kvfollow import Values, follow, stream_of
+from ..bus.kvfollow import Values, follow
+from ..bus.streams import StreamSettings, ensure_bucket
 from .placements import check_spec
 
 log = logging.getLogger(__name__)
 
-STREAM = stream_of(subjects.BUCKET_PLACEMENTS)
 HEARTBEAT_S = 10.0
 """How often the server says the watch is alive when nothing changes."""
 RESTART_PAUSE_S = 0.5
@@ -39,28 +37,17 @@ class PlacementsBucket:
         self.values: dict[str, bytes] = {}  # as last applied, valid or not
         self.ready = False  # the values there were at the start are in
 
-    async def open(self, js: JetStreamContext, create: bool = True, replicas: int = 1) -> KeyValue:
-        try:
-            return await js.key_value(subjects.BUCKET_PLACEMENTS)
-        except BucketNotFoundError:
-            if not create:
-                raise
-            log.info("creating KV bucket %s", subjects.BUCKET_PLACEMENTS)
-            return await js.create_key_value(
-                bucket=subjects.BUCKET_PLACEMENTS, history=1, replicas=replicas
-            )
-
-    async def watch(self, nc: Client, create: bool = True, replicas: int = 1) -> None:
+    async def follow(self, nc: Client, streams: StreamSettings | None = None) -> None:
         """Keep `specs` current until cancelled: the latest values, then each change
-        (placewatch.kvfollow); a change that may have been missed makes it read the latest
+        (placewatch.bus.kvfollow); a change that may have been missed makes it read the latest
         values afresh."""
-        await self.open(nc.jetstream(), create, replicas)
-        keys = f"{subjects.token(self.node)}.*"
-        log.info("watching KV %s for placements %s", subjects.BUCKET_PLACEMENTS, keys)
+        await ensure_bucket(nc.jetstream(), PLACEMENTS, streams or StreamSettings())
+        keys = subjects.node_keys(self.node)
+        log.info("following KV %s for placements %s", PLACEMENTS.name, keys)
         while True:
             reason = await follow(
                 nc,
-                subjects.BUCKET_PLACEMENTS,
+                PLACEMENTS.name,
                 keys,
                 heartbeat=self.heartbeat,
                 latest=self._replace,
@@ -86,7 +73,7 @@ class PlacementsBucket:
                 log.info("placement %s removed", key)
             return
         self.values[key] = value or b""
-        where = f"KV {subjects.BUCKET_PLACEMENTS} key {key}"
+        where = f"KV {PLACEMENTS.name} key {key}"
         try:
             raw = msgspec.json.decode(value or b"")
         except msgspec.DecodeError as exc:

@@ -17,10 +17,8 @@ from datetime import UTC, datetime
 
 import msgspec
 
-from placewatch.schemas import ComputeStatus, FallbackEvent, subjects
+from placewatch.schemas import FALLBACK_VERDICTS, ComputeStatus, FallbackEvent, subjects
 from placewatch.schemas.messages import FallbackState
-
-FALLBACK_VERDICTS = frozenset({"partial", "cpu_fallback", "misplaced"})
 
 
 @dataclass(frozen=True)

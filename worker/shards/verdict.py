@@ -17,7 +17,7 @@ from typing import cast
 from placewatch.schemas import DeviceUse, GpuSample
 from placewatch.schemas.messages import Backend, Verdict
 
-from .evidence import EngineEvidence
+from .engine_log import EngineEvidence
 from .placements import Placement
 
 GIB = 1 << 30

@@ -1,0 +1,194 @@
+"""`placewatch watch`: the fleet, live, in a terminal, from the bus.
+
+Built on placewatch.consumer.FleetView, so it shows at once what the bus
+keeps (each node's last sample, each shard's last status) and then follows
+it. On a terminal the frame is redrawn in place, on change and every second
+(the ages tick); into a pipe or file each frame is appended, at most one a
+second. `--once` prints the fleet and exits, `--json` as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from datetime import UTC, datetime
+from typing import TextIO
+
+import anyio
+import msgspec
+from nats.aio.client import Client
+
+from placewatch.schemas import ComputeStatus, GpuSample, NodeTelemetry
+
+from .connection import Bus, Unreachable, connect_within, redact
+from .fleet import Fleet, FleetView
+from .lifecycle import stop_on_signal
+
+INBOX = "_INBOX.placewatch-watch"
+"""Its replies' prefix, so its credentials may subscribe to its own only (docs/consumers.md)."""
+CONNECT_TIMEOUT_S = 5.0
+SETTLE_S = 1.0
+"""With --once: how long to take live messages after filling from the stream and bucket."""
+FRAME_S = 1.0
+_TTY_GAP_S = 0.25
+_CLEAR = "\x1b[H\x1b[2J"
+_STALE_INTERVALS = 3
+_GIB = 1 << 30
+
+
+def add_arguments(watch: argparse.ArgumentParser) -> None:
+    watch.add_argument("--once", action="store_true", help="print the fleet once and exit")
+    watch.add_argument("--json", action="store_true", help="print it as JSON (implies --once)")
+    watch.add_argument(
+        "--wait",
+        type=float,
+        default=SETTLE_S,
+        metavar="SECONDS",
+        help=f"with --once: take live messages this long before printing ({SETTLE_S:g})",
+    )
+
+
+def command(bus: Bus, args: argparse.Namespace) -> int:
+    return main(
+        bus, once=args.once, as_json=args.json, wait=args.wait, quiet=args.log_level is None
+    )
+
+
+def main(bus: Bus, *, once: bool, as_json: bool, wait: float = SETTLE_S, quiet: bool = True) -> int:
+    """`placewatch watch`: 0, or 1 when no server answered."""
+    if quiet:
+        # The screen says how the connection fares; log lines would scroll it away.
+        logging.getLogger("placewatch").setLevel(logging.ERROR)
+    try:
+        anyio.run(_watch, bus, once or as_json, as_json, wait, sys.stdout, backend="asyncio")
+    except Unreachable as exc:
+        print(f"placewatch: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+async def _watch(bus: Bus, once: bool, as_json: bool, wait: float, out: TextIO) -> None:
+    nc = await connect_within(
+        bus.servers, "placewatch watch", bus.options | {"inbox_prefix": INBOX}, CONNECT_TIMEOUT_S
+    )
+    changed = asyncio.Event()
+    view = FleetView(nc, bus.prefix, on_change=lambda _: changed.set())
+    try:
+        await view.start()
+        if once:
+            await anyio.sleep(wait)
+            fleet = view.snapshot()
+            if as_json:
+                out.write(msgspec.json.format(msgspec.json.encode(fleet), indent=2).decode())
+                out.write("\n")
+            else:
+                out.write(render(fleet, datetime.now(UTC)) + "\n")
+            out.flush()
+            return
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(stop_on_signal, tg.cancel_scope)
+            await _draw(view, nc, changed, out, bus.servers)
+    finally:
+        await view.stop()
+        await nc.close()
+
+
+async def _draw(
+    view: FleetView, nc: Client, changed: asyncio.Event, out: TextIO, servers: list[str]
+) -> None:
+    tty = out.isatty()
+    where = ", ".join(redact(s) for s in servers)
+    drawn: bool | None = None  # whether connected, as last drawn
+    while True:
+        connected = nc.is_connected
+        if tty or changed.is_set() or connected != drawn:
+            changed.clear()
+            drawn = connected
+            state = "" if connected else "  DISCONNECTED: showing the last known"
+            frame = render(view.snapshot(), datetime.now(UTC), f"{where}{state}")
+            out.write(f"{_CLEAR}{frame}\n" if tty else f"{frame}\n\n")
+            out.flush()
+            await anyio.sleep(_TTY_GAP_S if tty else FRAME_S)  # a burst of changes, one frame
+            if changed.is_set():
+                continue
+        with anyio.move_on_after(FRAME_S - _TTY_GAP_S if tty else FRAME_S):
+            await changed.wait()
+
+
+def render(fleet: Fleet, now: datetime, where: str = "") -> str:
+    """One frame: a header line, then each node with its GPUs and shards."""
+    firing = {(f.node, f.shard): f for f in fleet.firing}
+    shards: dict[str, list[ComputeStatus]] = {}
+    for s in fleet.shards:
+        shards.setdefault(s.node, []).append(s)
+    telemetry = {t.node: t for t in fleet.nodes}
+    names = sorted(set(telemetry) | set(shards))
+    lines = [
+        f"placewatch  {where + '  ' if where else ''}{now:%Y-%m-%d %H:%M:%S} UTC  "
+        f"{_count(len(names), 'node')}  {_count(len(fleet.shards), 'shard')}  "
+        f"{len(firing)} firing"
+    ]
+    for name in names:
+        lines.append("")
+        t = telemetry.get(name)
+        lines += _node_line(name, t, now) if t is not None else [f"{name}  no telemetry yet"]
+        if t is not None and t.gpus:
+            lines.append(
+                f"  {'GPU':>3}  {'util':>4}  {'used':>6}  {'foreign':>7}  {'free':>6}  "
+                f"{'temp':>5}  {'power W':>9}  name"
+            )
+            lines += [_gpu_row(g) for g in t.gpus]
+        for s in shards.get(name, []):
+            lines.append(_shard_line(s, firing.get((s.node, s.shard)) is not None))
+    if not names:
+        lines += ["", "no nodes yet: is a worker publishing with this prefix?"]
+    return "\n".join(lines)
+
+
+def _node_line(name: str, t: NodeTelemetry, now: datetime) -> list[str]:
+    age = max((now - t.time).total_seconds(), 0.0)
+    stale = "  STALE" if age > _STALE_INTERVALS * t.interval_s else ""
+    line = f"{name}  seen {age:.0f} s ago{stale}  session {t.session}"
+    if t.host is not None:
+        h = t.host
+        cpu = "-" if h.cpu_pct is None else f"{h.cpu_pct:.0f}%"
+        line += (
+            f"  cpu {cpu} of {h.cpu_count or '?'}  memory {_gib(h.memory_available_bytes)} "
+            f"of {_gib(h.memory_total_bytes)} GiB available"
+        )
+    if not t.gpus:
+        failed = [s.error or s.name for s in t.sources if not s.ok]
+        line += "  no GPUs" + (f" ({'; '.join(failed)})" if failed else "")
+    return [line]
+
+
+def _gpu_row(g: GpuSample) -> str:
+    util = "-" if g.utilization_pct is None else f"{g.utilization_pct:.0f}%"
+    temp = "-" if g.temperature_c is None else f"{g.temperature_c:.0f} C"
+    power = "-" if g.power_w is None else f"{g.power_w:.0f}"
+    if g.power_cap_w is not None:
+        power += f"/{g.power_cap_w:.0f}"
+    return (
+        f"  {g.index:>3}  {util:>4}  {_gib(g.memory_used_bytes):>6}  "
+        f"{_gib(g.foreign_bytes):>7}  {_gib(g.memory_free_bytes):>6}  {temp:>5}  {power:>9}  "
+        f"{g.name or '?'}"
+    )
+
+
+def _shard_line(s: ComputeStatus, firing: bool) -> str:
+    gpus = ",".join(str(i) for i in s.placed_gpus) or "cpu"
+    mark = "FIRING " if firing else ""
+    reason = f"  {s.reason}" if s.verdict not in ("gpu", "cpu") else ""
+    return f"  shard {s.shard}  {mark}{s.verdict}  placed {gpus}  pid {s.pid or '-'}{reason}"
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"
+
+
+def _gib(n: int | None) -> str:
+    return "-" if n is None else f"{n / _GIB:.1f}"

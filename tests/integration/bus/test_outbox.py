@@ -1,0 +1,195 @@
+"""Events reach the stream once, wait out an outage, and go core where there is no JetStream."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+import nats
+import nats.errors
+import pytest
+from nats.aio.client import Client
+
+from placewatch.bus.outbox import EventOutbox
+from placewatch.schemas import ComputeStatus, decode, encode, subjects
+from placewatch.shards.events import EventTracker
+
+from tests.conftest import NatsServer, free_port
+from tests.support.natsproto import RawSubscriber
+
+
+def status(verdict: str = "cpu_fallback") -> ComputeStatus:
+    return ComputeStatus(
+        node="n1",
+        shard="s",
+        session="abc",
+        time=datetime.now(UTC),
+        placed_gpus=[1],
+        verdict=verdict,  # type: ignore[arg-type]
+    )
+
+
+async def stored(nc: Client) -> int:
+    info = await nc.jetstream().stream_info(subjects.STREAM_EVENTS)
+    return int(info.state.messages)
+
+
+def connected(url: str, body: Callable[[Client], Awaitable[None]]) -> None:
+    """Run `body` with a connection to `url`, closed after."""
+
+    async def go() -> None:
+        nc = await nats.connect(url)
+        try:
+            await body(nc)
+        finally:
+            await nc.close()
+
+    anyio.run(go, backend="asyncio")
+
+
+def test_a_retried_publish_is_stored_once_and_the_status_kept_in_kv(
+    nats_server: NatsServer,
+) -> None:
+    async def go(nc: Client) -> None:
+        outbox = EventOutbox(nc)
+        items = EventTracker("n1", "abc").changes([status()])
+        outbox.add(items)
+        assert await outbox.flush() == 2
+        outbox.add(items)  # the same events again, as a retry after a lost ack sends them
+        assert await outbox.flush() == 2
+        assert await stored(nc) == 2
+        info = await nc.jetstream().stream_info(subjects.STREAM_EVENTS)
+        assert info.config.duplicate_window >= 120
+        assert set(info.config.subjects or []) == {
+            "placewatch.compute.>",
+            "placewatch.fallback.>",
+        }
+        kv = await nc.jetstream().key_value(subjects.BUCKET_COMPUTE)
+        entry = await kv.get("n1.s")
+        assert entry.value is not None
+        assert decode(entry.value, ComputeStatus).verdict == "cpu_fallback"
+
+    connected(nats_server.url, go)
+
+
+def test_events_wait_in_the_outbox_while_the_server_is_away(tmp_path: Path) -> None:
+    server = NatsServer(tmp_path / "js", port=free_port())
+    server.start()
+
+    async def go() -> None:
+        nc = await nats.connect(server.url, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
+        try:
+            outbox = EventOutbox(nc)
+            server.stop()
+            await anyio.sleep(0.3)
+            outbox.add(EventTracker("n1", "abc").changes([status()]))
+            assert await outbox.flush() == 0
+            assert len(outbox.pending) == 2
+            server.start()
+            with anyio.fail_after(10):
+                while not nc.is_connected:
+                    await anyio.sleep(0.1)
+            assert await outbox.flush() == 2
+            assert not outbox.pending
+            assert await stored(nc) == 2
+        finally:
+            await nc.close()
+            server.stop()
+
+    anyio.run(go, backend="asyncio")
+
+
+def test_without_jetstream_events_go_out_as_core_messages(tmp_path: Path) -> None:
+    server = NatsServer(tmp_path / "js", jetstream=False)
+    server.start()
+    try:
+        with RawSubscriber(server.url, "placewatch.>") as sub:
+
+            async def go() -> EventOutbox:
+                nc = await nats.connect(server.url)
+                try:
+                    outbox = EventOutbox(nc)
+                    outbox.add(EventTracker("n1", "abc").changes([status()]))
+                    assert await outbox.flush() == 2
+                    return outbox
+                finally:
+                    await nc.close()
+
+            outbox = anyio.run(go, backend="asyncio")
+            assert outbox.core_only
+            assert sub.next(timeout=3).subject == "placewatch.fallback.n1.s"
+            compute = sub.next(timeout=3)
+            assert compute.subject == "placewatch.compute.n1.s"
+            assert compute.headers["Nats-Msg-Id"] == "n1.s.abc.1"
+    finally:
+        server.stop()
+
+
+def test_previous_reads_this_nodes_latest_statuses_and_none_without_a_bucket(
+    nats_server: NatsServer,
+) -> None:
+    async def go(nc: Client) -> None:
+        outbox = EventOutbox(nc)
+        assert await outbox.previous("n1") == []  # a first start: no bucket yet
+        kv = await nc.jetstream().create_key_value(bucket=subjects.BUCKET_COMPUTE)
+        for key, verdict in [("n1.a", "gpu"), ("n1.a", "cpu_fallback"), ("n1.b", "gpu")]:
+            await kv.put(key, encode(msgspec.structs.replace(status(verdict), shard=key))[0])
+        await kv.delete("n1.b")
+        await kv.put("n1.c", b"{not a status")
+        await kv.put("n2.a", encode(status("misplaced"))[0])  # another node's
+        found = await outbox.previous("n1")
+        assert [(s.shard, s.verdict) for s in found] == [("n1.a", "cpu_fallback")]
+        info = await nc.jetstream().stream_info(f"KV_{subjects.BUCKET_COMPUTE}")
+        assert info.state.consumer_count == 0  # the reading consumer went with the read
+
+    connected(nats_server.url, go)
+
+
+def test_a_restart_reads_the_statuses_a_msgpack_worker_left(nats_server: NatsServer) -> None:
+    # A bucket value carries no headers: what a worker running with msgpack stored there
+    # must still be read back by its next session, which then knows what it left firing.
+    async def go(nc: Client) -> None:
+        outbox = EventOutbox(nc, encoding="msgpack")
+        outbox.add(EventTracker("n1", "abc").changes([status()]))
+        assert await outbox.flush() == 2
+        found = await EventOutbox(nc, encoding="msgpack").previous("n1")
+        assert [(s.shard, s.verdict, s.session) for s in found] == [("s", "cpu_fallback", "abc")]
+
+    connected(nats_server.url, go)
+
+
+def test_a_worker_stopped_between_an_event_and_its_status_says_the_event_again(
+    nats_server: NatsServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What the compute bucket holds is what the next session believes was said. Stopped
+    # after the firing event went out but before its status, the next session fires again;
+    # the other way round, it would believe an event that never went out.
+    async def go(nc: Client) -> None:
+        outbox = EventOutbox(nc)
+        outbox.add(EventTracker("n1", "abc").changes([status()]))
+        await outbox.setup()
+        publish = outbox.js.publish
+        published: list[str] = []
+
+        async def stopped_after_one(subject: str, *args: Any, **kwargs: Any) -> Any:
+            if published and not subject.startswith("$KV."):  # a bucket put goes through
+                raise nats.errors.ConnectionClosedError
+            published.append(subject)
+            return await publish(subject, *args, **kwargs)
+
+        monkeypatch.setattr(outbox.js, "publish", stopped_after_one)
+        await outbox.flush()
+        tracker = EventTracker("n1", "def")
+        tracker.seed(await EventOutbox(nc).previous("n1"))
+        again = tracker.changes([status()])
+        assert [o.subject for o in again] == [
+            "placewatch.fallback.n1.s",
+            "placewatch.compute.n1.s",
+        ]
+        assert published == ["placewatch.fallback.n1.s"]
+
+    connected(nats_server.url, go)

@@ -1,0 +1,359 @@
+"""`placewatch alerts`: fallback events delivered to stdout or a webhook, acknowledged once
+delivered, each delivered once across restarts; Alertmanager's body."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import anyio
+import nats
+import pytest
+from nats.js.api import ConsumerConfig, StreamConfig
+
+from placewatch.consumer.alerts.alertmanager import alertmanager_alerts
+from placewatch.schemas import ComputeStatus, FallbackEvent, encode, subjects
+
+from tests.conftest import (
+    FakeGpuTools,
+    NatsServer,
+    Worker,
+    clean_env,
+    placewatch_cmd,
+    run_placewatch,
+)
+from tests.support.fleet_node import NODE, ShardNode, wait_fallback_events
+
+T1 = datetime(2026, 11, 30, 6, 0, 1, 250000, tzinfo=UTC)
+T2 = datetime(2026, 11, 30, 6, 7, 30, tzinfo=UTC)
+
+
+class Webhook:
+    """A local endpoint that records each POST; answers 500 to the first `failures`, each
+    answer `delay` seconds after the POST is recorded."""
+
+    def __init__(self, failures: int = 0, delay: float = 0.0) -> None:
+        self.failures = failures
+        self.posts: list[tuple[int, Any]] = []
+        lock = threading.Lock()
+        hook = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with lock:
+                    code = 500 if len(hook.posts) < hook.failures else 200
+                    hook.posts.append((code, body))
+                time.sleep(delay)
+                self.send_response(code)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def delivered(self) -> list[Any]:
+        return [body for code, body in self.posts if code == 200]
+
+    def wait(self, count: int, timeout: float = 15) -> list[Any]:
+        deadline = time.monotonic() + timeout
+        while len(self.delivered()) < count and time.monotonic() < deadline:
+            time.sleep(0.05)
+        found = self.delivered()
+        assert len(found) >= count, f"{len(found)} delivered, not {count}: {self.posts}"
+        return found
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def webhook() -> Iterator[Webhook]:
+    hook = Webhook()
+    yield hook
+    hook.close()
+
+
+class Alerts:
+    """`placewatch alerts` as a child process."""
+
+    def __init__(self, *args: str) -> None:
+        self.proc = subprocess.Popen(
+            [*placewatch_cmd(), "alerts", *args],
+            env=clean_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    def stop(self) -> tuple[int, str, str]:
+        """SIGTERM; (exit code, stdout, stderr)."""
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            out, err = self.proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            out, err = self.proc.communicate()
+            return -1, out, err
+        return self.proc.returncode, out, err
+
+
+@pytest.fixture
+def alerts() -> Iterator[list[Alerts]]:
+    started: list[Alerts] = []
+    yield started
+    for a in started:
+        if a.proc.poll() is None:
+            a.proc.kill()
+            a.proc.communicate()
+
+
+@pytest.fixture
+def node(
+    nats_server: NatsServer,
+    fake_gpu: FakeGpuTools,
+    shard_procs: dict[str, subprocess.Popen[bytes]],
+    workers: list[Worker],
+    tmp_path: Path,
+) -> ShardNode:
+    return ShardNode(nats_server.url, fake_gpu, shard_procs, workers, tmp_path)
+
+
+def status(verdict: str, when: datetime, reason: str = "") -> ComputeStatus:
+    return ComputeStatus(
+        node="gpu-07",
+        shard="llama-8b-a",
+        session="d9eab6f1c983",
+        time=when,
+        placed_gpus=[1],
+        verdict=verdict,  # type: ignore[arg-type]
+        reason=reason,
+    )
+
+
+FIRING = FallbackEvent(
+    state="firing", status=status("cpu_fallback", T1, "placed on GPU 1 but computing on the CPU")
+)
+RESOLVED = FallbackEvent(state="resolved", status=status("gpu", T2, "computes on GPU 1"))
+LABELS = {
+    "alertname": "PlacewatchFallback",
+    "node": "gpu-07",
+    "shard": "llama-8b-a",
+    "verdict": "cpu_fallback",
+}
+
+
+def test_alertmanager_alerts_carry_labels_and_the_status_times() -> None:
+    (firing,) = alertmanager_alerts(FIRING, None, "http://grafana/d/placewatch")
+    assert firing == {
+        "labels": LABELS,
+        "annotations": {
+            "summary": "shard llama-8b-a on gpu-07: cpu_fallback",
+            "description": "placed on GPU 1 but computing on the CPU",
+        },
+        "startsAt": "2026-11-30T06:00:01.250000Z",
+        "generatorURL": "http://grafana/d/placewatch",
+    }
+    # Resolved: the labels of the alert it ends (Alertmanager matches on them), its times.
+    (resolved,) = alertmanager_alerts(RESOLVED, FIRING.status)
+    assert resolved["labels"] == LABELS
+    assert resolved["startsAt"] == "2026-11-30T06:00:01.250000Z"
+    assert resolved["endsAt"] == "2026-11-30T06:07:30Z"
+    assert resolved["annotations"]["description"] == "computes on GPU 1"
+    assert "generatorURL" not in resolved
+    # Its firing unknown: one resolved alert per fallback verdict ends whichever fired.
+    unknown = alertmanager_alerts(RESOLVED, None)
+    assert [a["labels"]["verdict"] for a in unknown] == ["cpu_fallback", "misplaced", "partial"]
+    assert {a["endsAt"] for a in unknown} == {"2026-11-30T06:07:30Z"}
+
+
+def test_a_stop_while_the_webhook_answers_lets_that_delivery_finish(
+    node: ShardNode, alerts: list[Alerts]
+) -> None:
+    slow = Webhook(delay=1.0)
+    try:
+        node.start()
+        node.wait_published()
+        alerts.append(Alerts("--nats", node.url, "--webhook", slow.url))
+        slow.wait(1)  # the POST is in; its answer comes a second later
+        code, _, err = alerts[-1].stop()
+        assert code == 0, err
+        # Restarted, it does not post the firing event again: the resolved one comes next.
+        alerts.append(Alerts("--nats", node.url, "--webhook", slow.url))
+        node.idle_on_gpu(True)
+        slow.wait(2)
+        assert [b["state"] for b in slow.delivered()] == ["firing", "resolved"]
+        code, _, err = alerts[-1].stop()
+        assert code == 0, err
+    finally:
+        slow.close()
+
+
+def test_alerts_webhook_delivers_firing_then_resolved_and_nothing_twice_after_a_restart(
+    node: ShardNode, webhook: Webhook, alerts: list[Alerts]
+) -> None:
+    node.start()
+    node.wait_published()
+    alerts.append(Alerts("--nats", node.url, "--webhook", webhook.url))
+    (firing,) = webhook.wait(1)
+    assert firing["state"] == "firing"
+    assert firing["status"]["node"] == NODE and firing["status"]["shard"] == "idle"
+    assert firing["status"]["verdict"] == "cpu_fallback"
+
+    node.idle_on_gpu(True)
+    resolved = webhook.wait(2)[1]
+    assert (resolved["state"], resolved["status"]["verdict"]) == ("resolved", "gpu")
+    code, _, err = alerts[-1].stop()
+    assert code == 0, err
+
+    # While it is away the shard falls back again; restarted, it delivers that one only.
+    node.idle_on_gpu(False)
+    wait_fallback_events(node.url, 3)
+    alerts.append(Alerts("--nats", node.url, "--webhook", webhook.url))
+    third = webhook.wait(3)[2]
+    assert third["state"] == "firing"
+    assert third["status"]["time"] > resolved["status"]["time"]
+    time.sleep(1.5)
+    assert [b["state"] for b in webhook.delivered()] == ["firing", "resolved", "firing"]
+    code, _, err = alerts[-1].stop()
+    assert code == 0, err
+    node.stop()
+
+
+def test_alerts_waits_for_the_stream_retries_a_failing_webhook_and_delivers_once_it_recovers(
+    node: ShardNode, alerts: list[Alerts]
+) -> None:
+    hook = Webhook(failures=3)
+    try:
+        alerts.append(Alerts("--nats", node.url, "--webhook", hook.url))  # before any worker
+        time.sleep(2)  # it finds no stream: workers create it when they start
+        node.start()
+        (event,) = hook.wait(1, timeout=25)
+        assert [code for code, _ in hook.posts] == [500, 500, 500, 200]
+        assert all(body == event for _, body in hook.posts)  # the same event, not lost
+        assert (event["state"], event["status"]["shard"]) == ("firing", "idle")
+
+        async def consumer_state() -> tuple[int, int, int]:
+            nc = await nats.connect(node.url)
+            try:
+                info = await nc.jetstream().consumer_info(
+                    subjects.STREAM_EVENTS, "placewatch-alerts"
+                )
+                assert info.ack_floor is not None
+                return info.num_ack_pending or 0, info.num_pending or 0, info.ack_floor.stream_seq
+            finally:
+                await nc.close()
+
+        ack_pending, pending, floor = anyio.run(consumer_state, backend="asyncio")
+        assert (ack_pending, pending) == (0, 0) and floor > 0  # acknowledged once delivered
+        code, _, err = alerts[-1].stop()
+        assert code == 0, err
+        assert f"stream {subjects.STREAM_EVENTS} does not exist yet; waiting" in err
+        assert "not delivered (HTTP 500 Internal Server Error); again in 0.5 s" in err
+    finally:
+        hook.close()
+    node.stop()
+
+
+async def publish(url: str, events: list[FallbackEvent], encoding: str = "json") -> None:
+    """Fallback events into the events stream, as a worker publishes them."""
+    nc = await nats.connect(url)
+    try:
+        js = nc.jetstream()
+        await js.add_stream(
+            StreamConfig(name=subjects.STREAM_EVENTS, subjects=subjects.all_events())
+        )
+        for event in events:
+            payload, headers = encode(event, encoding)  # type: ignore[arg-type]
+            await js.publish(
+                subjects.fallback(event.status.node, event.status.shard), payload, headers=headers
+            )
+    finally:
+        await nc.close()
+
+
+def test_alertmanager_format_resends_firing_and_resolves_it_after_a_restart(
+    nats_server: NatsServer, webhook: Webhook, alerts: list[Alerts]
+) -> None:
+    anyio.run(publish, nats_server.url, [FIRING], backend="asyncio")
+    args = ("--nats", nats_server.url, "--webhook", webhook.url, "--format", "alertmanager")
+    alerts.append(Alerts(*args, "--resend", "0.5"))
+    first, again = webhook.wait(2)
+    assert first == again == alertmanager_alerts(FIRING, None)
+    assert first[0]["labels"] == LABELS and "endsAt" not in first[0]
+    code, _, err = alerts[-1].stop()
+    assert code == 0, err
+
+    # Resolved while it was away: restarted, it still knows which verdict fired.
+    anyio.run(publish, nats_server.url, [RESOLVED], "msgpack", backend="asyncio")
+    count = len(webhook.delivered())
+    alerts.append(Alerts(*args, "--resend", "0.5"))
+    (resolved,) = webhook.wait(count + 1)[count]
+    assert resolved["labels"] == LABELS
+    assert (resolved["startsAt"], resolved["endsAt"]) == (
+        "2026-11-30T06:00:01.250000Z",
+        "2026-11-30T06:07:30Z",
+    )
+    time.sleep(1.2)
+    assert len(webhook.delivered()) == count + 1  # nothing firing: nothing to resend
+    code, _, err = alerts[-1].stop()
+    assert code == 0, err
+
+
+def test_alerts_without_a_webhook_writes_one_json_line_per_event(
+    nats_server: NatsServer, alerts: list[Alerts]
+) -> None:
+    anyio.run(publish, nats_server.url, [FIRING, RESOLVED], backend="asyncio")
+    alerts.append(Alerts("--nats", nats_server.url, "--durable", "ops-log"))
+    proc = alerts[-1].proc
+    assert proc.stdout is not None
+    lines = [proc.stdout.readline(), proc.stdout.readline()]
+    code, rest, err = alerts[-1].stop()
+    assert code == 0, err
+    assert rest == ""
+    events = [json.loads(line) for line in lines]
+    assert [(e["state"], e["status"]["verdict"]) for e in events] == [
+        ("firing", "cpu_fallback"),
+        ("resolved", "gpu"),
+    ]
+    assert events[0]["status"]["time"] == "2026-11-30T06:00:01.250000Z"
+
+
+def test_alerts_refuses_a_durable_consumer_that_follows_other_subjects(
+    nats_server: NatsServer,
+) -> None:
+    async def other_consumer() -> None:
+        nc = await nats.connect(nats_server.url)
+        try:
+            js = nc.jetstream()
+            await js.add_stream(
+                StreamConfig(name=subjects.STREAM_EVENTS, subjects=subjects.all_events())
+            )
+            await js.add_consumer(
+                subjects.STREAM_EVENTS,
+                ConsumerConfig(durable_name="taken", filter_subject="placewatch.compute.>"),
+            )
+        finally:
+            await nc.close()
+
+    anyio.run(other_consumer, backend="asyncio")
+    done = run_placewatch("alerts", "--nats", nats_server.url, "--durable", "taken")
+    assert done.returncode == 2
+    assert done.stderr.splitlines()[-1] == (
+        "placewatch: consumer taken exists on PLACEWATCH_EVENTS with filter "
+        "'placewatch.compute.>', not 'placewatch.fallback.>'; pick another --durable or "
+        "remove it (nats consumer rm PLACEWATCH_EVENTS taken)"
+    )

@@ -1,0 +1,208 @@
+"""FleetView: a gateway that starts late knows the fleet at once, then follows it live."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import anyio
+import nats
+import pytest
+
+from placewatch.consumer import FiringFallback, FleetView, Message
+from placewatch.schemas import ComputeStatus, encode, subjects
+
+from tests.conftest import ROOT, FakeGpuTools, NatsServer, Worker, until
+from tests.support.fleet_node import HOLDING_MIB, NODE, ShardNode
+
+MIB = 1 << 20
+
+
+@pytest.fixture
+def node(
+    nats_server: NatsServer,
+    fake_gpu: FakeGpuTools,
+    shard_procs: dict[str, subprocess.Popen[bytes]],
+    workers: list[Worker],
+    tmp_path: Path,
+) -> ShardNode:
+    return ShardNode(nats_server.url, fake_gpu, shard_procs, workers, tmp_path)
+
+
+def test_consumer_package_imports_only_the_contract_and_nats() -> None:
+    code = "import sys, placewatch.consumer; print('\\n'.join(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    imported = set(out.stdout.split())
+    ours = {m for m in imported if m.split(".")[0] == "placewatch"}
+    assert ours <= {"placewatch"} | {m for m in ours if m.startswith("placewatch.schemas")} | {
+        "placewatch.consumer",
+        "placewatch.consumer.fleet",
+    }
+    assert "nats" in imported
+    assert {"anyio", "psutil", "placewatch.bus", "placewatch.runtime"}.isdisjoint(imported)
+
+
+def test_a_gateway_that_starts_late_knows_the_fleet_at_once_then_follows_it(
+    node: ShardNode,
+) -> None:
+    node.start()
+    node.wait_published()
+    node.stop()  # nothing live from here on: what the view knows came from the stream and bucket
+
+    async def scenario() -> None:
+        nc = await nats.connect(node.url)
+        seen: list[Message] = []
+        view = FleetView(nc, on_change=seen.append)
+        try:
+            await view.start()
+            t = view.telemetry(NODE)
+            assert t is not None
+            first_session = t.session
+            assert [(g.index, g.name) for g in t.gpus] == [
+                (0, "NVIDIA A100-SXM4-80GB"),
+                (1, "NVIDIA A100-SXM4-80GB"),
+            ]
+            assert [g.memory_free_bytes for g in t.gpus] == [40405 * MIB, 81365 * MIB]
+            assert t.gpus[0].foreign_bytes == (40960 - HOLDING_MIB) * MIB
+            holding, idle = view.status(NODE, "holding"), view.status(NODE, "idle")
+            assert holding is not None and holding.verdict == "gpu"
+            assert idle is not None and idle.verdict == "cpu_fallback"
+            assert idle.placed_gpus == [1] and idle.pid == node.idle
+            (firing,) = view.firing()
+            assert (firing.node, firing.shard, firing.verdict) == (NODE, "idle", "cpu_fallback")
+            assert firing.reason.startswith("placed on GPU 1 but computing on the CPU")
+            assert view.undecodable == 0
+            assert len(seen) == 3  # one sample, two statuses
+
+            # The worker comes back, and the idle shard starts computing on its GPU.
+            await anyio.to_thread.run_sync(node.start)
+            await until(
+                lambda: (t := view.telemetry(NODE)) is not None and t.session != first_session
+            )
+            node.idle_on_gpu(True)
+            await until(lambda: getattr(view.status(NODE, "idle"), "verdict", None) == "gpu")
+            assert view.firing() == []
+            assert any(isinstance(m, ComputeStatus) and m.verdict == "gpu" for m in seen)
+            fleet = view.snapshot()
+            assert [t.node for t in fleet.nodes] == [NODE]
+            assert [(s.shard, s.verdict) for s in fleet.shards] == [
+                ("holding", "gpu"),
+                ("idle", "gpu"),
+            ]
+        finally:
+            await view.stop()
+            await nc.close()
+
+    anyio.run(scenario, backend="asyncio")
+    node.stop()
+
+
+def test_a_fresh_cluster_is_an_empty_fleet_and_bad_messages_are_counted(
+    nats_server: NatsServer,
+) -> None:
+    when = datetime(2026, 11, 30, 6, 0, tzinfo=UTC)
+    status = ComputeStatus(
+        node="gpu 7", shard="llama", session="s1", time=when, verdict="partial", reason="half"
+    )
+
+    async def scenario() -> None:
+        nc = await nats.connect(nats_server.url)
+        view = FleetView(nc)
+        try:
+            await view.start()  # no stream, no bucket yet
+            assert view.snapshot().nodes == [] and view.shards == {}
+            payload, headers = encode(status, "msgpack")
+            await nc.publish(subjects.compute("gpu 7", "llama"), payload, headers=headers)
+            await nc.publish(subjects.telemetry("gpu 7"), b"{not json")
+            await nc.publish(subjects.compute("gpu 7", "llama"), b"[]")
+            await nc.flush()
+            await until(lambda: view.undecodable == 2)
+            assert view.status("gpu 7", "llama") == status
+            assert view.firing() == [
+                FiringFallback(
+                    node="gpu 7", shard="llama", verdict="partial", since=when, reason="half"
+                )
+            ]
+            # An older status (a stream's copy arriving late) does not replace a newer one.
+            older = ComputeStatus(
+                node="gpu 7", shard="llama", session="s0", time=when.replace(hour=5)
+            )
+            payload, headers = encode(older)
+            await nc.publish(subjects.compute("gpu 7", "llama"), payload, headers=headers)
+            await nc.flush()
+            await anyio.sleep(0.2)
+            assert view.status("gpu 7", "llama") == status
+        finally:
+            await view.stop()
+            await nc.close()
+
+    anyio.run(scenario, backend="asyncio")
+
+
+def test_a_server_without_jetstream_is_an_empty_fleet_not_an_error(tmp_path: Path) -> None:
+    server = NatsServer(tmp_path / "js", jetstream=False)
+    server.start()
+    try:
+
+        async def scenario() -> None:
+            nc = await nats.connect(server.url)
+            view = FleetView(nc, fill_timeout=2)
+            try:
+                started = time.monotonic()
+                await view.start()
+                assert time.monotonic() - started < 2
+                assert view.snapshot().nodes == [] and view.firing() == []
+            finally:
+                await view.stop()
+                await nc.close()
+
+        anyio.run(scenario, backend="asyncio")
+    finally:
+        server.stop()
+
+
+def test_gateway_example_prints_free_memory_and_verdicts(node: ShardNode) -> None:
+    node.start()
+    node.wait_published()
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "docs" / "examples" / "gateway.py"), node.url],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert f"{NODE} GPU 0 NVIDIA A100-SXM4-80GB: 39.5 GiB free" in lines
+    assert f"{NODE} GPU 1 NVIDIA A100-SXM4-80GB: 79.5 GiB free" in lines
+    assert f"{NODE} shard holding: gpu" in lines
+    assert any(line.startswith(f"{NODE} shard idle: cpu_fallback (") for line in lines)
+    node.stop()
+
+
+def test_msgpack_bucket_values_are_read_and_deleted_keys_skipped(nats_server: NatsServer) -> None:
+    # A worker run with --encoding msgpack puts msgpack values, without headers, in the bucket.
+    when = datetime(2026, 11, 30, 6, 0, tzinfo=UTC)
+    kept = ComputeStatus(node="n9", shard="a", session="s", time=when, verdict="misplaced")
+    removed = ComputeStatus(node="n9", shard="b", session="s", time=when, verdict="gpu")
+
+    async def scenario() -> None:
+        nc = await nats.connect(nats_server.url)
+        try:
+            kv = await nc.jetstream().create_key_value(bucket=subjects.BUCKET_COMPUTE)
+            await kv.put(subjects.shard_key("n9", "a"), encode(kept, "msgpack")[0])
+            await kv.put(subjects.shard_key("n9", "b"), encode(removed, "msgpack")[0])
+            await kv.delete(subjects.shard_key("n9", "b"))
+            view = FleetView(nc)
+            await view.start()
+            await view.stop()
+            assert view.shards == {("n9", "a"): kept}
+            assert [f.verdict for f in view.firing()] == ["misplaced"]
+            assert view.undecodable == 0
+        finally:
+            await nc.close()
+
+    anyio.run(scenario, backend="asyncio")

@@ -1,0 +1,168 @@
+"""The least-privilege permissions docs/consumers.md gives suffice for a gateway's FleetView,
+`placewatch watch` and `placewatch alerts`, on a server that enforces them."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from datetime import UTC, datetime
+from pathlib import Path
+
+import anyio
+import nats
+from nats.js.api import StreamConfig
+
+from placewatch.consumer import FleetView
+from placewatch.schemas import (
+    ComputeStatus,
+    FallbackEvent,
+    GpuSample,
+    NodeTelemetry,
+    encode,
+    subjects,
+)
+
+from tests.conftest import ROOT, NatsServer, clean_env, placewatch_cmd, run_placewatch
+
+WHEN = datetime(2026, 11, 30, 6, 0, tzinfo=UTC)
+ADMIN = '{user: admin, password: adminpw, permissions: {publish: ">", subscribe: ">"}}'
+
+
+def permissions() -> str:
+    doc = (ROOT / "docs" / "consumers.md").read_text()
+    block = re.search(r"<!-- consumer-permissions -->\s*```\n(.*?)```", doc, re.S)
+    assert block, "docs/consumers.md lost its consumer-permissions block"
+    text = block.group(1)
+    gateway = re.search(r"    \{user: GATEWAY.*?\n    \}\}\n", text, re.S)
+    assert gateway
+    # `placewatch watch`: the gateway's permissions with its own inbox.
+    watcher = (
+        gateway.group(0)
+        .replace("_INBOX.GATEWAY.>", "_INBOX.placewatch-watch.>")
+        .replace("user: GATEWAY, password: $GATEWAY_PASSWORD", "user: watcher, password: watchpw")
+    )
+    text = text.replace("users = [\n", f"users = [\n    {ADMIN}\n{watcher}", 1)
+    text = text.replace("user: GATEWAY, password: $GATEWAY_PASSWORD", "user: gw, password: gwpw")
+    text = text.replace("_INBOX.GATEWAY.>", "_INBOX.gw.>")
+    return text.replace("$ALERTS_PASSWORD", "alertspw").replace("user: ALERTS", "user: alerts")
+
+
+async def publish_as_admin(url: str) -> None:
+    """What an operator and a worker leave on the bus: streams, a sample, a status, an event."""
+    nc = await nats.connect(url, user="admin", password="adminpw")
+    try:
+        js = nc.jetstream()
+        await js.add_stream(
+            StreamConfig(name=subjects.STREAM_EVENTS, subjects=subjects.all_events())
+        )
+        await js.add_stream(
+            StreamConfig(
+                name=subjects.STREAM_TELEMETRY,
+                subjects=[subjects.all_telemetry()],
+                max_msgs_per_subject=1,
+            )
+        )
+        kv = await js.create_key_value(bucket=subjects.BUCKET_COMPUTE)
+        t = NodeTelemetry(
+            node="gpu-07",
+            session="s1",
+            seq=0,
+            time=WHEN,
+            interval_s=2.0,
+            gpus=[GpuSample(index=0, memory_free_bytes=1 << 30)],
+        )
+        payload, headers = encode(t)
+        await js.publish(subjects.telemetry("gpu-07"), payload, headers=headers)
+        status = ComputeStatus(
+            node="gpu-07", shard="qwen", session="s1", time=WHEN, verdict="cpu_fallback"
+        )
+        payload, headers = encode(status)
+        await kv.put(subjects.shard_key("gpu-07", "qwen"), payload)
+        payload, headers = encode(FallbackEvent(state="firing", status=status))
+        await js.publish(subjects.fallback("gpu-07", "qwen"), payload, headers=headers)
+    finally:
+        await nc.close()
+
+
+async def acknowledged(url: str) -> bool:
+    """Whether the alerts consumer's acknowledgement reached the server, within 5 s."""
+    nc = await nats.connect(url, user="admin", password="adminpw")
+    try:
+        js = nc.jetstream()
+        with anyio.move_on_after(5):
+            while True:
+                info = await js.consumer_info(subjects.STREAM_EVENTS, "placewatch-alerts")
+                if info.ack_floor is not None and info.ack_floor.stream_seq >= 1:
+                    return True
+                await anyio.sleep(0.1)
+        return False
+    finally:
+        await nc.close()
+
+
+def test_documented_consumer_permissions_suffice(tmp_path: Path) -> None:
+    server = NatsServer(tmp_path / "js", config=permissions())
+    server.start()
+    try:
+        anyio.run(publish_as_admin, server.url, backend="asyncio")
+
+        async def gateway() -> None:
+            errors: list[Exception] = []
+
+            async def error_cb(exc: Exception) -> None:
+                errors.append(exc)
+
+            nc = await nats.connect(
+                server.url,
+                user="gw",
+                password="gwpw",
+                inbox_prefix="_INBOX.gw",
+                error_cb=error_cb,
+            )
+            view = FleetView(nc)
+            try:
+                await view.start()
+                t = view.telemetry("gpu-07")
+                assert t is not None and t.gpus[0].memory_free_bytes == 1 << 30
+                status = view.status("gpu-07", "qwen")
+                assert status is not None and status.verdict == "cpu_fallback"
+                assert errors == []  # no permissions violation
+            finally:
+                await view.stop()
+                await nc.close()
+
+        anyio.run(gateway, backend="asyncio")
+
+        env = clean_env() | {"PLACEWATCH_USER": "watcher", "PLACEWATCH_PASSWORD": "watchpw"}
+        done = run_placewatch(
+            "watch", "--once", "--json", "--wait", "0.2", "--nats", server.url, env=env
+        )
+        assert done.returncode == 0, done.stderr
+        fleet = json.loads(done.stdout)
+        assert [n["node"] for n in fleet["nodes"]] == ["gpu-07"]
+        assert [s["shard"] for s in fleet["shards"]] == ["qwen"]
+
+        env = clean_env() | {"PLACEWATCH_USER": "alerts", "PLACEWATCH_PASSWORD": "alertspw"}
+        alerts = subprocess.Popen(
+            [*placewatch_cmd(), "alerts", "--nats", server.url],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert alerts.stdout is not None
+            line = alerts.stdout.readline()
+            assert anyio.run(acknowledged, server.url, backend="asyncio")
+            alerts.terminate()
+            _, err = alerts.communicate(timeout=10)
+        finally:
+            if alerts.poll() is None:
+                alerts.kill()
+                alerts.communicate()
+        assert json.loads(line)["status"]["shard"] == "qwen"
+        assert alerts.returncode == 0, err
+        assert "refused" not in err.lower() and "violation" not in err.lower(), err
+    finally:
+        server.stop()

@@ -1,0 +1,238 @@
+"""`placewatch watch`: the fleet from the bus, once as JSON, or live."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import queue
+import select
+import signal
+import subprocess
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import anyio
+import nats
+import pytest
+
+from placewatch.consumer import FiringFallback, Fleet
+from placewatch.consumer.terminal import render
+from placewatch.schemas import (
+    ComputeStatus,
+    GpuSample,
+    HostSample,
+    NodeTelemetry,
+    encode,
+    subjects,
+)
+
+from tests.conftest import (
+    FakeGpuTools,
+    NatsServer,
+    Worker,
+    clean_env,
+    free_port,
+    placewatch_cmd,
+    run_placewatch,
+)
+from tests.support.fleet_node import HOLDING_MIB, NODE, ShardNode
+
+MIB = 1 << 20
+WHEN = datetime(2026, 11, 30, 6, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def node(
+    nats_server: NatsServer,
+    fake_gpu: FakeGpuTools,
+    shard_procs: dict[str, subprocess.Popen[bytes]],
+    workers: list[Worker],
+    tmp_path: Path,
+) -> ShardNode:
+    return ShardNode(nats_server.url, fake_gpu, shard_procs, workers, tmp_path)
+
+
+def test_watch_once_json_shows_the_node_its_gpus_and_shards(node: ShardNode) -> None:
+    node.start()
+    node.wait_published()
+    done = run_placewatch("watch", "--once", "--json", "--nats", node.url, "--wait", "0.5")
+    assert done.returncode == 0, done.stderr
+    fleet = json.loads(done.stdout)
+    (t,) = fleet["nodes"]
+    assert t["node"] == NODE
+    assert [(g["index"], g["memory_free_bytes"]) for g in t["gpus"]] == [
+        (0, 40405 * MIB),
+        (1, 81365 * MIB),
+    ]
+    assert t["gpus"][0]["foreign_bytes"] == (40960 - HOLDING_MIB) * MIB
+    assert [(s["node"], s["shard"], s["verdict"]) for s in fleet["shards"]] == [
+        (NODE, "holding", "gpu"),
+        (NODE, "idle", "cpu_fallback"),
+    ]
+    (firing,) = fleet["firing"]
+    assert (firing["shard"], firing["verdict"]) == ("idle", "cpu_fallback")
+    node.stop()
+
+
+def test_watch_exits_1_with_one_line_when_no_server_answers() -> None:
+    started = time.monotonic()
+    done = run_placewatch("watch", "--once", "--json", "--nats", f"nats://127.0.0.1:{free_port()}")
+    assert done.returncode == 1
+    assert time.monotonic() - started < 15
+    assert done.stdout == ""
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("placewatch: cannot reach NATS at nats://127.0.0.1:")
+    assert "nothing answers there" in line
+
+
+def telemetry(node: str, time: datetime) -> NodeTelemetry:
+    return NodeTelemetry(
+        node=node,
+        session="s1",
+        seq=3,
+        time=time,
+        interval_s=2.0,
+        gpus=[
+            GpuSample(
+                index=0,
+                name="NVIDIA L4",
+                utilization_pct=81.0,
+                memory_total_bytes=23034 * MIB,
+                memory_used_bytes=12288 * MIB,
+                memory_free_bytes=10240 * MIB,
+                foreign_bytes=2048 * MIB,
+                temperature_c=61.0,
+                power_w=55.2,
+                power_cap_w=72.0,
+            )
+        ],
+        host=HostSample(cpu_pct=12.0, cpu_count=32),
+    )
+
+
+def test_frame_shows_each_gpu_and_marks_firing_fallbacks() -> None:
+    fallen = ComputeStatus(
+        node="edge-1",
+        shard="qwen",
+        session="s1",
+        time=WHEN,
+        placed_gpus=[0],
+        verdict="cpu_fallback",
+        reason="placed on GPU 0 but computing on the CPU",
+    )
+    fine = ComputeStatus(
+        node="edge-1", shard="llama", session="s1", time=WHEN, placed_gpus=[0], verdict="gpu"
+    )
+    fleet = Fleet(
+        nodes=[telemetry("edge-1", WHEN)],
+        shards=[fine, fallen],
+        firing=[
+            FiringFallback(
+                node="edge-1", shard="qwen", verdict="cpu_fallback", since=WHEN, reason=""
+            )
+        ],
+    )
+    lines = render(fleet, WHEN + timedelta(seconds=3)).splitlines()
+    assert lines[0].endswith("1 node  2 shards  1 firing")
+    assert lines[2].startswith("edge-1  seen 3 s ago  session s1  cpu 12% of 32")
+    gpu = lines[4].split()
+    assert gpu == ["0", "81%", "12.0", "2.0", "10.0", "61", "C", "55/72", "NVIDIA", "L4"]
+    assert lines[5] == "  shard llama  gpu  placed 0  pid -"
+    assert lines[6] == (
+        "  shard qwen  FIRING cpu_fallback  placed 0  pid -  "
+        "placed on GPU 0 but computing on the CPU"
+    )
+    stale = render(fleet, WHEN + timedelta(seconds=30)).splitlines()
+    assert "STALE" in stale[2]
+
+
+def test_watch_into_a_pipe_appends_a_frame_per_change_and_stops_on_sigterm(
+    nats_server: NatsServer,
+) -> None:
+    async def publish(message: NodeTelemetry | ComputeStatus, subject: str) -> None:
+        nc = await nats.connect(nats_server.url)
+        payload, headers = encode(message)
+        await nc.publish(subject, payload, headers=headers)
+        await nc.drain()
+
+    proc = subprocess.Popen(
+        [*placewatch_cmd(), "watch", "--nats", nats_server.url],
+        env=clean_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    everything: list[str] = []
+
+    def read() -> None:
+        for line in proc.stdout or []:
+            everything.append(line)
+            lines.put(line)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+
+    def wait_line(start: str, timeout: float = 10) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if lines.get(timeout=0.2).startswith(start):
+                    return
+            except queue.Empty:
+                pass
+        raise AssertionError(f"no line starting {start!r}")
+
+    try:
+        wait_line("no nodes yet")
+        now = datetime.now(UTC)
+        anyio.run(publish, telemetry("edge-2", now), subjects.telemetry("edge-2"))
+        wait_line("edge-2  seen")
+        status = ComputeStatus(
+            node="edge-2", shard="phi", session="s1", time=now, placed_gpus=[0], verdict="gpu"
+        )
+        anyio.run(publish, status, subjects.compute("edge-2", "phi"))
+        wait_line("  shard phi  gpu")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(5) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        reader.join(5)
+        proc.stdout.close()  # type: ignore[union-attr]
+        proc.stderr.close()  # type: ignore[union-attr]
+    assert not any("\x1b[" in line for line in everything)  # not a terminal: plain frames
+    assert sum(line.startswith("placewatch  ") for line in everything) >= 3
+
+
+def test_watch_on_a_terminal_clears_and_redraws_in_place(nats_server: NatsServer) -> None:
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(
+        [*placewatch_cmd(), "watch", "--nats", nats_server.url],
+        env=clean_env(),
+        stdout=follower,
+        stderr=subprocess.PIPE,
+    )
+    os.close(follower)
+    try:
+        seen = b""
+        deadline = time.monotonic() + 10
+        while seen.count(b"\x1b[H\x1b[2J") < 2 and time.monotonic() < deadline:
+            ready, _, _ = select.select([leader], [], [], 0.2)
+            if ready:
+                seen += os.read(leader, 65536)
+        # A frame a second even without a change: the ages move on.
+        assert seen.count(b"\x1b[H\x1b[2J") >= 2
+        assert seen.startswith(b"\x1b[H\x1b[2Jplacewatch  ")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(5) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(leader)
+        proc.stderr.close()  # type: ignore[union-attr]

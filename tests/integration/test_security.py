@@ -1,0 +1,300 @@
+"""On a shared cluster: credentials, TLS, least privilege, and no secret in any output."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import anyio
+import nats
+import nkeys
+import pytest
+from nats.js.api import StreamConfig
+
+from placewatch.bus.outbox import EventOutbox
+from placewatch.schemas import subjects
+
+from tests.conftest import ROOT, NatsServer, Worker, clean_env
+from tests.support.natsproto import RawSubscriber
+
+ADMIN = "{user: admin, password: adminpw}"
+
+
+def node_permissions(node: str, password: str) -> str:
+    """The permission block of docs/operations.md, for one node: the test runs what the docs say."""
+    doc = (ROOT / "docs" / "operations.md").read_text()
+    block = re.search(r"<!-- node-permissions -->\s*```\n(.*?)```", doc, re.S)
+    assert block, "docs/operations.md lost its node-permissions block"
+    text = block.group(1).replace("$NODE_PASSWORD", password).replace("NODE", node)
+    return text.replace("users = [", f"users = [\n    {ADMIN}", 1)
+
+
+async def create_streams_as_admin(url: str) -> None:
+    nc = await nats.connect(url, user="admin", password="adminpw")
+    try:
+        js = nc.jetstream()
+        await js.add_stream(
+            StreamConfig(
+                name="PLACEWATCH_EVENTS",
+                subjects=["placewatch.compute.>", "placewatch.fallback.>"],
+                duplicate_window=300,
+            )
+        )
+        await js.add_stream(
+            StreamConfig(
+                name="PLACEWATCH_TELEMETRY",
+                subjects=["placewatch.telemetry.*"],
+                max_msgs_per_subject=1,
+            )
+        )
+        await js.create_key_value(bucket="placewatch_placements")
+        await js.create_key_value(bucket="placewatch_compute")
+    finally:
+        await nc.close()
+
+
+def test_least_privilege_works_and_another_nodes_subjects_are_refused(
+    tmp_path: Path, workers: list[Worker]
+) -> None:
+    server = NatsServer(tmp_path / "js", config=node_permissions("n1", "n1pw"))
+    server.start()
+    try:
+        anyio.run(create_streams_as_admin, server.url, backend="asyncio")
+        env = clean_env() | {
+            "PLACEWATCH_USER": "n1",
+            "PLACEWATCH_PASSWORD": "n1pw",
+            "PLACEWATCH_CREATE": "false",
+        }
+        worker = Worker(
+            "--nats", server.url, "--node", "n1", "--interval", "1", "--no-discover", env=env
+        )
+        workers.append(worker)
+
+        async def check() -> None:
+            nc = await nats.connect(server.url, user="admin", password="adminpw")
+            try:
+                js = nc.jetstream()
+                kv = await js.key_value("placewatch_placements")
+                await kv.put("n1.init", json.dumps({"id": "init", "pid": 1, "gpus": [0]}).encode())
+                with anyio.fail_after(10):
+                    while (await js.stream_info("PLACEWATCH_EVENTS")).state.messages < 1:
+                        await anyio.sleep(0.2)
+                assert (await js.stream_info("PLACEWATCH_TELEMETRY")).state.messages == 1
+                reply = await nc.request("placewatch.service.n1.shards", b"", timeout=3)
+                assert [s["shard"] for s in json.loads(reply.data)] == ["init"]
+                computed = await (await js.key_value("placewatch_compute")).get("n1.init")
+                assert computed.value is not None
+            finally:
+                await nc.close()
+
+        anyio.run(check, backend="asyncio")
+        code, _, _, err = worker.stop()
+        assert code == 0
+        assert "refused" not in err, err
+
+        async def carried_over() -> list[str]:
+            """What a restarted worker reads of this session, with the node's permissions."""
+            nc = await nats.connect(
+                server.url, user="n1", password="n1pw", inbox_prefix=subjects.inbox("n1")
+            )
+            try:
+                return [s.shard for s in await EventOutbox(nc).previous("n1")]
+            finally:
+                await nc.close()
+
+        assert anyio.run(carried_over, backend="asyncio") == ["init"]
+
+        # The same credentials, posing as another node: the server refuses, the worker says so.
+        impostor = Worker(
+            "--nats", server.url, "--node", "n2", "--interval", "1", "--no-discover", env=env
+        )
+        workers.append(impostor)
+        time.sleep(6)
+        assert impostor.proc.poll() is None, "the worker stopped on a refused publish"
+        code, _, _, err = impostor.stop()
+        assert code == 0
+        assert (
+            'NATS refused it: permissions violation for publish to "placewatch.telemetry.n2"' in err
+        )
+        assert err.count('publish to "placewatch.telemetry.n2"') == 1  # said once, not each tick
+        assert "n1pw" not in err
+    finally:
+        server.stop()
+
+
+def test_a_wrong_password_is_reported_without_any_secret(
+    tmp_path: Path, workers: list[Worker]
+) -> None:
+    server = NatsServer(
+        tmp_path / "js", config="authorization { user: n1, password: right-secret }\n"
+    )
+    server.start()
+    try:
+        env = clean_env() | {"PLACEWATCH_USER": "n1", "PLACEWATCH_PASSWORD": "wrong-secret"}
+        worker = Worker(
+            "--nats",
+            server.url.replace("nats://", "nats://n1:url-secret@"),
+            "--node",
+            "n1",
+            env=env,
+        )
+        workers.append(worker)
+        time.sleep(2.5)
+        assert worker.proc.poll() is None
+        code, _, out, err = worker.stop()
+        assert code == 0
+        assert "cannot reach NATS" in err and "uthorization" in err
+        for secret in ("right-secret", "wrong-secret", "url-secret"):
+            assert secret not in err + out
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("auth", ["token", "nkey"])
+def test_token_and_nkey_credentials(tmp_path: Path, workers: list[Worker], auth: str) -> None:
+    env = clean_env()
+    if auth == "token":
+        config = "authorization { token: s3cr3t-token }\n"
+        env["PLACEWATCH_TOKEN"] = "s3cr3t-token"
+    else:
+        seed = nkeys.encode_seed(os.urandom(32), nkeys.PREFIX_BYTE_USER)
+        public = nkeys.from_seed(bytearray(seed)).public_key.decode()
+        (tmp_path / "node.nk").write_bytes(seed)
+        config = f'authorization {{ users = [ {{ nkey: "{public}" }} ] }}\n'
+        env["PLACEWATCH_NKEY_SEED"] = str(tmp_path / "node.nk")
+    server = NatsServer(tmp_path / "js", config=config)
+    server.start()
+    try:
+        sub_auth = {"auth_token": "s3cr3t-token"} if auth == "token" else None
+        worker = Worker(
+            "--nats", server.url, "--node", "n1", "--interval", "1", "--no-discover", env=env
+        )
+        workers.append(worker)
+        if sub_auth is None:
+            time.sleep(3)
+            code, _, _, err = worker.stop()
+            assert code == 0 and "cannot reach NATS" not in err, err
+            assert "connected to NATS" in err
+            return
+        with RawSubscriber(server.url, "placewatch.telemetry.n1", connect_extra=sub_auth) as sub:
+            assert json.loads(sub.next(timeout=5).payload)["node"] == "n1"
+        code, _, _, err = worker.stop()
+        assert code == 0 and "s3cr3t-token" not in err
+    finally:
+        server.stop()
+
+
+def make_certs(where: Path) -> dict[str, Path]:
+    """A CA, a server certificate for 127.0.0.1, and a client certificate, with openssl."""
+
+    def run(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=where, check=True, capture_output=True)
+
+    run(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=test-ca",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+    )
+    (where / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    for name in ("server", "client"):
+        run(
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            f"/CN={name}",
+            "-keyout",
+            f"{name}.key",
+            "-out",
+            f"{name}.csr",
+        )
+        run(
+            "x509",
+            "-req",
+            "-in",
+            f"{name}.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            "san.ext",
+            "-out",
+            f"{name}.pem",
+        )
+    return {
+        n: where / n for n in ("ca.pem", "server.pem", "server.key", "client.pem", "client.key")
+    }
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl makes the test certificates")
+def test_mutual_tls(tmp_path: Path, workers: list[Worker]) -> None:
+    certs = make_certs(tmp_path)
+    config = (
+        f'tls {{\n  cert_file: "{certs["server.pem"]}"\n  key_file: "{certs["server.key"]}"\n'
+        f'  ca_file: "{certs["ca.pem"]}"\n  verify: true\n  timeout: 2\n}}\n'
+    )
+    server = NatsServer(tmp_path / "js", config=config)
+    server.start()
+    try:
+        env = clean_env() | {"PLACEWATCH_TLS_CA": str(certs["ca.pem"])}
+        # Without a client certificate the server turns it away; the worker keeps trying.
+        lacking = Worker("--nats", server.url.replace("nats://", "tls://"), "--node", "n1", env=env)
+        workers.append(lacking)
+        time.sleep(2.5)
+        code, _, _, err = lacking.stop()
+        assert code == 0 and "cannot reach NATS" in err
+
+        env |= {
+            "PLACEWATCH_TLS_CERT": str(certs["client.pem"]),
+            "PLACEWATCH_TLS_KEY": str(certs["client.key"]),
+        }
+        worker = Worker(
+            "--nats",
+            server.url.replace("nats://", "tls://"),
+            "--node",
+            "n1",
+            "--interval",
+            "1",
+            env=env,
+        )
+        workers.append(worker)
+        time.sleep(3)
+        code, _, _, err = worker.stop()
+        assert code == 0
+        assert "connected to NATS at tls://127.0.0.1" in err, err
+        assert "cannot reach" not in err
+    finally:
+        server.stop()
+
+
+def test_a_missing_credentials_file_exits_2_naming_the_setting(tmp_path: Path) -> None:
+    from tests.conftest import run_placewatch
+
+    done = run_placewatch(
+        "run", "--nats", "nats://127.0.0.1:1", "--creds", str(tmp_path / "absent.creds")
+    )
+    assert done.returncode == 2
+    assert (
+        done.stderr.strip()
+        == f"placewatch: creds: {tmp_path / 'absent.creds'} cannot be read; check the path and its permissions"
+    )

@@ -1,0 +1,510 @@
+"""amd-smi: every JSON shape across versions, the metric CSV, processes, and the source.
+
+Real captures in ../shared/corpus/amd-smi-json (`amd-smi xgmi -m --json`, 8x
+MI300X) and amd-smi-csv (`amd-smi metric --csv`, 8x MI300X); the project's own
+fixtures for the metric and process JSON, which the corpus lacks.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from placewatch.gpu.amd_smi import (
+    METRIC_ALL_ARGS,
+    METRIC_ARGS,
+    PROCESS_ARGS,
+    AmdSmiSource,
+    attach_amd_smi_processes,
+    parse_amd_smi,
+    parse_amd_smi_csv,
+    parse_amd_smi_processes,
+)
+from placewatch.probe import ProbeRunner
+from placewatch.schemas import GpuSample
+
+from .test_kfd import make_kfd_tree
+from .test_rocm_smi import assert_sane
+from tests.conftest import CORPUS, FIXTURES, corpus_files, needs_corpus
+
+MiB = 1 << 20
+GiB = 1 << 30
+OWN = FIXTURES / "amd-smi"
+
+
+def test_newest_nested_value_wrapped_metric() -> None:
+    busy, idle = parse_amd_smi((OWN / "mi300x-metric.json").read_text())
+    # amd-smi metric prints no power cap: the busy percentage is all there is.
+    assert (busy.index, busy.utilization_pct, busy.activity) == (0, 100, "busy")
+    assert (busy.power_w, busy.power_cap_w) == (159.0, None)
+    assert (busy.temperature_c, busy.temperature_sensor) == (52.0, "junction")
+    assert busy.memory_total_bytes == 196592 * MiB
+    assert busy.memory_used_bytes == 98587 * MiB
+    assert busy.memory_free_bytes == 98005 * MiB
+    assert busy.vendor == "amd"
+    assert (busy.name, busy.uuid, busy.bus_id) == (None, None, None)
+    assert (idle.index, idle.utilization_pct, idle.activity, idle.power_w) == (1, 0, "busy", 131)
+    assert (idle.temperature_c, idle.memory_used_bytes) == (37.0, 283 * MiB)
+
+
+EXPECTED_SHAPE = dict(util=72, activity="busy", power=300.0, temp=61.0, sensor="edge",
+                      total=64 * GiB, used=GiB, free=63 * GiB)  # fmt: skip
+
+READINGS: dict[str, dict[str, Any]] = {
+    "nested, value-wrapped": {
+        "usage": {"gfx_activity": {"value": 72, "unit": "%"}},
+        "power": {"socket_power": {"value": 300, "unit": "W"}},
+        "temperature": {"edge": {"value": 61, "unit": "C"}, "hotspot": {"value": 70, "unit": "C"}},
+        "mem_usage": {
+            "total_vram": {"value": 65536, "unit": "MB"},
+            "used_vram": {"value": 1024, "unit": "MB"},
+        },
+    },
+    "nested, bare": {
+        "usage": {"gfx_activity": 72},
+        "power": {"socket_power": 300},
+        "temperature": {"edge": 61, "hotspot": 70},
+        "mem_usage": {"total_vram": 65536, "used_vram": 1024},
+    },
+    "nested, strings with units": {
+        "usage": {"gfx_activity": "72 %"},
+        "power": {"average_socket_power": "300 W"},
+        "temperature": {"edge": "61 \N{DEGREE SIGN}C"},
+        "mem_usage": {"total_vram": "64 GB", "used_vram": "1024 MB"},
+    },
+    "flat": {"gfx_activity": 72, "socket_power": 300.0, "edge": 61, "hotspot": 70,
+             "total_vram": 65536, "used_vram": 1024},
+}  # fmt: skip
+WRAPPERS: dict[str, Callable[[list[dict[str, Any]]], object]] = {
+    "list": lambda items: items,
+    "gpu": lambda items: {"gpu": items},
+    "gpu_data": lambda items: {"gpu_data": items},
+    "lone object": lambda items: items[0],
+}
+
+
+@pytest.mark.parametrize("wrapper", sorted(WRAPPERS))
+@pytest.mark.parametrize("shape", sorted(READINGS))
+def test_every_shape_gives_the_same_readings(shape: str, wrapper: str) -> None:
+    document = WRAPPERS[wrapper]([{"gpu": 0, **READINGS[shape]}])
+    (gpu,) = parse_amd_smi(json.dumps(document))
+    got = dict(util=gpu.utilization_pct, activity=gpu.activity, power=gpu.power_w,
+               temp=gpu.temperature_c, sensor=gpu.temperature_sensor,
+               total=gpu.memory_total_bytes, used=gpu.memory_used_bytes,
+               free=gpu.memory_free_bytes)  # fmt: skip
+    assert got == EXPECTED_SHAPE
+
+
+def metric_with_limit(limit: dict[str, Any]) -> str:
+    """A metric GPU merged with `amd-smi static --limit`, as a source holding both would."""
+    return json.dumps(
+        {
+            "gpu_data": [
+                {
+                    "gpu": 0,
+                    "usage": {"gfx_activity": {"value": 100, "unit": "%"}},
+                    "power": {"socket_power": {"value": 159, "unit": "W"}},
+                    "limit": limit,
+                }
+            ]
+        }
+    )
+
+
+def W(watts: float) -> dict[str, Any]:
+    return {"value": watts, "unit": "W"}
+
+
+@pytest.mark.parametrize(
+    "limit",
+    [
+        # ROCm 6.x-7.1: socket_power is the cap in force, max_power the most it may be set to.
+        {"max_power": W(1000), "min_power": W(0), "socket_power": W(750)},
+        # ROCm 7.2: per power-tracking limit.
+        {"ppt0": {"max_power_limit": W(1000), "min_power_limit": W(0),
+                  "socket_power_limit": W(750)},
+         "ppt1": {"max_power_limit": "N/A", "min_power_limit": "N/A",
+                  "socket_power_limit": "N/A"}},
+    ],
+    ids=["rocm6-limit", "rocm7.2-ppt0"],
+)  # fmt: skip
+def test_power_share_is_preferred_where_a_cap_is_present(limit: dict[str, Any]) -> None:
+    (gpu,) = parse_amd_smi(metric_with_limit(limit))
+    assert (gpu.utilization_pct, gpu.activity) == (21, "power")
+    assert (gpu.power_w, gpu.power_cap_w) == (159.0, 750.0)
+
+
+def test_a_zero_cap_falls_back_to_busy() -> None:
+    (gpu,) = parse_amd_smi(metric_with_limit({"max_power": W(550), "socket_power": W(0)}))
+    assert (gpu.utilization_pct, gpu.activity, gpu.power_cap_w) == (100, "busy", None)
+
+
+@pytest.mark.parametrize(
+    ("reading", "size"),
+    [
+        ({"value": 192, "unit": "GB"}, 192 * GiB),
+        ({"value": 196592, "unit": "MiB"}, 196592 * MiB),
+        ({"value": 196592, "unit": "MB"}, 196592 * MiB),
+        ({"value": 1073741824, "unit": "B"}, GiB),
+        ("196592 MB", 196592 * MiB),
+        (196592, 196592 * MiB),
+        ({"value": 5, "unit": "furlongs"}, None),
+        ("N/A", None),
+    ],
+)
+def test_vram_units(reading: object, size: int | None) -> None:
+    (gpu,) = parse_amd_smi(json.dumps([{"gpu": 0, "mem_usage": {"total_vram": reading}}]))
+    assert gpu.memory_total_bytes == size
+
+
+def test_index_is_the_top_level_gpu_key_only() -> None:
+    document = [
+        {"gpu": 3, "link_metrics": {"links": [{"gpu": 0, "bdf": "0000:0c:00.0"}]}},
+        {"gpu": -1, "usage": {"gfx_activity": 5}},
+        {"usage": {"gfx_activity": 9}},
+        {"gpu": "1", "usage": {"gfx_activity": 7}},
+        {"gpu": 3, "usage": {"gfx_activity": 8}},
+    ]
+    gpus = parse_amd_smi(json.dumps(document))
+    # The one without a "gpu" key is third in the list: index 2.
+    assert [(g.index, g.utilization_pct) for g in gpus] == [(1, 7), (2, 9), (3, None)]
+
+
+def test_static_and_list_output_give_name_bus_id_uuid_and_size() -> None:
+    static = {"gpu_data": [{
+        "gpu": 0,
+        "asic": {"market_name": "AMD Instinct MI300X", "vendor_id": "0x1002",
+                 "device_id": "0x74a1", "target_graphics_version": "gfx942"},
+        "bus": {"bdf": "0000:0c:00.0", "max_pcie_width": 16},
+        "vram": {"type": "HBM3", "vendor": "N/A", "size": {"value": 196592, "unit": "MB"}},
+    }]}  # fmt: skip
+    (gpu,) = parse_amd_smi(json.dumps(static))
+    assert (gpu.name, gpu.bus_id, gpu.memory_total_bytes) == (
+        "AMD Instinct MI300X", "0000:0c:00.0", 196592 * MiB,
+    )  # fmt: skip
+    listed = [{"gpu": 0, "bdf": "0000:0c:00.0", "uuid": "7eff74a0-0000-1000-808f-7e20764e2714",
+               "kfd_id": 41416, "node_id": 2, "partition_id": 0}]  # fmt: skip
+    (gpu,) = parse_amd_smi(json.dumps(listed))
+    assert (gpu.bus_id, gpu.uuid) == ("0000:0c:00.0", "7eff74a0-0000-1000-808f-7e20764e2714")
+
+
+@pytest.mark.parametrize(
+    "text", ["", "No AMD GPUs found\n", "{}", "[]", '{"gpu_data": "N/A"}', "[1, 2]", "[" * 50_000]
+)
+def test_bad_output_gives_no_gpus_and_does_not_raise(text: str) -> None:
+    assert parse_amd_smi(text) == []
+    assert parse_amd_smi_csv(text) == []
+    assert parse_amd_smi_processes(text) == []
+
+
+def test_process_listing_fixture() -> None:
+    processes = parse_amd_smi_processes((OWN / "mi300x-process.json").read_text())
+    # GPU 1 prints "No running processes detected": no entry.
+    assert processes == [
+        (0, 4242, 96 * GiB, "llama-server"),
+        (0, 4317, 0, "python3"),
+    ]
+
+
+def test_process_listing_in_later_and_older_shapes() -> None:
+    later = {"gpu_data": [{"gpu": 0, "process_list": [
+        {"name": "vllm", "pid": 12345, "memory_usage": {"vram_mem": {"value": 4096, "unit": "MB"}}},
+        {"name": "no-pid", "memory_usage": {"vram_mem": {"value": 1, "unit": "MB"}}},
+    ]}]}  # fmt: skip
+    assert parse_amd_smi_processes(json.dumps(later)) == [(0, 12345, 4096 * MiB, "vllm")]
+    older = [
+        {"gpu": 2, "process_list": [{"process_info": {"name": "N/A", "pid": "77",
+                                                       "mem_usage": "12.5 MB"}}]},
+        {"gpu": 3, "process_list": "N/A"},
+        {"gpu": 4, "processes": [{"pid": 99, "memory_usage": "N/A"}]},
+    ]  # fmt: skip
+    assert parse_amd_smi_processes(json.dumps(older)) == [
+        (2, 77, 12.5 * MiB, None),
+        (4, 99, None, None),
+    ]
+
+
+def test_processes_attach_by_index_without_the_zero_byte_openers() -> None:
+    gpus = parse_amd_smi((OWN / "mi300x-metric.json").read_text())
+    processes = parse_amd_smi_processes((OWN / "mi300x-process.json").read_text())
+    busy, idle = attach_amd_smi_processes(gpus, [*processes, (7, 1, GiB, "elsewhere")])
+    assert [(p.pid, p.used_bytes, p.name) for p in busy.processes] == [
+        (4242, 96 * GiB, "llama-server")
+    ]
+    assert idle.processes == []
+
+
+def test_csv_with_unquoted_lists_a_warning_and_a_repeated_header() -> None:
+    text = (
+        "WARNING: User is missing the following required groups: render\n"
+        "gpu,gfx_activity,vcn_activity,socket_power,edge,hotspot,total_vram,used_vram\n"
+        "0,5,[0, 0, 0, 0],300,N/A,44,196592,1024\n"
+        "gpu,gfx_activity,vcn_activity,socket_power,edge,hotspot,total_vram,used_vram\n"
+        "1,6,[0, 0],301,N/A,45,196592\n"  # a cell short: skipped, not read shifted
+        '2,7,"[1, 2]",302,50,45,196592,2048\n'
+    )
+    gpus = parse_amd_smi_csv(text)
+    assert [(g.index, g.utilization_pct, g.power_w) for g in gpus] == [(0, 5, 300), (2, 7, 302)]
+    assert [(g.temperature_c, g.temperature_sensor) for g in gpus] == [
+        (44, "junction"),
+        (50, "edge"),
+    ]
+    assert gpus[0].memory_free_bytes == (196592 - 1024) * MiB
+
+
+# What each real capture says, read by hand from the file.
+XGMI_BUSES = ["0000:0c:00.0", "0000:22:00.0", "0000:38:00.0", "0000:5c:00.0",
+              "0000:9f:00.0", "0000:af:00.0", "0000:bf:00.0", "0000:df:00.0"]  # fmt: skip
+JSON_CAPTURES: dict[str, list[str]] = {
+    # `amd-smi xgmi -m --json`, 8x MI300X: a link matrix; each item's own gpu and bdf
+    # are the GPU, the bdfs in its "links" are its peers.
+    "virtualclient-mi300x-8gpu-xgmi.json": XGMI_BUSES,
+}
+CSV_CAPTURES: dict[str, dict[str, list[float]]] = {
+    # `amd-smi metric --csv`, 8x MI300X: no edge sensor (N/A), hotspot is the junction,
+    # VRAM in MB (MiB) with 283 used of 196592 on each, gfx_activity 0, no power cap.
+    "virtualclient-mi300x-8gpu-metric.csv": {
+        "power": [133, 139, 133, 132, 136, 132, 132, 134],
+        "hotspot": [36, 35, 32, 36, 36, 35, 36, 37],
+    },
+}
+
+
+@needs_corpus
+def test_every_amd_smi_capture_has_expected_values() -> None:
+    assert {p.name for p in corpus_files("amd-smi-json")} == set(JSON_CAPTURES)
+    assert {p.name for p in corpus_files("amd-smi-csv")} == set(CSV_CAPTURES)
+
+
+@needs_corpus
+@pytest.mark.parametrize("name", sorted(JSON_CAPTURES))
+def test_amd_smi_json_capture(name: str) -> None:
+    gpus = parse_amd_smi((CORPUS / "amd-smi-json" / name).read_text())
+    assert [g.index for g in gpus] == list(range(8))
+    assert [g.bus_id for g in gpus] == JSON_CAPTURES[name]
+    # A link matrix has no readings: none are made up.
+    for gpu in gpus:
+        assert (gpu.utilization_pct, gpu.activity, gpu.power_w, gpu.temperature_c) == (
+            None, None, None, None,
+        )  # fmt: skip
+        assert (gpu.memory_total_bytes, gpu.memory_used_bytes) == (None, None)
+    assert parse_amd_smi_processes((CORPUS / "amd-smi-json" / name).read_text()) == []
+
+
+@needs_corpus
+@pytest.mark.parametrize("name", sorted(CSV_CAPTURES))
+def test_amd_smi_csv_capture(name: str) -> None:
+    gpus = parse_amd_smi_csv((CORPUS / "amd-smi-csv" / name).read_text())
+    want = CSV_CAPTURES[name]
+    assert [g.index for g in gpus] == list(range(8))
+    assert [g.power_w for g in gpus] == want["power"]
+    assert [g.temperature_c for g in gpus] == want["hotspot"]
+    for gpu in gpus:
+        assert gpu.temperature_sensor == "junction"
+        assert (gpu.utilization_pct, gpu.activity, gpu.power_cap_w) == (0, "busy", None)
+        assert gpu.memory_total_bytes == 196592 * MiB
+        assert gpu.memory_used_bytes == 283 * MiB
+        assert gpu.memory_free_bytes == 196309 * MiB
+        # The CSV's "usage" column is the fan's (N/A), not the engine's.
+        assert gpu.name is None
+
+
+# Structured fuzzing with the real key names and units.
+AMD_KEYS = [
+    "gpu", "gpu_data", "usage", "power", "temperature", "mem_usage", "limit", "ppt0", "vram",
+    "asic", "bus", "board", "gfx_activity", "socket_power", "current_socket_power",
+    "average_socket_power", "power_limit", "power_cap", "socket_power_limit", "max_power",
+    "edge", "hotspot", "mem", "total_vram", "used_vram", "free_vram", "size", "market_name",
+    "bdf", "uuid", "value", "unit", "process_list", "process_info", "processes", "pid",
+    "name", "memory_usage", "vram_mem", "link_metrics", "links",
+]  # fmt: skip
+amd_leaves = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(),
+    st.text(max_size=8),
+    st.sampled_from(["N/A", "MB", "MiB", "GB", "B", "%", "W", "C", "12 MB", "-1", "1e999",
+                     "No running processes detected", "72 %", "0000:0c:00.0"]),
+)  # fmt: skip
+amd_values = st.recursive(
+    amd_leaves,
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(AMD_KEYS), inner, max_size=4)
+    ),
+    max_leaves=14,
+)
+gpu_items = st.dictionaries(st.sampled_from(AMD_KEYS), amd_values, max_size=6)
+amd_documents = st.one_of(
+    st.lists(gpu_items | amd_values, max_size=3),
+    st.dictionaries(st.sampled_from(["gpu_data", "gpu"]), st.lists(gpu_items, max_size=3)),
+    amd_values,
+)
+
+
+def assert_sane_processes(processes: list[tuple[int, int, int | None, str | None]]) -> None:
+    for index, pid, vram, name in processes:
+        assert index >= 0 and pid > 0
+        assert vram is None or vram >= 0
+        assert name is None or name.strip()
+
+
+@settings(max_examples=300, deadline=None)
+@given(amd_documents)
+def test_any_json_document_parses_to_sane_values(document: Any) -> None:
+    text = json.dumps(document)
+    gpus = parse_amd_smi(text)
+    assert_sane(gpus)
+    processes = parse_amd_smi_processes(text)
+    assert_sane_processes(processes)
+    for gpu in attach_amd_smi_processes(gpus, processes):
+        msgspec.json.decode(msgspec.json.encode(gpu), type=GpuSample)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    header=st.lists(st.sampled_from(["gpu", *AMD_KEYS]), min_size=1, max_size=8),
+    rows=st.lists(st.lists(amd_leaves.map(str), max_size=9), max_size=4),
+)
+def test_any_csv_parses_to_sane_values(header: list[str], rows: list[list[str]]) -> None:
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(["gpu", *header])
+    writer.writerows(rows)
+    assert_sane(parse_amd_smi_csv(out.getvalue()))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text())
+def test_any_text_parses_without_raising(text: str) -> None:
+    assert_sane(parse_amd_smi(text))
+    assert_sane(parse_amd_smi_csv(text))
+    assert_sane_processes(parse_amd_smi_processes(text))
+
+
+def fake_amd_smi(where: Path, metric: Path | str, process: Path | str, refuse: str = "") -> Path:
+    """An amd-smi that answers `metric` and `process` from files and logs its argv.
+
+    With `refuse`, it fails like an older amd-smi's argument parser on that flag.
+    """
+    bin_dir = where / "bin"
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    for name, content in (("metric", metric), ("process", process)):
+        text = content.read_text() if isinstance(content, Path) else content
+        (where / f"{name}.json").write_text(text)
+    refusal = (
+        f'case "$*" in *{refuse}*) echo "amd-smi: error: unrecognized arguments: '
+        f'{refuse}" >&2; exit 2;; esac\n'
+        if refuse
+        else ""
+    )
+    tool = bin_dir / "amd-smi"
+    tool.write_text(
+        "#!/bin/sh\n"
+        f'echo "$*" >> "{where}/calls.log"\n'
+        f"{refusal}"
+        f'case "$1" in\n'
+        f'  metric) cat "{where}/metric.json";;\n'
+        f'  process) cat "{where}/process.json";;\n'
+        '  *) echo "unknown command $1" >&2; exit 2;;\n'
+        "esac\n"
+    )
+    tool.chmod(0o755)
+    return bin_dir
+
+
+def calls(where: Path) -> list[str]:
+    log = where / "calls.log"
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def test_source_reads_amd_smi_processes_where_there_is_no_kfd_tree(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bin_dir = fake_amd_smi(tmp_path, OWN / "mi300x-metric.json", OWN / "mi300x-process.json")
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    source = AmdSmiSource(ProbeRunner(timeout_s=20), kfd_root=tmp_path / "no-kfd")
+    assert source.unavailable() is None
+    gpus, status = anyio.run(source.sample, backend="asyncio")
+    assert status.ok, status.error
+    assert (status.name, status.vendor, status.degraded) == ("amd-smi", "amd", False)
+    assert [(g.index, g.utilization_pct, g.activity) for g in gpus] == [
+        (0, 100, "busy"),
+        (1, 0, "busy"),
+    ]
+    assert [(p.pid, p.used_bytes) for p in gpus[0].processes] == [(4242, 96 * GiB)]
+    assert gpus[1].processes == []
+    assert calls(tmp_path) == [" ".join(METRIC_ARGS), " ".join(PROCESS_ARGS)]
+
+
+def test_source_prefers_the_kfd_tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bin_dir = fake_amd_smi(tmp_path, OWN / "mi300x-metric.json", OWN / "mi300x-process.json")
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    # metric prints no bus ids: KFD's GPUs are matched in PCI order.
+    kfd = make_kfd_tree(
+        tmp_path / "kfd", {2: (41416, 0x0C00), 3: (14446, 0x2200)}, {5150: {14446: 3 * GiB}}
+    )
+    source = AmdSmiSource(ProbeRunner(timeout_s=20), kfd_root=kfd)
+    gpus, status = anyio.run(source.sample, backend="asyncio")
+    assert status.ok
+    assert gpus[0].processes == []
+    assert [(p.pid, p.used_bytes) for p in gpus[1].processes] == [(5150, 3 * GiB)]
+    assert calls(tmp_path) == [" ".join(METRIC_ARGS)]
+
+
+def test_source_falls_back_to_the_full_metric_on_an_older_amd_smi(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bin_dir = fake_amd_smi(tmp_path, OWN / "mi300x-metric.json", "[]", refuse="--mem-usage")
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    source = AmdSmiSource(ProbeRunner(timeout_s=20), kfd_root=tmp_path / "no-kfd")
+    for _ in range(2):
+        gpus, status = anyio.run(source.sample, backend="asyncio")
+        assert status.ok, status.error
+        assert [g.utilization_pct for g in gpus] == [100, 0]
+    assert calls(tmp_path) == [
+        " ".join(METRIC_ARGS),
+        " ".join(METRIC_ALL_ARGS),
+        " ".join(PROCESS_ARGS),
+        " ".join(METRIC_ALL_ARGS),
+        " ".join(PROCESS_ARGS),
+    ]
+
+
+def test_source_says_when_it_has_readings_but_no_processes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bin_dir = fake_amd_smi(tmp_path, OWN / "mi300x-metric.json", "", refuse="process")
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    source = AmdSmiSource(ProbeRunner(timeout_s=20), kfd_root=tmp_path / "no-kfd")
+    gpus, status = anyio.run(source.sample, backend="asyncio")
+    assert [g.index for g in gpus] == [0, 1]
+    assert not status.ok
+    assert status.error == (
+        "GPU readings only, no processes: amd-smi exited 2: "
+        "amd-smi: error: unrecognized arguments: process"
+    )
+
+
+def test_source_with_no_gpus_says_what_to_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bin_dir = fake_amd_smi(tmp_path, '{"gpu_data": []}', "[]")
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    source = AmdSmiSource(ProbeRunner(timeout_s=20), kfd_root=tmp_path / "no-kfd")
+    gpus, status = anyio.run(source.sample, backend="asyncio")
+    assert gpus == []
+    assert status.error is not None
+    assert status.error.startswith("amd-smi printed no GPUs; run `amd-smi list`")
+    # The narrow form answered; the full one was tried once, in case it was refused.
+    assert calls(tmp_path) == [" ".join(METRIC_ARGS), " ".join(METRIC_ALL_ARGS)]

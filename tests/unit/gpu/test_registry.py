@@ -1,0 +1,97 @@
+"""Sources chosen per vendor at start, re-chosen when one fails, not probed every tick."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from placewatch.config import GPU_SOURCES
+from placewatch.gpu.nvidia_smi import NvidiaSmiSource
+from placewatch.gpu.nvml import NvmlSource
+from placewatch.gpu.registry import RECHECK_ABSENT_S, VendorChain, default_chains
+from placewatch.probe import ProbeRunner
+from placewatch.schemas import GpuSample, SourceStatus
+
+from .test_nvml import captured
+from tests.conftest import FIXTURES, FakeGpuTools
+from tests.support.fake_nvml import FakeNvml
+
+Result = tuple[list[GpuSample], list[SourceStatus]]
+
+
+def sample(chain: VendorChain) -> Result:
+    return anyio.run(chain.sample, backend="asyncio")
+
+
+@pytest.fixture
+def smi(fake_gpu: FakeGpuTools, monkeypatch: pytest.MonkeyPatch) -> FakeGpuTools:
+    fake_gpu.nvidia_smi(FIXTURES / "nvidia-smi" / "a100x2-query-gpu.csv")
+    for key, value in fake_gpu.env().items():
+        monkeypatch.setenv(key, value)
+    return fake_gpu
+
+
+def test_nvml_is_preferred_and_nvidia_smi_never_spawned(smi: FakeGpuTools) -> None:
+    chain = VendorChain(
+        "nvidia", [NvmlSource(FakeNvml(captured())), NvidiaSmiSource(ProbeRunner())]
+    )
+    for _ in range(3):
+        gpus, statuses = sample(chain)
+        assert len(gpus) == 2
+        assert [s.name for s in statuses] == ["nvml"]
+    assert smi.calls("nvidia-smi") == []
+
+
+def test_a_failing_source_falls_back_in_the_same_tick_and_sticks(smi: FakeGpuTools) -> None:
+    nvml = FakeNvml(captured())
+    chain = VendorChain("nvidia", [NvmlSource(nvml), NvidiaSmiSource(ProbeRunner())])
+    sample(chain)
+    nvml.failing = True
+    gpus, statuses = sample(chain)
+    assert len(gpus) == 2, "the tick lost its sample"
+    assert [(s.name, s.ok) for s in statuses] == [("nvml", False), ("nvidia-smi", True)]
+    assert statuses[0].error == "NVML failed: Unknown Error"
+    calls = nvml.calls
+    gpus, statuses = sample(chain)
+    assert [s.name for s in statuses] == ["nvidia-smi"]
+    assert nvml.calls == calls, "NVML was probed again on a tick where nvidia-smi works"
+
+
+def test_an_absent_vendor_is_looked_for_once_a_minute(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")
+    now = [1000.0]
+    looked = []
+
+    class Counting(NvidiaSmiSource):
+        def unavailable(self) -> str | None:
+            looked.append(now[0])
+            return super().unavailable()
+
+    chain = VendorChain("nvidia", [Counting(ProbeRunner())], clock=lambda: now[0])
+    assert not chain.resting()
+    gpus, statuses = sample(chain)
+    assert gpus == [] and chain.absent
+    assert [(s.name, s.error) for s in statuses] == [("nvidia-smi", "nvidia-smi not found on PATH")]
+    now[0] += RECHECK_ABSENT_S / 2
+    assert chain.resting()
+    assert sample(chain)[1] == statuses
+    assert looked == [1000.0]
+    now[0] += RECHECK_ABSENT_S
+    assert not chain.resting()
+    sample(chain)
+    assert len(looked) == 2
+
+
+def test_every_source_has_a_setting_name_and_the_vendors_order_holds() -> None:
+    every = default_chains(ProbeRunner())
+    assert [(c.vendor, [s.name for s in c.candidates]) for c in every] == [
+        ("nvidia", ["nvml", "nvidia-smi"]),
+        ("amd", ["rocm-smi", "amd-smi"]),
+    ]
+    assert sorted(GPU_SOURCES) == sorted(s.name for c in every for s in c.candidates)
+    chosen = default_chains(ProbeRunner(), sources=["amd-smi", "nvidia-smi", "rocm-smi"])
+    assert [(c.vendor, [s.name for s in c.candidates]) for c in chosen] == [
+        ("nvidia", ["nvidia-smi"]),
+        ("amd", ["rocm-smi", "amd-smi"]),
+    ]
+    assert [c.vendor for c in default_chains(ProbeRunner(), sources=["nvml"])] == ["nvidia"]

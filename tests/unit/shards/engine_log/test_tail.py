@@ -1,0 +1,109 @@
+"""Following a log file as it grows: complete lines, a partial one held, a new file noticed."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from placewatch.shards.engine_log import LogTail
+
+
+def test_complete_lines_come_and_a_partial_one_is_held(tmp_path: Path) -> None:
+    log = tmp_path / "engine.log"
+    log.write_bytes(b"")
+    tail = LogTail(log)
+    assert tail.path == log
+    with log.open("ab") as out:
+        out.write(b"first line\nsecond li")
+        out.flush()
+        assert tail.poll() == ["first line"]
+        assert tail.poll() == []
+        out.write(b"ne\r\nthird")
+        out.flush()
+        assert tail.poll() == ["second line"]
+        out.write(b"\n")
+        out.flush()
+        assert tail.poll() == ["third"]
+    assert tail.generation == 0
+
+
+def test_nothing_comes_until_the_file_appears(tmp_path: Path) -> None:
+    log = tmp_path / "later.log"
+    tail = LogTail(str(log))
+    assert tail.poll() == []
+    log.write_text("load_tensors: offloaded 33/33 layers to GPU\n")
+    assert tail.poll() == ["load_tensors: offloaded 33/33 layers to GPU"]
+    assert tail.poll() == []  # nothing new
+    assert tail.generation == 0  # the first file it saw is not a new start
+
+
+def test_a_truncated_file_starts_a_new_generation_from_its_top(tmp_path: Path) -> None:
+    log = tmp_path / "engine.log"
+    log.write_text("ggml_cuda_init: failed to initialize CUDA: unknown error\n" * 3)
+    tail = LogTail(log)
+    assert len(tail.poll()) == 3
+    log.write_text("load_tensors: offloaded 2/2 layers to GPU\n")  # the engine restarted
+    assert tail.poll() == ["load_tensors: offloaded 2/2 layers to GPU"]
+    assert tail.generation == 1
+
+
+def test_a_replaced_file_starts_a_new_generation_even_when_longer(tmp_path: Path) -> None:
+    log = tmp_path / "engine.log"
+    log.write_text("load_tensors: offloaded 0/29 layers to GPU\n")
+    tail = LogTail(log)
+    tail.poll()
+    new = tmp_path / "engine.log.new"
+    new.write_text("x" * 200 + "\nload_tensors: offloaded 29/29 layers to GPU\n")
+    os.replace(new, log)  # longer than what was read: only the inode tells
+    assert tail.poll() == ["x" * 200, "load_tensors: offloaded 29/29 layers to GPU"]
+    assert tail.generation == 1
+
+
+def test_a_file_that_became_unreadable_is_skipped_quietly(tmp_path: Path) -> None:
+    log = tmp_path / "engine.log"
+    log.write_text("first\n")
+    tail = LogTail(log)
+    assert tail.poll() == ["first"]
+    log.unlink()
+    log.mkdir()  # open() fails, as it does for a file this user may no longer read
+    assert tail.poll() == []
+    log.rmdir()
+    log.write_text("again\n")
+    assert tail.poll() == ["again"]
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode")
+def test_a_file_without_read_permission_is_skipped(tmp_path: Path) -> None:
+    log = tmp_path / "engine.log"
+    log.write_text("first\n")
+    tail = LogTail(log)
+    assert tail.poll() == ["first"]
+    with log.open("a") as out:
+        out.write("second\n")
+    log.chmod(0)
+    try:
+        assert tail.poll() == []
+    finally:
+        log.chmod(0o644)
+    assert tail.poll() == ["second"]
+
+
+def test_bytes_per_poll_and_line_length_are_capped(tmp_path: Path) -> None:
+    log = tmp_path / "engine.log"
+    log.write_bytes(b"a" * 5000 + b"\n" + b"short\n" * 100)
+    tail = LogTail(log, max_read=1024, max_line=100)
+    lines: list[str] = []
+    for _ in range(20):
+        got = tail.poll()
+        assert sum(len(x) + 1 for x in got) <= 1024 + 100
+        lines += got
+    assert lines[0] == "a" * 100
+    assert lines[1:] == ["short"] * 100
+
+
+def test_invalid_utf8_is_read_without_raising(tmp_path: Path) -> None:
+    log = tmp_path / "engine.log"
+    log.write_bytes(b"\xff\xfe load_tensors: offloaded 3/4 layers to GPU\n")
+    assert LogTail(log).poll() == ["\ufffd\ufffd load_tensors: offloaded 3/4 layers to GPU"]

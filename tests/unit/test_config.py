@@ -1,0 +1,139 @@
+"""Settings: flags over environment over file over defaults; bad input exits 2 naming it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from placewatch.config import ConfigError, load
+
+from tests.conftest import clean_env, run_placewatch
+
+
+def test_defaults() -> None:
+    s = load({}, environ={})
+    assert s.nats == []
+    assert s.interval == 2.0
+    assert s.prefix == "placewatch"
+    assert s.gpu_sources == ["nvml", "nvidia-smi", "rocm-smi", "amd-smi"]
+    assert s.node  # the short hostname
+    assert "." not in s.node
+
+
+def test_flags_over_environment_over_file(tmp_path: Path) -> None:
+    config = tmp_path / "placewatch.toml"
+    config.write_text('node = "from-file"\ninterval = 7\nprefix = "pw"\nnats = ["nats://a:4222"]\n')
+    env = {"PLACEWATCH_NODE": "from-env", "PLACEWATCH_INTERVAL": "3.5"}
+    s = load({"node": "from-flag"}, environ=env, config_path=str(config))
+    assert s.node == "from-flag"
+    assert s.interval == 3.5
+    assert s.prefix == "pw"
+    assert s.nats == ["nats://a:4222"]
+
+
+def test_config_file_from_environment_and_url_lists(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text('nats = "nats://a:4222, nats://b:4222"\n')
+    s = load({}, environ={"PLACEWATCH_CONFIG": str(config)})
+    assert s.nats == ["nats://a:4222", "nats://b:4222"]
+    s = load({}, environ={"PLACEWATCH_NATS": "nats://c:1,nats://d:2"})
+    assert s.nats == ["nats://c:1", "nats://d:2"]
+
+
+def test_gpu_sources_as_a_list_or_comma_separated(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text('gpu_sources = ["rocm-smi", "amd-smi"]\n')
+    assert load({}, environ={}, config_path=str(config)).gpu_sources == ["rocm-smi", "amd-smi"]
+    env = {"PLACEWATCH_GPU_SOURCES": "nvidia-smi, amd-smi"}
+    assert load({}, environ=env).gpu_sources == ["nvidia-smi", "amd-smi"]
+    assert load({"gpu_sources": "nvml"}, environ=env).gpu_sources == ["nvml"]
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (
+            "nvml,cuda",
+            "Invalid enum value 'cuda'; expected one of nvml, nvidia-smi, rocm-smi, amd-smi",
+        ),
+        (" , ", "names none; name at least one of nvml, nvidia-smi, rocm-smi, amd-smi"),
+    ],
+)
+def test_bad_gpu_sources_name_the_choices(value: str, message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load({}, environ={"PLACEWATCH_GPU_SOURCES": value})
+    assert str(caught.value) == f"environment variable PLACEWATCH_GPU_SOURCES: {message}"
+    with pytest.raises(ConfigError) as caught:
+        load({"gpu_sources": value}, environ={})
+    assert str(caught.value) == f"--gpu-sources: {message}"
+
+
+def test_unknown_file_key_names_the_key(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text("intreval = 3\n")
+    with pytest.raises(
+        ConfigError, match=r"unknown key .intreval.; known keys: nats, user, password, token"
+    ):
+        load({}, environ={}, config_path=str(config))
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('interval = "fast"', "key 'interval': Expected `float`, got `str`"),
+        ("interval = 0", "key 'interval': Expected `float` > 0.0"),
+        (
+            'encoding = "xml"',
+            "key 'encoding': Invalid enum value 'xml'; expected one of json, msgpack",
+        ),
+        ("embedded_port = 70000", "key 'embedded_port': Expected `int` <= 65535"),
+    ],
+)
+def test_wrong_type_in_file_names_key_and_expectation(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text(text + "\n")
+    with pytest.raises(ConfigError) as caught:
+        load({}, environ={}, config_path=str(config))
+    assert str(caught.value).startswith(f"config file {config}: {message}")
+
+
+def test_bad_environment_names_the_variable() -> None:
+    with pytest.raises(
+        ConfigError, match=r"^environment variable PLACEWATCH_INTERVAL: Expected `float`"
+    ):
+        load({}, environ={"PLACEWATCH_INTERVAL": "soon"})
+    with pytest.raises(
+        ConfigError, match=r"^environment variable PLACEWATCH_NODES is not a placewatch setting"
+    ):
+        load({}, environ={"PLACEWATCH_NODES": "x"})
+
+
+def test_cli_exits_2_with_one_line_naming_the_key(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text('node = "n"\nshards_dir = "/x"\n')
+    done = run_placewatch("run", "--config", str(config))
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr.count("\n") == 1
+    assert done.stderr.startswith(f"placewatch: config file {config}: unknown key 'shards_dir'")
+
+
+def test_cli_missing_or_broken_file_exits_2(tmp_path: Path) -> None:
+    done = run_placewatch("sample", "--config", str(tmp_path / "absent.toml"))
+    assert done.returncode == 2
+    assert "does not exist" in done.stderr
+    broken = tmp_path / "broken.toml"
+    broken.write_text("node = \n")
+    done = run_placewatch("sample", "--config", str(broken))
+    assert done.returncode == 2
+    assert f"config file {broken} is not valid TOML" in done.stderr
+
+
+def test_cli_bad_flag_value_exits_2() -> None:
+    env = clean_env()
+    done = run_placewatch("sample", "--interval", "-1", env=env)
+    assert done.returncode == 2
+    assert done.stderr.strip() == "placewatch: --interval: Expected `float` > 0.0"

@@ -1,0 +1,55 @@
+"""nats.connect() arguments from the settings: credentials and TLS, checked before any run.
+
+Imports no NATS client: a command that fails on a bad credentials file fails at once.
+"""
+
+from __future__ import annotations
+
+import os
+import ssl
+from typing import Any
+
+from ..config import ConfigError, Settings
+
+
+def connect_options(settings: Settings) -> dict[str, Any]:
+    """nats.connect() arguments for the settings' credentials and TLS.
+
+    Raises ConfigError naming the setting when a file it names cannot be used;
+    no secret is ever part of a message.
+    """
+    options: dict[str, Any] = {}
+    if settings.user is not None:
+        options["user"] = settings.user
+        options["password"] = settings.password or ""
+    if settings.token is not None:
+        options["token"] = settings.token
+    for field, argument in (("nkey_seed", "nkeys_seed"), ("creds", "user_credentials")):
+        path = getattr(settings, field)
+        if path is not None:
+            _readable(field, path)
+            options[argument] = path
+    if settings.tls_ca or settings.tls_cert:
+        try:
+            context = ssl.create_default_context(cafile=settings.tls_ca)
+            if settings.tls_cert:
+                context.load_cert_chain(settings.tls_cert, settings.tls_key)
+        except (OSError, ssl.SSLError) as exc:
+            which = (
+                "tls_ca" if settings.tls_ca and not _exists(settings.tls_ca) else "tls_cert/tls_key"
+            )
+            raise ConfigError(
+                f"{which}: cannot load the TLS files ({getattr(exc, 'strerror', None) or exc}); "
+                "check the paths and that they are PEM"
+            ) from None
+        options["tls"] = context
+    return options
+
+
+def _exists(path: str) -> bool:
+    return os.path.isfile(path)
+
+
+def _readable(field: str, path: str) -> None:
+    if not os.access(path, os.R_OK):
+        raise ConfigError(f"{field}: {path} cannot be read; check the path and its permissions")

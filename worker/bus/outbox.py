@@ -1,0 +1,178 @@
+"""Compute statuses and fallback events: never lost, stored once.
+
+Events go to the JetStream stream PLACEWATCH_EVENTS with a Nats-Msg-Id, and
+wait in a bounded outbox until the stream acknowledges them, across
+disconnects; a retried publish inside the stream's duplicate window is
+stored once. The latest status of each shard is also put in the KV bucket
+placewatch_compute, for a consumer that starts late. Without JetStream (a
+plain core server) events go out as core messages, and the worker says so
+once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client
+from nats.js.kv import KeyValue
+
+from placewatch.schemas import (
+    ComputeStatus,
+    DecodeError,
+    decode,
+    encode,
+    subjects,
+    value_headers,
+)
+from placewatch.schemas.codec import Encoding
+from placewatch.schemas.streams import COMPUTE, STREAMS
+
+from ..shards.events import Outgoing
+from .kvfollow import Values, follow
+from .streams import StreamSettings, ensure_bucket, ensure_stream
+
+log = logging.getLogger(__name__)
+
+PREVIOUS_HEARTBEAT_S = 1.0
+"""The server's heartbeat while the statuses of an earlier session are read."""
+
+
+MAX_PENDING = 10_000
+PUBLISH_TIMEOUT_S = 2.0
+
+
+class EventOutbox:
+    def __init__(
+        self,
+        nc: Client,
+        prefix: str = subjects.DEFAULT_PREFIX,
+        encoding: Encoding = "json",
+        max_pending: int = MAX_PENDING,
+        streams: StreamSettings | None = None,
+    ) -> None:
+        self.streams = streams or StreamSettings()
+        self.nc = nc
+        self.js = nc.jetstream(timeout=PUBLISH_TIMEOUT_S)
+        self.prefix = prefix
+        self.encoding: Encoding = encoding
+        self.pending: deque[Outgoing] = deque()
+        self.max_pending = max_pending
+        self.dropped = 0
+        self.core_only = False
+        self._set_up = False
+        self._compute: KeyValue | None = None
+        self._failing = False
+
+    def add(self, items: list[Outgoing]) -> None:
+        for item in items:
+            if len(self.pending) >= self.max_pending:
+                lost = self.pending.popleft()
+                self.dropped += 1
+                log.error(
+                    "event outbox full (%d): dropped %s %s; the bus has been away too long",
+                    self.max_pending,
+                    lost.subject,
+                    lost.msg_id,
+                )
+            self.pending.append(item)
+
+    async def setup(self) -> None:
+        """Create the streams and the compute bucket when missing (and allowed)."""
+        try:
+            for stream in STREAMS:
+                await ensure_stream(self.js, stream, self.prefix, self.streams)
+            self._compute = await ensure_bucket(self.js, COMPUTE, self.streams)
+        except (nats.js.errors.ServiceUnavailableError, nats.errors.NoRespondersError):
+            self._no_jetstream()
+        self._set_up = True
+
+    async def previous(self, node: str) -> list[ComputeStatus]:
+        """The statuses an earlier session of this node left in the compute bucket.
+
+        Reads this node's keys only (not the fleet's), their latest values. No bucket (a
+        first start) or no JetStream: none.
+        """
+        found: Values = {}
+        try:
+            stopped = await follow(
+                self.nc,
+                COMPUTE.name,
+                subjects.node_keys(node),
+                heartbeat=PREVIOUS_HEARTBEAT_S,
+                latest=found.update,
+            )
+        except (nats.errors.Error, TimeoutError):
+            return []  # nothing to carry over
+        if stopped:
+            log.warning(
+                "the statuses node %s's last session left in KV %s were not read (%s): a "
+                "fallback it left firing is not resolved by this session",
+                node,
+                COMPUTE.name,
+                stopped,
+            )
+        statuses = []
+        for value in found.values():
+            if value is None:
+                continue  # deleted
+            try:
+                statuses.append(decode(value, ComputeStatus, value_headers(value)))
+            except DecodeError:
+                continue
+        return statuses
+
+    def _no_jetstream(self) -> None:
+        if not self.core_only:
+            log.warning(
+                "the server has no JetStream: events go out as core messages, not stored; "
+                "enable JetStream (nats-server -js) so none is lost"
+            )
+        self.core_only = True
+
+    async def flush(self) -> int:
+        """Publish what is pending, oldest first, until one fails; the number published."""
+        if not self.pending or not self.nc.is_connected:
+            return 0
+        if not self._set_up:
+            try:
+                await self.setup()
+            except (nats.errors.Error, TimeoutError) as exc:
+                self._report(exc)
+                return 0
+        sent = 0
+        while self.pending:
+            item = self.pending[0]
+            payload, headers = encode(item.message, self.encoding, item.msg_id)
+            try:
+                if self.core_only:
+                    await self.nc.publish(item.subject, payload, headers=headers)
+                else:
+                    await self.js.publish(item.subject, payload, headers=headers)
+                    if item.kv_key and self._compute is not None:
+                        await self._compute.put(item.kv_key, payload)
+            except nats.js.errors.NoStreamResponseError:
+                self._set_up = False  # the stream went away: create it again next time
+                self._report(RuntimeError(f"no stream takes {item.subject}"))
+                break
+            except (nats.errors.Error, TimeoutError) as exc:
+                self._report(exc)
+                break
+            self.pending.popleft()
+            sent += 1
+        else:
+            if self._failing:
+                log.info("events flowing again")
+            self._failing = False
+        return sent
+
+    def _report(self, exc: BaseException) -> None:
+        if not self._failing:
+            log.warning(
+                "events not acknowledged (%s); %d kept and retried",
+                str(exc) or type(exc).__name__,
+                len(self.pending),
+            )
+        self._failing = True

@@ -1,0 +1,78 @@
+"""Making the contract's streams and buckets (placewatch.schemas.streams) on the server.
+
+Each is created when missing, as the table describes it, unless the worker
+was told to use only what an operator made (`--no-create`): then a missing
+one is an error that names the command to create it by hand.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import nats.js.errors
+from nats.js import JetStreamContext
+from nats.js.api import DiscardPolicy, StorageType, StreamConfig
+from nats.js.kv import KeyValue
+
+from placewatch.schemas.streams import Bucket, Stream
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StreamSettings:
+    """Whether and how the worker creates the streams and buckets it uses."""
+
+    create: bool = True
+    replicas: int = 1
+    storage: str = "file"
+
+    @property
+    def storage_type(self) -> StorageType:
+        return StorageType.MEMORY if self.storage == "memory" else StorageType.FILE
+
+
+def stream_config(stream: Stream, prefix: str, settings: StreamSettings) -> StreamConfig:
+    """The configuration the table gives `stream` under `prefix`."""
+    config = StreamConfig(
+        name=stream.name,
+        subjects=stream.subjects(prefix),
+        storage=settings.storage_type,
+        num_replicas=settings.replicas,
+    )
+    if stream.duplicate_window_s is not None:
+        config.duplicate_window = stream.duplicate_window_s
+    if stream.max_msgs_per_subject is not None:
+        config.max_msgs_per_subject = stream.max_msgs_per_subject
+        config.discard = DiscardPolicy.OLD
+    return config
+
+
+async def ensure_stream(
+    js: JetStreamContext, stream: Stream, prefix: str, settings: StreamSettings
+) -> None:
+    try:
+        await js.stream_info(stream.name)
+    except nats.js.errors.NotFoundError:
+        if not settings.create:
+            raise nats.js.errors.NotFoundError(
+                description=f"stream {stream.name} does not exist and --no-create is set; "
+                f"create it ({stream.command(prefix, settings.storage, settings.replicas)}) "
+                "or let the worker create it"
+            ) from None
+        await js.add_stream(stream_config(stream, prefix, settings))
+        log.info("created stream %s", stream.name)
+
+
+async def ensure_bucket(js: JetStreamContext, bucket: Bucket, settings: StreamSettings) -> KeyValue:
+    try:
+        return await js.key_value(bucket.name)
+    except nats.js.errors.BucketNotFoundError:
+        if not settings.create:
+            raise
+        kv = await js.create_key_value(
+            bucket=bucket.name, history=bucket.history, replicas=settings.replicas
+        )
+        log.info("created KV bucket %s", bucket.name)
+        return kv

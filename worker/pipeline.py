@@ -1,0 +1,132 @@
+"""The sampling pipeline, built once from the settings for `run`, `sample` and `doctor`.
+
+A tick is three steps, each its own call so that the worker's tick reads as
+the pipeline it is:
+
+1. `read`: the GPUs and the host (NodeSampler, which knows nothing of shards);
+2. `judge`: the shard pass on those readings (ShardPass), each shard's engine
+   log as EngineLogs last read it;
+3. `telemetry`: the NodeTelemetry of this tick, immutable once built.
+
+`take` runs the three for a one-off sample. EngineLogs' task must run for
+the pipeline to judge: `open_pipeline` runs it for a one-off use, and the
+worker starts it in its own task group.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+import anyio
+
+from placewatch.schemas import NodeTelemetry
+
+from .config import Settings
+from .gpu.registry import chains_for
+from .host import HostSampler
+from .sampler import NodeReading, NodeSampler
+from .shards.engine_logs import EngineLogs
+from .shards.placements import ShardsFile
+from .shards.shard_pass import ShardPass, ShardsView
+
+if TYPE_CHECKING:  # the bucket brings the NATS client, which `placewatch sample` does without
+    from .shards.bucket import PlacementsBucket
+
+
+def new_session() -> str:
+    """An id for one run of a worker: consumers tell a restart from a gap by it."""
+    return secrets.token_hex(6)
+
+
+@dataclass(frozen=True)
+class Tick:
+    """One tick's result: the telemetry, and the shard pass it was built from."""
+
+    telemetry: NodeTelemetry
+    shards: ShardsView
+
+
+class Pipeline:
+    def __init__(
+        self,
+        node: str,
+        interval_s: float,
+        sampler: NodeSampler,
+        shards: ShardPass,
+        *,
+        session: str | None = None,
+    ) -> None:
+        self.node = node
+        self.interval_s = interval_s
+        self.sampler = sampler
+        self.shards = shards
+        self.session = session or shards.session
+        self.seq = 0
+
+    @classmethod
+    def from_settings(
+        cls,
+        settings: Settings,
+        session: str | None = None,
+        bucket: PlacementsBucket | None = None,
+    ) -> Pipeline:
+        session = session or new_session()
+        shards = ShardPass(
+            settings.node,
+            session,
+            grace_s=settings.grace,
+            shards_file=ShardsFile(settings.shards) if settings.shards else None,
+            bucket=bucket,
+            discovery=settings.discover,
+            logs=EngineLogs(),
+        )
+        chains = chains_for(settings.probe_timeout, settings.kfd_root, settings.gpu_sources)
+        sampler = NodeSampler(chains, HostSampler())
+        return cls(settings.node, settings.interval, sampler, shards, session=session)
+
+    @property
+    def logs(self) -> EngineLogs | None:
+        return self.shards.logs
+
+    async def read(self) -> NodeReading:
+        return await self.sampler.sample()
+
+    async def judge(self, reading: NodeReading) -> ShardsView:
+        return await self.shards.judge(reading.gpus, reading.gpus_known)
+
+    def telemetry(self, reading: NodeReading, shards: ShardsView) -> NodeTelemetry:
+        telemetry = NodeTelemetry(
+            node=self.node,
+            session=self.session,
+            seq=self.seq,
+            time=datetime.now(UTC),
+            interval_s=self.interval_s,
+            gpus=shards.gpus,
+            host=reading.host,
+            shards=shards.briefs,
+            sources=[*reading.sources, *shards.problems],
+        )
+        self.seq += 1
+        return telemetry
+
+    async def take(self) -> Tick:
+        """One whole tick: read, judge, build."""
+        reading = await self.read()
+        shards = await self.judge(reading)
+        return Tick(self.telemetry(reading, shards), shards)
+
+
+@asynccontextmanager
+async def open_pipeline(settings: Settings, session: str | None = None) -> AsyncIterator[Pipeline]:
+    """A pipeline whose engine logs are followed while the block runs (`sample`, `doctor`)."""
+    pipeline = Pipeline.from_settings(settings, session)
+    async with anyio.create_task_group() as tg:
+        if pipeline.logs is not None:
+            await tg.start(pipeline.logs.run)
+        yield pipeline
+        tg.cancel_scope.cancel()

@@ -1,0 +1,124 @@
+"""Every shard's engine log, followed by one task; its evidence handed to the tick as values.
+
+One task owns the tails and their readers, and nothing else touches them:
+the file reads run in a worker thread that this task awaits, so no two
+threads ever share one. The tick asks for the evidence of the logs it wants
+(`read`) and gets immutable EngineEvidence back; between ticks the task looks
+at the logs LOG_POLL_S apart and says when one changed (`changed`), so that
+an engine's own word reaches the bus well inside an interval. With no log to
+follow it sleeps until a tick asks for one: an idle worker has no wake-ups
+here (polling five times a second cost a tenth of an idle worker's CPU,
+docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import anyio
+import anyio.to_thread
+from anyio.abc import TaskStatus
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from .engine_log import EngineEvidence, EvidenceReader, LogTail
+
+LOG_POLL_S = 0.2
+
+Evidence = Mapping[str, EngineEvidence]
+"""Shard id -> what its engine's log says so far."""
+
+
+@dataclass
+class _Followed:
+    tail: LogTail
+    reader: EvidenceReader = field(default_factory=EvidenceReader)
+    generation: int = 0
+
+    def update(self) -> bool:
+        """Read what the log added; True when its evidence changed. Blocking."""
+        before = self.reader.snapshot()
+        lines = self.tail.poll()
+        if self.tail.generation != self.generation:  # another run of the engine, from the top
+            self.reader, self.generation = EvidenceReader(), self.tail.generation
+        for line in lines:
+            self.reader.read(line)
+        return self.reader.snapshot() != before
+
+
+@dataclass(frozen=True)
+class _Ask:
+    wanted: dict[str, str]
+    """Shard id -> log path."""
+    reply: MemoryObjectSendStream[Evidence]
+
+
+class EngineLogs:
+    """The owner of every engine log tail; run `run` in a task group with `start`."""
+
+    def __init__(self, poll_s: float = LOG_POLL_S) -> None:
+        self.poll_s = poll_s
+        self._asks: MemoryObjectSendStream[_Ask] | None = None
+        changes_send, self._changes = anyio.create_memory_object_stream[None](1)
+        self._changes_send = changes_send
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        asks_send, asks = anyio.create_memory_object_stream[_Ask]()
+        followed: dict[str, _Followed] = {}
+        with asks_send, asks:
+            self._asks = asks_send
+            task_status.started()
+            while True:
+                ask = await self._next_ask(asks, bool(followed))
+                if ask is not None:
+                    _follow(followed, ask.wanted)
+                changed = bool(followed) and await anyio.to_thread.run_sync(_update_all, followed)
+                if ask is not None:
+                    with ask.reply:
+                        evidence = {sid: f.reader.snapshot() for sid, f in followed.items()}
+                        with contextlib.suppress(anyio.BrokenResourceError):  # asker cancelled
+                            ask.reply.send_nowait(evidence)
+                elif changed:
+                    with contextlib.suppress(anyio.WouldBlock):  # one is waiting to be told
+                        self._changes_send.send_nowait(None)
+
+    async def _next_ask(
+        self, asks: MemoryObjectReceiveStream[_Ask], following: bool
+    ) -> _Ask | None:
+        """The next ask; with logs to follow, None once it is time to look at them again."""
+        if not following:
+            return await asks.receive()
+        with anyio.move_on_after(self.poll_s):
+            return await asks.receive()
+        return None
+
+    async def read(self, wanted: Mapping[str, str]) -> Evidence:
+        """Follow exactly the logs `wanted` names (shard id -> path) and give their evidence,
+        read up to now."""
+        if self._asks is None:
+            raise RuntimeError("EngineLogs.read before its task started")
+        reply_send, reply = anyio.create_memory_object_stream[Evidence](1)
+        with reply:
+            await self._asks.send(_Ask(dict(wanted), reply_send))
+            return await reply.receive()
+
+    async def changed(self) -> None:
+        """Until a followed log says something new (since the last time this returned)."""
+        await self._changes.receive()
+
+
+def _follow(followed: dict[str, _Followed], wanted: Mapping[str, str]) -> None:
+    for sid in [s for s in followed if s not in wanted]:
+        del followed[sid]
+    for sid, path in wanted.items():
+        current = followed.get(sid)
+        if current is None or str(current.tail.path) != path:
+            followed[sid] = _Followed(LogTail(path))
+
+
+def _update_all(followed: Mapping[str, _Followed]) -> bool:
+    changed = False
+    for f in followed.values():
+        changed = f.update() or changed
+    return changed

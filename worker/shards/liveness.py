@@ -1,0 +1,109 @@
+"""Which process each shard is, whether it still runs, and whether it is ready to be judged.
+
+A placement finds its process by `pid` or by `match` on the command line; a
+reused pid is told apart by its start time (/proc/PID/stat), kept while the
+process runs. A shard is ready when its health URL answers 2xx or, without
+one, once its grace period has passed since its process started.
+"""
+
+from __future__ import annotations
+
+import re
+import urllib.error
+import urllib.request
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+import psutil
+
+from .attribution import ProcTable
+from .placements import Placement
+
+HEALTH_TIMEOUT_S = 1.0
+
+Health = Literal["ok", "not ready", "unreachable"]
+
+
+@dataclass
+class Tracked:
+    """What persists about one shard between ticks."""
+
+    placement: Placement
+    pid: int | None = None
+    create_time: float | None = None
+    started: int | None = None
+    """The process's start time in clock ticks (/proc/PID/stat): a reused pid differs."""
+    ready: bool = False
+
+    def forget_process(self) -> None:
+        self.pid = self.create_time = self.started = None
+        self.ready = False
+
+
+def runs(table: ProcTable, pid: int, started: int | None) -> bool:
+    """Whether `pid` runs and is the process that started then (a reused pid is not)."""
+    return started is not None and table.started(pid) == started
+
+
+def settled(tracked: Iterable[Tracked], table: ProcTable) -> bool:
+    """Whether every shard still has the process it had (its start time, kept while its
+    pidfd says it runs). The usual tick: nothing to look up, so no thread is needed."""
+    return all(
+        t.pid is not None
+        and t.placement.spec.pid in (None, t.pid)
+        and runs(table, t.pid, t.started)
+        for t in tracked
+    )
+
+
+def find_processes(tracked: Iterable[Tracked], table: ProcTable) -> None:
+    """Find each shard's process; notice one that exited or was replaced. Blocking."""
+    candidates: list[tuple[float, int, str]] | None = None
+    for t in tracked:
+        spec = t.placement.spec
+        pid = spec.pid
+        if pid is None and spec.match:
+            if t.pid is not None and runs(table, t.pid, t.started):
+                continue
+            if candidates is None:
+                candidates = command_lines()
+            pattern = re.compile(spec.match)
+            pid = next((p for _, p, cmd in candidates if pattern.search(cmd)), None)
+        if pid is None:
+            t.forget_process()
+            continue
+        if pid == t.pid and runs(table, pid, t.started):
+            continue
+        try:
+            created = psutil.Process(pid).create_time()
+        except psutil.Error:
+            created = None
+        started = table.started(pid)
+        if created is None or started is None:
+            t.forget_process()
+            continue
+        t.pid, t.create_time, t.started, t.ready = pid, created, started, False
+
+
+def command_lines() -> list[tuple[float, int, str]]:
+    """(start time, pid, command line) of every readable process, oldest first."""
+    found = []
+    me = psutil.Process().pid
+    for proc in psutil.process_iter(["cmdline", "create_time"]):
+        cmdline = proc.info.get("cmdline")
+        if proc.pid == me or not cmdline:
+            continue
+        found.append((proc.info.get("create_time") or 0.0, proc.pid, " ".join(cmdline)))
+    return sorted(found)
+
+
+def health(url: str) -> Health:
+    """What a health URL says: 2xx, another status (503 while loading), or nothing at all."""
+    try:
+        with urllib.request.urlopen(url, timeout=HEALTH_TIMEOUT_S) as response:  # noqa: S310
+            return "ok" if 200 <= int(response.status) < 300 else "not ready"
+    except urllib.error.HTTPError:
+        return "not ready"
+    except (OSError, ValueError):
+        return "unreachable"

@@ -1,0 +1,301 @@
+"""The shard pass: once a tick, every shard on the node found, attributed and judged.
+
+It runs after the GPUs and the host were read, on those readings. Placements
+come from the shards file, the placements bucket and discovery, all live at
+once; a placement in the file or the bucket claims its process, so discovery
+does not report it a second time. Each shard's engine log is followed by
+EngineLogs, which hands the pass what each log says so far.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import anyio.to_thread
+
+from placewatch.schemas import ComputeStatus, GpuSample, ShardBrief, SourceStatus
+
+from .attribution import Held, ProcTable, attribute, owner, unseen_holders
+from .discover import discover
+from .engine_logs import EngineLogs, Evidence
+from .liveness import Tracked, find_processes, health, settled
+from .placements import Placement, ShardsFile
+from .verdict import Judgement, Observation, judge
+
+if TYPE_CHECKING:  # the bucket brings the NATS client, which `placewatch sample` does without
+    from .bucket import PlacementsBucket
+
+log = logging.getLogger(__name__)
+
+DISCOVERY_EVERY_S = 10.0
+
+
+@dataclass(frozen=True)
+class ShardsView:
+    """One pass's result: the GPUs with processes attributed, and every shard's status."""
+
+    gpus: list[GpuSample]
+    statuses: list[ComputeStatus] = field(default_factory=list)
+    gone: list[ComputeStatus] = field(default_factory=list)
+    """Shards no longer placed or found: their last status, now `gone`."""
+    problems: list[SourceStatus] = field(default_factory=list)
+
+    @property
+    def briefs(self) -> list[ShardBrief]:
+        return [
+            ShardBrief(shard=s.shard, verdict=s.verdict, pid=s.pid, reason=s.reason)
+            for s in self.statuses
+        ]
+
+
+@dataclass(frozen=True)
+class _Attributed:
+    """The GPUs with each process's shard, what each shard holds, and the GPUs whose memory
+    may be held by processes this worker cannot see."""
+
+    gpus: list[GpuSample]
+    held: Held
+    unseen: dict[int, str]
+
+
+class ShardPass:
+    def __init__(
+        self,
+        node: str,
+        session: str,
+        *,
+        grace_s: float = 15.0,
+        shards_file: ShardsFile | None = None,
+        bucket: PlacementsBucket | None = None,
+        discovery: bool = True,
+        logs: EngineLogs | None = None,
+        proc_root: Path = Path("/proc"),
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.node = node
+        self.session = session
+        self.grace_s = grace_s
+        self.shards_file = shards_file
+        self.bucket = bucket
+        self.discovery = discovery
+        self.logs = logs
+        self.clock = clock
+        self.tracked: dict[str, Tracked] = {}
+        self.table = ProcTable(proc_root)
+        self._found: list[Placement] | None = None
+        self._found_at = 0.0
+        self._owners: dict[int, str | None] = {}
+        self._owners_for: dict[int, str] = {}
+        self._logs_wanted: dict[str, str] = {}
+
+    async def judge(self, gpus: list[GpuSample], gpus_known: bool) -> ShardsView:
+        """Every shard's status on these GPU readings; `gpus_known`: a GPU tool answered."""
+        placements, problems = self._placements()
+        if self.discovery:
+            placements += await self._discovered(gpus, placements)
+        gone = self._track(placements)
+        exited = self.table.refresh()
+        if not settled(self.tracked.values(), self.table):
+            await anyio.to_thread.run_sync(find_processes, self.tracked.values(), self.table)
+        await self._readiness()
+        evidence = await self._evidence()
+        seen = self._attribute(gpus, exited)
+        now = datetime.now(UTC)
+        statuses = [
+            self._status(sid, t, self._judgement(sid, t, seen, gpus_known, evidence), now)
+            for sid, t in sorted(self.tracked.items())
+        ]
+        return ShardsView(
+            gpus=seen.gpus,
+            statuses=statuses,
+            gone=[self._gone_status(p, now) for p in gone],
+            problems=problems,
+        )
+
+    @staticmethod
+    def _judgement(
+        sid: str, t: Tracked, seen: _Attributed, gpus_known: bool, evidence: Evidence
+    ) -> Judgement:
+        obs = Observation(
+            placement=t.placement,
+            pid=t.pid,
+            alive=t.pid is not None,
+            ready=t.ready,
+            gpus_known=gpus_known,
+            held=seen.held.get(sid, {}),
+            hidden=seen.unseen,
+            evidence=evidence.get(sid),
+        )
+        return judge(obs, seen.gpus)
+
+    def _attribute(self, gpus: list[GpuSample], exited: bool) -> _Attributed:
+        shard_pids = {t.pid: sid for sid, t in self.tracked.items() if t.pid}
+        fresh = self._update_owners(gpus, shard_pids, exited)
+        gpus, held = attribute(gpus, self._owners)
+        unseen = unseen_holders(gpus, self.table) if self.tracked else {}
+        if fresh:  # every process the owners were worked out from was looked up this tick
+            self.table.keep_only(self.table.used)
+        return _Attributed(gpus, held, unseen)
+
+    def _update_owners(
+        self, gpus: list[GpuSample], shard_pids: dict[int, str], exited: bool
+    ) -> bool:
+        """Work out the shard of each GPU process not worked out before; True when all were.
+
+        An owner stands while the shards' pids and every process it was worked out from
+        (the process, its ancestors, its group's leader) stay the same, so the usual tick
+        reads no /proc file at all. Everything is worked out again when one of them exited,
+        when a shard's pid changed, or when a process left the GPUs' lists (so that the
+        pidfds kept are those of processes still listed).
+        """
+        pids = {p.pid for g in gpus for p in g.processes}
+        fresh = exited or shard_pids != self._owners_for or not self._owners.keys() <= pids
+        if fresh:
+            self._owners, self._owners_for = {}, shard_pids
+        for pid in pids - self._owners.keys():
+            self._owners[pid] = owner(pid, shard_pids, self.table) if shard_pids else None
+        return fresh
+
+    async def _evidence(self) -> Evidence:
+        """What each followed log says; a tick with no log to follow, now or before, asks
+        nothing of EngineLogs."""
+        wanted = {
+            sid: t.placement.spec.log_path
+            for sid, t in self.tracked.items()
+            if t.placement.spec.log_path
+        }
+        if self.logs is None or not (wanted or self._logs_wanted):
+            return {}
+        self._logs_wanted = wanted
+        return await self.logs.read(wanted)
+
+    async def _discovered(
+        self, gpus: list[GpuSample], placements: list[Placement]
+    ) -> list[Placement]:
+        """Engines nothing places. Walking every process costs tens of milliseconds on a
+        busy node, so it runs every DISCOVERY_EVERY_S; between walks the last finding
+        stands, and a discovered shard whose process exits reads `gone` at the next tick."""
+        now = self.clock()
+        # Placed shards claim their processes, also one placed since the last walk.
+        claimed = {
+            t.pid for t in self.tracked.values() if t.pid and t.placement.origin != "discovered"
+        }
+        claimed |= {p.spec.pid for p in placements if p.spec.pid}
+        if self._found is None or now - self._found_at >= DISCOVERY_EVERY_S:
+            found = await anyio.to_thread.run_sync(discover, gpus, claimed)
+            self._found = [
+                Placement(d.spec, "discovered", d.gpus_unknown, d.cpu_on_purpose) for d in found
+            ]
+            self._found_at = now
+        taken = {p.spec.id for p in placements}
+        return [p for p in self._found if p.spec.id not in taken and p.spec.pid not in claimed]
+
+    def _placements(self) -> tuple[list[Placement], list[SourceStatus]]:
+        placements: list[Placement] = []
+        problems: list[SourceStatus] = []
+        if self.shards_file is not None:
+            self.shards_file.load()
+            placements += [Placement(spec, "file") for spec in self.shards_file.specs]
+            problems += [
+                SourceStatus(name="shards-file", ok=False, error=p)
+                for p in self.shards_file.problems
+            ]
+        if self.bucket is not None:
+            ids = {p.spec.id for p in placements}
+            for key, spec in sorted(self.bucket.specs.items()):
+                if spec.id in ids:
+                    problems.append(
+                        SourceStatus(
+                            name="placements-kv",
+                            ok=False,
+                            error=f"KV key {key} places {spec.id!r}, which the shards file "
+                            "places too; the file's placement is used",
+                        )
+                    )
+                    continue
+                placements.append(Placement(spec, "kv"))
+            problems += [
+                SourceStatus(name="placements-kv", ok=False, error=p)
+                for p in self.bucket.problems.values()
+            ]
+        return placements, problems
+
+    def _track(self, placements: list[Placement]) -> list[Placement]:
+        """Track the current placements; return those that are no longer placed."""
+        current = {p.spec.id: p for p in placements}
+        gone = [t.placement for sid, t in self.tracked.items() if sid not in current]
+        for placement in gone:
+            del self.tracked[placement.spec.id]
+        for sid, placement in current.items():
+            t = self.tracked.get(sid)
+            if t is None or t.placement.spec != placement.spec:
+                previous = t
+                t = self.tracked[sid] = Tracked(placement)
+                if previous is not None and previous.placement.spec.pid == placement.spec.pid:
+                    t.pid, t.create_time, t.started, t.ready = (
+                        previous.pid,
+                        previous.create_time,
+                        previous.started,
+                        previous.ready,
+                    )
+            else:
+                t.placement = placement
+        return gone
+
+    async def _readiness(self) -> None:
+        now = self.clock()
+        for t in self.tracked.values():
+            if t.ready or t.pid is None:
+                continue
+            # The start time the OS keeps: a restarted worker, or a one-off
+            # `placewatch sample`, judges a long-running shard at once.
+            graced = t.create_time is not None and now - t.create_time >= self.grace_s
+            url = t.placement.spec.health_url
+            if not url:
+                t.ready = graced
+                continue
+            answer = await anyio.to_thread.run_sync(health, url)
+            # Discovery only guesses a health URL from the command line: one that
+            # nothing answers on is a wrong guess, and the grace period decides.
+            guessed = t.placement.origin == "discovered"
+            t.ready = answer == "ok" or (guessed and answer == "unreachable" and graced)
+
+    def _status(self, sid: str, t: Tracked, j: Judgement, now: datetime) -> ComputeStatus:
+        return ComputeStatus(
+            node=self.node,
+            shard=sid,
+            session=self.session,
+            time=now,
+            pid=t.pid if t.pid is not None else t.placement.spec.pid,
+            placed_gpus=list(t.placement.spec.gpus),
+            backend=j.backend,
+            devices=list(j.devices),
+            layers_offloaded=j.layers_offloaded,
+            layers_total=j.layers_total,
+            verdict=j.verdict,
+            reason=j.reason,
+            evidence=list(j.evidence),
+        )
+
+    def _gone_status(self, placement: Placement, now: datetime) -> ComputeStatus:
+        what = (
+            "its process exited"
+            if placement.origin == "discovered"
+            else "its placement was removed"
+        )
+        return ComputeStatus(
+            node=self.node,
+            shard=placement.spec.id,
+            session=self.session,
+            time=now,
+            pid=placement.spec.pid,
+            placed_gpus=list(placement.spec.gpus),
+            verdict="gone",
+            reason=f"no longer watched: {what}",
+        )
