@@ -62,7 +62,7 @@ def main(bus: Bus, *, once: bool, as_json: bool, wait: float = SETTLE_S, quiet: 
         # The screen says how the connection fares; log lines would scroll it away.
         logging.getLogger("placewatch").setLevel(logging.ERROR)
     try:
-        anyio.run(_watch, bus, once or as_json, as_json, wait, sys.stdout, backend="asyncio")
+        anyio.run(_show_fleet, bus, once or as_json, as_json, wait, sys.stdout, backend="asyncio")
     except Unreachable as exc:
         print(f"placewatch: {exc}", file=sys.stderr)
         return 1
@@ -71,7 +71,7 @@ def main(bus: Bus, *, once: bool, as_json: bool, wait: float = SETTLE_S, quiet: 
     return 0
 
 
-async def _watch(bus: Bus, once: bool, as_json: bool, wait: float, out: TextIO) -> None:
+async def _show_fleet(bus: Bus, once: bool, as_json: bool, wait: float, out: TextIO) -> None:
     nc = await connect_within(
         bus.servers, "placewatch watch", bus.options | {"inbox_prefix": INBOX}, CONNECT_TIMEOUT_S
     )

@@ -52,7 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 # --- the commands, each importing what it needs when it runs -------------------------------
 
 
-def _run(settings: Settings, args: argparse.Namespace) -> int:
+def _run_command(settings: Settings, args: argparse.Namespace) -> int:
     import anyio
 
     from .embedded import EmbeddedError
@@ -68,25 +68,25 @@ def _run(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
-def _sample(settings: Settings, args: argparse.Namespace) -> int:
+def _sample_command(settings: Settings, args: argparse.Namespace) -> int:
     from . import sample
 
     return sample.main(settings, as_json=args.json)
 
 
-def _doctor(settings: Settings, args: argparse.Namespace) -> int:
+def _doctor_command(settings: Settings, args: argparse.Namespace) -> int:
     from . import doctor
 
     return doctor.command(settings, args)
 
 
-def _watch(settings: Settings, args: argparse.Namespace) -> int:
+def _watch_command(settings: Settings, args: argparse.Namespace) -> int:
     from placewatch.consumer import terminal
 
     return terminal.command(_bus(settings), args)
 
 
-def _alerts(settings: Settings, args: argparse.Namespace) -> int:
+def _alerts_command(settings: Settings, args: argparse.Namespace) -> int:
     from placewatch.consumer import alerts
 
     return alerts.command(_bus(settings), args)
@@ -113,11 +113,11 @@ def _schema(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {
-    "run": _run,
-    "sample": _sample,
-    "doctor": _doctor,
-    "watch": _watch,
-    "alerts": _alerts,
+    "run": _run_command,
+    "sample": _sample_command,
+    "doctor": _doctor_command,
+    "watch": _watch_command,
+    "alerts": _alerts_command,
 }
 
 

@@ -91,12 +91,14 @@ def main(
 ) -> int:
     """Deliver until stopped; 0, or EXIT_CONFIG when the durable consumer cannot be used."""
     try:
-        return anyio.run(_alerts, bus, sink, durable, resend, backend="asyncio")
+        return anyio.run(_deliver_until_stopped, bus, sink, durable, resend, backend="asyncio")
     except KeyboardInterrupt:
         return 0
 
 
-async def _alerts(bus: Bus, sink: StdoutSink | WebhookSink, durable: str, resend: float) -> int:
+async def _deliver_until_stopped(
+    bus: Bus, sink: StdoutSink | WebhookSink, durable: str, resend: float
+) -> int:
     nc: Client | None = None
     code = 0
     try:

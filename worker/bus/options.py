@@ -27,7 +27,7 @@ def connect_options(settings: Settings) -> dict[str, Any]:
     for field, argument in (("nkey_seed", "nkeys_seed"), ("creds", "user_credentials")):
         path = getattr(settings, field)
         if path is not None:
-            _readable(field, path)
+            _check_readable(field, path)
             options[argument] = path
     if settings.tls_ca or settings.tls_cert:
         try:
@@ -50,6 +50,6 @@ def _exists(path: str) -> bool:
     return os.path.isfile(path)
 
 
-def _readable(field: str, path: str) -> None:
+def _check_readable(field: str, path: str) -> None:
     if not os.access(path, os.R_OK):
         raise ConfigError(f"{field}: {path} cannot be read; check the path and its permissions")

@@ -51,10 +51,10 @@ def parse_xml(text: str) -> list[GpuSample]:
         return []  # ValueError: a str holding lone surrogates
     if root.tag != "nvidia_smi_log":
         return []
-    return [_gpu(position, gpu) for position, gpu in enumerate(root.findall("gpu"))]
+    return [_gpu_sample(position, gpu) for position, gpu in enumerate(root.findall("gpu"))]
 
 
-def _gpu(index: int, gpu: ET.Element) -> GpuSample:
+def _gpu_sample(index: int, gpu: ET.Element) -> GpuSample:
     total, used, free = _memory(gpu)
     # A MIG-enabled GPU reports N/A here: None, never 0.
     utilization = values.percent(gpu.findtext("utilization/gpu_util"))

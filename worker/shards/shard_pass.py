@@ -108,7 +108,7 @@ class ShardPass:
         seen = self._attribute(gpus, exited)
         now = datetime.now(UTC)
         statuses = [
-            self._status(sid, t, self._judgement(sid, t, seen, gpus_known, evidence), now)
+            self._compute_status(sid, t, self._judgement(sid, t, seen, gpus_known, evidence), now)
             for sid, t in sorted(self.tracked.items())
         ]
         return ShardsView(
@@ -266,7 +266,7 @@ class ShardPass:
             guessed = t.placement.origin == "discovered"
             t.ready = answer == "ok" or (guessed and answer == "unreachable" and graced)
 
-    def _status(self, sid: str, t: Tracked, j: Judgement, now: datetime) -> ComputeStatus:
+    def _compute_status(self, sid: str, t: Tracked, j: Judgement, now: datetime) -> ComputeStatus:
         return ComputeStatus(
             node=self.node,
             shard=sid,

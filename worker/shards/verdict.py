@@ -55,7 +55,7 @@ class Judgement:
     evidence: tuple[str, ...] = ()
 
 
-def _gpus(indices: list[int] | set[int]) -> str:
+def _gpu_list(indices: list[int] | set[int]) -> str:
     ordered = sorted(indices)
     word = "GPU" if len(ordered) == 1 else "GPUs"
     return f"{word} {', '.join(str(i) for i in ordered)}"
@@ -66,131 +66,187 @@ def _size(n: int | None) -> str:
 
 
 def judge(obs: Observation, gpus: list[GpuSample]) -> Judgement:
-    spec = obs.placement.spec
-    placed = set(spec.gpus)
-    ev = obs.evidence if obs.evidence is not None and obs.evidence.known else None
-    floor = spec.min_gpu_bytes or 0
-    uuids = {g.index: g.uuid for g in gpus}
-    devices = tuple(
-        DeviceUse(index=i, uuid=uuids.get(i), used_bytes=n or 0)
-        for i, n in sorted(obs.held.items())
-    )
-    layers = (ev.layers_offloaded, ev.layers_total) if ev else (None, None)
-    lines = tuple(ev.lines[-5:]) if ev else ()
+    """The verdict: first what decides before any evidence (gone, meant for the CPU, not ready),
+    then the engine's own word, then the memory its processes hold."""
+    case = _Case(obs, gpus)
+    return _before_evidence(case) or _engine_word(case) or _memory(case)
 
-    def verdict(v: Verdict, reason: str, backend: Backend = "unknown") -> Judgement:
-        return Judgement(v, reason, backend, devices, layers[0], layers[1], lines)
 
-    gpu_backend: Backend = _vendor_backend(gpus, placed or set(obs.held))
+class _Case:
+    """One shard's observation, with what every step of the verdict reads from it."""
+
+    def __init__(self, obs: Observation, gpus: list[GpuSample]) -> None:
+        self.obs = obs
+        self.spec = obs.placement.spec
+        self.placed = set(self.spec.gpus)
+        self.ev = obs.evidence if obs.evidence is not None and obs.evidence.known else None
+        self.floor = self.spec.min_gpu_bytes or 0
+        uuids = {g.index: g.uuid for g in gpus}
+        self.devices = tuple(
+            DeviceUse(index=i, uuid=uuids.get(i), used_bytes=n or 0)
+            for i, n in sorted(obs.held.items())
+        )
+        self.gpu_backend: Backend = _vendor_backend(gpus, self.placed or set(obs.held))
+        self.engine = (self.ev.engine if self.ev else None) or self.spec.engine or "the engine"
+
+    def verdict(self, v: Verdict, reason: str, backend: Backend = "unknown") -> Judgement:
+        ev = self.ev
+        return Judgement(
+            v,
+            reason,
+            backend,
+            self.devices,
+            ev.layers_offloaded if ev else None,
+            ev.layers_total if ev else None,
+            tuple(ev.lines[-5:]) if ev else (),
+        )
+
+    def backend(self) -> Backend:
+        """The engine's backend where it names one the contract knows, else the GPUs' vendor's."""
+        return _engine_backend(self.ev, self.gpu_backend)
+
+    @property
+    def engine_says_gpu(self) -> bool:
+        """The engine says it offloaded every layer."""
+        ev = self.ev
+        return (
+            ev is not None
+            and ev.layers_offloaded is not None
+            and ev.layers_total is not None
+            and ev.layers_offloaded == ev.layers_total
+            and ev.layers_total > 0
+        )
+
+
+def _before_evidence(case: _Case) -> Judgement | None:
+    """Gone, meant for unknown GPUs or for the CPU, or not ready: no evidence is weighed."""
+    spec, obs = case.spec, case.obs
     if not obs.alive:
         if spec.pid is None and spec.match:
-            return verdict(
+            return case.verdict(
                 "gone",
                 f"no running process matches {spec.match!r}; start the engine or fix the pattern",
             )
-        return verdict(
+        return case.verdict(
             "gone", f"pid {spec.pid or obs.pid} is not running; nothing computes for this shard"
         )
     if obs.placement.gpus_unknown:
-        return verdict(
+        return case.verdict(
             "unknown",
             f"cannot tell which GPUs it was meant for: {obs.placement.gpus_unknown}",
         )
-    if not placed:
+    if not case.placed:
         why = f" ({obs.placement.cpu_on_purpose})" if obs.placement.cpu_on_purpose else ""
-        return verdict("cpu", f"placed on the CPU on purpose{why}", "CPU")
+        return case.verdict("cpu", f"placed on the CPU on purpose{why}", "CPU")
     if not obs.ready:
-        return verdict("starting", "not ready yet: waiting for its health check or grace period")
+        return case.verdict(
+            "starting", "not ready yet: waiting for its health check or grace period"
+        )
+    return None
 
-    engine = (ev.engine if ev else None) or spec.engine or "the engine"
-    if ev is not None:
-        said = _engine_says_cpu(ev, engine, placed)
-        if said is not None:
-            return verdict("cpu_fallback", said, "CPU")
-        offloaded, total = ev.layers_offloaded, ev.layers_total
-        if offloaded is not None and total and 0 < offloaded < total:
-            return verdict(
-                "partial",
-                f"placed on {_gpus(placed)} but {engine} offloaded only {offloaded} of {total} "
-                f"layers: the rest compute on the CPU; give it more GPU memory or fewer layers "
-                f"elsewhere ({ADVICE_LLAMA})",
-                _engine_backend(ev, gpu_backend),
-            )
-        cpu_w, gpu_w = ev.cpu_weight_bytes or 0, ev.gpu_weight_bytes or 0
-        if offloaded is not None and offloaded == total and cpu_w > GIB and cpu_w > gpu_w // 4:
-            return verdict(
-                "partial",
-                f"placed on {_gpus(placed)}; {engine} offloaded all {total} layers but keeps "
-                f"{_size(cpu_w)} of weights on the CPU (tensor overrides such as -ot put experts "
-                "there); check its -ot/--override-tensor options",
-                _engine_backend(ev, gpu_backend),
-            )
 
+def _engine_word(case: _Case) -> Judgement | None:
+    """What the engine says outranks memory: computing on the CPU, or only partly on GPUs."""
+    ev, engine, placed = case.ev, case.engine, case.placed
+    if ev is None:
+        return None
+    said = _engine_says_cpu(ev, engine, placed)
+    if said is not None:
+        return case.verdict("cpu_fallback", said, "CPU")
+    offloaded, total = ev.layers_offloaded, ev.layers_total
+    if offloaded is not None and total and 0 < offloaded < total:
+        return case.verdict(
+            "partial",
+            f"placed on {_gpu_list(placed)} but {engine} offloaded only {offloaded} of {total} "
+            f"layers: the rest compute on the CPU; give it more GPU memory or fewer layers "
+            f"elsewhere ({ADVICE_LLAMA})",
+            case.backend(),
+        )
+    cpu_w, gpu_w = ev.cpu_weight_bytes or 0, ev.gpu_weight_bytes or 0
+    if offloaded is not None and offloaded == total and cpu_w > GIB and cpu_w > gpu_w // 4:
+        return case.verdict(
+            "partial",
+            f"placed on {_gpu_list(placed)}; {engine} offloaded all {total} layers but keeps "
+            f"{_size(cpu_w)} of weights on the CPU (tensor overrides such as -ot put experts "
+            "there); check its -ot/--override-tensor options",
+            case.backend(),
+        )
+    return None
+
+
+def _memory(case: _Case) -> Judgement:
+    """Where the shard's processes hold memory, against where it was placed."""
+    obs, placed, floor = case.obs, case.placed, case.floor
     holding = {i for i, n in obs.held.items() if n is None or (n >= floor if floor else n > 0)}
-    outside = holding - placed
-    inside = holding & placed
-    engine_says_gpu = (
-        ev is not None
-        and ev.layers_offloaded is not None
-        and ev.layers_total is not None
-        and ev.layers_offloaded == ev.layers_total
-        and ev.layers_total > 0
-    )
+    outside, inside = holding - placed, holding & placed
     if outside:
-        return verdict(
+        elsewhere = sum(obs.held[i] or 0 for i in outside)
+        return case.verdict(
             "misplaced",
-            f"placed on {_gpus(placed)} but holds {_size(sum(obs.held[i] or 0 for i in outside))} "
-            f"on {_gpus(outside)}: check its CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES and "
+            f"placed on {_gpu_list(placed)} but holds {_size(elsewhere)} "
+            f"on {_gpu_list(outside)}: check its CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES and "
             "device options",
-            gpu_backend,
+            case.gpu_backend,
         )
     if not obs.gpus_known:
-        if engine_says_gpu:
-            return verdict(
-                "gpu",
-                f"{engine} says it offloaded all {ev.layers_total if ev else 0} layers; "
-                "the GPU tools did not answer, so its memory was not checked",
-                _engine_backend(ev, gpu_backend) if ev else gpu_backend,
-            )
-        return verdict(
-            "unknown",
-            "the GPU tools did not answer and the engine's output says nothing of its devices; "
-            f"see `sources` in the telemetry, or {ADVICE_DOCTOR}",
-        )
+        return _without_gpu_tools(case)
     if inside == placed:
-        return verdict(
+        return case.verdict(
             "gpu",
-            f"holds {_describe(obs.held, placed)} on {_gpus(placed)} as placed",
-            _engine_backend(ev, gpu_backend) if ev else gpu_backend,
+            f"holds {_held_size(obs.held, placed)} on {_gpu_list(placed)} as placed",
+            case.backend(),
         )
     if inside:
-        missing = placed - inside
-        return verdict(
+        return case.verdict(
             "partial",
-            f"placed on {_gpus(placed)} but holds memory only on {_gpus(inside)}, none on "
-            f"{_gpus(missing)}: the engine did not take all its GPUs; check its device and "
-            "split options",
-            gpu_backend,
+            f"placed on {_gpu_list(placed)} but holds memory only on {_gpu_list(inside)}, none on "
+            f"{_gpu_list(placed - inside)}: the engine did not take all its GPUs; check its device "
+            "and split options",
+            case.gpu_backend,
         )
-    hidden = {i: why for i, why in obs.hidden.items() if i in placed}
-    if hidden:
-        index, why = sorted(hidden.items())[0]
-        return verdict(
+    return _nothing_held(case)
+
+
+def _without_gpu_tools(case: _Case) -> Judgement:
+    """No GPU tool answered: the engine's own word, or nothing to tell by."""
+    if case.engine_says_gpu:
+        total = case.ev.layers_total if case.ev else 0
+        return case.verdict(
+            "gpu",
+            f"{case.engine} says it offloaded all {total} layers; the GPU tools did not answer, "
+            "so its memory was not checked",
+            case.backend(),
+        )
+    return case.verdict(
+        "unknown",
+        "the GPU tools did not answer and the engine's output says nothing of its devices; "
+        f"see `sources` in the telemetry, or {ADVICE_DOCTOR}",
+    )
+
+
+def _nothing_held(case: _Case) -> Judgement:
+    """None of its GPUs holds its memory: unseen holders, the engine's word, or the CPU."""
+    placed = case.placed
+    unseen = {i: why for i, why in case.obs.hidden.items() if i in placed}
+    if unseen:
+        index, why = sorted(unseen.items())[0]
+        return case.verdict(
             "unknown",
-            f"holds no memory this worker can see on {_gpus(placed)}, but GPU {index} {why}; "
+            f"holds no memory this worker can see on {_gpu_list(placed)}, but GPU {index} {why}; "
             "run the worker in the host's PID namespace (--pid=host)",
         )
-    if engine_says_gpu:
-        return verdict(
+    if case.engine_says_gpu:
+        total = case.ev.layers_total if case.ev else 0
+        return case.verdict(
             "gpu",
-            f"{engine} says it offloaded all {ev.layers_total if ev else 0} layers, though its "
-            f"processes hold no memory the driver lists on {_gpus(placed)}",
-            _engine_backend(ev, gpu_backend) if ev else gpu_backend,
+            f"{case.engine} says it offloaded all {total} layers, though its processes hold no "
+            f"memory the driver lists on {_gpu_list(placed)}",
+            case.backend(),
         )
-    floor_note = f" (floor {_size(floor)})" if floor else ""
-    return verdict(
+    floor_note = f" (floor {_size(case.floor)})" if case.floor else ""
+    return case.verdict(
         "cpu_fallback",
-        f"placed on {_gpus(placed)} but computing on the CPU: its processes hold no memory "
+        f"placed on {_gpu_list(placed)} but computing on the CPU: its processes hold no memory "
         f"there{floor_note}, so its GPU backend did not load; {ADVICE_LIBS}, {ADVICE_LLAMA}, "
         f"or {ADVICE_DOCTOR}",
         "CPU",
@@ -198,7 +254,7 @@ def judge(obs: Observation, gpus: list[GpuSample]) -> Judgement:
 
 
 def _engine_says_cpu(ev: EngineEvidence, engine: str, placed: set[int]) -> str | None:
-    where = f"placed on {_gpus(placed)} but computing on the CPU"
+    where = f"placed on {_gpu_list(placed)} but computing on the CPU"
     if ev.gpu_failed:
         return f"{where}: {engine} says {ev.gpu_failed!r}; {ADVICE_LIBS}, or {ADVICE_DOCTOR}"
     if ev.layers_total and ev.layers_offloaded == 0:
@@ -211,7 +267,7 @@ def _engine_says_cpu(ev: EngineEvidence, engine: str, placed: set[int]) -> str |
     return None
 
 
-def _describe(held: dict[int, int | None], indices: set[int]) -> str:
+def _held_size(held: dict[int, int | None], indices: set[int]) -> str:
     sizes = [held.get(i) for i in sorted(indices)]
     if any(n is None for n in sizes):
         return "memory"
