@@ -1,0 +1,73 @@
+"""The port an engine serves on, which names its shard, and its health URL."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.support.discovery import MODEL, OLLAMA_BLOB, SERVER, found
+
+
+@pytest.mark.parametrize(
+    ("cmdline", "env", "shard", "health_url"),
+    [
+        (
+            [SERVER, "-m", MODEL],
+            {"LLAMA_ARG_PORT": "9090"},
+            "llama-server-9090",
+            "http://127.0.0.1:9090/health",
+        ),
+        (
+            [SERVER, "--port", "9191"],
+            {"LLAMA_ARG_PORT": "9090"},
+            "llama-server-9191",
+            "http://127.0.0.1:9191/health",
+        ),
+        ([SERVER, "--host", "10.0.0.5"], {}, "llama-server-8080", "http://10.0.0.5:8080/health"),
+        (
+            [SERVER, "--host", "::1", "--port", "8082"],
+            {},
+            "llama-server-8082",
+            "http://[::1]:8082/health",
+        ),
+        (
+            [SERVER, "--host", "0.0.0.0", "--api-prefix", "/llm/"],
+            {},
+            "llama-server-8080",
+            "http://127.0.0.1:8080/llm/health",
+        ),
+        ([SERVER, "--host", "/run/llama.sock"], {}, "llama-server-4242", None),  # a unix socket
+        ([SERVER, "--port", "0"], {}, "llama-server-4242", None),  # a random port
+        (["vllm", "serve", "m", "--uds", "/run/vllm.sock"], {}, "vllm-4242", None),
+        (
+            ["ollama", "runner", "--model", OLLAMA_BLOB, "-port", "41000"],
+            {},
+            "ollama-runner-41000",
+            None,
+        ),
+        (["ollama", "runner", "--model", OLLAMA_BLOB], {}, "ollama-runner-4242", None),
+    ],
+)
+def test_ports_come_from_flags_then_variables_else_the_pid_names_the_shard(
+    cmdline: list[str], env: dict[str, str], shard: str, health_url: str | None
+) -> None:
+    d = found(cmdline, env)
+    assert (d.spec.id, d.spec.health_url) == (shard, health_url)
+
+
+@pytest.mark.parametrize(
+    ("host", "health_url"),
+    [
+        ("gpu7.internal", "http://gpu7.internal:8080/health"),  # a host name, as written
+        ("[::]", "http://127.0.0.1:8080/health"),
+        ("0:0::0", "http://127.0.0.1:8080/health"),  # every address, however spelled
+        ("[fe80::1]", "http://[fe80::1]:8080/health"),
+        (" 10.0.0.5 ", "http://10.0.0.5:8080/health"),
+    ],
+)
+def test_the_health_url_reaches_the_host_the_server_is_bound_to(host: str, health_url: str) -> None:
+    assert found([SERVER, "--host", host]).spec.health_url == health_url
+
+
+def test_llama_cpp_python_takes_its_port_from_a_lowercase_variable() -> None:
+    d = found(["python", "-m", "llama_cpp.server", "--n_gpu_layers", "-1"], {"port": "8123"})
+    assert (d.spec.id, d.spec.health_url) == ("llama-cpp-python-8123", None)

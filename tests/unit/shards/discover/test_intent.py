@@ -1,0 +1,328 @@
+"""The GPUs an engine meant to use: the CPU on purpose, the device mask, the engine's flags."""
+
+from __future__ import annotations
+
+import pytest
+
+from placewatch.schemas import GpuSample
+from placewatch.shards.discover import classify
+
+from tests.support.discovery import A100X4, AMD, BOTH, MIXED, MODEL, OLLAMA_BLOB, SERVER, found
+
+# --- the CPU on purpose -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("cmdline", "env", "says"),
+    [
+        ([SERVER, "-m", MODEL, "-ngl", "0"], {}, "-ngl 0"),
+        ([SERVER, "-m", MODEL, "-ngl=0"], {}, "-ngl=0"),
+        ([SERVER, "--n-gpu-layers", "0"], {}, "--n-gpu-layers 0"),
+        ([SERVER, "--n-gpu-layers=0"], {}, "--n-gpu-layers=0"),
+        ([SERVER, "--gpu-layers", "0"], {}, "--gpu-layers 0"),
+        ([SERVER, "--gpu-layers=0"], {}, "--gpu-layers=0"),
+        ([SERVER, "-ngl", "99", "-ngl", "0"], {}, "-ngl 0"),  # the last one counts
+        ([SERVER, "--device", "none"], {}, "--device none"),
+        ([SERVER, "-dev", "none"], {}, "-dev none"),
+        ([SERVER, "-dev=none"], {}, "-dev=none"),
+        ([SERVER, "-sm", "none", "-mg", "-1"], {}, "-sm none -mg -1"),
+        ([SERVER], {"LLAMA_ARG_N_GPU_LAYERS": "0"}, "LLAMA_ARG_N_GPU_LAYERS=0"),
+        ([SERVER], {"LLAMA_ARG_DEVICE": "none"}, "LLAMA_ARG_DEVICE=none"),
+        (["llama-cli", "-m", MODEL, "-ngl", "0"], {}, "-ngl 0"),
+        (
+            ["ollama", "runner", "--model", OLLAMA_BLOB, "--n-gpu-layers", "0", "--port", "1"],
+            {},
+            "--n-gpu-layers 0",
+        ),
+        (
+            ["python", "-m", "llama_cpp.server", "--model", MODEL, "--n_gpu_layers", "0"],
+            {},
+            "--n_gpu_layers 0",
+        ),
+        (
+            ["python", "-m", "llama_cpp.server", "--model", MODEL],
+            {},
+            "no --n_gpu_layers (llama-cpp-python's default is 0 layers on the GPU)",
+        ),
+        (["vllm", "serve", "m", "--device", "cpu"], {}, "--device cpu"),
+        (["vllm", "serve", "m", "--device=cpu"], {}, "--device=cpu"),
+        ([SERVER], {"CUDA_VISIBLE_DEVICES": ""}, "CUDA_VISIBLE_DEVICES="),
+        ([SERVER], {"CUDA_VISIBLE_DEVICES": "-1"}, "CUDA_VISIBLE_DEVICES=-1"),
+    ],
+)
+def test_cpu_on_purpose_is_said_by_the_flag_as_written(
+    cmdline: list[str], env: dict[str, str], says: str
+) -> None:
+    d = found(cmdline, env)
+    assert (d.spec.gpus, d.cpu_on_purpose, d.gpus_unknown) == ([], says, None)
+
+
+def test_amd_mask_that_hides_every_gpu_is_the_cpu_on_purpose() -> None:
+    d = found([SERVER], {"HIP_VISIBLE_DEVICES": "-1"}, AMD)
+    assert (d.spec.gpus, d.cpu_on_purpose) == ([], "HIP_VISIBLE_DEVICES=-1")
+
+
+@pytest.mark.parametrize(
+    "cmdline",
+    [
+        [SERVER, "-ngl", "99"],
+        [SERVER, "-ngl", "-1"],
+        [SERVER, "-ngl", "all"],
+        [SERVER, "-ngl", "auto"],
+        [SERVER],  # an unset -ngl is the build's default, not a choice of the CPU
+        [SERVER, "-m", "model-ngl-0.gguf"],
+        ["ollama", "runner", "--model", OLLAMA_BLOB, "--port", "1"],  # Ollama's own CPU fallback
+        ["vllm", "serve", "m", "--device", "cuda", "-tp", "4"],
+    ],
+)
+def test_layer_counts_other_than_zero_keep_the_gpus(cmdline: list[str]) -> None:
+    d = found(cmdline)
+    assert (d.spec.gpus, d.cpu_on_purpose, d.gpus_unknown) == ([0, 1, 2, 3], None, None)
+
+
+# --- the intended GPUs ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("cmdline", "env", "gpus", "expected"),
+    [
+        ([SERVER], {}, A100X4, [0, 1, 2, 3]),
+        ([SERVER], {"CUDA_VISIBLE_DEVICES": "2"}, A100X4, [2]),
+        ([SERVER], {"CUDA_VISIBLE_DEVICES": "3,1"}, A100X4, [1, 3]),
+        (
+            [SERVER],
+            {"CUDA_VISIBLE_DEVICES": "GPU-22aa0000-0000-0000-0000-000000000002"},
+            A100X4,
+            [2],
+        ),
+        ([SERVER], {"CUDA_VISIBLE_DEVICES": "0,2,-1,1"}, A100X4, [0, 2]),
+        # mixed GPUs: all of them, in whatever order, are still all of them
+        ([SERVER], {}, MIXED, [0, 1]),
+        ([SERVER], {"CUDA_VISIBLE_DEVICES": "GPU-bbbb"}, MIXED, [1]),
+        ([SERVER], {"CUDA_VISIBLE_DEVICES": "1", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}, MIXED, [1]),
+        # --device picks runtime devices, numbered within the mask
+        ([SERVER, "--device", "CUDA1"], {}, A100X4, [1]),
+        ([SERVER, "--device", "CUDA0,CUDA2"], {}, A100X4, [0, 2]),
+        ([SERVER, "-dev", "CUDA1"], {"CUDA_VISIBLE_DEVICES": "3,2"}, A100X4, [2]),
+        ([SERVER, "-dev", "CUDA1,CUDA0"], {"CUDA_VISIBLE_DEVICES": "3,1,0"}, A100X4, [1, 3]),
+        ([SERVER], {"LLAMA_ARG_DEVICE": "CUDA3"}, A100X4, [3]),
+        ([SERVER, "-dev", "ROCm1"], {"HIP_VISIBLE_DEVICES": "2,3"}, AMD, [3]),
+        ([SERVER, "-dev", "ROCm0"], {}, BOTH, [2]),
+        ([SERVER, "-dev", "CUDA1"], {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}, MIXED, [1]),
+        # -sm none: only the main GPU (-mg, default 0) of the devices
+        ([SERVER, "-sm", "none", "-mg", "1"], {}, A100X4, [1]),
+        ([SERVER, "--split-mode", "none", "--main-gpu", "2"], {}, A100X4, [2]),
+        ([SERVER, "-sm", "none"], {}, A100X4, [0]),
+        ([SERVER, "-sm", "none", "-mg", "1"], {"CUDA_VISIBLE_DEVICES": "3,2"}, A100X4, [2]),
+        ([SERVER, "-dev", "CUDA2,CUDA3", "-sm", "none", "-mg", "1"], {}, A100X4, [3]),
+        ([SERVER, "-sm", "layer", "-mg", "1"], {}, A100X4, [0, 1, 2, 3]),
+        ([SERVER, "-sm", "row", "-mg", "1"], {}, A100X4, [0, 1, 2, 3]),
+        ([SERVER], {"LLAMA_ARG_SPLIT_MODE": "none", "LLAMA_ARG_MAIN_GPU": "3"}, A100X4, [3]),
+        (
+            [
+                "python",
+                "-m",
+                "llama_cpp.server",
+                "--model",
+                MODEL,
+                "--n_gpu_layers",
+                "-1",
+                "--split_mode",
+                "0",
+                "--main_gpu",
+                "1",
+            ],
+            {},
+            A100X4,
+            [1],
+        ),
+        # vLLM: the first tensor x pipeline x data parallel visible GPUs
+        (["vllm", "serve", "m"], {}, A100X4, [0]),
+        (["vllm", "serve", "m", "-tp", "2"], {}, A100X4, [0, 1]),
+        (
+            ["vllm", "serve", "m", "--tensor-parallel-size", "2"],
+            {"CUDA_VISIBLE_DEVICES": "2,3"},
+            A100X4,
+            [2, 3],
+        ),
+        (
+            ["vllm", "serve", "m", "--tensor-parallel-size=2"],
+            {"CUDA_VISIBLE_DEVICES": "3,1,0"},
+            A100X4,
+            [1, 3],
+        ),
+        (["vllm", "serve", "m", "--tensor_parallel_size", "2"], {}, A100X4, [0, 1]),
+        (["vllm", "serve", "m", "-tp", "2", "-pp", "2"], {}, A100X4, [0, 1, 2, 3]),
+        (
+            ["vllm", "serve", "m", "--pipeline-parallel-size", "2"],
+            {"CUDA_VISIBLE_DEVICES": "1,2,3"},
+            A100X4,
+            [1, 2],
+        ),
+        (["vllm", "serve", "m", "-tp", "2", "-dp", "2"], {}, A100X4, [0, 1, 2, 3]),
+        (["vllm", "serve", "m", "-tp", "8"], {}, A100X4, [0, 1, 2, 3]),  # the rest on other nodes
+        (["vllm", "serve", "m", "-tp", "2"], {"HIP_VISIBLE_DEVICES": "1,3"}, AMD, [1, 3]),
+        (["vllm", "serve", "m", "-tp", "2"], {}, MIXED, [0, 1]),
+        (["vllm", "serve", "m"], {"CUDA_VISIBLE_DEVICES": "GPU-aaaa"}, MIXED, [0]),
+        # Ollama: the runner's own mask
+        (
+            ["ollama", "runner", "--model", OLLAMA_BLOB, "--port", "1"],
+            {"CUDA_VISIBLE_DEVICES": "GPU-11aa0000-0000-0000-0000-000000000001"},
+            A100X4,
+            [1],
+        ),
+        (
+            ["ollama", "runner", "--model", OLLAMA_BLOB, "--port", "1"],
+            {"ROCR_VISIBLE_DEVICES": "0,2"},
+            AMD,
+            [0, 2],
+        ),
+        (["ollama", "runner", "--model", OLLAMA_BLOB, "--port", "1"], {}, BOTH, [0, 1, 2]),
+    ],
+)
+def test_intended_gpus_from_the_mask_then_the_flags(
+    cmdline: list[str], env: dict[str, str], gpus: list[GpuSample], expected: list[int]
+) -> None:
+    d = found(cmdline, env, gpus)
+    assert (d.spec.gpus, d.gpus_unknown, d.cpu_on_purpose) == (expected, None, None)
+
+
+@pytest.mark.parametrize(
+    ("cmdline", "env", "gpus", "reason"),
+    [
+        (
+            [SERVER],
+            {"CUDA_VISIBLE_DEVICES": "MIG-4b2a9f60-1234-5678-9abc-def012345678"},
+            A100X4,
+            "CUDA_VISIBLE_DEVICES names a MIG instance (MIG-4b2a9f60-1234-5678-9abc-def012345678), not a whole GPU",
+        ),
+        (
+            [SERVER],
+            {"CUDA_VISIBLE_DEVICES": "0"},
+            MIXED,
+            "CUDA_DEVICE_ORDER is unset (fastest first) on a node of mixed GPUs; "
+            "set CUDA_DEVICE_ORDER=PCI_BUS_ID",
+        ),
+        (
+            ["vllm", "serve", "m"],
+            {"CUDA_VISIBLE_DEVICES": "1", "CUDA_DEVICE_ORDER": "FASTEST_FIRST"},
+            A100X4,
+            "CUDA_DEVICE_ORDER=FASTEST_FIRST numbers GPUs by speed, not bus order",
+        ),
+        (
+            [SERVER, "-dev", "CUDA1"],
+            {},
+            MIXED,
+            "CUDA_DEVICE_ORDER is unset (fastest first) on a node of mixed GPUs, so which GPU it "
+            "picked cannot be told; set CUDA_DEVICE_ORDER=PCI_BUS_ID",
+        ),
+        (
+            [SERVER, "-sm", "none", "-mg", "1"],
+            {},
+            MIXED,
+            "CUDA_DEVICE_ORDER is unset (fastest first) on a node of mixed GPUs, so which GPU it "
+            "picked cannot be told; set CUDA_DEVICE_ORDER=PCI_BUS_ID",
+        ),
+        (
+            ["vllm", "serve", "m"],
+            {},
+            MIXED,
+            "CUDA_DEVICE_ORDER is unset (fastest first) on a node of mixed GPUs, so which GPU it "
+            "picked cannot be told; set CUDA_DEVICE_ORDER=PCI_BUS_ID",
+        ),
+        (
+            [SERVER, "-sm", "none"],
+            {"CUDA_DEVICE_ORDER": "FASTEST_FIRST"},
+            A100X4,
+            "CUDA_DEVICE_ORDER=FASTEST_FIRST numbers GPUs by speed, not bus order, so which one "
+            "it picked cannot be told",
+        ),
+        (
+            [SERVER],
+            {"CUDA_VISIBLE_DEVICES": "7"},
+            A100X4,
+            "CUDA_VISIBLE_DEVICES=7 names no GPU of this node (GPUs 0, 1, 2, 3); check the mask, "
+            "or the GPU tools' list of this node's GPUs",
+        ),
+        (
+            [SERVER, "--device", "Vulkan0"],
+            {},
+            A100X4,
+            "--device Vulkan0 names Vulkan0, whose number is not a CUDA or ROCm device number; "
+            "place this shard in a shards file",
+        ),
+        (
+            [SERVER, "-dev", "CUDA2"],
+            {"CUDA_VISIBLE_DEVICES": "0,1"},
+            A100X4,
+            "-dev CUDA2 names CUDA2, but only 2 NVIDIA GPU(s) are visible to it",
+        ),
+        ([SERVER, "-dev", "ROCm0"], {}, A100X4, "this node has no AMD GPU"),
+        (
+            [SERVER, "-sm", "none", "-mg", "4"],
+            {},
+            A100X4,
+            "-sm none with -mg 4, but it sees 4 GPU(s)",
+        ),
+        (
+            ["vllm", "serve", "m", "-tp", "2"],
+            {},
+            BOTH,
+            "vLLM runs on one platform and both NVIDIA and AMD GPUs are visible to it; "
+            "set CUDA_VISIBLE_DEVICES or HIP_VISIBLE_DEVICES to the ones it should use",
+        ),
+        (
+            ["python", "-m", "llama_cpp.server", "--config_file", "/etc/llama/models.json"],
+            {},
+            A100X4,
+            "its settings come from --config_file /etc/llama/models.json, which placewatch does "
+            "not read; place this shard in a shards file to say which GPUs it should use",
+        ),
+    ],
+)
+def test_gpus_that_cannot_be_told_say_why(
+    cmdline: list[str], env: dict[str, str], gpus: list[GpuSample], reason: str
+) -> None:
+    d = found(cmdline, env, gpus)
+    assert (d.gpus_unknown, d.cpu_on_purpose) == (reason, None)
+
+
+def test_an_unreadable_environment_leaves_the_gpus_unknown() -> None:
+    d = classify([SERVER, "-m", MODEL, "-ngl", "99"], None, 4242, A100X4)
+    assert d is not None
+    assert d.gpus_unknown == (
+        "its environment could not be read for a device mask (CUDA_VISIBLE_DEVICES, "
+        "HIP_VISIBLE_DEVICES); run the worker as root or as the engine's user, or place "
+        "this shard in a shards file"
+    )
+    assert d.cpu_on_purpose is None
+
+
+@pytest.mark.parametrize(
+    ("cmdline", "says"),
+    [
+        ([SERVER, "-ngl", "0"], "-ngl 0"),
+        ([SERVER, "--device", "none"], "--device none"),
+        (["vllm", "serve", "m", "--device", "cpu"], "--device cpu"),
+    ],
+)
+def test_an_unreadable_environment_does_not_matter_when_the_command_line_says_cpu(
+    cmdline: list[str], says: str
+) -> None:
+    d = classify(cmdline, None, 4242, A100X4)
+    assert d is not None
+    assert (d.spec.gpus, d.cpu_on_purpose, d.gpus_unknown) == ([], says, None)
+
+
+def test_llama_cpp_python_without_its_environment_cannot_tell_its_default() -> None:
+    d = classify(["python", "-m", "llama_cpp.server", "--model", MODEL], None, 4242, A100X4)
+    assert d is not None
+    assert d.cpu_on_purpose is None
+    assert d.gpus_unknown is not None and "could not be read" in d.gpus_unknown
+
+
+@pytest.mark.parametrize("env", [{}, None, {"CUDA_VISIBLE_DEVICES": "0"}])
+def test_a_node_without_gpus_places_every_engine_on_the_cpu(env: dict[str, str] | None) -> None:
+    d = classify(["vllm", "serve", "m", "-tp", "2"], env, 4242, [])
+    assert d is not None
+    assert (d.spec.gpus, d.gpus_unknown) == ([], None)

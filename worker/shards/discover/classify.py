@@ -1,0 +1,63 @@
+"""One process's command line and environment, as a placement on the GPUs it meant to use."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from placewatch.schemas import GpuSample, PlacementSpec
+
+from .endpoint import health_url, serve_port
+from .intent import intended_gpus
+from .launch import read_launch
+
+
+@dataclass(frozen=True)
+class Discovered:
+    """An engine process found on the node, as a placement on the GPUs it meant to use."""
+
+    spec: PlacementSpec
+    engine: str
+    """"llama.cpp", "ollama" or "vllm"."""
+    gpus_unknown: str | None = None
+    """Why the intended GPUs cannot be told; `spec.gpus` means nothing when set."""
+    cpu_on_purpose: str | None = None
+    """What says the engine was meant for the CPU ("-ngl 0", "CUDA_VISIBLE_DEVICES=-1")."""
+    create_time: float = 0.0
+    """The process's start, as psutil reports it (seconds since the epoch)."""
+
+
+def classify(
+    cmdline: Sequence[str],
+    env: Mapping[str, str] | None,
+    pid: int,
+    gpus: Sequence[GpuSample],
+    *,
+    create_time: float = 0.0,
+) -> Discovered | None:
+    """The engine `cmdline` runs and the GPUs it meant to use, or None for anything else.
+
+    `env` is the process's environment, None when it could not be read; `gpus`
+    are the node's GPUs. Pure: reads nothing but its arguments. The shard's id
+    is the engine's name and its port, or its pid when it serves on none.
+    """
+    launch = read_launch(cmdline)
+    if launch is None:
+        return None
+    port = serve_port(launch, env)
+    stem = f"{launch.name}-{port}" if port is not None else f"{launch.name}-{pid}"
+    intent = intended_gpus(launch, env, gpus)
+    spec = PlacementSpec(
+        id=stem,
+        pid=pid,
+        gpus=list(intent.gpus),
+        engine=launch.engine,
+        health_url=health_url(launch, env, port),
+    )
+    return Discovered(
+        spec=spec,
+        engine=launch.engine,
+        gpus_unknown=intent.unknown,
+        cpu_on_purpose=intent.cpu,
+        create_time=create_time,
+    )

@@ -1,0 +1,149 @@
+"""Walking the node's processes for engines that nothing placed.
+
+One pass over /proc reads each process's command line, and nothing else:
+parent, start time and environment are read only for a recognised engine
+(on a node of 1000 processes the pass is most of the cost).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import replace
+
+import msgspec
+import psutil
+
+from placewatch.schemas import GpuSample
+
+from .classify import Discovered, classify
+from .launch import VLLM, Launch, read_launch
+
+MAX_DEPTH = 64
+"""Ancestors looked at when asking whether an engine process is another's child."""
+
+_Seen = tuple[psutil.Process, tuple[str, ...], Launch | None]
+"""A process, its command line, and the engine it runs if any."""
+
+
+def discover(
+    gpus: Sequence[GpuSample],
+    exclude: Collection[int] = (),
+    processes: Iterable[psutil.Process] | None = None,
+) -> list[Discovered]:
+    """Every engine process on the node whose pid is not in `exclude` (already placed), by id.
+
+    A process that exits meanwhile, or that this worker may not read, is
+    skipped. A child that is part of an engine of the same kind (vLLM's API
+    servers, engine cores and workers; a fork that kept its parent's command
+    line) is no shard of its own: the parent is, and its descendants count
+    with it. Two engines on one port (each in its own container) get their
+    pid added to the id.
+    """
+    seen = _scan(psutil.process_iter() if processes is None else processes)
+    parents = _Parents(seen)
+    found: list[Discovered] = []
+    for pid, (process, cmdline, launch) in seen.items():
+        if launch is None or pid in exclude:
+            continue
+        try:
+            if _part_of_parent(pid, launch, seen, parents):
+                continue
+            created = process.create_time()
+            env = _environ(process)
+        except psutil.Error:  # it exited since the scan (or became a zombie)
+            continue
+        d = classify(cmdline, env, pid, gpus, create_time=created)
+        if d is None:
+            continue
+        if d.spec.health_url and _other_network(pid):
+            # Its loopback is its container's, not this worker's: judge it after the grace period.
+            d = replace(d, spec=msgspec.structs.replace(d.spec, health_url=None))
+        found.append(d)
+    return _unique(found)
+
+
+def _scan(processes: Iterable[psutil.Process]) -> dict[int, _Seen]:
+    """Every readable process: its command line, and the engine it runs if any."""
+    seen: dict[int, _Seen] = {}
+    for process in processes:
+        # process.cmdline() alone is faster than process_iter(["cmdline"]), whose
+        # per-process oneshot() costs more than the one file it reads (psutil 7.2).
+        info = getattr(process, "info", None)
+        try:
+            if isinstance(info, dict) and "cmdline" in info:
+                cmdline = info["cmdline"]
+            else:
+                cmdline = process.cmdline()
+        except psutil.Error:
+            continue
+        cmdline = tuple(cmdline or ())  # None: a zombie, or one this worker may not read
+        seen[process.pid] = (process, cmdline, read_launch(cmdline))
+    return seen
+
+
+class _Parents:
+    """Parent pids, read from /proc/PID/stat only when asked, each at most once."""
+
+    def __init__(self, seen: Mapping[int, _Seen]) -> None:
+        self._seen = seen
+        self._ppids: dict[int, int | None] = {}
+
+    def of(self, pid: int) -> int | None:
+        if pid not in self._ppids:
+            entry = self._seen.get(pid)
+            try:
+                self._ppids[pid] = entry[0].ppid() if entry is not None else None
+            except psutil.Error:
+                self._ppids[pid] = None
+        return self._ppids[pid]
+
+
+def _environ(process: psutil.Process) -> dict[str, str] | None:
+    """The environment the process started with; None when this worker may not read it."""
+    try:
+        return process.environ()
+    except psutil.AccessDenied:
+        return None
+
+
+def _part_of_parent(pid: int, launch: Launch, seen: Mapping[int, _Seen], parents: _Parents) -> bool:
+    """Whether an ancestor is an engine of the same kind that this process is part of."""
+    cmdline = seen[pid][1]
+    ancestor = parents.of(pid)
+    for _ in range(MAX_DEPTH):
+        if ancestor is None or ancestor <= 0 or ancestor == pid or ancestor not in seen:
+            return False
+        _, above_cmdline, above = seen[ancestor]
+        # vLLM's children are all its own; llama-server's router mode starts one
+        # llama-server per model, each on its own port: a shard each.
+        if (
+            above is not None
+            and above.engine == launch.engine
+            and (launch.engine == VLLM or above_cmdline == cmdline)
+        ):
+            return True
+        ancestor = parents.of(ancestor)
+    return False
+
+
+def _other_network(pid: int) -> bool:
+    """True when the process is in another network namespace than this worker (a container)."""
+    try:
+        return os.readlink(f"/proc/{pid}/ns/net") != os.readlink("/proc/self/ns/net")
+    except OSError:
+        return False  # cannot tell (not Linux, or not permitted): assume the node's own
+
+
+def _unique(found: list[Discovered]) -> list[Discovered]:
+    """The pid added to every id that more than one engine has, sorted by id."""
+    counts: dict[str, int] = {}
+    for d in found:
+        counts[d.spec.id] = counts.get(d.spec.id, 0) + 1
+    named = [
+        d
+        if counts[d.spec.id] == 1
+        else replace(d, spec=msgspec.structs.replace(d.spec, id=f"{d.spec.id}-{d.spec.pid}"))
+        for d in found
+    ]
+    return sorted(named, key=lambda d: d.spec.id)
