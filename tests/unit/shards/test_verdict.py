@@ -117,7 +117,7 @@ def test_untranslatable_mask_is_unknown() -> None:
 
 
 def evidence(**kw: object) -> EngineEvidence:
-    return EngineEvidence(engine="llama.cpp", lines=["line"], **kw)  # type: ignore[arg-type]
+    return EngineEvidence(engine="llama.cpp", lines=("line",), **kw)  # type: ignore[arg-type]
 
 
 def test_engine_saying_zero_layers_outranks_its_cuda_compute_buffer() -> None:

@@ -1,8 +1,14 @@
-"""Where an engine says it computes, read from its own output (see parse.py for what each
-engine prints), and its log file followed as it grows (tail.py)."""
+"""Where an engine says it computes, read from its own output, and its log file followed as
+it grows (tail.py).
+
+One module per engine says what that engine prints and why it is read as it is
+(llama_cpp.py, ollama.py, vllm.py); clean.py takes off what is put before a line, rules.py
+weighs one line's finding against the lines before it, read.py sends each line to its
+engine's reader, and evidence.py holds the value the tick gets.
+"""
 
 from .evidence import EngineBackend, EngineEvidence
-from .parse import EvidenceReader, read_line, read_text
+from .read import EvidenceReader, read_text
 from .tail import LogTail
 
-__all__ = ["EngineBackend", "EngineEvidence", "EvidenceReader", "LogTail", "read_line", "read_text"]
+__all__ = ["EngineBackend", "EngineEvidence", "EvidenceReader", "LogTail", "read_text"]

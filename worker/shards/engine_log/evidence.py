@@ -4,6 +4,10 @@ Engine evidence outranks memory: llama.cpp with 0 of 29 layers offloaded
 still allocates a CUDA compute buffer of over 1 GiB, so a shard can hold GPU
 memory and compute on the CPU. A missing line means "unknown", never "CPU":
 llama.cpp prints where its layers went only at `-lv 4` since about b9181.
+
+The evidence crosses from the log-following task to the tick, so what leaves
+this package is a frozen value; the parsers work on an EvidenceState that
+only its reader holds.
 """
 
 from __future__ import annotations
@@ -14,15 +18,15 @@ from typing import Literal
 EngineBackend = Literal["CUDA", "ROCm", "Vulkan", "Metal", "SYCL", "CPU"]
 
 
-@dataclass
+@dataclass(frozen=True)
 class EngineEvidence:
-    """Everything read so far from one shard's engine output; updated line by line."""
+    """Everything read so far from one shard's engine output, as one value."""
 
     engine: str | None = None
     """"llama.cpp", "ollama" or "vllm", when the lines say which."""
     backend: EngineBackend | None = None
     """The compute backend the engine says it uses (its GPU backend, or CPU)."""
-    devices: list[str] = field(default_factory=list)
+    devices: tuple[str, ...] = ()
     """GPU devices the engine says it uses, as it names them ("CUDA0", "ROCm1", "cuda:0")."""
     layers_offloaded: int | None = None
     layers_total: int | None = None
@@ -37,7 +41,7 @@ class EngineEvidence:
     gpu_backend: EngineBackend | None = None
     """The GPU backend the engine found, loaded or failed to start, even when it then computes
     on the CPU: a CUDA build at `-ngl 0` reads backend "CPU" and gpu_backend "CUDA"."""
-    found_devices: list[str] = field(default_factory=list)
+    found_devices: tuple[str, ...] = ()
     """GPU devices the engine found at start (ggml_cuda_init, ggml_vulkan, a SYCL table,
     `--list-devices`, Ollama's discovery), whether or not it then uses them."""
     verbosity: int | None = None
@@ -45,7 +49,7 @@ class EngineEvidence:
     about b9181, it prints neither devices nor offloaded layers; `-lv 4` does."""
     cpu_override_tensors: int | None = None
     """Tensors an `-ot`/`--override-tensor` rule put in host memory (one line each)."""
-    lines: list[str] = field(default_factory=list)
+    lines: tuple[str, ...] = ()
     """The lines each finding came from, newest last (bounded), for the status's evidence."""
 
     @property
@@ -55,4 +59,41 @@ class EngineEvidence:
             or self.layers_offloaded is not None
             or self.gpu_failed is not None
             or bool(self.devices)
+        )
+
+
+@dataclass
+class EvidenceState:
+    """The parsers' working copy of EngineEvidence, updated line by line in place; it never
+    leaves its reader, which hands out `freeze()`'s values instead."""
+
+    engine: str | None = None
+    backend: EngineBackend | None = None
+    devices: list[str] = field(default_factory=list)
+    layers_offloaded: int | None = None
+    layers_total: int | None = None
+    gpu_failed: str | None = None
+    cpu_weight_bytes: int | None = None
+    gpu_weight_bytes: int | None = None
+    gpu_backend: EngineBackend | None = None
+    found_devices: list[str] = field(default_factory=list)
+    verbosity: int | None = None
+    cpu_override_tensors: int | None = None
+    lines: list[str] = field(default_factory=list)
+
+    def freeze(self) -> EngineEvidence:
+        return EngineEvidence(
+            engine=self.engine,
+            backend=self.backend,
+            devices=tuple(self.devices),
+            layers_offloaded=self.layers_offloaded,
+            layers_total=self.layers_total,
+            gpu_failed=self.gpu_failed,
+            cpu_weight_bytes=self.cpu_weight_bytes,
+            gpu_weight_bytes=self.gpu_weight_bytes,
+            gpu_backend=self.gpu_backend,
+            found_devices=tuple(self.found_devices),
+            verbosity=self.verbosity,
+            cpu_override_tensors=self.cpu_override_tensors,
+            lines=tuple(self.lines),
         )

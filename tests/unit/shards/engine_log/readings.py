@@ -1,0 +1,70 @@
+"""What a log says, set beside what its engine's reader made of it: the expectations the
+engine tests write for every real log.
+
+Real logs in ../shared/corpus/engine-logs (llama.cpp from 2023's cuBLAS builds to b10906 and
+its forks, Ollama 0.1.32 to 0.32, vLLM 0.5 to V1; PROVENANCE.md says where each came from)
+and the project's own fixtures, made by hand in each engine's documented format.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from placewatch.shards.engine_log import EngineEvidence, read_text
+
+from tests.conftest import CORPUS, FIXTURES
+
+MiB = 1 << 20
+GiB = 1 << 30
+OWN = FIXTURES / "engine-logs"
+LOGS = CORPUS / "engine-logs"
+LLAMA, OLLAMA, VLLM = "llama.cpp", "ollama", "vllm"
+
+
+def mib(*sizes: float) -> int:
+    return sum(round(s * MiB) for s in sizes)
+
+
+def gib(*sizes: float) -> int:
+    return sum(round(s * GiB) for s in sizes)
+
+
+def read_log(path: Path) -> EngineEvidence:
+    return read_text(path.read_text(encoding="utf-8"))
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What a log says; `failed` is a distinctive part of the engine's failure line."""
+
+    engine: str | None = None
+    backend: str | None = None
+    gpu_backend: str | None = None
+    layers: tuple[int | None, int | None] = (None, None)
+    failed: str | None = None
+    devices: tuple[str, ...] = ()
+    found: tuple[str, ...] = ()
+    gpu_bytes: int | None = None
+    cpu_bytes: int | None = None
+    verbosity: int | None = None
+    overrides: int | None = None
+    known: bool = True
+
+
+def reading(ev: EngineEvidence, failed: str | None) -> Reading:
+    said = ev.gpu_failed
+    return Reading(
+        engine=ev.engine,
+        backend=ev.backend,
+        gpu_backend=ev.gpu_backend,
+        layers=(ev.layers_offloaded, ev.layers_total),
+        failed=failed if said is not None and failed is not None and failed in said else said,
+        devices=ev.devices,
+        found=ev.found_devices,
+        gpu_bytes=ev.gpu_weight_bytes,
+        cpu_bytes=ev.cpu_weight_bytes,
+        verbosity=ev.verbosity,
+        overrides=ev.cpu_override_tensors,
+        known=ev.known,
+    )

@@ -1,0 +1,62 @@
+"""An engine's line as it said it: without the colour codes and the prefixes that posters,
+journald, docker and the engines' own log formats put before it, and which engine's log
+format it came in.
+
+The prefixes are taken off one after another, up to eight, because they stack: journald's
+`Apr 18 19:28:59 host ollama[1170]:` comes before Ollama's own `time=...`, then its
+`level=INFO source=server.go:368`.
+"""
+
+from __future__ import annotations
+
+import re
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+_PREFIX = re.compile(
+    r"\s*(?:"
+    r">\s?"  # quoted in an issue or a mail
+    r"|\*\*"  # markdown bold around a pasted line
+    r"|│\s*"  # a pager's box border (k9s)
+    r"|\[[A-Z]+\]::\w+:"  # Jan's cortex: "[CORTEX]::Error:"
+    # journald: "Apr 18 19:28:59 host ollama[1170]:" (the host may be missing or hold spaces)
+    r"|[A-Za-z]{3}\s+\d{1,2}\s+\d\d:\d\d:\d\d\s+(?:[^\[\]\s][^\[\]]{0,63}?\s+)?"
+    r"[\w.@/-]{1,64}\[\d{1,10}\]:"
+    r"|\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?(?=\s)"
+    r"|\d\d:\d\d:\d\d(?:\.\d{1,9})?(?=\s)"  # a time of day alone
+    r"|\[\d{1,10}\](?=\s)"  # llama.cpp's "[pid]"
+    r"|\d{1,4}\.\d\d\.\d{3}\.\d{3}(?:\s+[EWIDT](?=\s))?"  # llama.cpp "0.00.305.659 I" (2025+)
+    r"|[EWIDT](?=\s+[\w.]+:)"  # llama.cpp's level letter without a timestamp (b9181+)
+    r"|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+\d\d-\d\d\s+\d\d:\d\d:\d\d(?:\.\d+)?"  # vLLM
+    r"|\((?:VllmWorkerProcess|Worker\w*|EngineCore\w*|APIServer)\s+pid=\d{1,10}\)"  # vLLM
+    r"|[\w.-]{1,64}-\d{1,4}\s+\|(?=\s)"  # docker compose: "llama-1  | "
+    r"|time=\S{1,64}(?=\s)"  # Ollama's logfmt time (or the poster's "time=...")
+    r"|(?:(?:le)?vel=\w{1,8}\s+)?source=[\w./-]{1,64}\.go:\d{1,6}(?=\s)"  # Ollama's level, source
+    r"|\[?[\w/.-]{1,64}\.py:\d{1,6}\]"  # vLLM's source line
+    r")"
+)
+_MAX_PREFIXES = 8
+_OLLAMA_LINE = re.compile(r"\bsource=[\w./-]{1,64}\.go:\d|\bollama\[\d{1,10}\]:")
+_VLLM_LINE = re.compile(r"\w\.py:\d{1,6}\]")
+
+
+def clean_line(line: str) -> str:
+    """The line without colour codes, timestamps and the prefixes put before it."""
+    text = _ANSI.sub("", line) if "\x1b" in line else line
+    for _ in range(_MAX_PREFIXES):
+        match = _PREFIX.match(text)
+        if match is None or match.end() == 0:
+            break
+        text = text[match.end() :]
+    text = text.strip()
+    return text[:-2].rstrip() if text.endswith("**") else text
+
+
+def is_ollama_format(line: str) -> bool:
+    """Ollama's own logfmt line (`source=server.go:368`), or any line journald took from the
+    ollama unit, which includes its runners' llama.cpp lines."""
+    return _OLLAMA_LINE.search(line) is not None
+
+
+def is_vllm_format(line: str) -> bool:
+    """vLLM's logging format, which names the Python source line (`[__init__.py:256]`)."""
+    return _VLLM_LINE.search(line) is not None

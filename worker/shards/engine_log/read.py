@@ -1,0 +1,100 @@
+"""An engine's output read line by line into its evidence: which engine's reader each line
+goes to, and which finding lines are kept to show a person.
+
+A line that says nothing leaves the evidence unchanged. Lines are matched after a cheap
+keyword test, with precompiled patterns, because this runs on every new line of every
+followed log.
+"""
+
+from __future__ import annotations
+
+from .clean import clean_line, is_ollama_format, is_vllm_format
+from .evidence import EngineEvidence, EvidenceState
+from .llama_cpp import assigned_device, read_llama_cpp_line
+from .ollama import read_ollama_line
+from .rules import cut_line
+from .vllm import read_vllm_line
+
+MAX_LINES = 20
+"""Finding lines kept in the evidence, newest last."""
+_SCAN_CHARS = 16_384
+"""Only this much of a line is searched: vLLM's config line is about 3 KB."""
+
+_KEYWORDS = (
+    "offload", "device", "cuda", "rocm", "vulkan", "sycl", "metal", "mtl", "gpu", "buffer",
+    "platform", "librar", "compiled", "backend", "verbosity", "weights",
+    "model loading", "layer", "blocks", "runner", "overrid", "cublas", "falling back",
+)  # fmt: skip
+"""Every line any reader takes holds one of these, lowercased."""
+
+
+def read_line(ev: EvidenceState, line: str) -> bool:
+    """Update `ev` from one line of an engine's output. False when the line was passed over
+    unread (no keyword in it, or nothing left once cleaned), so `ev` is unchanged. Never
+    raises."""
+    if len(line) > _SCAN_CHARS:
+        line = line[:_SCAN_CHARS]
+    low = line.lower()
+    if not any(k in low for k in _KEYWORDS):
+        return False
+    text = clean_line(line)
+    if not text:
+        return False
+    engine, found = _read_in_its_format(ev, line, text, low)
+    if found:
+        if engine == "ollama" or ev.engine is None:
+            ev.engine = engine
+        _remember(ev, text)
+    return True
+
+
+def _read_in_its_format(ev: EvidenceState, line: str, text: str, low: str) -> tuple[str, bool]:
+    """The line read by the reader its format calls for: the engine that said it, and whether
+    it is a finding. Ollama's log holds its runners' llama.cpp lines, so an Ollama line that
+    is no Ollama finding is read as llama.cpp's."""
+    ollama_format = is_ollama_format(line)
+    if ollama_format or "msg=" in text:
+        if read_ollama_line(ev, text, low):
+            return "ollama", True
+        return ("ollama" if ollama_format else "llama.cpp"), read_llama_cpp_line(ev, text, low)
+    if is_vllm_format(line):
+        return "vllm", read_vllm_line(ev, text)
+    return "llama.cpp", read_llama_cpp_line(ev, text, low)
+
+
+def _remember(ev: EvidenceState, text: str) -> None:
+    """A finding line, cut, kept newest last; a run of per-layer lines keeps only its latest."""
+    line = cut_line(text)
+    device = assigned_device(line)
+    if device is not None and ev.lines and assigned_device(ev.lines[-1]) == device:
+        ev.lines[-1] = line
+        return
+    ev.lines.append(line)
+    del ev.lines[:-MAX_LINES]
+
+
+class EvidenceReader:
+    """The evidence of one engine's output, read line by line; `snapshot()` is what it says
+    so far, a value no later line changes."""
+
+    def __init__(self) -> None:
+        self._state = EvidenceState()
+        self._snapshot: EngineEvidence | None = None
+
+    def read(self, line: str) -> None:
+        if read_line(self._state, line):
+            self._snapshot = None
+
+    def snapshot(self) -> EngineEvidence:
+        """The evidence so far; the same value until a line that may change it is read."""
+        if self._snapshot is None:
+            self._snapshot = self._state.freeze()
+        return self._snapshot
+
+
+def read_text(text: str) -> EngineEvidence:
+    """The evidence of a whole log, read from a fresh start."""
+    reader = EvidenceReader()
+    for line in text.splitlines():
+        reader.read(line)
+    return reader.snapshot()
