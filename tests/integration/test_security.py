@@ -84,6 +84,9 @@ def test_least_privilege_works_and_another_nodes_subjects_are_refused(
                 with anyio.fail_after(10):
                     while (await js.stream_info("PLACEWATCH_EVENTS")).state.messages < 1:
                         await anyio.sleep(0.2)
+                    # The tick that published the event publishes its telemetry after it.
+                    while (await js.stream_info("PLACEWATCH_TELEMETRY")).state.messages < 1:
+                        await anyio.sleep(0.2)
                 assert (await js.stream_info("PLACEWATCH_TELEMETRY")).state.messages == 1
                 reply = await nc.request("placewatch.service.n1.shards", b"", timeout=3)
                 assert [s["shard"] for s in json.loads(reply.data)] == ["init"]
