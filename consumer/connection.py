@@ -37,6 +37,21 @@ def redact(url: str) -> str:
     return _CREDENTIALS.sub("//***@", url)
 
 
+def refusal(exc: Exception) -> str | None:
+    """The server's words when `exc` is its Permissions Violation, else None.
+
+    The server refuses a message it does not allow with `-ERR 'Permissions
+    Violation for Publish to "SUBJECT"'` and keeps the connection; nats-py
+    hands that to the error callback as a plain `nats.errors.Error` reading
+    `nats: permissions violation for ...` (its parser lower-cases the server's
+    text; nats-py 2.16), so the text is all there is to tell it by.
+    """
+    said = str(exc).strip()
+    if "permissions violation" not in said.lower():
+        return None
+    return said.removeprefix("nats: ")
+
+
 @dataclass(frozen=True)
 class Bus:
     """Where a command connects, and how: server URLs, nats.connect() options (credentials,
@@ -64,15 +79,15 @@ class ConnectionLog:
         return self.nc is not None and (self.nc.is_draining or self.nc.is_closed)
 
     async def error(self, exc: Exception) -> None:
-        said = str(exc)
-        if "permissions violation" in said.lower():
+        refused = refusal(exc)
+        if refused is not None:
             # The server refused one message and keeps the connection: say which, once.
-            if said not in self.refused:
-                self.refused.add(said)
+            if refused not in self.refused:
+                self.refused.add(refused)
                 log.error(
                     "NATS refused it: %s; these credentials do not allow it "
                     "(the permissions each process needs are in docs/operations.md)",
-                    said.removeprefix("nats: "),
+                    refused,
                 )
             return
         if not self.failing and not self._closing():

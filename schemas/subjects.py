@@ -32,6 +32,23 @@ def token(name: str) -> str:
     return _OUTSIDE_TOKEN.sub("_", name) or "_"
 
 
+def covers(pattern: str, subject: str) -> bool:
+    """Whether a subscription or stream taking `pattern` takes every subject `subject` names.
+
+    Both may hold NATS wildcards: `*` stands for one token, `>` for one or more
+    at the end. So `placewatch.>` covers `placewatch.compute.>`, while
+    `placewatch.compute.*` does not (the events' subjects have two tokens after
+    `compute`), and no pattern covers a wildcard with a literal token.
+    """
+    want, have = subject.split("."), pattern.split(".")
+    for i, part in enumerate(have):
+        if part == ">":
+            return i < len(want)
+        if i >= len(want) or want[i] == ">" or part not in ("*", want[i]):
+            return False
+    return len(have) == len(want)
+
+
 # --- what one node publishes --------------------------------------------------------------
 
 

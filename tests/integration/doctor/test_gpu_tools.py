@@ -1,0 +1,80 @@
+"""The GPU tools check: each source on the node sampled once, through a fake nvidia-smi."""
+
+from __future__ import annotations
+
+import re
+
+import anyio
+import pytest
+
+from placewatch.config import Settings
+from placewatch.doctor.gpu_tools import check_gpu_tools
+from placewatch.doctor.report import Report
+
+from tests.conftest import GPU0, GPU1, FakeGpuTools, apps, free_port, real_nvml, run_placewatch
+from tests.support.doctor import A100_GPUS, lines
+
+
+def checked(
+    fake_gpu: FakeGpuTools, monkeypatch: pytest.MonkeyPatch, probe_timeout: float = 5.0
+) -> tuple[list[str], list[int]]:
+    """The report's lines and the GPUs' indices of one check through nvidia-smi alone."""
+    for name, value in fake_gpu.env().items():
+        monkeypatch.setenv(name, value)
+    said: list[str] = []
+    settings = Settings(gpu_sources=["nvidia-smi"], probe_timeout=probe_timeout)
+    gpus = anyio.run(check_gpu_tools, settings, Report(said.append))
+    return said, [g.index for g in gpus]
+
+
+def test_nvidia_smi_answering_is_ok_with_its_gpus_by_model_and_their_processes(
+    fake_gpu: FakeGpuTools, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_gpu.nvidia_smi(A100_GPUS, apps({4242: (GPU0, 2048), 4343: (GPU1, 1024)}))
+    said, indices = checked(fake_gpu, monkeypatch)
+    assert indices == [0, 1]
+    (line,) = said
+    assert re.fullmatch(
+        r"ok    GPU tool nvidia-smi: 2 GPUs \(2x NVIDIA A100-SXM4-80GB\), 2 processes, in \d+ ms",
+        line,
+    ), line
+
+
+def test_a_hung_nvidia_smi_fails_with_what_to_check_in_the_driver(
+    fake_gpu: FakeGpuTools, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_gpu.nvidia_smi(A100_GPUS)
+    fake_gpu.hang("nvidia-smi")
+    said, indices = checked(fake_gpu, monkeypatch, probe_timeout=0.5)
+    assert indices == []
+    (line,) = said
+    assert line.startswith("fail  GPU tool nvidia-smi: nvidia-smi timed out after 0.5 s"), line
+    assert line.endswith(
+        "; next: check that the NVIDIA driver is loaded (lsmod | grep nvidia; "
+        "dmesg | grep -i -e NVRM -e Xid)"
+    )
+
+
+def test_a_node_without_gpu_tools_fails_with_what_to_install(fake_gpu: FakeGpuTools) -> None:
+    if real_nvml():
+        pytest.skip("a real NVML answers on this machine")
+    done = run_placewatch("doctor", "--nats", f"nats://127.0.0.1:{free_port()}", env=fake_gpu.env())
+    assert done.returncode == 1
+    (nvml_line,) = lines(done.stdout, "GPU tool nvml")
+    assert nvml_line.startswith("skip  GPU tool nvml: NVML did not initialise: ")
+    assert lines(done.stdout, "GPU tool nvidia-smi") == [
+        "skip  GPU tool nvidia-smi: nvidia-smi not found on PATH"
+    ]
+    assert lines(done.stdout, "GPU tools") == [
+        "fail  GPU tools: none found: no NVML, nvidia-smi, rocm-smi or amd-smi; next: install the "
+        "NVIDIA driver (NVML, and nvidia-smi on the worker's PATH), or ROCm's rocm-smi or amd-smi "
+        "on the worker's PATH"
+    ]
+    env = fake_gpu.env() | {"PLACEWATCH_GPU_SOURCES": "rocm-smi"}
+    done = run_placewatch("doctor", "--nats", f"nats://127.0.0.1:{free_port()}", env=env)
+    assert [line for line in done.stdout.splitlines() if "GPU tool" in line] == [
+        "skip  GPU tool rocm-smi: rocm-smi not found on PATH",
+        "fail  GPU tools: none found: no rocm-smi; next: install the NVIDIA driver (NVML, and "
+        "nvidia-smi on the worker's PATH), or ROCm's rocm-smi or amd-smi on the worker's PATH; "
+        "or widen gpu_sources (now rocm-smi)",
+    ]

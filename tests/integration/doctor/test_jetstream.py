@@ -1,0 +1,140 @@
+"""JetStream, the contract's streams and buckets, and the permission to publish, checked by
+`placewatch doctor` against real nats-servers: without JetStream, with a stream made wrong, and
+under the documented least privilege with and without the right to publish."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import nats
+from nats.js.api import StreamConfig
+
+from tests.conftest import FakeGpuTools, NatsServer, run_placewatch
+from tests.integration.test_security import create_streams_as_admin, node_permissions
+from tests.support.doctor import A100_GPUS, lines
+
+
+def test_a_server_without_jetstream_fails_it_and_skips_the_streams(
+    tmp_path: Path, fake_gpu: FakeGpuTools
+) -> None:
+    server = NatsServer(tmp_path / "js", jetstream=False)
+    server.start()
+    try:
+        fake_gpu.nvidia_smi(A100_GPUS)
+        done = run_placewatch("doctor", "--nats", server.url, "--node", "n1", env=fake_gpu.env())
+    finally:
+        server.stop()
+    assert done.returncode == 1
+    assert lines(done.stdout, "JetStream") == [
+        "fail  JetStream: the server has no JetStream for this account: compute statuses and "
+        "fallback events would go out as core messages, kept nowhere; next: enable JetStream "
+        "(nats-server -js, or jetstream {} in its config, and for the account)"
+    ]
+    assert lines(done.stdout, "streams and buckets") == ["skip  streams and buckets: no JetStream"]
+    (publish,) = lines(done.stdout, "publish permission")
+    assert publish.startswith("ok    publish permission: a NodeTelemetry of n1 (2 GPUs, ")
+
+
+async def make_streams_one_too_narrow(url: str) -> None:
+    """The events stream as the contract has it; the telemetry stream for one node only."""
+    nc = await nats.connect(url)
+    try:
+        js = nc.jetstream()
+        await js.add_stream(
+            StreamConfig(
+                name="PLACEWATCH_EVENTS",
+                subjects=["placewatch.compute.>", "placewatch.fallback.>"],
+            )
+        )
+        await js.add_stream(
+            StreamConfig(name="PLACEWATCH_TELEMETRY", subjects=["placewatch.telemetry.gpu-01"])
+        )
+    finally:
+        await nc.close()
+
+
+def test_a_stream_that_does_not_take_every_nodes_subject_fails_with_the_edit_to_make(
+    tmp_path: Path, fake_gpu: FakeGpuTools
+) -> None:
+    server = NatsServer(tmp_path / "js")
+    server.start()
+    try:
+        anyio.run(make_streams_one_too_narrow, server.url)
+        fake_gpu.nvidia_smi(A100_GPUS)
+        done = run_placewatch("doctor", "--nats", server.url, "--node", "n1", env=fake_gpu.env())
+    finally:
+        server.stop()
+    assert done.returncode == 1
+    assert lines(done.stdout, "stream PLACEWATCH_EVENTS") == [
+        "ok    stream PLACEWATCH_EVENTS: 0 messages, subjects placewatch.compute.>, "
+        "placewatch.fallback.>, R1"
+    ]
+    assert lines(done.stdout, "stream PLACEWATCH_TELEMETRY") == [
+        "fail  stream PLACEWATCH_TELEMETRY: takes placewatch.telemetry.gpu-01, not "
+        "placewatch.telemetry.*: this worker's messages would not be stored; next: add "
+        "placewatch.telemetry.* to its subjects (nats stream edit PLACEWATCH_TELEMETRY)"
+    ]
+
+
+def test_a_refused_publish_and_missing_streams_under_no_create_say_what_to_do(
+    tmp_path: Path, fake_gpu: FakeGpuTools
+) -> None:
+    server = NatsServer(
+        tmp_path / "js",
+        config="authorization { users = [ {user: n1, password: n1-password, permissions: "
+        '{publish: {deny: ["placewatch.telemetry.>"]}}} ] }\n',
+    )
+    server.start()
+    try:
+        env = fake_gpu.env() | {"PLACEWATCH_USER": "n1", "PLACEWATCH_PASSWORD": "n1-password"}
+        done = run_placewatch(
+            "doctor", "--nats", server.url, "--node", "n1", "--no-create", env=env
+        )
+    finally:
+        server.stop()
+    assert done.returncode == 1
+    (publish,) = lines(done.stdout, "publish permission")
+    assert publish.startswith(
+        "fail  publish permission: the server refused a NodeTelemetry on placewatch.telemetry.n1 "
+        '(permissions violation for publish to "placewatch.telemetry.n1")'
+    )
+    assert "docs/operations.md (Least privilege)" in publish
+    (events,) = lines(done.stdout, "stream PLACEWATCH_EVENTS")
+    assert events == (
+        "fail  stream PLACEWATCH_EVENTS: does not exist, and --no-create is set; next: an "
+        "operator creates it: nats stream add PLACEWATCH_EVENTS --subjects "
+        "'placewatch.compute.>,placewatch.fallback.>' --storage file --replicas 1 "
+        "--dupe-window 5m --defaults"
+    )
+    (compute,) = lines(done.stdout, "bucket placewatch_compute")
+    assert compute.endswith(
+        "nats kv add placewatch_compute --history 1 --storage file --replicas 1"
+    )
+    assert "n1-password" not in done.stdout + done.stderr
+
+
+def test_all_ok_under_the_documented_least_privilege_with_streams_made_by_an_operator(
+    tmp_path: Path, fake_gpu: FakeGpuTools
+) -> None:
+    server = NatsServer(tmp_path / "js", config=node_permissions("n1", "n1pw"))
+    server.start()
+    try:
+        anyio.run(create_streams_as_admin, server.url)
+        fake_gpu.nvidia_smi(A100_GPUS)
+        env = fake_gpu.env() | {"PLACEWATCH_USER": "n1", "PLACEWATCH_PASSWORD": "n1pw"}
+        done = run_placewatch(
+            "doctor", "--nats", server.url, "--node", "n1", "--no-create", env=env
+        )
+    finally:
+        server.stop()
+    assert done.returncode == 0, done.stdout
+    assert lines(done.stdout, "stream PLACEWATCH_TELEMETRY") == [
+        "ok    stream PLACEWATCH_TELEMETRY: 0 messages, subjects placewatch.telemetry.*, R1"
+    ]
+    assert lines(done.stdout, "bucket placewatch_placements") == [
+        "ok    bucket placewatch_placements: 0 keys, history 1"
+    ]
+    (authenticated,) = lines(done.stdout, "server authenticated")
+    assert "with user n1 " in authenticated
+    assert lines(done.stdout, "publish permission")[0].startswith("ok    publish permission: ")

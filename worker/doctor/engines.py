@@ -1,0 +1,237 @@
+"""The llama.cpp pre-flight: each build's own `--list-devices`, judged against the node's GPUs.
+
+A build whose GPU backend does not load still starts, and serves on the CPU;
+`--list-devices` is the cheapest way to ask it, before any model is loaded,
+which GPUs it would use. The builds asked are those of the llama.cpp shards
+running on the node, each with the library path and device mask of its shard,
+and every `--engine PATH` given.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+import anyio.to_thread
+import psutil
+
+from ..probe import ProbeRunner
+from ..shards.discover import LLAMA_CPP, Discovered
+from ..shards.engine_log import read_text
+from .processes import AS_ENGINE_USER
+from .report import Check, Report, count
+
+ENGINE = "engine pre-flight"
+
+ENGINE_TIMEOUT_S = 30.0
+"""Default limit for one `--list-devices`: CUDA initialises every GPU first (seconds on 8)."""
+
+ENGINE_ENV = (
+    "LD_LIBRARY_PATH",
+    "CUDA_VISIBLE_DEVICES",
+    "CUDA_DEVICE_ORDER",
+    "HIP_VISIBLE_DEVICES",
+    "ROCR_VISIBLE_DEVICES",
+)
+"""What a running engine's environment lends its pre-flight: where its libraries are found and
+which GPUs it may see, so the build is asked as the shard runs it."""
+
+MERGED_EXEC = Path(__file__).with_name("merged_exec.py")
+"""The script each engine is started through, for its stderr to come back with its stdout."""
+
+_LIST_ENTRY = re.compile(r"^(?:-\s+)?(\w+):\s+(.*?)(?:\s+\(\d+ MiB, \d+ MiB free\))?$")
+_BACKEND_LIB = re.compile(r"(\S*ggml-(?:cuda|hip|rocm|vulkan|sycl|musa)\S*?\.(?:so|dll))")
+_NO_FLAG = re.compile(r"(?:invalid|unknown) argument: --list-devices")
+
+EnvLent = tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class Engine:
+    """An engine binary to ask which GPUs it can use, and what of its environment to lend it."""
+
+    path: str
+    shards: tuple[str, ...] = ()
+    env: EnvLent = ()
+
+
+async def check_engines(
+    found: Sequence[Discovered],
+    given: Sequence[str],
+    node_gpus: int,
+    timeout_s: float,
+    report: Report,
+) -> None:
+    engines = await anyio.to_thread.run_sync(engines_to_check, found, given, report)
+    if not engines:
+        report.skip(ENGINE, "no llama.cpp engine running and none given with --engine PATH")
+    runner = ProbeRunner(timeout_s)
+    for engine in engines:
+        report.add(await preflight(engine, runner, node_gpus))
+
+
+def engines_to_check(
+    found: Sequence[Discovered], given: Sequence[str], report: Report
+) -> list[Engine]:
+    """The executables of the discovered llama.cpp shards, then every --engine PATH."""
+    engines: dict[tuple[str, EnvLent], list[str]] = {}
+    for d in found:
+        running = _running_build(d, report)
+        if running is not None:
+            engines.setdefault(running, []).append(d.spec.id)
+    for path in given:
+        resolved = os.path.abspath(path) if os.sep in path else shutil.which(path) or path
+        engines.setdefault((resolved, ()), [])
+    return [Engine(path, tuple(shards), env) for (path, env), shards in engines.items()]
+
+
+def _running_build(d: Discovered, report: Report) -> tuple[str, EnvLent] | None:
+    """A discovered llama.cpp shard's executable and the environment to lend it, when this
+    worker can run it; a skip line says why not when it cannot."""
+    if d.engine != LLAMA_CPP or d.spec.pid is None:
+        return None
+    try:
+        process = psutil.Process(d.spec.pid)
+        exe = process.exe()
+    except psutil.AccessDenied:
+        report.skip(
+            ENGINE,
+            f"{d.spec.id}: its executable cannot be read (/proc/{d.spec.pid}/exe)",
+            f"{AS_ENGINE_USER}, or give it with --engine PATH",
+        )
+        return None
+    except psutil.Error:
+        return None  # it exited
+    if not os.path.basename(exe).startswith("llama-"):
+        return None  # llama-cpp-python: a Python interpreter has no --list-devices
+    if not os.path.exists(exe):
+        report.skip(
+            ENGINE,
+            f"{d.spec.id}: {exe} is not in this worker's filesystem (a container?)",
+            f"run `{os.path.basename(exe)} --list-devices` where the engine runs",
+        )
+        return None
+    return exe, _engine_env(process)
+
+
+def _engine_env(process: psutil.Process) -> EnvLent:
+    try:
+        environ = process.environ()
+    except psutil.Error:
+        return ()
+    return tuple((k, environ[k]) for k in ENGINE_ENV if k in environ)
+
+
+async def preflight(engine: Engine, runner: ProbeRunner, node_gpus: int) -> Check:
+    """`ENGINE --list-devices`, judged against the GPUs the node's tools see."""
+    if not _runnable(engine.path):
+        return Check(
+            ENGINE, "fail", f"{_label(engine)}: not found or not executable", "check the path"
+        )
+    env = [f"{k}={v}" for k, v in engine.env]
+    argv = [sys.executable, "-I", "-S", str(MERGED_EXEC), str(len(env)), *env, engine.path]
+    result = await runner.run([*argv, "--list-devices"])
+    error = (
+        result.error.replace(result.tool, os.path.basename(engine.path), 1)
+        if result.error
+        else None
+    )
+    return list_devices_check(engine, result.stdout, error, node_gpus)
+
+
+def _runnable(path: str) -> bool:
+    return os.path.isfile(path) and os.access(path, os.X_OK)
+
+
+def _label(engine: Engine) -> str:
+    label = f"{os.path.basename(engine.path)} ({engine.path})"
+    return f"{label} of {', '.join(engine.shards)}" if engine.shards else label
+
+
+def list_devices_check(engine: Engine, text: str, error: str | None, node_gpus: int) -> Check:
+    """What a build's `--list-devices` says, its stderr merged in: `error` is why the run
+    failed (a timeout, an exit status), None when it exited 0."""
+    label = _label(engine)
+    if _NO_FLAG.search(text):
+        return Check(
+            ENGINE,
+            "skip",
+            f"{label}: this build has no --list-devices (an older llama.cpp)",
+            "read the GPU lines it prints at start (ggml_cuda_init, offloaded N/M layers)",
+        )
+    if error is not None and not text.strip():
+        return Check(
+            ENGINE,
+            "fail",
+            f"{label}: {error}",
+            "check dmesg for Xid errors (a GPU stuck in the driver), or raise --timeout",
+        )
+    evidence = read_text(text)
+    devices = ", ".join(_device(d, evidence.lines) for d in evidence.found_devices)
+    if evidence.gpu_failed is not None:
+        return _backend_failed(label, evidence.gpu_failed, evidence.gpu_backend, devices, node_gpus)
+    if not devices:
+        return _no_device(label, error, node_gpus)
+    if error is not None:
+        return Check(
+            ENGINE,
+            "fail",
+            f"{label}: lists {devices}, then {error}",
+            f"run {engine.path} --list-devices and read what it prints last",
+        )
+    return Check(ENGINE, "ok", f"{label}: {devices}")
+
+
+def _backend_failed(
+    label: str, failed: str, backend: str | None, devices: str, node_gpus: int
+) -> Check:
+    found = f"{label}: its GPU backend failed: {failed}"
+    found += f" (it lists {devices})" if devices else ""
+    if node_gpus == 0:
+        return Check(ENGINE, "skip", f"{found}; the GPU tools see no GPU here")
+    return Check(ENGINE, "fail", found, _backend_advice(failed, backend))
+
+
+def _no_device(label: str, error: str | None, node_gpus: int) -> Check:
+    if node_gpus == 0:
+        return Check(ENGINE, "skip", f"{label}: lists no GPU device; the GPU tools see none")
+    return Check(
+        ENGINE,
+        "fail",
+        f"{label}: lists no GPU device, though the GPU tools see {count(node_gpus, 'GPU')}"
+        + (f" ({error})" if error else ""),
+        "check that it was built for them (-DGGML_CUDA=ON, -DGGML_HIP=ON) and that its "
+        "libggml-cuda.so (or libggml-hip.so) is beside it; run ldd on that library",
+    )
+
+
+def _device(device: str, lines: Sequence[str]) -> str:
+    """A device with its model, from its `CUDA0: NVIDIA A100 (81050 MiB, 80536 MiB free)` line."""
+    for line in lines:
+        match = _LIST_ENTRY.match(line)
+        if match is not None and match.group(1) == device and match.group(2):
+            return f"{device} {match.group(2)}"
+    return device
+
+
+def _backend_advice(failed: str, backend: str | None) -> str:
+    if backend == "ROCm":
+        runtime = "the ROCm runtime (libamdhip64, libhipblas, librocblas) it was built for"
+    else:
+        runtime = (
+            "the CUDA runtime (libcudart, libcublas) of the version it was built for, and a "
+            "driver new enough for it (the CUDA Version nvidia-smi prints)"
+        )
+    library = _BACKEND_LIB.search(failed)
+    if library is not None:
+        return f"run ldd {library.group(1)} and install what it lists as not found; check {runtime}"
+    return (
+        f"check {runtime}, that the engine may open the GPU devices (/dev/nvidia*, /dev/kfd in a "
+        "container), and run it with -lv 4"
+    )

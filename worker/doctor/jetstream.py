@@ -1,0 +1,199 @@
+"""What this node's credentials may do on the server: JetStream, the streams and buckets of the
+contract (`placewatch.schemas.streams`), and publishing its telemetry.
+
+A request the credentials may not make comes back as a timeout or no
+responders, and the server's Permissions Violation only through the error
+callback; each check reads that callback's errors since it began, so that it
+can say "refused" rather than "no answer".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import anyio
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+
+from placewatch.schemas import encode, subjects
+from placewatch.schemas import streams as contract
+
+from ..config import Settings
+from ..pipeline import open_pipeline
+from .report import Report, count
+from .server import NET_TIMEOUT_S, ServerErrors
+
+JETSTREAM = "JetStream"
+STREAMS = "streams and buckets"
+PUBLISH = "publish permission"
+CHECKS = (JETSTREAM, STREAMS, PUBLISH)
+"""The checks made over the connection, in the order they are made."""
+
+PERMISSION_WAIT_S = 0.5
+"""How long a refused publish has to come back as a Permissions Violation after the flush."""
+LEAST_PRIVILEGE = "docs/operations.md (Least privilege) lists what a node's credentials need"
+
+
+async def check_jetstream(
+    nc: Client, errors: ServerErrors, settings: Settings, report: Report
+) -> None:
+    """JetStream, then its streams and buckets when there is one, then a publish."""
+    checks = _JetStreamChecks(nc, nc.jetstream(timeout=NET_TIMEOUT_S), errors, settings, report)
+    if await checks.jetstream():
+        await checks.streams()
+        await checks.buckets()
+    else:
+        report.skip(STREAMS, "no JetStream")
+    await checks.publish()
+
+
+@dataclass
+class _JetStreamChecks:
+    """The checks made over one connection."""
+
+    nc: Client
+    js: JetStreamContext
+    errors: ServerErrors
+    settings: Settings
+    report: Report
+
+    async def jetstream(self) -> bool:
+        seen = len(self.errors.seen)
+        try:
+            info = await self.js.account_info()
+        except (nats.js.errors.ServiceUnavailableError, nats.errors.NoRespondersError):
+            self.report.fail(
+                JETSTREAM,
+                "the server has no JetStream for this account: compute statuses and fallback "
+                "events would go out as core messages, kept nowhere",
+                "enable JetStream (nats-server -js, or jetstream {} in its config, and for the "
+                "account)",
+            )
+            return False
+        except (nats.errors.Error, TimeoutError) as exc:
+            self._unanswered(JETSTREAM, "$JS.API.INFO", exc, seen)
+            return False
+        domain = f" in domain {info.domain}" if info.domain else ""
+        self.report.ok(
+            JETSTREAM,
+            f"available{domain}: {count(info.streams, 'stream')}, "
+            f"{count(info.consumers, 'consumer')} in this account",
+        )
+        return True
+
+    async def streams(self) -> None:
+        """The two streams the worker publishes events and telemetry to."""
+        settings = self.settings
+        for stream in contract.STREAMS:
+            name = f"stream {stream.name}"
+            wanted = stream.subjects(settings.prefix)
+            seen = len(self.errors.seen)
+            try:
+                info = await self.js.stream_info(stream.name)
+            except nats.js.errors.NotFoundError:
+                self._missing(
+                    name, stream.command(settings.prefix, settings.storage, settings.replicas)
+                )
+                continue
+            except (nats.errors.Error, TimeoutError) as exc:
+                self._unanswered(name, f"$JS.API.STREAM.INFO.{stream.name}", exc, seen)
+                continue
+            held = list(info.config.subjects or [])
+            lacking = [s for s in wanted if not any(subjects.covers(h, s) for h in held)]
+            if lacking:
+                self.report.fail(
+                    name,
+                    f"takes {', '.join(held) or 'no subject'}, not {', '.join(lacking)}: this "
+                    "worker's messages would not be stored",
+                    f"add {', '.join(lacking)} to its subjects (nats stream edit {stream.name})",
+                )
+                continue
+            self.report.ok(
+                name,
+                f"{count(info.state.messages, 'message')}, subjects {', '.join(held)}, "
+                f"R{info.config.num_replicas or 1}",
+            )
+
+    async def buckets(self) -> None:
+        """The placements the worker reads and the compute statuses it keeps."""
+        settings = self.settings
+        for bucket in contract.BUCKETS:
+            name = f"bucket {bucket.name}"
+            seen = len(self.errors.seen)
+            try:
+                status = await (await self.js.key_value(bucket.name)).status()
+            except nats.js.errors.NotFoundError:
+                self._missing(name, bucket.command(settings.storage, settings.replicas))
+                continue
+            except (nats.errors.Error, TimeoutError) as exc:
+                self._unanswered(name, f"$JS.API.STREAM.INFO.{bucket.stream}", exc, seen)
+                continue
+            self.report.ok(name, f"{count(status.values, 'key')}, history {status.history}")
+
+    def _missing(self, name: str, command: str) -> None:
+        if self.settings.create:
+            self.report.ok(name, "not there yet: the worker creates it when it starts")
+        else:
+            self.report.fail(
+                name, "does not exist, and --no-create is set", f"an operator creates it: {command}"
+            )
+
+    def _unanswered(self, name: str, api: str, exc: BaseException, seen: int) -> None:
+        refused = self.errors.refused(seen)
+        said = refused or str(exc) or type(exc).__name__
+        inbox = subjects.inbox(self.settings.node)
+        self.report.fail(
+            name,
+            f"no answer to {api} ({said})",
+            f"allow this user to publish on {api} and to subscribe to {inbox}.>; {LEAST_PRIVILEGE}",
+        )
+
+    async def publish(self) -> None:
+        """Publish one real sample of this node on its telemetry subject; watch for a refusal.
+
+        The server does not answer a core publish: one it refuses comes back as an
+        asynchronous `-ERR 'Permissions Violation for Publish ...'`, before the PONG
+        of the flush that follows, to the error callback.
+        """
+        settings = self.settings
+        subject = subjects.telemetry(settings.node, settings.prefix)
+        async with open_pipeline(settings) as pipeline:
+            telemetry = (await pipeline.take()).telemetry
+        payload, headers = encode(telemetry, settings.encoding)
+        seen = len(self.errors.seen)
+        try:
+            await self.nc.publish(subject, payload, headers=headers)
+            await self.nc.flush(timeout=round(NET_TIMEOUT_S))
+            await anyio.sleep(PERMISSION_WAIT_S)
+        except nats.errors.MaxPayloadError:
+            self.report.fail(
+                PUBLISH,
+                f"a sample is {len(payload)} bytes, over the server's max_payload "
+                f"({self.nc.max_payload})",
+                "raise max_payload in the server's config",
+            )
+            return
+        except (nats.errors.Error, TimeoutError) as exc:
+            self.report.fail(
+                PUBLISH,
+                f"the publish did not go through ({exc or type(exc).__name__})",
+                "check the server's log for this client (placewatch-doctor)",
+            )
+            return
+        refused = self.errors.refused(seen)
+        if refused is not None:
+            self.report.fail(
+                PUBLISH,
+                f"the server refused a NodeTelemetry on {subject} ({refused})",
+                f"allow this user to publish on {subject} and this node's other subjects; "
+                f"{LEAST_PRIVILEGE}",
+            )
+            return
+        self.report.ok(
+            PUBLISH,
+            f"a NodeTelemetry of {settings.node} ({count(len(telemetry.gpus), 'GPU')}, "
+            f"{count(len(telemetry.shards), 'shard')}, {len(payload)} bytes) went out on "
+            f"{subject}",
+        )
