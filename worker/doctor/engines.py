@@ -24,6 +24,7 @@ import psutil
 from ..probe import ProbeRunner
 from ..shards.discover import LLAMA_CPP, Discovered
 from ..shards.engine_log import read_text
+from ..shards.engine_log.llama_cpp import listed_device
 from .processes import AS_ENGINE_USER
 from .report import Check, Report, count
 
@@ -45,7 +46,6 @@ which GPUs it may see, so the build is asked as the shard runs it."""
 MERGED_EXEC = Path(__file__).with_name("merged_exec.py")
 """The script each engine is started through, for its stderr to come back with its stdout."""
 
-_LIST_ENTRY = re.compile(r"^(?:-\s+)?(\w+):\s+(.*?)(?:\s+\(\d+ MiB, \d+ MiB free\))?$")
 _BACKEND_LIB = re.compile(r"(\S*ggml-(?:cuda|hip|rocm|vulkan|sycl|musa)\S*?\.(?:so|dll))")
 _NO_FLAG = re.compile(r"(?:invalid|unknown) argument: --list-devices")
 
@@ -214,9 +214,9 @@ def _no_device(label: str, error: str | None, node_gpus: int) -> Check:
 def _device(device: str, lines: Sequence[str]) -> str:
     """A device with its model, from its `CUDA0: NVIDIA A100 (81050 MiB, 80536 MiB free)` line."""
     for line in lines:
-        match = _LIST_ENTRY.match(line)
-        if match is not None and match.group(1) == device and match.group(2):
-            return f"{device} {match.group(2)}"
+        listed = listed_device(line)
+        if listed is not None and listed[0] == device and listed[1]:
+            return f"{device} {listed[1]}"
     return device
 
 

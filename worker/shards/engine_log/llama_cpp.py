@@ -65,6 +65,7 @@ _NOT_A_GPU = re.compile(r"FPGA|Processor|\bCPU\b")
 _SYCL_FOUND = re.compile(r"\bfound (\d{1,3}) SYCL devices")
 _SYCL_ROW = re.compile(r"^\|\s*(\d{1,3})\|\s*\[([\w]+):(gpu|cpu|acc)\w*:\d+\]\|")
 _LIST_ENTRY = re.compile(r"^(?:-\s+)?((?:CUDA|ROCm|Vulkan|SYCL|MTL|MUSA|CANN)\d{1,3})\s*:\s+(\S.*)")
+_FREE_MEMORY = re.compile(r"\s+\(\d+ MiB, \d+ MiB free\)$")
 _JSON_DEVICE = re.compile(r'^"name":\s*"((?:CUDA|ROCm|Vulkan|SYCL|MTL|MUSA)\d{1,3})"')
 _JSON_BACKEND = re.compile(r'^"backend":\s*"(CUDA|ROCm|Vulkan|SYCL|Metal|MUSA)"')
 _VULKAN_FOUND = re.compile(r"ggml_vulkan: Found (\d{1,3}) Vulkan devices")
@@ -314,3 +315,12 @@ def _read_runtime_buffer(ev: EvidenceState, name: str, kind: str) -> bool:
     # a compute buffer alone is not computing there
     note_gpu_backend(ev, backend_of(name), "found")
     return True
+
+
+def listed_device(line: str) -> tuple[str, str] | None:
+    """A `--list-devices` line (`CUDA0: NVIDIA A100 (81050 MiB, 80536 MiB free)`): the device
+    and what it is, without its memory; None for any other line."""
+    match = _LIST_ENTRY.match(line)
+    if match is None:
+        return None
+    return match.group(1), _FREE_MEMORY.sub("", match.group(2))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from placewatch.shards.engine_log import EvidenceReader, read_text
+from placewatch.shards.engine_log.llama_cpp import listed_device
 
 from .readings import LLAMA, LOGS, OWN, Reading, mib, read_log, reading
 from tests.conftest import needs_corpus
@@ -341,3 +342,24 @@ def test_a_crash_in_the_gpu_kernels_is_not_a_cpu_run() -> None:
     ev = read_text("CUDA error: no kernel image is available for execution on the device\n")
     assert ev.gpu_failed == "CUDA error: no kernel image is available for execution on the device"
     assert ev.backend is None
+
+
+@pytest.mark.parametrize(
+    ("line", "listed"),
+    [
+        (
+            "CUDA0: NVIDIA A100-SXM4-80GB (81050 MiB, 80536 MiB free)",
+            ("CUDA0", "NVIDIA A100-SXM4-80GB"),
+        ),
+        ("  - Vulkan0 : AMD Radeon 8060S (RADV GFX1151)", None),  # not cleaned: indented
+        (
+            "- Vulkan0 : AMD Radeon 8060S (RADV GFX1151)",
+            ("Vulkan0", "AMD Radeon 8060S (RADV GFX1151)"),
+        ),
+        ("Available devices:", None),
+    ],
+)
+def test_a_listed_device_is_read_with_its_model_and_without_its_memory(
+    line: str, listed: tuple[str, str] | None
+) -> None:
+    assert listed_device(line) == listed
