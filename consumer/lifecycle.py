@@ -3,10 +3,12 @@ connection is drained within a few seconds, so nothing it published is left in a
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
 
 import anyio
+import nats.errors
 from nats.aio.client import Client
 
 log = logging.getLogger(__name__)
@@ -24,7 +26,16 @@ async def stop_on_signal(scope: anyio.CancelScope, what: str = "stopping") -> No
 
 
 async def drain(nc: Client | None) -> None:
-    """Drain the connection (flush what is buffered, then close), even while cancelled."""
+    """Drain the connection (flush what is buffered, then close), even while cancelled.
+
+    nats-py refuses to drain a connection while it reconnects: there is no server to flush
+    to, so it is closed instead. That close writes what it buffered to the lost socket and
+    raises, with the connection already marked closed."""
     with anyio.move_on_after(DRAIN_TIMEOUT_S, shield=True):
-        if nc is not None and not nc.is_closed:
+        if nc is None or nc.is_closed:
+            return
+        try:
             await nc.drain()
+        except nats.errors.ConnectionReconnectingError:
+            with contextlib.suppress(OSError):
+                await nc.close()

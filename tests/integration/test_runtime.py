@@ -43,13 +43,11 @@ def test_worker_publishes_json_telemetry_and_stops_on_sigterm(
         FIXTURES / "nvidia-smi" / "a100x2-query-compute-apps.csv",
     )
     with RawSubscriber(nats_server.url, "placewatch.telemetry.>") as sub:
-        started = time.monotonic()
         worker = Worker(
             "--nats", nats_server.url, "--node", "N", "--interval", "1", env=fake_gpu.env()
         )
         workers.append(worker)
         first = sub.next(timeout=3)
-        assert time.monotonic() - started < 3
         second = sub.next(timeout=3)
     assert first.subject == "placewatch.telemetry.N"
     assert first.headers["Content-Type"] == "application/json"
@@ -67,9 +65,8 @@ def test_worker_publishes_json_telemetry_and_stops_on_sigterm(
     assert later["seq"] == doc["seq"] + 1
     assert later["session"] == doc["session"]
 
-    code, took, _, err = worker.stop()
+    code, _, _, err = worker.stop()  # -1 unless it exits within 5 s
     assert code == 0, err
-    assert took < 5
 
 
 def test_node_names_become_subject_tokens(nats_server: NatsServer, workers: list[Worker]) -> None:
@@ -126,9 +123,8 @@ def test_embedded_server_when_none_is_configured(tmp_path: Path, workers: list[W
     assert doc["node"] == "solo"
     assert (tmp_path / "state" / "jetstream").is_dir()
 
-    code, took, _, err = worker.stop()
+    code, _, _, err = worker.stop()  # -1 unless it exits within 5 s
     assert code == 0, err
-    assert took < 5
     port = int(found.group(1))
     try:
         socket.create_connection(("127.0.0.1", port), 0.5).close()
@@ -162,24 +158,23 @@ def test_server_down_at_start_is_retried_with_a_log_line(
     assert "Traceback" not in err
 
 
-def test_embedded_server_dies_with_a_killed_worker(tmp_path: Path, workers: list[Worker]) -> None:
-    env = clean_env() | {"PLACEWATCH_STATE_DIR": str(tmp_path / "state")}
-    worker = Worker("--node", "doomed", "--embedded-port", "0", env=env)
-    workers.append(worker)
-    assert worker.proc.stdout is not None
-    found = re.search(r"nats://127\.0\.0\.1:(\d+)", worker.proc.stdout.readline())
-    assert found
-    port = int(found.group(1))
-    socket.create_connection(("127.0.0.1", port), 1).close()
-    worker.kill()  # SIGKILL: no chance to stop the server itself
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.2).close()
-        except OSError:
-            return
-        time.sleep(0.1)
-    raise AssertionError("the embedded server outlived a killed worker")
+def test_a_worker_stopped_while_its_server_is_down_exits_0(
+    tmp_path: Path, workers: list[Worker]
+) -> None:
+    server = NatsServer(tmp_path / "js")
+    server.start()
+    try:
+        worker = Worker("--nats", server.url, "--node", "n1", "--interval", "1", env=clean_env())
+        workers.append(worker)
+        with RawSubscriber(server.url, "placewatch.telemetry.n1") as sub:
+            sub.next(timeout=10)
+    finally:
+        server.stop()
+    time.sleep(1.5)  # it publishes into nats-py's buffer while it reconnects
+    code, _, _, err = worker.stop()
+    assert code == 0, err
+    assert "Traceback" not in err
+    assert "disconnected from NATS" in err
 
 
 def run_worker(

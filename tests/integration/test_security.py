@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
-import subprocess
 import time
 from pathlib import Path
 
@@ -20,6 +18,7 @@ from placewatch.bus.outbox import EventOutbox
 from placewatch.schemas import subjects
 
 from tests.conftest import ROOT, NatsServer, Worker, clean_env
+from tests.support.certs import make_certs, needs_openssl
 from tests.support.natsproto import RawSubscriber
 
 ADMIN = "{user: admin, password: adminpw}"
@@ -192,64 +191,7 @@ def test_token_and_nkey_credentials(tmp_path: Path, workers: list[Worker], auth:
         server.stop()
 
 
-def make_certs(where: Path) -> dict[str, Path]:
-    """A CA, a server certificate for 127.0.0.1, and a client certificate, with openssl."""
-
-    def run(*args: str) -> None:
-        subprocess.run(["openssl", *args], cwd=where, check=True, capture_output=True)
-
-    run(
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=test-ca",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.pem",
-    )
-    (where / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
-    for name in ("server", "client"):
-        run(
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-subj",
-            f"/CN={name}",
-            "-keyout",
-            f"{name}.key",
-            "-out",
-            f"{name}.csr",
-        )
-        run(
-            "x509",
-            "-req",
-            "-in",
-            f"{name}.csr",
-            "-CA",
-            "ca.pem",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-days",
-            "2",
-            "-extfile",
-            "san.ext",
-            "-out",
-            f"{name}.pem",
-        )
-    return {
-        n: where / n for n in ("ca.pem", "server.pem", "server.key", "client.pem", "client.key")
-    }
-
-
-@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl makes the test certificates")
+@needs_openssl
 def test_mutual_tls(tmp_path: Path, workers: list[Worker]) -> None:
     certs = make_certs(tmp_path)
     config = (

@@ -11,11 +11,25 @@ from __future__ import annotations
 import ctypes
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
+from placewatch.gpu.nvidia_smi import attach_processes, parse_compute_apps, parse_gpus
 from placewatch.schemas import GpuSample
 
 T = TypeVar("T")
+
+A100X2 = Path(__file__).resolve().parent.parent / "fixtures" / "nvidia-smi"
+
+
+def captured() -> list[GpuSample]:
+    """The project's two A100s (a100x2-*.csv) as nvidia-smi reads them: what FakeNvml
+    serves in most tests, so that both NVIDIA paths are held to the same numbers."""
+    gpus = parse_gpus((A100X2 / "a100x2-query-gpu.csv").read_text())
+    return attach_processes(
+        gpus, parse_compute_apps((A100X2 / "a100x2-query-compute-apps.csv").read_text())
+    )
+
 
 NVML_DEVICE_MIG_ENABLE = 1
 NVML_TEMPERATURE_GPU = 0

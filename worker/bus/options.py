@@ -30,24 +30,25 @@ def connect_options(settings: Settings) -> dict[str, Any]:
             _check_readable(field, path)
             options[argument] = path
     if settings.tls_ca or settings.tls_cert:
+        # Each file is blamed on its own setting: a CA that exists but is not PEM is tls_ca's.
         try:
             context = ssl.create_default_context(cafile=settings.tls_ca)
-            if settings.tls_cert:
-                context.load_cert_chain(settings.tls_cert, settings.tls_key)
         except (OSError, ssl.SSLError) as exc:
-            which = (
-                "tls_ca" if settings.tls_ca and not _exists(settings.tls_ca) else "tls_cert/tls_key"
-            )
-            raise ConfigError(
-                f"{which}: cannot load the TLS files ({getattr(exc, 'strerror', None) or exc}); "
-                "check the paths and that they are PEM"
-            ) from None
+            raise _tls_error("tls_ca", exc) from None
+        if settings.tls_cert:
+            try:
+                context.load_cert_chain(settings.tls_cert, settings.tls_key)
+            except (OSError, ssl.SSLError) as exc:
+                raise _tls_error("tls_cert/tls_key", exc) from None
         options["tls"] = context
     return options
 
 
-def _exists(path: str) -> bool:
-    return os.path.isfile(path)
+def _tls_error(which: str, exc: OSError) -> ConfigError:
+    return ConfigError(
+        f"{which}: cannot load the TLS files ({getattr(exc, 'strerror', None) or exc}); "
+        "check the paths and that they are PEM"
+    )
 
 
 def _check_readable(field: str, path: str) -> None:

@@ -1,4 +1,4 @@
-"""What the shared NATS connection makes of the errors nats-py hands its error callback."""
+"""What a connection says about itself: URLs without credentials, one line per change."""
 
 from __future__ import annotations
 
@@ -8,7 +8,88 @@ import anyio
 import nats.errors
 import pytest
 
-from placewatch.consumer.connection import ConnectionLog, refusal
+from placewatch.consumer.connection import Bus, ConnectionLog, redact, refusal
+
+LOGGER = "placewatch.consumer.connection"
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("nats://n1:s3cret@10.0.0.5:4222", "nats://***@10.0.0.5:4222"),
+        ("tls://token-abc@nats.example:4443", "tls://***@nats.example:4443"),
+        ("nats://10.0.0.5:4222", "nats://10.0.0.5:4222"),
+        ("nats://user:p%40ss@host:4222", "nats://***@host:4222"),
+    ],
+)
+def test_redact_removes_user_and_password(url: str, shown: str) -> None:
+    assert redact(url) == shown
+
+
+def test_a_bus_defaults_to_the_local_server_and_prefix() -> None:
+    bus = Bus()
+    assert (bus.servers, bus.options, bus.prefix) == (["nats://127.0.0.1:4222"], {}, "placewatch")
+
+
+def said(caplog: pytest.LogCaptureFixture) -> list[tuple[int, str]]:
+    return [(r.levelno, r.getMessage()) for r in caplog.records if r.name == LOGGER]
+
+
+def test_failed_attempts_are_one_line_until_reconnected(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    events = ConnectionLog(["nats://n1:pw@10.0.0.5:4222", "nats://10.0.0.6:4222"])
+
+    async def main() -> None:
+        for _ in range(3):
+            await events.error(ConnectionRefusedError("Connect call failed"))
+        await events.reconnected()
+        await events.error(TimeoutError())
+
+    anyio.run(main, backend="asyncio")
+    assert said(caplog) == [
+        (
+            logging.WARNING,
+            "cannot reach NATS at nats://***@10.0.0.5:4222, nats://10.0.0.6:4222 "
+            "(Connect call failed); retrying every half second",
+        ),
+        (logging.INFO, "reconnected to NATS"),
+        (
+            logging.WARNING,
+            "cannot reach NATS at nats://***@10.0.0.5:4222, nats://10.0.0.6:4222 "
+            "(TimeoutError); retrying every half second",
+        ),
+    ]
+
+
+def test_a_refused_permission_is_said_once_per_subject(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    events = ConnectionLog(["nats://127.0.0.1:4222"])
+    refusal = 'nats: permissions violation for publish to "placewatch.telemetry.n2"'
+    other = 'nats: permissions violation for subscription to "placewatch.>"'
+
+    async def main() -> None:
+        for message in (refusal, refusal, other, refusal):
+            await events.error(Exception(message))
+
+    anyio.run(main, backend="asyncio")
+    hint = (
+        "; these credentials do not allow it "
+        "(the permissions each process needs are in docs/operations.md)"
+    )
+    assert said(caplog) == [
+        (logging.ERROR, f"NATS refused it: {refusal.removeprefix('nats: ')}{hint}"),
+        (logging.ERROR, f"NATS refused it: {other.removeprefix('nats: ')}{hint}"),
+    ]
+    assert not events.failing  # a refusal is not an outage
+
+
+def test_a_disconnection_is_said(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    anyio.run(ConnectionLog(["nats://127.0.0.1:4222"]).disconnected, backend="asyncio")
+    assert said(caplog) == [
+        (logging.WARNING, "disconnected from NATS; telemetry is dropped until it returns")
+    ]
+
 
 # As nats-py 2.16 hands them over: the server's -ERR text, lower-cased, behind "nats: ".
 REFUSED_PUBLISH = nats.errors.Error(
@@ -33,19 +114,3 @@ def test_other_errors_are_no_refusal() -> None:
     assert refusal(nats.errors.AuthorizationError()) is None
     assert refusal(nats.errors.NoRespondersError()) is None
     assert refusal(ConnectionRefusedError(111, "Connection refused")) is None
-
-
-def test_the_connection_log_says_each_refusal_once(caplog: pytest.LogCaptureFixture) -> None:
-    events = ConnectionLog(["nats://n2:secret@127.0.0.1:4222"])
-
-    async def errors() -> None:
-        for exc in (REFUSED_PUBLISH, REFUSED_PUBLISH, REFUSED_SUBSCRIPTION):
-            await events.error(exc)
-
-    with caplog.at_level(logging.ERROR, logger="placewatch.consumer.connection"):
-        anyio.run(errors)
-    assert [r.getMessage().split(";")[0] for r in caplog.records] == [
-        'NATS refused it: permissions violation for publish to "placewatch.telemetry.n2"',
-        'NATS refused it: permissions violation for subscription to "placewatch.>"',
-    ]
-    assert not events.failing  # a refusal keeps the connection: not an outage

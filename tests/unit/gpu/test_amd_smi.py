@@ -1,4 +1,5 @@
-"""amd-smi: every JSON shape across versions, the metric CSV, processes, and the source.
+"""amd-smi: every JSON shape across versions, the metric CSV and processes (the source as it
+runs the tool is tests/integration/gpu/test_amd_smi.py).
 
 Real captures in ../shared/corpus/amd-smi-json (`amd-smi xgmi -m --json`, 8x
 MI300X) and amd-smi-csv (`amd-smi metric --csv`, 8x MI300X); the project's own
@@ -11,31 +12,23 @@ import csv
 import io
 import json
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-import anyio
 import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from placewatch.gpu.amd_smi import (
-    METRIC_ALL_ARGS,
-    METRIC_ARGS,
-    PROCESS_ARGS,
-    AmdSmiSource,
     attach_amd_smi_processes,
     parse_amd_smi,
     parse_amd_smi_csv,
     parse_amd_smi_processes,
 )
-from placewatch.probe import ProbeRunner
 from placewatch.schemas import GpuSample
 
-from .test_kfd import make_kfd_tree
-from .test_rocm_smi import assert_sane
 from tests.conftest import CORPUS, FIXTURES, corpus_files, needs_corpus
+from tests.support.amd_readings import assert_sane
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -390,121 +383,3 @@ def test_any_text_parses_without_raising(text: str) -> None:
     assert_sane(parse_amd_smi(text))
     assert_sane(parse_amd_smi_csv(text))
     assert_sane_processes(parse_amd_smi_processes(text))
-
-
-def fake_amd_smi(where: Path, metric: Path | str, process: Path | str, refuse: str = "") -> Path:
-    """An amd-smi that answers `metric` and `process` from files and logs its argv.
-
-    With `refuse`, it fails like an older amd-smi's argument parser on that flag.
-    """
-    bin_dir = where / "bin"
-    bin_dir.mkdir(parents=True, exist_ok=True)
-    for name, content in (("metric", metric), ("process", process)):
-        text = content.read_text() if isinstance(content, Path) else content
-        (where / f"{name}.json").write_text(text)
-    refusal = (
-        f'case "$*" in *{refuse}*) echo "amd-smi: error: unrecognized arguments: '
-        f'{refuse}" >&2; exit 2;; esac\n'
-        if refuse
-        else ""
-    )
-    tool = bin_dir / "amd-smi"
-    tool.write_text(
-        "#!/bin/sh\n"
-        f'echo "$*" >> "{where}/calls.log"\n'
-        f"{refusal}"
-        f'case "$1" in\n'
-        f'  metric) cat "{where}/metric.json";;\n'
-        f'  process) cat "{where}/process.json";;\n'
-        '  *) echo "unknown command $1" >&2; exit 2;;\n'
-        "esac\n"
-    )
-    tool.chmod(0o755)
-    return bin_dir
-
-
-def calls(where: Path) -> list[str]:
-    log = where / "calls.log"
-    return log.read_text().splitlines() if log.exists() else []
-
-
-def test_source_reads_amd_smi_processes_where_there_is_no_kfd_tree(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    bin_dir = fake_amd_smi(tmp_path, OWN / "mi300x-metric.json", OWN / "mi300x-process.json")
-    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
-    source = AmdSmiSource(ProbeRunner(timeout_s=20), kfd_root=tmp_path / "no-kfd")
-    assert source.unavailable() is None
-    gpus, status = anyio.run(source.sample, backend="asyncio")
-    assert status.ok, status.error
-    assert (status.name, status.vendor, status.degraded) == ("amd-smi", "amd", False)
-    assert [(g.index, g.utilization_pct, g.activity) for g in gpus] == [
-        (0, 100, "busy"),
-        (1, 0, "busy"),
-    ]
-    assert [(p.pid, p.used_bytes) for p in gpus[0].processes] == [(4242, 96 * GiB)]
-    assert gpus[1].processes == []
-    assert calls(tmp_path) == [" ".join(METRIC_ARGS), " ".join(PROCESS_ARGS)]
-
-
-def test_source_prefers_the_kfd_tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    bin_dir = fake_amd_smi(tmp_path, OWN / "mi300x-metric.json", OWN / "mi300x-process.json")
-    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
-    # metric prints no bus ids: KFD's GPUs are matched in PCI order.
-    kfd = make_kfd_tree(
-        tmp_path / "kfd", {2: (41416, 0x0C00), 3: (14446, 0x2200)}, {5150: {14446: 3 * GiB}}
-    )
-    source = AmdSmiSource(ProbeRunner(timeout_s=20), kfd_root=kfd)
-    gpus, status = anyio.run(source.sample, backend="asyncio")
-    assert status.ok
-    assert gpus[0].processes == []
-    assert [(p.pid, p.used_bytes) for p in gpus[1].processes] == [(5150, 3 * GiB)]
-    assert calls(tmp_path) == [" ".join(METRIC_ARGS)]
-
-
-def test_source_falls_back_to_the_full_metric_on_an_older_amd_smi(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    bin_dir = fake_amd_smi(tmp_path, OWN / "mi300x-metric.json", "[]", refuse="--mem-usage")
-    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
-    source = AmdSmiSource(ProbeRunner(timeout_s=20), kfd_root=tmp_path / "no-kfd")
-    for _ in range(2):
-        gpus, status = anyio.run(source.sample, backend="asyncio")
-        assert status.ok, status.error
-        assert [g.utilization_pct for g in gpus] == [100, 0]
-    assert calls(tmp_path) == [
-        " ".join(METRIC_ARGS),
-        " ".join(METRIC_ALL_ARGS),
-        " ".join(PROCESS_ARGS),
-        " ".join(METRIC_ALL_ARGS),
-        " ".join(PROCESS_ARGS),
-    ]
-
-
-def test_source_says_when_it_has_readings_but_no_processes(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    bin_dir = fake_amd_smi(tmp_path, OWN / "mi300x-metric.json", "", refuse="process")
-    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
-    source = AmdSmiSource(ProbeRunner(timeout_s=20), kfd_root=tmp_path / "no-kfd")
-    gpus, status = anyio.run(source.sample, backend="asyncio")
-    assert [g.index for g in gpus] == [0, 1]
-    assert not status.ok
-    assert status.error == (
-        "GPU readings only, no processes: amd-smi exited 2: "
-        "amd-smi: error: unrecognized arguments: process"
-    )
-
-
-def test_source_with_no_gpus_says_what_to_check(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    bin_dir = fake_amd_smi(tmp_path, '{"gpu_data": []}', "[]")
-    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
-    source = AmdSmiSource(ProbeRunner(timeout_s=20), kfd_root=tmp_path / "no-kfd")
-    gpus, status = anyio.run(source.sample, backend="asyncio")
-    assert gpus == []
-    assert status.error is not None
-    assert status.error.startswith("amd-smi printed no GPUs; run `amd-smi list`")
-    # The narrow form answered; the full one was tried once, in case it was refused.
-    assert calls(tmp_path) == [" ".join(METRIC_ARGS), " ".join(METRIC_ALL_ARGS)]

@@ -15,17 +15,10 @@ from placewatch.gpu.nvml import NvmlSource, load, read_gpus
 from placewatch.schemas import GpuProcess, GpuSample
 
 from tests.conftest import CORPUS, FIXTURES, needs_corpus
-from tests.support.fake_nvml import FakeNvml, FakeNvmlLibrary, Mig, Process
+from tests.support.fake_nvml import FakeNvml, FakeNvmlLibrary, Mig, Process, captured
 
 MiB = 1 << 20
 OWN = FIXTURES / "nvidia-smi"
-
-
-def captured() -> list[GpuSample]:
-    gpus = parse_gpus((OWN / "a100x2-query-gpu.csv").read_text())
-    return attach_processes(
-        gpus, parse_compute_apps((OWN / "a100x2-query-compute-apps.csv").read_text())
-    )
 
 
 def sample(source: NvmlSource) -> Any:

@@ -1,18 +1,14 @@
 """`placewatch alerts`: fallback events delivered to stdout or a webhook, acknowledged once
-delivered, each delivered once across restarts; Alertmanager's body."""
+delivered, each delivered once across restarts."""
 
 from __future__ import annotations
 
-import http.server
 import json
 import signal
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import anyio
 import nats
@@ -20,7 +16,7 @@ import pytest
 from nats.js.api import ConsumerConfig, StreamConfig
 
 from placewatch.consumer.alerts.alertmanager import alertmanager_alerts
-from placewatch.schemas import ComputeStatus, FallbackEvent, encode, subjects
+from placewatch.schemas import FallbackEvent, encode, subjects
 
 from tests.conftest import (
     FakeGpuTools,
@@ -30,59 +26,14 @@ from tests.conftest import (
     placewatch_cmd,
     run_placewatch,
 )
+from tests.support.fallback_events import FIRING, LABELS, RESOLVED
 from tests.support.fleet_node import NODE, ShardNode, wait_fallback_events
-
-T1 = datetime(2026, 11, 30, 6, 0, 1, 250000, tzinfo=UTC)
-T2 = datetime(2026, 11, 30, 6, 7, 30, tzinfo=UTC)
-
-
-class Webhook:
-    """A local endpoint that records each POST; answers 500 to the first `failures`, each
-    answer `delay` seconds after the POST is recorded."""
-
-    def __init__(self, failures: int = 0, delay: float = 0.0) -> None:
-        self.failures = failures
-        self.posts: list[tuple[int, Any]] = []
-        lock = threading.Lock()
-        hook = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                with lock:
-                    code = 500 if len(hook.posts) < hook.failures else 200
-                    hook.posts.append((code, body))
-                time.sleep(delay)
-                self.send_response(code)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def delivered(self) -> list[Any]:
-        return [body for code, body in self.posts if code == 200]
-
-    def wait(self, count: int, timeout: float = 15) -> list[Any]:
-        deadline = time.monotonic() + timeout
-        while len(self.delivered()) < count and time.monotonic() < deadline:
-            time.sleep(0.05)
-        found = self.delivered()
-        assert len(found) >= count, f"{len(found)} delivered, not {count}: {self.posts}"
-        return found
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+from tests.support.http_endpoint import Endpoint
 
 
 @pytest.fixture
-def webhook() -> Iterator[Webhook]:
-    hook = Webhook()
+def webhook() -> Iterator[Endpoint]:
+    hook = Endpoint()
     yield hook
     hook.close()
 
@@ -132,58 +83,10 @@ def node(
     return ShardNode(nats_server.url, fake_gpu, shard_procs, workers, tmp_path)
 
 
-def status(verdict: str, when: datetime, reason: str = "") -> ComputeStatus:
-    return ComputeStatus(
-        node="gpu-07",
-        shard="llama-8b-a",
-        session="d9eab6f1c983",
-        time=when,
-        placed_gpus=[1],
-        verdict=verdict,  # type: ignore[arg-type]
-        reason=reason,
-    )
-
-
-FIRING = FallbackEvent(
-    state="firing", status=status("cpu_fallback", T1, "placed on GPU 1 but computing on the CPU")
-)
-RESOLVED = FallbackEvent(state="resolved", status=status("gpu", T2, "computes on GPU 1"))
-LABELS = {
-    "alertname": "PlacewatchFallback",
-    "node": "gpu-07",
-    "shard": "llama-8b-a",
-    "verdict": "cpu_fallback",
-}
-
-
-def test_alertmanager_alerts_carry_labels_and_the_status_times() -> None:
-    (firing,) = alertmanager_alerts(FIRING, None, "http://grafana/d/placewatch")
-    assert firing == {
-        "labels": LABELS,
-        "annotations": {
-            "summary": "shard llama-8b-a on gpu-07: cpu_fallback",
-            "description": "placed on GPU 1 but computing on the CPU",
-        },
-        "startsAt": "2026-11-30T06:00:01.250000Z",
-        "generatorURL": "http://grafana/d/placewatch",
-    }
-    # Resolved: the labels of the alert it ends (Alertmanager matches on them), its times.
-    (resolved,) = alertmanager_alerts(RESOLVED, FIRING.status)
-    assert resolved["labels"] == LABELS
-    assert resolved["startsAt"] == "2026-11-30T06:00:01.250000Z"
-    assert resolved["endsAt"] == "2026-11-30T06:07:30Z"
-    assert resolved["annotations"]["description"] == "computes on GPU 1"
-    assert "generatorURL" not in resolved
-    # Its firing unknown: one resolved alert per fallback verdict ends whichever fired.
-    unknown = alertmanager_alerts(RESOLVED, None)
-    assert [a["labels"]["verdict"] for a in unknown] == ["cpu_fallback", "misplaced", "partial"]
-    assert {a["endsAt"] for a in unknown} == {"2026-11-30T06:07:30Z"}
-
-
 def test_a_stop_while_the_webhook_answers_lets_that_delivery_finish(
     node: ShardNode, alerts: list[Alerts]
 ) -> None:
-    slow = Webhook(delay=1.0)
+    slow = Endpoint(delay=1.0)
     try:
         node.start()
         node.wait_published()
@@ -203,7 +106,7 @@ def test_a_stop_while_the_webhook_answers_lets_that_delivery_finish(
 
 
 def test_alerts_webhook_delivers_firing_then_resolved_and_nothing_twice_after_a_restart(
-    node: ShardNode, webhook: Webhook, alerts: list[Alerts]
+    node: ShardNode, webhook: Endpoint, alerts: list[Alerts]
 ) -> None:
     node.start()
     node.wait_published()
@@ -236,7 +139,7 @@ def test_alerts_webhook_delivers_firing_then_resolved_and_nothing_twice_after_a_
 def test_alerts_waits_for_the_stream_retries_a_failing_webhook_and_delivers_once_it_recovers(
     node: ShardNode, alerts: list[Alerts]
 ) -> None:
-    hook = Webhook(failures=3)
+    hook = Endpoint(failures=3)
     try:
         alerts.append(Alerts("--nats", node.url, "--webhook", hook.url))  # before any worker
         time.sleep(2)  # it finds no stream: workers create it when they start
@@ -286,7 +189,7 @@ async def publish(url: str, events: list[FallbackEvent], encoding: str = "json")
 
 
 def test_alertmanager_format_resends_firing_and_resolves_it_after_a_restart(
-    nats_server: NatsServer, webhook: Webhook, alerts: list[Alerts]
+    nats_server: NatsServer, webhook: Endpoint, alerts: list[Alerts]
 ) -> None:
     anyio.run(publish, nats_server.url, [FIRING], backend="asyncio")
     args = ("--nats", nats_server.url, "--webhook", webhook.url, "--format", "alertmanager")

@@ -1,0 +1,114 @@
+"""Telemetry published with the contract's headers; while the server is away a sample is
+dropped and counted, and the next one that goes out says how many."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+
+import anyio
+import msgspec
+import pytest
+from nats.aio.client import Client
+
+from placewatch.bus.publish import Publisher
+from placewatch.consumer.connection import connect
+from placewatch.schemas import NodeTelemetry, ShardBrief, decode
+
+from tests.conftest import NatsServer, until
+from tests.support.natsproto import Message, RawSubscriber
+
+
+def sample(seq: int, node: str = "rack 4.gpu 7", reason: str = "") -> NodeTelemetry:
+    return NodeTelemetry(
+        node=node,
+        session="s1",
+        seq=seq,
+        time=datetime(2026, 11, 30, 5, 0, seq, tzinfo=UTC),
+        interval_s=2.0,
+        shards=[ShardBrief(shard="a", verdict="gpu", reason=reason)],
+    )
+
+
+def connected(url: str, body: Callable[[Client], Awaitable[None]]) -> None:
+    async def main() -> None:
+        nc = await connect([url], "test publisher")
+        try:
+            await body(nc)
+        finally:
+            await nc.close()
+
+    anyio.run(main, backend="asyncio")
+
+
+async def received(sub: RawSubscriber) -> Message:
+    return await anyio.to_thread.run_sync(sub.next, 5)
+
+
+@pytest.mark.parametrize("encoding", ["json", "msgpack"])
+def test_a_sample_goes_out_on_its_nodes_subject_with_the_contract_headers(
+    nats_server: NatsServer, encoding: str
+) -> None:
+    async def body(nc: Client) -> None:
+        publisher = Publisher(nc, "pw", encoding)  # type: ignore[arg-type]
+        with RawSubscriber(nats_server.url, "pw.telemetry.>") as sub:
+            assert await publisher.telemetry(sample(0)) is True
+            await nc.flush()
+            msg = await received(sub)
+        assert msg.subject == "pw.telemetry.rack_4_gpu_7"
+        assert msg.headers == {
+            "Content-Type": f"application/{encoding}",
+            "Placewatch-Type": "NodeTelemetry",
+            "Placewatch-Schema": "1",
+        }
+        assert decode(msg.payload, NodeTelemetry, msg.headers) == sample(0)
+
+    connected(nats_server.url, body)
+
+
+def test_samples_dropped_while_disconnected_are_counted_in_the_next_one(
+    nats_server: NatsServer,
+) -> None:
+    async def body(nc: Client) -> None:
+        publisher = Publisher(nc, "placewatch")
+        await anyio.to_thread.run_sync(nats_server.stop)
+        await until(lambda: not nc.is_connected)
+        assert [await publisher.telemetry(sample(n)) for n in (1, 2, 3)] == [False] * 3
+        assert publisher.dropped == 3
+        await anyio.to_thread.run_sync(nats_server.start)  # same port, same store
+        await until(lambda: nc.is_connected)
+        with RawSubscriber(nats_server.url, "placewatch.telemetry.*") as sub:
+            assert await publisher.telemetry(sample(4)) is True
+            assert await publisher.telemetry(sample(5)) is True
+            await nc.flush()
+            first, second = await received(sub), await received(sub)
+        assert publisher.dropped == 0
+        told = decode(first.payload, NodeTelemetry, first.headers)
+        assert (told.seq, told.dropped) == (4, 3)
+        assert told == msgspec.structs.replace(sample(4), dropped=3)
+        after = decode(second.payload, NodeTelemetry, second.headers)
+        assert (after.seq, after.dropped) == (5, 0)
+
+    connected(nats_server.url, body)
+
+
+def test_a_sample_the_client_refuses_is_dropped_with_a_warning(
+    nats_server: NatsServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="placewatch.bus.publish")
+
+    async def body(nc: Client) -> None:
+        publisher = Publisher(nc, "placewatch")
+        too_big = sample(1, reason="x" * (nc.max_payload + 1))
+        assert await publisher.telemetry(too_big) is False
+        assert publisher.dropped == 1
+        with RawSubscriber(nats_server.url, "placewatch.telemetry.*") as sub:
+            assert await publisher.telemetry(sample(2)) is True
+            await nc.flush()
+            msg = await received(sub)
+        assert decode(msg.payload, NodeTelemetry, msg.headers).dropped == 1
+
+    connected(nats_server.url, body)
+    (record,) = caplog.records
+    assert record.getMessage() == "telemetry not published: nats: maximum payload exceeded"

@@ -1,0 +1,106 @@
+"""The contract's streams and buckets made on a real server as the table says; one that
+exists is kept as it is; with --no-create a missing one is an error naming the command."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import anyio
+import nats
+import nats.js.errors
+import pytest
+from nats.js import JetStreamContext
+from nats.js.api import DiscardPolicy, StorageType, StreamConfig
+
+from placewatch.bus.streams import StreamSettings, ensure_bucket, ensure_stream
+from placewatch.schemas.streams import COMPUTE, EVENTS, PLACEMENTS, TELEMETRY
+
+from tests.conftest import NatsServer
+
+
+def on_server(url: str, body: Callable[[JetStreamContext], Awaitable[None]]) -> None:
+    async def main() -> None:
+        nc = await nats.connect(url)
+        try:
+            await body(nc.jetstream())
+        finally:
+            await nc.close()
+
+    anyio.run(main, backend="asyncio")
+
+
+def test_missing_streams_are_created_as_the_table_says(nats_server: NatsServer) -> None:
+    async def body(js: JetStreamContext) -> None:
+        made = StreamSettings(storage="memory")
+        await ensure_stream(js, EVENTS, "pw", made)
+        await ensure_stream(js, TELEMETRY, "pw", made)
+        events = (await js.stream_info("PLACEWATCH_EVENTS")).config
+        assert events.subjects == ["pw.compute.>", "pw.fallback.>"]
+        assert (events.storage, events.num_replicas) == (StorageType.MEMORY, 1)
+        assert events.duplicate_window == 300.0
+        telemetry = (await js.stream_info("PLACEWATCH_TELEMETRY")).config
+        assert telemetry.subjects == ["pw.telemetry.*"]
+        assert (telemetry.max_msgs_per_subject, telemetry.discard) == (1, DiscardPolicy.OLD)
+
+    on_server(nats_server.url, body)
+
+
+def test_an_existing_stream_is_kept_as_it_is(nats_server: NatsServer) -> None:
+    async def body(js: JetStreamContext) -> None:
+        await js.add_stream(StreamConfig(name="PLACEWATCH_EVENTS", subjects=["ops.compute.>"]))
+        await ensure_stream(js, EVENTS, "placewatch", StreamSettings())
+        kept = (await js.stream_info("PLACEWATCH_EVENTS")).config
+        assert kept.subjects == ["ops.compute.>"]
+
+    on_server(nats_server.url, body)
+
+
+def test_with_no_create_a_missing_stream_names_the_command_to_make_it(
+    nats_server: NatsServer,
+) -> None:
+    async def body(js: JetStreamContext) -> None:
+        settings = StreamSettings(create=False, replicas=3)
+        with pytest.raises(nats.js.errors.NotFoundError) as caught:
+            await ensure_stream(js, EVENTS, "pw", settings)
+        assert caught.value.description == (
+            "stream PLACEWATCH_EVENTS does not exist and --no-create is set; create it "
+            "(nats stream add PLACEWATCH_EVENTS --subjects 'pw.compute.>,pw.fallback.>' "
+            "--storage file --replicas 3 --dupe-window 5m --defaults) "
+            "or let the worker create it"
+        )
+        assert await js.streams_info() == []
+
+    on_server(nats_server.url, body)
+
+
+def test_a_missing_bucket_is_created_and_its_values_kept(nats_server: NatsServer) -> None:
+    async def body(js: JetStreamContext) -> None:
+        kv = await ensure_bucket(js, COMPUTE, StreamSettings())
+        await kv.put("n1.a", b"{}")
+        assert (await kv.get("n1.a")).value == b"{}"
+        status = await kv.status()
+        assert (status.bucket, status.history) == ("placewatch_compute", 1)
+        assert (await js.stream_info("KV_placewatch_compute")).config.num_replicas == 1
+
+    on_server(nats_server.url, body)
+
+
+def test_an_existing_bucket_is_kept_with_its_history(nats_server: NatsServer) -> None:
+    async def body(js: JetStreamContext) -> None:
+        made = await js.create_key_value(bucket="placewatch_placements", history=5)
+        await made.put("n1.a", b"1")
+        kv = await ensure_bucket(js, PLACEMENTS, StreamSettings())
+        assert (await kv.status()).history == 5
+        assert (await kv.get("n1.a")).value == b"1"
+
+    on_server(nats_server.url, body)
+
+
+def test_with_no_create_a_missing_bucket_is_an_error(nats_server: NatsServer) -> None:
+    async def body(js: JetStreamContext) -> None:
+        with pytest.raises(nats.js.errors.BucketNotFoundError):
+            await ensure_bucket(js, PLACEMENTS, StreamSettings(create=False))
+        with pytest.raises(nats.js.errors.BucketNotFoundError):
+            await js.key_value("placewatch_placements")
+
+    on_server(nats_server.url, body)

@@ -1,0 +1,64 @@
+"""The webhook's POST against a real local HTTP server: what it sends, and what a failed
+delivery says."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from placewatch import __version__
+from placewatch.consumer.alerts.webhook import DeliveryError, post_json
+
+from tests.conftest import free_port
+from tests.support.http_endpoint import Endpoint
+
+
+@pytest.fixture
+def endpoint() -> Iterator[Endpoint]:
+    server = Endpoint()
+    yield server
+    server.close()
+
+
+def test_a_2xx_is_delivered_with_the_body_as_json(endpoint: Endpoint) -> None:
+    post_json(endpoint.url, b'{"state": "firing"}', timeout=5)
+    (request,) = endpoint.requests
+    assert (request.method, request.path, request.body) == ("POST", "/hook", b'{"state": "firing"}')
+    assert request.headers["Content-Type"] == "application/json"
+    assert request.headers["User-Agent"] == f"placewatch-alerts/{__version__}"
+
+
+def test_any_2xx_is_delivered() -> None:
+    accepted = Endpoint(status=202)
+    try:
+        post_json(accepted.url, b"[]", timeout=5)
+        assert [r.status for r in accepted.requests] == [202]
+    finally:
+        accepted.close()
+
+
+def test_an_error_status_is_not_delivered_and_says_which() -> None:
+    failing = Endpoint(status=503)
+    try:
+        with pytest.raises(DeliveryError) as caught:
+            post_json(failing.url, b"{}", timeout=5)
+    finally:
+        failing.close()
+    assert str(caught.value) == "HTTP 503 Service Unavailable"
+
+
+def test_nothing_listening_says_the_connection_was_refused() -> None:
+    with pytest.raises(DeliveryError) as caught:
+        post_json(f"http://127.0.0.1:{free_port()}/hook", b"{}", timeout=5)
+    assert str(caught.value) == "[Errno 111] Connection refused"
+
+
+def test_an_answer_slower_than_the_timeout_is_not_delivered() -> None:
+    slow = Endpoint(delay=2.0)
+    try:
+        with pytest.raises(DeliveryError) as caught:
+            post_json(slow.url, b"{}", timeout=0.3)
+    finally:
+        slow.close()
+    assert str(caught.value) == "timed out"

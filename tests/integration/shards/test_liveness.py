@@ -1,0 +1,165 @@
+"""Each shard's process, found by pid or by its command line among real child processes;
+one that exits or is replaced noticed; and what a real health URL answers."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import psutil
+import pytest
+
+from placewatch.schemas import PlacementSpec
+from placewatch.shards.attribution import ProcTable
+from placewatch.shards.liveness import Tracked, command_lines, find_processes, health, settled
+from placewatch.shards.placements import Placement
+
+from tests.conftest import free_port, wait_older_than
+from tests.support.http_endpoint import Endpoint
+
+SLEEP = "import time; time.sleep(120)"
+
+
+@pytest.fixture
+def children() -> Iterator[list[subprocess.Popen[bytes]]]:
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for p in started:
+        p.kill()
+        p.wait()
+
+
+def child(started: list[subprocess.Popen[bytes]], marker: str) -> int:
+    """A sleeping python process with `marker` as its last argument."""
+    started.append(subprocess.Popen([sys.executable, "-c", SLEEP, marker]))
+    return started[-1].pid
+
+
+def tracked(**spec: object) -> Tracked:
+    return Tracked(Placement(PlacementSpec(id="s", **spec), "file"))  # type: ignore[arg-type]
+
+
+def test_a_pid_is_found_with_its_start_time(children: list[subprocess.Popen[bytes]]) -> None:
+    pid = child(children, "by-pid")
+    table = ProcTable()
+    shard = tracked(pid=pid)
+    find_processes([shard], table)
+    assert shard.pid == pid
+    assert shard.create_time == psutil.Process(pid).create_time()
+    assert shard.started is not None and shard.started == table.started(pid)
+    assert shard.ready is False
+    assert settled([shard], table)
+
+
+def test_a_match_finds_the_oldest_process_whose_command_line_matches(
+    children: list[subprocess.Popen[bytes]],
+) -> None:
+    first = child(children, "shard-match-7f3a")
+    wait_older_than([first], 0.05)
+    child(children, "shard-match-7f3a")
+    child(children, "shard-match-other")
+    shard = tracked(match=r"shard-match-7f3a$")
+    find_processes([shard], ProcTable())
+    assert shard.pid == first
+
+
+def test_a_match_keeps_its_process_while_it_runs(children: list[subprocess.Popen[bytes]]) -> None:
+    first = child(children, "kept-9c1e")
+    table = ProcTable()
+    shard = tracked(match="kept-9c1e")
+    find_processes([shard], table)
+    shard.ready = True
+    child(children, "kept-9c1e")
+    find_processes([shard], table)
+    assert (shard.pid, shard.ready) == (first, True)
+
+
+def test_no_matching_process_leaves_the_shard_without_one() -> None:
+    shard = tracked(match="no-process-has-this-d41d8cd98f")
+    find_processes([shard], ProcTable())
+    assert (shard.pid, shard.started, shard.create_time) == (None, None, None)
+
+
+def test_an_exited_process_is_forgotten(children: list[subprocess.Popen[bytes]]) -> None:
+    pid = child(children, "exits")
+    table = ProcTable()
+    shard = tracked(pid=pid)
+    find_processes([shard], table)
+    shard.ready = True
+    children[0].kill()
+    children[0].wait()
+    table.refresh()  # as each tick starts
+    assert not settled([shard], table)
+    find_processes([shard], table)
+    assert (shard.pid, shard.started, shard.create_time, shard.ready) == (None, None, None, False)
+
+
+def test_a_pid_that_started_at_another_time_is_a_new_process_not_yet_ready(
+    children: list[subprocess.Popen[bytes]],
+) -> None:
+    # What a reused pid looks like: the pid remembered, its start time not this process's.
+    pid = child(children, "reused")
+    table = ProcTable()
+    shard = tracked(pid=pid)
+    find_processes([shard], table)
+    started = shard.started
+    assert started is not None
+    shard.started, shard.ready = started - 100, True
+    assert not settled([shard], table)
+    find_processes([shard], table)
+    assert (shard.pid, shard.started, shard.ready) == (pid, started, False)
+
+
+def test_a_placement_moved_to_another_pid_is_not_settled(
+    children: list[subprocess.Popen[bytes]],
+) -> None:
+    old, new = child(children, "old"), child(children, "new")
+    table = ProcTable()
+    shard = tracked(pid=old)
+    find_processes([shard], table)
+    shard.placement = Placement(PlacementSpec(id="s", pid=new), "file")
+    assert not settled([shard], table)
+    find_processes([shard], table)
+    assert shard.pid == new
+
+
+def test_command_lines_list_children_oldest_first_and_not_this_process(
+    children: list[subprocess.Popen[bytes]],
+) -> None:
+    first = child(children, "listed-a")
+    wait_older_than([first], 0.05)
+    second = child(children, "listed-b")
+    found = command_lines()
+    pids = [pid for _, pid, _ in found]
+    assert pids.index(first) < pids.index(second)
+    assert psutil.Process().pid not in pids
+    commands = {pid: cmd for _, pid, cmd in found}
+    assert commands[second] == f"{sys.executable} -c {SLEEP} listed-b"
+    assert [t for t, _, _ in found] == sorted(t for t, _, _ in found)
+
+
+@pytest.mark.parametrize(("status", "said"), [(200, "ok"), (204, "ok"), (503, "not ready")])
+def test_health_is_what_the_url_answers(status: int, said: str) -> None:
+    endpoint = Endpoint(status=status)
+    try:
+        assert health(f"{endpoint.base}/health") == said
+        assert [(r.method, r.path) for r in endpoint.requests] == [("GET", "/health")]
+    finally:
+        endpoint.close()
+
+
+def test_health_with_nothing_listening_is_unreachable() -> None:
+    assert health(f"http://127.0.0.1:{free_port()}/health") == "unreachable"
+
+
+def test_health_that_never_answers_is_unreachable() -> None:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()  # accepts, never answers
+        assert health(f"http://127.0.0.1:{listener.getsockname()[1]}/health") == "unreachable"
+
+
+def test_health_of_a_url_that_is_not_one_is_unreachable() -> None:
+    assert health("not a url") == "unreachable"

@@ -1,0 +1,131 @@
+"""The sampling pipeline made from the settings: read through the fake nvidia-smi, judge the
+shards of a shards file (real processes), build the telemetry."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from placewatch.config import Settings, load
+from placewatch.pipeline import Pipeline, Tick, open_pipeline
+
+from tests.conftest import FIXTURES, GPU0, FakeGpuTools, apps, start
+
+MiB = 1 << 20
+Procs = dict[str, subprocess.Popen[bytes]]
+
+
+@pytest.fixture
+def smi(fake_gpu: FakeGpuTools, monkeypatch: pytest.MonkeyPatch) -> FakeGpuTools:
+    """The fake nvidia-smi on PATH, answering the two A100s of the project's capture."""
+    fake_gpu.nvidia_smi(FIXTURES / "nvidia-smi" / "a100x2-query-gpu.csv")
+    for key, value in fake_gpu.env().items():
+        monkeypatch.setenv(key, value)
+    return fake_gpu
+
+
+def settings(tmp_path: Path, shards: str, **given: Any) -> Settings:
+    path = tmp_path / "shards.toml"
+    path.write_text(shards)
+    flags = {
+        "node": "n1",
+        "interval": 1.0,
+        "gpu_sources": ["nvidia-smi"],
+        "shards": str(path),
+        "grace": 0.0,
+        "discover": False,
+    }
+    return load(flags | given, environ={})
+
+
+def takes(settings: Settings, count: int, session: str | None = "s1") -> list[Tick]:
+    async def main() -> list[Tick]:
+        async with open_pipeline(settings, session) as pipeline:
+            return [await pipeline.take() for _ in range(count)]
+
+    return anyio.run(main, backend="asyncio")
+
+
+def test_each_take_reads_judges_and_builds_the_next_telemetry(
+    smi: FakeGpuTools, shard_procs: Procs, tmp_path: Path
+) -> None:
+    pid = start(shard_procs, "a")
+    smi.write("nvidia-smi", "query-compute-apps.csv", apps({pid: (GPU0, 2048)}))
+    first, second = takes(settings(tmp_path, f'[[shard]]\nid = "a"\npid = {pid}\ngpus = [0]\n'), 2)
+    assert [t.telemetry.seq for t in (first, second)] == [0, 1]
+    telemetry = first.telemetry
+    assert (telemetry.node, telemetry.session, telemetry.interval_s) == ("n1", "s1", 1.0)
+    assert second.telemetry.session == "s1"
+    assert [(s.name, s.ok, s.vendor) for s in telemetry.sources] == [("nvidia-smi", True, "nvidia")]
+    assert [g.index for g in telemetry.gpus] == [0, 1]
+    assert [(p.pid, p.used_bytes, p.shard) for p in telemetry.gpus[0].processes] == [
+        (pid, 2048 * MiB, "a")
+    ]
+    assert [(b.shard, b.verdict, b.pid) for b in telemetry.shards] == [("a", "gpu", pid)]
+    (status,) = first.shards.statuses
+    assert (status.shard, status.verdict, status.placed_gpus) == ("a", "gpu", [0])
+    assert telemetry.host is not None and telemetry.host.cpu_count is not None
+
+
+def test_an_engine_log_is_followed_for_the_verdict(
+    smi: FakeGpuTools, shard_procs: Procs, tmp_path: Path
+) -> None:
+    pid = start(shard_procs, "b")
+    log = tmp_path / "engine.log"
+    log.write_text("load_tensors: offloaded 0/33 layers to GPU\n")
+    shards = f'[[shard]]\nid = "b"\npid = {pid}\ngpus = [1]\nlog_path = "{log}"\n'
+    (tick,) = takes(settings(tmp_path, shards), 1)
+    (status,) = tick.shards.statuses
+    assert (status.verdict, status.layers_offloaded, status.layers_total) == ("cpu_fallback", 0, 33)
+    assert [b.verdict for b in tick.telemetry.shards] == ["cpu_fallback"]
+
+
+def test_without_a_gpu_tool_the_source_says_so_and_no_shard_is_judged(
+    fake_gpu: FakeGpuTools, shard_procs: Procs, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(fake_gpu.bin))  # an empty bin/: no nvidia-smi
+    pid = start(shard_procs, "a")
+    (tick,) = takes(settings(tmp_path, f'[[shard]]\nid = "a"\npid = {pid}\ngpus = [0]\n'), 1)
+    assert tick.telemetry.gpus == []
+    assert [(s.name, s.ok, s.error) for s in tick.telemetry.sources] == [
+        ("nvidia-smi", False, "nvidia-smi not found on PATH")
+    ]
+    assert [(b.shard, b.verdict) for b in tick.telemetry.shards] == [("a", "unknown")]
+
+
+def test_a_bad_shards_file_entry_is_listed_with_the_sources(
+    smi: FakeGpuTools, tmp_path: Path
+) -> None:
+    (tick,) = takes(settings(tmp_path, '[[shard]]\nid = "x"\ncolour = "red"\n'), 1)
+    names = [(s.name, s.ok) for s in tick.telemetry.sources]
+    assert names == [("nvidia-smi", True), ("shards-file", False)]
+    problem = tick.telemetry.sources[1].error
+    assert problem is not None
+    assert "shard #1: unknown key 'colour'" in problem
+    assert tick.telemetry.shards == []
+
+
+def test_a_pipeline_without_a_session_makes_its_own(tmp_path: Path) -> None:
+    given = settings(tmp_path, "")
+    one, other = Pipeline.from_settings(given), Pipeline.from_settings(given)
+    assert len(one.session) == 12 and int(one.session, 16) >= 0
+    assert one.session != other.session
+    assert one.shards.session == one.session
+    assert Pipeline.from_settings(given, session="mine").session == "mine"
+    assert one.logs is not None
+
+
+def test_the_settings_choose_the_sources_and_the_interval(tmp_path: Path) -> None:
+    pipeline = Pipeline.from_settings(
+        settings(tmp_path, "", gpu_sources=["amd-smi", "nvml"], interval=5.0)
+    )
+    chains = pipeline.sampler.chains
+    assert [(c.vendor, [s.name for s in c.candidates]) for c in chains] == [
+        ("nvidia", ["nvml"]),
+        ("amd", ["amd-smi"]),
+    ]
+    assert (pipeline.node, pipeline.interval_s, pipeline.seq) == ("n1", 5.0, 0)

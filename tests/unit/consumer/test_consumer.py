@@ -1,0 +1,35 @@
+"""Reading the bus as a package: the contract and nats-py, never the worker's own code, so
+that a gateway installs no GPU or host sampling to use it."""
+
+from __future__ import annotations
+
+from tests.support.imports import imported_by, top_level
+
+EVERY_MODULE = (
+    "placewatch.consumer",
+    "placewatch.consumer.fleet",
+    "placewatch.consumer.connection",
+    "placewatch.consumer.lifecycle",
+    "placewatch.consumer.terminal",
+    "placewatch.consumer.alerts",
+    "placewatch.consumer.alerts.consume",
+    "placewatch.consumer.alerts.sinks",
+    "placewatch.consumer.alerts.webhook",
+    "placewatch.consumer.alerts.alertmanager",
+)
+
+
+def test_no_worker_module_is_imported() -> None:
+    imported = imported_by(*EVERY_MODULE)
+    ours = {name for name in imported if name.split(".")[0] == "placewatch"}
+    outside = {
+        name for name in ours if not name.startswith(("placewatch.consumer", "placewatch.schemas"))
+    }
+    # The package root (the version string) is the one worker module a consumer loads.
+    assert outside == {"placewatch"}
+
+
+def test_nor_the_workers_dependencies() -> None:
+    imported = top_level(imported_by(*EVERY_MODULE))
+    assert "nats" in imported
+    assert {"psutil", "pynvml", "nkeys"}.isdisjoint(imported)
