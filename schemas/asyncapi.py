@@ -48,9 +48,49 @@ def asyncapi_document(prefix: str = subjects.DEFAULT_PREFIX) -> dict[str, Any]:
         MESSAGE_TYPES, ref_template="#/components/schemas/{name}"
     )
     payloads = {t.__name__: ref for t, ref in zip(MESSAGE_TYPES, refs, strict=True)}
+    return {
+        "asyncapi": ASYNCAPI_VERSION,
+        "info": _info(prefix),
+        "defaultContentType": JSON,
+        "servers": {
+            "default": {
+                "host": subjects.LOCAL_URL.removeprefix("nats://"),
+                "protocol": "nats",
+                "description": "The embedded nats-server `placewatch run` starts when no server "
+                "is configured; a cluster's URLs are given with --nats or PLACEWATCH_NATS.",
+            }
+        },
+        "channels": _channels(prefix),
+        "operations": _operations(),
+        "components": {
+            "schemas": components,
+            "messages": _messages(payloads),
+            "parameters": _PARAMETERS,
+        },
+    }
+
+
+def _info(prefix: str) -> dict[str, Any]:
+    return {
+        "title": "placewatch",
+        "version": str(SCHEMA_VERSION),
+        "description": "GPU telemetry, per-shard compute statuses and fallback events "
+        "published by the placewatch worker on every node. The version is the schema "
+        f"version, sent in the `{HEADER_SCHEMA}` header. Fields are added with defaults "
+        "and never renamed; a decoder ignores fields it does not know. Sizes are bytes, "
+        "times UTC RFC 3339, and a reading a tool could not give is null, never 0. "
+        f"The subject prefix (`{prefix}` here) is configurable.",
+        "license": {
+            "name": "Apache-2.0",
+            "url": "https://www.apache.org/licenses/LICENSE-2.0",
+        },
+    }
+
+
+def _channels(prefix: str) -> dict[str, Any]:
     node = {"node": {"$ref": "#/components/parameters/node"}}
     shard = {**node, "shard": {"$ref": "#/components/parameters/shard"}}
-    channels = {
+    return {
         "telemetry": _channel(
             f"{prefix}.telemetry.{{node}}",
             "NodeTelemetry",
@@ -91,7 +131,10 @@ def asyncapi_document(prefix: str = subjects.DEFAULT_PREFIX) -> dict[str, Any]:
             "update or delete takes effect on its next tick.",
         ),
     }
-    operations = {
+
+
+def _operations() -> dict[str, Any]:
+    return {
         "sendTelemetry": _operation("send", "telemetry", "NodeTelemetry", "Publish a sample."),
         "sendComputeStatus": _operation(
             "send", "compute", "ComputeStatus", "Publish a shard's compute status."
@@ -106,7 +149,10 @@ def asyncapi_document(prefix: str = subjects.DEFAULT_PREFIX) -> dict[str, Any]:
             "receive", "placements", "PlacementSpec", "Watch this node's placements."
         ),
     }
-    messages = {
+
+
+def _messages(payloads: dict[str, Any]) -> dict[str, Any]:
+    return {
         "NodeTelemetry": _message("NodeTelemetry", payloads, "What one node saw in one interval."),
         "ComputeStatus": _message(
             "ComputeStatus", payloads, "Where one shard computes.", event=True
@@ -135,39 +181,6 @@ def asyncapi_document(prefix: str = subjects.DEFAULT_PREFIX) -> dict[str, Any]:
             "The same fields make a `[[shard]]` entry in a shards file.",
             "contentType": JSON,
             "payload": payloads["PlacementSpec"],
-        },
-    }
-    return {
-        "asyncapi": ASYNCAPI_VERSION,
-        "info": {
-            "title": "placewatch",
-            "version": str(SCHEMA_VERSION),
-            "description": "GPU telemetry, per-shard compute statuses and fallback events "
-            "published by the placewatch worker on every node. The version is the schema "
-            f"version, sent in the `{HEADER_SCHEMA}` header. Fields are added with defaults "
-            "and never renamed; a decoder ignores fields it does not know. Sizes are bytes, "
-            "times UTC RFC 3339, and a reading a tool could not give is null, never 0. "
-            f"The subject prefix (`{prefix}` here) is configurable.",
-            "license": {
-                "name": "Apache-2.0",
-                "url": "https://www.apache.org/licenses/LICENSE-2.0",
-            },
-        },
-        "defaultContentType": JSON,
-        "servers": {
-            "default": {
-                "host": subjects.LOCAL_URL.removeprefix("nats://"),
-                "protocol": "nats",
-                "description": "The embedded nats-server `placewatch run` starts when no server "
-                "is configured; a cluster's URLs are given with --nats or PLACEWATCH_NATS.",
-            }
-        },
-        "channels": channels,
-        "operations": operations,
-        "components": {
-            "schemas": components,
-            "messages": messages,
-            "parameters": _PARAMETERS,
         },
     }
 

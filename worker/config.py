@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import re
 import socket
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args, get_origin, get_type_hints
@@ -124,6 +123,8 @@ def load(
 
 
 def _read_file(path: str) -> dict[str, Any]:
+    import tomllib  # noqa: PLC0415 - only a node given a config file pays for it
+
     try:
         with open(path, "rb") as f:
             return tomllib.load(f)

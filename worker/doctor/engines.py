@@ -23,8 +23,8 @@ import psutil
 
 from ..probe import ProbeRunner
 from ..shards.discover import LLAMA_CPP, Discovered
-from ..shards.engine_log import read_text
 from ..shards.engine_log.llama_cpp import listed_device
+from ..shards.engine_log.read import read_text
 from .processes import AS_ENGINE_USER
 from .report import Check, Report, count
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -33,8 +34,22 @@ log = logging.getLogger(__name__)
 NAME = "nvml"
 
 
+LIBRARY = "libnvidia-ml.so.1"
+"""The driver's NVML library, as nvidia-ml-py loads it on Linux."""
+DRIVER_HINT = "is the NVIDIA driver loaded?"
+
+
 def load() -> tuple[Any, str | None]:
-    """The initialised pynvml module, or None and why it cannot be used."""
+    """The initialised pynvml module, or None and why it cannot be used.
+
+    On a node without the NVIDIA driver the library is looked for before the bindings are
+    imported: importing them costs more than the rest of `placewatch sample`'s own modules.
+    """
+    if sys.platform == "linux":
+        try:
+            ctypes.CDLL(LIBRARY)
+        except OSError:
+            return None, f"NVML did not initialise: {LIBRARY} not found ({DRIVER_HINT})"
     try:
         import pynvml  # noqa: PLC0415 - loaded only on a node that reads NVML
     except ImportError:
@@ -42,17 +57,18 @@ def load() -> tuple[Any, str | None]:
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError as exc:
-        return None, f"NVML did not initialise: {exc} (is the NVIDIA driver loaded?)"
+        return None, f"NVML did not initialise: {exc} ({DRIVER_HINT})"
     return pynvml, None
 
 
-def read_gpus(nvml: Any) -> tuple[list[GpuSample], list[str]]:
+def read_gpus(nvml: Any, lists: ProcessLists | None = None) -> tuple[list[GpuSample], list[str]]:
     """Every GPU as NVML sees it, and why any cannot be read at all; a reading NVML refuses
     is None. Blocking.
 
     A GPU the driver lost (Xid 79, fallen off the bus) refuses even its handle: it is
     listed by its index alone, and the others are read as usual.
     """
+    lists = lists or ProcessLists()
     gpus, problems = [], []
     for index in range(nvml.nvmlDeviceGetCount()):
         try:
@@ -61,11 +77,11 @@ def read_gpus(nvml: Any) -> tuple[list[GpuSample], list[str]]:
             problems.append(f"GPU {index}: {exc}")
             gpus.append(GpuSample(index=index, vendor="nvidia"))
             continue
-        gpus.append(_read_gpu(nvml, index, handle))
+        gpus.append(_read_gpu(nvml, index, handle, lists))
     return gpus, problems
 
 
-def _read_gpu(nvml: Any, index: int, handle: Any) -> GpuSample:
+def _read_gpu(nvml: Any, index: int, handle: Any, lists: ProcessLists) -> GpuSample:
     def ask(call: str | Callable[..., Any], *args: Any) -> Any:
         try:
             return (getattr(nvml, call) if isinstance(call, str) else call)(*args)
@@ -79,11 +95,11 @@ def _read_gpu(nvml: Any, index: int, handle: Any) -> GpuSample:
     cap_mw = ask("nvmlDeviceGetEnforcedPowerLimit", handle)
     mode = ask("nvmlDeviceGetMigMode", handle)
     mig_enabled = None if mode is None else mode[0] == nvml.NVML_DEVICE_MIG_ENABLE
-    processes = _processes(nvml, ask(_running, nvml, handle))
+    processes = _processes(nvml, ask(lists.read, nvml, handle))
     instances: list[MigInstance] = []
     if mig_enabled:
         # On a MIG GPU, processes are listed per instance, not on the parent.
-        instances, mig_processes = _mig(nvml, handle, ask)
+        instances, mig_processes = _mig(nvml, handle, ask, lists)
         processes += mig_processes
     util = None if utilization is None else _pct(utilization.gpu)
     return GpuSample(
@@ -106,7 +122,9 @@ def _read_gpu(nvml: Any, index: int, handle: Any) -> GpuSample:
     )
 
 
-def _mig(nvml: Any, handle: Any, ask: Any) -> tuple[list[MigInstance], list[GpuProcess]]:
+def _mig(
+    nvml: Any, handle: Any, ask: Any, lists: ProcessLists
+) -> tuple[list[MigInstance], list[GpuProcess]]:
     instances = []
     processes = []
     for slot in range(ask("nvmlDeviceGetMaxMigDeviceCount", handle) or 0):
@@ -126,7 +144,7 @@ def _mig(nvml: Any, handle: Any, ask: Any) -> tuple[list[MigInstance], list[GpuP
                 memory_used_bytes=None if memory is None else memory.used,
             )
         )
-        processes += _processes(nvml, ask(_running, nvml, mig))
+        processes += _processes(nvml, ask(lists.read, nvml, mig))
     return instances, processes
 
 
@@ -154,14 +172,8 @@ def _memory(nvml: Any, handle: Any, ask: Any) -> Memory | None:
     return Memory(int(memory.total), int(memory.used), int(memory.free))
 
 
-class _Room:
-    """Slots for a process list, as many as the last one needed, and some."""
-
-    slots = 64
-
-
-def _running(nvml: Any, handle: Any) -> Any:
-    """The compute processes on `handle`, as NVML's process records.
+class ProcessLists:
+    """Reads the compute processes of a GPU, with room for as many as the last list had.
 
     nvidia-ml-py asks the driver twice for each list (its length, then the list) and wraps
     every record in an object of its own: 0.9 to 1.6 ms of CPU a list of 64 processes on an
@@ -169,21 +181,27 @@ def _running(nvml: Any, handle: Any) -> Any:
     in one call into room sized from the last one, where the bindings expose the driver's
     function; else through them.
     """
-    get = getattr(nvml, "_nvmlGetFunctionPointer", None)
-    record = getattr(nvml, "c_nvmlProcessInfo_v3_t", None)
-    if get is None or record is None:
-        return nvml.nvmlDeviceGetComputeRunningProcesses(handle)
-    function = get("nvmlDeviceGetComputeRunningProcesses_v3")
-    while True:
-        count = ctypes.c_uint(_Room.slots)
-        records = (record * _Room.slots)()
-        code = function(handle, ctypes.byref(count), records)
-        if code != nvml.NVML_ERROR_INSUFFICIENT_SIZE:
-            break
-        _Room.slots = count.value * 2 + 5  # processes may start before the next try
-    if code != nvml.NVML_SUCCESS:
-        raise nvml.NVMLError(code)
-    return records[: count.value]
+
+    def __init__(self, slots: int = 64) -> None:
+        self.slots = slots
+
+    def read(self, nvml: Any, handle: Any) -> Any:
+        """The compute processes on `handle`, as NVML's process records."""
+        get = getattr(nvml, "_nvmlGetFunctionPointer", None)
+        record = getattr(nvml, "c_nvmlProcessInfo_v3_t", None)
+        if get is None or record is None:
+            return nvml.nvmlDeviceGetComputeRunningProcesses(handle)
+        function = get("nvmlDeviceGetComputeRunningProcesses_v3")
+        while True:
+            count = ctypes.c_uint(self.slots)
+            records = (record * self.slots)()
+            code = function(handle, ctypes.byref(count), records)
+            if code != nvml.NVML_ERROR_INSUFFICIENT_SIZE:
+                break
+            self.slots = count.value * 2 + 5  # processes may start before the next try
+        if code != nvml.NVML_SUCCESS:
+            raise nvml.NVMLError(code)
+        return records[: count.value]
 
 
 def _processes(nvml: Any, infos: Any) -> list[GpuProcess]:
@@ -222,6 +240,7 @@ class NvmlSource:
         self._why_not: str | None = None
         self.timeout_s = timeout_s
         self._reading: threading.Event | None = None  # set when the last read returned
+        self._lists = ProcessLists()  # touched by one read at a time: a stuck one blocks the next
 
     @classmethod
     def build(cls, options: SourceOptions) -> NvmlSource:
@@ -257,11 +276,11 @@ class NvmlSource:
             )
         done = threading.Event()
         self._reading = done
-        nvml = self._nvml
+        nvml, lists = self._nvml, self._lists
 
         def read() -> tuple[list[GpuSample], list[str]]:
             try:
-                return read_gpus(nvml)
+                return read_gpus(nvml, lists)
             finally:
                 done.set()
 

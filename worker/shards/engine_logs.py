@@ -16,13 +16,17 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.to_thread
 from anyio.abc import TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from .engine_log import EngineEvidence, EvidenceReader, LogTail
+from .engine_log import EngineEvidence, LogTail
+
+if TYPE_CHECKING:
+    from .engine_log.read import EvidenceReader
 
 LOG_POLL_S = 0.2
 
@@ -30,10 +34,18 @@ Evidence = Mapping[str, EngineEvidence]
 """Shard id -> what its engine's log says so far."""
 
 
+def _reader() -> EvidenceReader:
+    """A reader for one log. The readers' module is imported with the first log followed:
+    its patterns take as long to compile as the rest of a node without logs to import."""
+    from .engine_log.read import EvidenceReader  # noqa: PLC0415
+
+    return EvidenceReader()
+
+
 @dataclass
 class _Followed:
     tail: LogTail
-    reader: EvidenceReader = field(default_factory=EvidenceReader)
+    reader: EvidenceReader = field(default_factory=_reader)
     generation: int = 0
 
     def update(self) -> bool:
@@ -41,7 +53,7 @@ class _Followed:
         before = self.reader.snapshot()
         lines = self.tail.poll()
         if self.tail.generation != self.generation:  # another run of the engine, from the top
-            self.reader, self.generation = EvidenceReader(), self.tail.generation
+            self.reader, self.generation = _reader(), self.tail.generation
         for line in lines:
             self.reader.read(line)
         return self.reader.snapshot() != before

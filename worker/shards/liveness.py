@@ -9,8 +9,6 @@ one, once its grace period has passed since its process started.
 from __future__ import annotations
 
 import re
-import urllib.error
-import urllib.request
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
@@ -100,6 +98,11 @@ def command_lines() -> list[tuple[float, int, str]]:
 
 def health(url: str) -> Health:
     """What a health URL says: 2xx, another status (503 while loading), or nothing at all."""
+    # Imported at the first health check: urllib brings http and email with it, as much
+    # to import as the rest of a node without health URLs takes.
+    import urllib.error  # noqa: PLC0415
+    import urllib.request  # noqa: PLC0415
+
     try:
         with urllib.request.urlopen(url, timeout=HEALTH_TIMEOUT_S) as response:  # noqa: S310
             return "ok" if 200 <= int(response.status) < 300 else "not ready"

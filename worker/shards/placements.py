@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -109,6 +108,8 @@ class ShardsFile:
 
 def parse_shards_file(path: Path) -> tuple[list[PlacementSpec], list[str]]:
     """The placements of a shards file and what is wrong with the rest; never raises."""
+    import tomllib  # noqa: PLC0415 - only a node given a shards file pays for it
+
     try:
         with open(path, "rb") as f:
             doc: dict[str, Any] = tomllib.load(f)

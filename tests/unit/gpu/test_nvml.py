@@ -9,9 +9,8 @@ import anyio
 import msgspec
 import pytest
 
-from placewatch.gpu import nvml as nvml_source
 from placewatch.gpu.nvidia_smi import attach_processes, parse_compute_apps, parse_gpus
-from placewatch.gpu.nvml import NvmlSource, load, read_gpus
+from placewatch.gpu.nvml import NvmlSource, ProcessLists, load, read_gpus
 from placewatch.schemas import GpuProcess, GpuSample
 
 from tests.conftest import CORPUS, FIXTURES, needs_corpus
@@ -72,20 +71,20 @@ def test_a_gpu_the_driver_lost_leaves_the_others_read() -> None:
     assert status.error.startswith("NVML cannot read GPU 0: GPU is lost; the other GPUs are read")
 
 
-def test_the_process_list_is_read_in_one_driver_call_where_the_bindings_allow(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_the_process_list_is_read_in_one_driver_call_where_the_bindings_allow() -> None:
     # 70 processes, more than the first read makes room for: it asks again with room for
     # them, and later reads ask once. What they give is what the bindings' own call gives.
-    monkeypatch.setattr(nvml_source._Room, "slots", 64)
+    lists = ProcessLists()
+    assert lists.slots == 64
     gpu = msgspec.structs.replace(
         captured()[0],
         processes=[GpuProcess(pid=1000 + n, used_bytes=n * MiB or None) for n in range(70)],
     )
     nvml = FakeNvmlLibrary([gpu])
-    (first,), _ = read_gpus(nvml)
+    (first,), _ = read_gpus(nvml, lists)
     assert nvml.lists == 2
-    (second,), _ = read_gpus(nvml)
+    assert lists.slots == 70 * 2 + 5
+    (second,), _ = read_gpus(nvml, lists)
     assert nvml.lists == 3
     (through_bindings,), _ = read_gpus(FakeNvml([gpu]))
     assert first.processes == second.processes == through_bindings.processes == gpu.processes

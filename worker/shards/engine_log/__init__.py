@@ -5,10 +5,12 @@ One module per engine says what that engine prints and why it is read as it is
 (llama_cpp.py, ollama.py, vllm.py); clean.py takes off what is put before a line, rules.py
 weighs one line's finding against the lines before it, read.py sends each line to its
 engine's reader, and evidence.py holds the value the tick gets.
+
+The readers are imported from read.py where they are used: their patterns take as long to
+compile as the rest of a node without engine logs takes to import.
 """
 
 from .evidence import EngineBackend, EngineEvidence
-from .read import EvidenceReader, read_text
 from .tail import LogTail
 
-__all__ = ["EngineBackend", "EngineEvidence", "EvidenceReader", "LogTail", "read_text"]
+__all__ = ["EngineBackend", "EngineEvidence", "LogTail"]

@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from placewatch.shards.engine_log import EngineEvidence, read_text
+from placewatch.shards.engine_log import EngineEvidence
+from placewatch.shards.engine_log.read import read_text
 
 from tests.conftest import CORPUS, FIXTURES
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from placewatch.shards.engine_log import read_text
 from placewatch.shards.engine_log.evidence import EngineBackend, EvidenceState
+from placewatch.shards.engine_log.read import read_text
 from placewatch.shards.engine_log.rules import (
     MAX_LINE_CHARS,
     Strength,
