@@ -27,17 +27,18 @@ ASYNCAPI_VERSION = "3.0.0"
 
 
 _NAME_RULE = (
-    "Every character outside `A-Z a-z 0-9 _ -` becomes `_` (`rack 4.gpu*7` travels as "
-    "`rack_4_gpu_7`); the payload carries the exact name."
+    "Every byte of the name's UTF-8 outside `A-Z a-z 0-9 _ -` is written `=XX` (uppercase hex, "
+    "`=` included): `rack 4.gpu*7` travels as `rack=204=2Egpu=2A7`, one-to-one, so two names "
+    "never share a subject; the payload carries the exact name."
 )
 _PARAMETERS = {
     "node": {
         "description": f"The node's name as one subject token. {_NAME_RULE}",
-        "examples": ["gpu-07", "rack_4_gpu_7"],
+        "examples": ["gpu-07", "rack=204=2Egpu=2A7"],
     },
     "shard": {
         "description": f"The shard's id as one subject token. {_NAME_RULE}",
-        "examples": ["llama-8b-a", "llama-server-8080"],
+        "examples": ["llama-8b-a", "llama-3=2E1-8b", "llama-server-8080"],
     },
 }
 

@@ -56,14 +56,38 @@ def encode(
 
 
 def decode(data: bytes, type_: type[T], headers: Mapping[str, str] | None = None) -> T:
-    """Decode a payload as `type_`, choosing the format by Content-Type (JSON when absent)."""
+    """Decode a payload as `type_`, choosing the format by Content-Type (JSON when absent).
+
+    A message of a newer schema than this reader's is refused, saying so, rather than read
+    as what it may no longer mean (its Placewatch-Schema header, or the `schema` it
+    carries)."""
+    _check_schema(headers.get(HEADER_SCHEMA) if headers else None, type_)
     content_type = _content_type(headers)
     try:
         if content_type == MSGPACK:
-            return _msgpack_decoder(type_).decode(data)
-        return _json_decoder(type_).decode(data)
+            message = _msgpack_decoder(type_).decode(data)
+        else:
+            message = _json_decoder(type_).decode(data)
     except msgspec.DecodeError as exc:
         raise DecodeError(f"not a valid {type_.__name__} ({content_type}): {exc}") from exc
+    _check_schema(getattr(message, "schema", None), type_)
+    return message
+
+
+def _check_schema(said: object, type_: type[Any]) -> None:
+    if said is None:
+        return
+    try:
+        version = int(str(said))
+    except ValueError:
+        raise DecodeError(
+            f"a {type_.__name__} whose {HEADER_SCHEMA} is {said!r}, not a number"
+        ) from None
+    if version > SCHEMA_VERSION:
+        raise DecodeError(
+            f"a {type_.__name__} of schema {version}, newer than this reader's "
+            f"{SCHEMA_VERSION}: upgrade placewatch (docs/subjects.md, Changes)"
+        )
 
 
 def value_headers(data: bytes) -> dict[str, str]:

@@ -20,8 +20,11 @@ from typing import Annotated, Literal
 
 import msgspec
 
-SCHEMA_VERSION = 1
-"""Bumped only when a change would mislead an old reader; sent as Placewatch-Schema."""
+from .subjects import MAX_NAME_BYTES
+
+SCHEMA_VERSION = 2
+"""Bumped only when a change would mislead an old reader; sent as Placewatch-Schema. The
+changes are listed in docs/subjects.md: 2 wrote names outside the safe set one-to-one."""
 
 Vendor = Literal["nvidia", "amd"]
 Activity = Literal["busy", "power"]
@@ -36,6 +39,20 @@ FALLBACK_VERDICTS: frozenset[Verdict] = frozenset({"partial", "cpu_fallback", "m
 fires a FallbackEvent, leaving it resolves the event."""
 
 NonNegative = Annotated[int, msgspec.Meta(ge=0)]
+
+PID_MAX = 4_194_304
+"""The largest process id Linux hands out (PID_MAX_LIMIT on 64-bit kernels)."""
+MAX_PLACED_GPUS = 64
+"""The most GPUs one placement may name."""
+MAX_PATTERN_CHARS = 1024
+MAX_URL_CHARS = 2048
+MAX_PATH_CHARS = 4096
+MAX_FLOOR_BYTES = 1 << 50
+"""A `min_gpu_bytes` above this (1 PiB) is a mistake, not a floor."""
+
+ShardId = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_NAME_BYTES)]
+Pid = Annotated[int, msgspec.Meta(ge=1, le=PID_MAX)]
+GpuIndex = Annotated[int, msgspec.Meta(ge=0, le=1023)]
 Percent = Annotated[float, msgspec.Meta(ge=0, le=100)]
 
 
@@ -157,6 +174,9 @@ class ComputeStatus(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     verdict: Verdict = "unknown"
     reason: str = ""
     evidence: list[str] = msgspec.field(default_factory=list)
+    stale: bool = False
+    """The verdict the GPU tools gave last, held while they fail (for up to three intervals:
+    one failed read does not turn a shard `unknown`); the reason says for how long."""
 
 
 class FallbackEvent(msgspec.Struct, frozen=True, kw_only=True, gc=False):
@@ -174,14 +194,18 @@ class PlacementSpec(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     or `match` (a pattern on the process command line) finds its process.
     """
 
-    id: str
-    gpus: list[NonNegative] = msgspec.field(default_factory=list)
-    pid: int | None = None
-    match: str | None = None
-    health_url: str | None = None
-    log_path: str | None = None
-    min_gpu_bytes: NonNegative | None = None
-    engine: str | None = None
+    id: ShardId
+    gpus: Annotated[list[GpuIndex], msgspec.Meta(max_length=MAX_PLACED_GPUS)] = msgspec.field(
+        default_factory=list
+    )
+    pid: Pid | None = None
+    match: Annotated[str, msgspec.Meta(max_length=MAX_PATTERN_CHARS)] | None = None
+    health_url: (
+        Annotated[str, msgspec.Meta(max_length=MAX_URL_CHARS, pattern="^https?://")] | None
+    ) = None
+    log_path: Annotated[str, msgspec.Meta(max_length=MAX_PATH_CHARS)] | None = None
+    min_gpu_bytes: Annotated[int, msgspec.Meta(ge=0, le=MAX_FLOOR_BYTES)] | None = None
+    engine: Annotated[str, msgspec.Meta(max_length=64)] | None = None
 
 
 MESSAGE_TYPES: tuple[type[msgspec.Struct], ...] = (

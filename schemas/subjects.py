@@ -1,9 +1,14 @@
 """Every subject, wildcard and key of the wire contract, built in one place.
 
-Node and shard names become subject tokens by replacing every character
-outside ``A-Z a-z 0-9 _ -`` with ``_``: a dot would split a token, and a
-space, ``*`` or ``>`` would break or widen a subscription. The payload
-carries the exact names, so nothing is lost by the mapping.
+Node and shard names become subject tokens and KV key parts one-to-one: every
+byte of the name's UTF-8 outside ``A-Z a-z 0-9 _ -`` is written as ``=XX``
+(uppercase hex), ``=`` itself included, so ``llama-3.1-8b`` travels as
+``llama-3=2E1-8b`` and ``a.b`` as ``a=2Eb`` while ``a_b`` stays as it is. A
+dot would split a token and a space, ``*`` or ``>`` would break or widen a
+subscription; and two names never share a subject, a key or an event id. (The
+first rule replaced those characters with ``_``, which let ``a.b`` and ``a_b``
+share a subject and lose events: schema 2 changed it.) ``name()`` reads a
+token back.
 
 The streams and buckets these subjects are kept in are described in
 ``streams.py``; a KV bucket's values travel on ``$KV.<bucket>.<key>``.
@@ -24,12 +29,40 @@ STREAM_TELEMETRY = "PLACEWATCH_TELEMETRY"
 BUCKET_PLACEMENTS = "placewatch_placements"
 BUCKET_COMPUTE = "placewatch_compute"
 
-_OUTSIDE_TOKEN = re.compile(r"[^A-Za-z0-9_-]")
+MAX_NAME_BYTES = 128
+"""The longest node or shard name, in bytes of UTF-8: its token is at most three times that,
+well inside what a subject and a KV key may hold."""
+
+_SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+_ESCAPE = re.compile(r"=([0-9A-F]{2})")
+_TOKEN = re.compile(r"(?:[A-Za-z0-9_-]|=[0-9A-F]{2})+")
 
 
 def token(name: str) -> str:
-    """A node or shard name as one subject token ("gpu node.1" -> "gpu_node_1")."""
-    return _OUTSIDE_TOKEN.sub("_", name) or "_"
+    """A node or shard name as one subject token ("llama-3.1-8b" -> "llama-3=2E1-8b").
+
+    Raises ValueError for an empty name, which has no token."""
+    if not name:
+        raise ValueError("an empty name has no subject token; give the node or shard a name")
+    if name.isascii() and all(c in _SAFE for c in name.encode()):
+        return name  # the common case, and the cheap one
+    return "".join(chr(b) if b in _SAFE else f"={b:02X}" for b in name.encode())
+
+
+def name(token_: str) -> str:
+    """The name a token stands for ("llama-3=2E1-8b" -> "llama-3.1-8b").
+
+    Raises ValueError for text that no name gives as its token."""
+    if not _TOKEN.fullmatch(token_):
+        raise ValueError(f"{token_!r} is not a subject token of a name")
+    raw = _ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), token_).encode("latin-1")
+    try:
+        decoded = raw.decode()
+    except UnicodeDecodeError:
+        raise ValueError(f"{token_!r} is not the token of any UTF-8 name") from None
+    if token(decoded) != token_:
+        raise ValueError(f"{token_!r} is not how {decoded!r} is written as a token")
+    return decoded
 
 
 def covers(pattern: str, subject: str) -> bool:
@@ -104,8 +137,10 @@ def shard_key(node: str, shard: str) -> str:
 
 
 def node_keys(node: str) -> str:
-    """The keys of one node's shards in the placements and compute buckets."""
-    return f"{token(node)}.*"
+    """The keys of one node's shards in the placements and compute buckets: every key under
+    the node's token, so that a key whose shard part is not one token is seen and refused
+    rather than never read."""
+    return f"{token(node)}.>"
 
 
 def kv_stream(bucket: str) -> str:

@@ -17,13 +17,19 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args, get_origin,
 
 import msgspec
 
+from placewatch.schemas.subjects import MAX_NAME_BYTES
+
 from .gpu import KFD_ROOT
 from .gpu.registry import NAMES
 
 ENV_PREFIX = "PLACEWATCH_"
 ENV_CONFIG = "PLACEWATCH_CONFIG"
 
-Positive = Annotated[float, msgspec.Meta(gt=0)]
+DAY_S = 86_400.0
+Interval = Annotated[float, msgspec.Meta(ge=0.1, le=DAY_S)]
+"""Seconds between ticks: finite, and not so short that a tick cannot finish in it."""
+Seconds = Annotated[float, msgspec.Meta(gt=0, le=DAY_S)]
+NodeName = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_NAME_BYTES)]
 Port = Annotated[int, msgspec.Meta(ge=0, le=65535)]
 GPU_SOURCES = NAMES
 """The names of every GPU source, as the registry lists them."""
@@ -64,11 +70,11 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     tls_cert: str | None = None
     """Client certificate, for servers that verify clients (mutual TLS)."""
     tls_key: str | None = None
-    node: str = msgspec.field(default_factory=default_node)
-    interval: Positive = 2.0
+    node: NodeName = msgspec.field(default_factory=default_node)
+    interval: Interval = 2.0
     prefix: str = "placewatch"
     encoding: Literal["json", "msgpack"] = "json"
-    probe_timeout: Positive = 5.0
+    probe_timeout: Seconds = 5.0
     gpu_sources: Annotated[list[GpuSourceName], msgspec.Meta(min_length=1)] = msgspec.field(
         default_factory=lambda: list(GPU_SOURCES)
     )
@@ -79,7 +85,7 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     shards: str | None = None
     """A TOML file of [[shard]] placements, re-read when it changes."""
-    grace: Annotated[float, msgspec.Meta(ge=0)] = 15.0
+    grace: Annotated[float, msgspec.Meta(ge=0, le=DAY_S)] = 15.0
     """Seconds after a shard's process started before it is judged, when it has no health_url."""
     discover: bool = True
     """Find llama.cpp, Ollama and vLLM processes that nothing places."""
@@ -163,6 +169,9 @@ def _check(layer: dict[str, Any], where: str, *, strict: bool) -> dict[str, Any]
         msgspec.convert(layer, Settings, strict=strict)
     except msgspec.ValidationError as exc:
         raise ConfigError(_explain(str(exc), where)) from None
+    node = layer.get("node")
+    if isinstance(node, str) and len(node.encode()) > MAX_NAME_BYTES:
+        raise ConfigError(_explain(f"is {len(node.encode())} bytes of UTF-8 - at `$.node`", where))
     return layer
 
 
@@ -182,6 +191,15 @@ _UNKNOWN = re.compile(r"Object contains unknown field `(?P<key>[^`]+)`")
 _AT = re.compile(r"^(?P<what>.*?)(?: - at `\$\.(?P<key>[^`\[]+)[^`]*`)?$")
 
 
+_WANTED = {
+    "node": f"give this node a name of 1 to {MAX_NAME_BYTES} bytes",
+    "interval": f"give a number of seconds from 0.1 to {DAY_S:g}",
+    "probe_timeout": f"give a number of seconds above 0, at most {DAY_S:g}",
+    "grace": f"give a number of seconds from 0 to {DAY_S:g}",
+}
+"""What a setting wants, said after what was wrong with its value."""
+
+
 def _explain(message: str, where: str) -> str:
     unknown = _UNKNOWN.search(message)
     if unknown:
@@ -193,6 +211,8 @@ def _explain(message: str, where: str) -> str:
     if key is None:
         return f"{where}: {what}"
     choices = _choices(key)
+    if key in _WANTED:
+        what += f"; {_WANTED[key]}"
     if choices and what.startswith("Invalid enum value"):
         what += f"; expected one of {', '.join(choices)}"
     elif choices and what.startswith("Expected `array` of length >= 1"):

@@ -18,6 +18,14 @@ read (sysconf, which opens /sys/devices/system/cpu/online) costs as much as the 
 sample."""
 
 
+def _cpu_times() -> tuple[float, float]:
+    """(busy, total) CPU seconds since boot, over every CPU, as psutil.cpu_percent counts them:
+    the guest times are inside user and nice already, and idle and iowait are not busy."""
+    times = psutil.cpu_times()
+    total = sum(times) - getattr(times, "guest", 0.0) - getattr(times, "guest_nice", 0.0)
+    return total - times.idle - getattr(times, "iowait", 0.0), total
+
+
 class HostSampler:
     """CPU use is measured between readings, so construction starts the clock.
 
@@ -28,7 +36,9 @@ class HostSampler:
     """
 
     def __init__(self) -> None:
-        psutil.cpu_percent(interval=None)
+        # psutil.cpu_percent keeps its last reading per thread (psutil 7): the first sample,
+        # taken in another thread than this one, would read 0. The times are kept here.
+        self._times = _cpu_times()
         self._since = time.monotonic()
         self._cpu: float | None = None
         self._cpu_count: int | None = None
@@ -47,7 +57,7 @@ class HostSampler:
             time.sleep(self._since + MIN_WINDOW_S - now)
             now = time.monotonic()
         if self._cpu is None or now >= self._since + MIN_WINDOW_S:
-            self._cpu = min(100.0, psutil.cpu_percent(interval=None))
+            self._cpu = self._cpu_since_last()
             self._since = now
         if self._cpu_count is None or now - self._counted_at >= COUNT_EVERY_S:
             self._cpu_count, self._counted_at = psutil.cpu_count(logical=True), now
@@ -63,3 +73,10 @@ class HostSampler:
             memory_available_bytes=memory.available,
             load_1m=load_1m,
         )
+
+    def _cpu_since_last(self) -> float:
+        (busy, total), (busy0, total0) = _cpu_times(), self._times
+        self._times = (busy, total)
+        if total <= total0:
+            return 0.0
+        return round(min(max((busy - busy0) / (total - total0) * 100, 0.0), 100.0), 1)

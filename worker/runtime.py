@@ -78,7 +78,7 @@ async def run(settings: Settings, out: TextIO) -> None:
                 )
                 tg.start_soon(_follow_placements, bucket, nc, streams)
                 outbox = EventOutbox(nc, settings.prefix, settings.encoding, streams=streams)
-                tg.start_soon(_set_up_streams, outbox)
+                tg.start_soon(outbox.keep_set_up)
                 tracker = EventTracker(settings.node, session, settings.prefix)
                 with anyio.move_on_after(PREVIOUS_WAIT_S):
                     tracker.seed(await outbox.previous(settings.node))
@@ -189,15 +189,6 @@ async def _tick_on_new_evidence(logs: EngineLogs, worker: Worker) -> None:
     while True:
         await logs.changed()
         worker.ask_tick()
-
-
-async def _set_up_streams(outbox: EventOutbox) -> None:
-    """The streams and buckets exist from the start, so a gateway can fill from them before
-    any shard event; a failure here is retried when the first event goes out."""
-    try:
-        await outbox.setup()
-    except (nats.errors.Error, TimeoutError) as exc:
-        log.warning("streams and buckets not ready yet (%s); retried with the first event", exc)
 
 
 def _log_change(message: ComputeStatus | FallbackEvent) -> None:

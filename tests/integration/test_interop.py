@@ -30,7 +30,7 @@ from tests.conftest import FIXTURES, FakeGpuTools, NatsServer, Worker
 from tests.support.natsproto import RawSubscriber
 
 SUBSCRIBER = Path(__file__).resolve().parents[1] / "support" / "subscribe.cjs"
-NODE = "gpu-07.r1"  # travels as the subject token gpu-07_r1
+NODE = "gpu-07.r1"  # travels as the subject token gpu-07=2Er1
 SHARD = "llama-8b-a"
 MiB = 1 << 20
 
@@ -85,7 +85,7 @@ def fallback_worker_args(
         "--grace",
         "0",
         "--interval",
-        "1",
+        "2",
         "--no-discover",
     )
     with contextlib.suppress(ProcessLookupError):
@@ -156,10 +156,10 @@ def test_javascript_client_reads_telemetry_and_fallback_events(
     assert stderr == ""
 
     telemetry = seen["telemetry"]
-    assert telemetry["subject"] == "placewatch.telemetry.gpu-07_r1"
+    assert telemetry["subject"] == "placewatch.telemetry.gpu-07=2Er1"
     assert telemetry["headers"]["Content-Type"] == "application/json"
     assert telemetry["headers"]["Placewatch-Type"] == "NodeTelemetry"
-    assert telemetry["headers"]["Placewatch-Schema"] == "1"
+    assert telemetry["headers"]["Placewatch-Schema"] == "2"
     doc = telemetry["payload"]
     assert doc["node"] == NODE
     gpu0, gpu1 = doc["gpus"]
@@ -172,12 +172,12 @@ def test_javascript_client_reads_telemetry_and_fallback_events(
     assert gpu1["utilization_pct"] is None  # [N/A] stays null, never 0
 
     fallback = seen["fallback"]
-    assert fallback["subject"] == f"placewatch.fallback.gpu-07_r1.{SHARD}"
+    assert fallback["subject"] == f"placewatch.fallback.gpu-07=2Er1.{SHARD}"
     headers = fallback["headers"]
     assert headers["Content-Type"] == "application/json"
     assert headers["Placewatch-Type"] == "FallbackEvent"
-    assert headers["Placewatch-Schema"] == "1"
-    assert headers["Nats-Msg-Id"].startswith(f"gpu-07_r1.{SHARD}.{doc['session']}.")
+    assert headers["Placewatch-Schema"] == "2"
+    assert headers["Nats-Msg-Id"].startswith(f"gpu-07=2Er1.{SHARD}.{doc['session']}.")
     assert headers["Nats-Msg-Id"].endswith(".firing")
     event = fallback["payload"]
     assert event["state"] == "firing"
@@ -206,13 +206,13 @@ def test_nats_sub_shows_a_fallback_event_with_headers_and_readable_json(
             msg.payload.decode("utf-8"),
         ]
     )
-    assert shown.startswith(f'[#1] Received on "placewatch.fallback.gpu-07_r1.{SHARD}"\n')
+    assert shown.startswith(f'[#1] Received on "placewatch.fallback.gpu-07=2Er1.{SHARD}"\n')
     assert "\nContent-Type: application/json\n" in shown
     assert "\nPlacewatch-Type: FallbackEvent\n" in shown
-    assert "\nPlacewatch-Schema: 1\n" in shown
-    assert f"\nNats-Msg-Id: gpu-07_r1.{SHARD}." in shown
+    assert "\nPlacewatch-Schema: 2\n" in shown
+    assert f"\nNats-Msg-Id: gpu-07=2Er1.{SHARD}." in shown
     body = shown.split("\n\n", 1)[1]
-    assert body.startswith('{"schema":1,"state":"firing","status":{')
+    assert body.startswith('{"schema":2,"state":"firing","status":{')
     assert '"reason":"placed on GPU 1 but computing on the CPU' in body  # readable, unescaped
     event = decode(msg.payload, FallbackEvent, msg.headers)
     assert (event.status.node, event.status.shard) == (NODE, SHARD)

@@ -32,4 +32,7 @@ def test_its_exit_status_is_the_commands() -> None:
     assert done.stdout.startswith("usage: placewatch [-h] [--version] COMMAND ...")
     done = module("sample", "--interval", "0")
     assert done.returncode == 2
-    assert done.stderr == "placewatch: --interval: Expected `float` > 0.0\n"
+    assert (
+        done.stderr
+        == "placewatch: --interval: Expected `float` >= 0.1; give a number of seconds from 0.1 to 86400\n"
+    )

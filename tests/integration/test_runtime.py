@@ -52,7 +52,7 @@ def test_worker_publishes_json_telemetry_and_stops_on_sigterm(
     assert first.subject == "placewatch.telemetry.N"
     assert first.headers["Content-Type"] == "application/json"
     assert first.headers["Placewatch-Type"] == "NodeTelemetry"
-    assert first.headers["Placewatch-Schema"] == "1"
+    assert first.headers["Placewatch-Schema"] == "2"
     doc = first.json()
     assert isinstance(doc, dict)
     assert doc["node"] == "N"
@@ -83,7 +83,7 @@ def test_node_names_become_subject_tokens(nats_server: NatsServer, workers: list
             )
         )
         msg = sub.next(timeout=5)
-    assert msg.subject == "placewatch.telemetry.rack_4_gpu_7"
+    assert msg.subject == "placewatch.telemetry.rack=204=2Egpu=2A7"
     doc = msg.json()
     assert isinstance(doc, dict)
     assert doc["node"] == "rack 4.gpu*7"

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.conftest import CORPUS, FIXTURES, FakeGpuTools, needs_corpus, real_nvml, run_placewatch
@@ -21,7 +25,7 @@ def test_sample_json_reports_gpus_with_exact_bytes_and_null_for_na(fake_gpu: Fak
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
     assert doc["node"] == "gpu-07"
-    assert doc["schema"] == 1
+    assert doc["schema"] == 2
     assert [g["index"] for g in doc["gpus"]] == [0, 1]
     gpu0, gpu1 = doc["gpus"]
     assert gpu0["memory_used_bytes"] == 40960 * MiB
@@ -178,3 +182,17 @@ def test_amd_processes_come_from_the_kfd_tree(fake_gpu: FakeGpuTools, tmp_path: 
     gpu0, gpu1 = json.loads(done.stdout)["gpus"]
     assert gpu0["processes"] == []
     assert [(p["pid"], p["used_bytes"]) for p in gpu1["processes"]] == [(4242, 8 << 30)]
+
+
+def test_the_host_cpu_is_measured_over_a_short_window_with_a_core_busy() -> None:
+    cores = psutil.cpu_count() or 1
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.3)  # on the CPU before the window starts
+        done = run_placewatch("sample", "--json", "--no-discover")
+    finally:
+        busy.kill()
+        busy.wait()
+    host = json.loads(done.stdout)["host"]
+    # One core of `cores` busy the whole window: at least most of its share, never 0.
+    assert host["cpu_pct"] >= 100 / cores * 0.6, host

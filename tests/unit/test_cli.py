@@ -99,7 +99,10 @@ def test_a_bad_choice_exits_2_with_the_choices(capsys: pytest.CaptureFixture[str
 def test_a_bad_setting_returns_2_naming_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["sample", "--interval", "0"]) == 2
     _, err = capsys.readouterr()
-    assert err == "placewatch: --interval: Expected `float` > 0.0\n"
+    assert (
+        err
+        == "placewatch: --interval: Expected `float` >= 0.1; give a number of seconds from 0.1 to 86400\n"
+    )
 
 
 def test_an_unreadable_credentials_file_returns_2_before_connecting(

@@ -82,7 +82,10 @@ def test_unknown_file_key_names_the_key(tmp_path: Path) -> None:
     ("text", "message"),
     [
         ('interval = "fast"', "key 'interval': Expected `float`, got `str`"),
-        ("interval = 0", "key 'interval': Expected `float` > 0.0"),
+        (
+            "interval = 0",
+            "key 'interval': Expected `float` >= 0.1; give a number of seconds from 0.1 to 86400",
+        ),
         (
             'encoding = "xml"',
             "key 'encoding': Invalid enum value 'xml'; expected one of json, msgpack",
@@ -136,4 +139,50 @@ def test_cli_bad_flag_value_exits_2() -> None:
     env = clean_env()
     done = run_placewatch("sample", "--interval", "-1", env=env)
     assert done.returncode == 2
-    assert done.stderr.strip() == "placewatch: --interval: Expected `float` > 0.0"
+    assert (
+        done.stderr.strip()
+        == "placewatch: --interval: Expected `float` >= 0.1; give a number of seconds from 0.1 to 86400"
+    )
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (
+            {"interval": float("inf")},
+            "--interval: Expected `float` <= 86400.0; give a number of seconds from 0.1 to 86400",
+        ),
+        (
+            {"interval": float("nan")},
+            "--interval: Expected `float` >= 0.1; give a number of seconds from 0.1 to 86400",
+        ),
+        (
+            {"interval": 0.01},
+            "--interval: Expected `float` >= 0.1; give a number of seconds from 0.1 to 86400",
+        ),
+        (
+            {"node": ""},
+            "--node: Expected `str` of length >= 1; give this node a name of 1 to 128 bytes",
+        ),
+        (
+            {"node": "é" * 65},
+            "--node: is 130 bytes of UTF-8; give this node a name of 1 to 128 bytes",
+        ),
+        (
+            {"probe_timeout": float("inf")},
+            "--probe-timeout: Expected `float` <= 86400.0; give a number of seconds above 0, "
+            "at most 86400",
+        ),
+    ],
+)
+def test_settings_that_mean_nothing_are_refused_saying_what_to_give(
+    flags: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load(flags, environ={})
+    assert str(caught.value) == message
+
+
+def test_the_shortest_interval_and_a_long_node_name_are_taken() -> None:
+    settings = load({"interval": 0.1, "node": "n" * 128}, environ={})
+    assert (settings.interval, settings.node) == (0.1, "n" * 128)

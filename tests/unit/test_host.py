@@ -39,11 +39,12 @@ def test_a_sample_within_the_window_repeats_the_last_reading_at_once(
         slept.append(seconds)
         clock[0] += seconds
 
-    readings = iter([0.0, 12.5, 40.0])  # psutil's first answer (at construction) means nothing
+    # (busy, total) CPU seconds: 12.5% over the first window, 40% over the next.
+    times = iter([(0.0, 0.0), (12.5, 100.0), (52.5, 200.0)])
     monkeypatch.setattr(
         host_module, "time", SimpleNamespace(monotonic=lambda: clock[0], sleep=sleep)
     )
-    monkeypatch.setattr(psutil, "cpu_percent", lambda interval=None: next(readings))
+    monkeypatch.setattr(host_module, "_cpu_times", lambda: next(times))
     host = HostSampler()
     assert host.sample().cpu_pct == 12.5
     assert slept == [pytest.approx(MIN_WINDOW_S)]

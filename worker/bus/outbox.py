@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 
+import anyio
 import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
@@ -28,7 +29,7 @@ from placewatch.schemas import (
     value_headers,
 )
 from placewatch.schemas.codec import Encoding
-from placewatch.schemas.streams import COMPUTE, STREAMS
+from placewatch.schemas.streams import COMPUTE, EVENTS, STREAMS
 
 from ..shards.events import Outgoing
 from .kvfollow import Values, follow
@@ -36,6 +37,8 @@ from .streams import StreamSettings, ensure_bucket, ensure_stream
 
 log = logging.getLogger(__name__)
 
+JETSTREAM_RECHECK_S = 30.0
+"""How often a worker on a server without JetStream asks again whether it has it now."""
 PREVIOUS_HEARTBEAT_S = 1.0
 """The server's heartbeat while the statuses of an earlier session are read."""
 
@@ -87,7 +90,37 @@ class EventOutbox:
             self._compute = await ensure_bucket(self.js, COMPUTE, self.streams)
         except (nats.js.errors.ServiceUnavailableError, nats.errors.NoRespondersError):
             self._no_jetstream()
+        else:
+            if self.core_only:
+                log.warning(
+                    "the server has JetStream now: events go to the stream %s from here on",
+                    EVENTS.name,
+                )
+            self.core_only = False
         self._set_up = True
+
+    async def keep_set_up(self, every: float = JETSTREAM_RECHECK_S) -> None:
+        """Make the streams and buckets, and again every `every` seconds while the server has
+        no JetStream or cannot be asked: a server restarted with JetStream, or given it later,
+        gets them then, and events go to the stream from then on. Returns once they exist."""
+        said = ""
+        while True:
+            try:
+                await self.setup()
+            except (nats.errors.Error, TimeoutError) as exc:
+                why = str(exc) or type(exc).__name__
+                if why != said:
+                    log.warning(
+                        "streams and buckets not ready yet (%s); tried again every %g s and "
+                        "with the next event",
+                        why,
+                        every,
+                    )
+                said = why
+            else:
+                if not self.core_only:
+                    return
+            await anyio.sleep(every)
 
     async def previous(self, node: str) -> list[ComputeStatus]:
         """The statuses an earlier session of this node left in the compute bucket.

@@ -73,21 +73,29 @@ class PlacementsBucket:
                 log.info("placement %s removed", key)
             return
         self.values[key] = value or b""
+        try:
+            spec = self._placement(key, value or b"")
+        except ValueError as exc:
+            self.problems[key] = f"{exc}; the placement is skipped"
+            self.specs.pop(key, None)
+            log.warning("%s", self.problems[key])
+            return
+        self.specs[key] = spec
+        log.info("placement %s: %s on GPUs %s", key, spec.id, spec.gpus)
+
+    def _placement(self, key: str, value: bytes) -> PlacementSpec:
+        """The placement a value gives, under the key it must have; ValueError says what is
+        wrong."""
         where = f"KV {PLACEMENTS.name} key {key}"
         try:
-            raw = msgspec.json.decode(value or b"")
+            raw = msgspec.json.decode(value)
         except msgspec.DecodeError as exc:
-            problem = f"{where}: not JSON ({exc})"
-        else:
-            try:
-                self.specs[key] = check_spec(raw, where)
-            except ValueError as exc:
-                problem = str(exc)
-            else:
-                log.info(
-                    "placement %s: %s on GPUs %s", key, self.specs[key].id, self.specs[key].gpus
-                )
-                return
-        self.problems[key] = f"{problem}; the placement is skipped"
-        self.specs.pop(key, None)
-        log.warning("%s", self.problems[key])
+            raise ValueError(f"{where}: not JSON ({exc})") from None
+        spec = check_spec(raw, where)
+        expected = subjects.shard_key(self.node, spec.id)
+        if key != expected:
+            raise ValueError(
+                f"{where} places {spec.id!r}, whose key is {expected}: a key is the node and the "
+                "shard id as subject tokens (docs/subjects.md)"
+            )
+        return spec

@@ -9,7 +9,7 @@ one, once its grace period has passed since its process started.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -17,6 +17,7 @@ import psutil
 
 from .attribution import ProcTable
 from .placements import Placement
+from .verdict import Judgement
 
 HEALTH_TIMEOUT_S = 1.0
 
@@ -33,6 +34,12 @@ class Tracked:
     started: int | None = None
     """The process's start time in clock ticks (/proc/PID/stat): a reused pid differs."""
     ready: bool = False
+    error: str | None = None
+    """What went wrong finding its process or asking whether it is ready, when something did."""
+    said: str | None = None
+    """The last error logged for it: each is logged once, not every tick."""
+    known: tuple[Judgement, float] | None = None
+    """The last verdict given while the GPU tools answered, and when (monotonic)."""
 
     def forget_process(self) -> None:
         self.pid = self.create_time = self.started = None
@@ -56,32 +63,51 @@ def settled(tracked: Iterable[Tracked], table: ProcTable) -> bool:
 
 
 def find_processes(tracked: Iterable[Tracked], table: ProcTable) -> None:
-    """Find each shard's process; notice one that exited or was replaced. Blocking."""
+    """Find each shard's process; notice one that exited or was replaced. Blocking.
+
+    A shard whose process cannot be looked up for a reason of its own (a pid the OS refuses
+    to consider) is marked with the error, and the others are looked up as usual."""
     candidates: list[tuple[float, int, str]] | None = None
+
+    def lines() -> list[tuple[float, int, str]]:
+        nonlocal candidates
+        if candidates is None:
+            candidates = command_lines()
+        return candidates
+
     for t in tracked:
-        spec = t.placement.spec
-        pid = spec.pid
-        if pid is None and spec.match:
-            if t.pid is not None and runs(table, t.pid, t.started):
-                continue
-            if candidates is None:
-                candidates = command_lines()
-            pattern = re.compile(spec.match)
-            pid = next((p for _, p, cmd in candidates if pattern.search(cmd)), None)
-        if pid is None:
-            t.forget_process()
-            continue
-        if pid == t.pid and runs(table, pid, t.started):
-            continue
         try:
-            created = psutil.Process(pid).create_time()
-        except psutil.Error:
-            created = None
-        started = table.started(pid)
-        if created is None or started is None:
+            _find_process(t, table, lines)
+            t.error = None
+        except Exception as exc:
             t.forget_process()
-            continue
-        t.pid, t.create_time, t.started, t.ready = pid, created, started, False
+            t.error = f"looking up its process failed ({type(exc).__name__}: {exc})"
+
+
+def _find_process(
+    t: Tracked, table: ProcTable, lines: Callable[[], list[tuple[float, int, str]]]
+) -> None:
+    spec = t.placement.spec
+    pid = spec.pid
+    if pid is None and spec.match:
+        if t.pid is not None and runs(table, t.pid, t.started):
+            return
+        pattern = re.compile(spec.match)
+        pid = next((p for _, p, cmd in lines() if pattern.search(cmd)), None)
+    if pid is None:
+        t.forget_process()
+        return
+    if pid == t.pid and runs(table, pid, t.started):
+        return
+    try:
+        created = psutil.Process(pid).create_time()
+    except psutil.Error:
+        created = None
+    started = table.started(pid)
+    if created is None or started is None:
+        t.forget_process()
+        return
+    t.pid, t.create_time, t.started, t.ready = pid, created, started, False
 
 
 def command_lines() -> list[tuple[float, int, str]]:

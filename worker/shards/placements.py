@@ -18,10 +18,24 @@ from typing import Any, Literal
 import msgspec
 
 from placewatch.schemas import PlacementSpec
+from placewatch.schemas.messages import (
+    MAX_FLOOR_BYTES,
+    MAX_PATH_CHARS,
+    MAX_PATTERN_CHARS,
+    MAX_PLACED_GPUS,
+    MAX_URL_CHARS,
+    PID_MAX,
+)
+from placewatch.schemas.subjects import MAX_NAME_BYTES
 
 log = logging.getLogger(__name__)
 
 Origin = Literal["file", "kv", "discovered"]
+
+MAX_SHARDS = 256
+"""The most shards one node watches: placed (the shards file first, then the bucket's keys in
+order) and discovered. A node's telemetry carries a brief of each, and every one costs the tick
+its share; past this many, the rest are refused and `sources` says so."""
 SPEC_KEYS = PlacementSpec.__struct_fields__
 
 
@@ -46,8 +60,11 @@ def check_spec(raw: object, where: str) -> PlacementSpec:
         spec = msgspec.convert(raw, PlacementSpec)
     except msgspec.ValidationError as exc:
         raise ValueError(f"{where}: {_explain(str(exc))}") from None
-    if not spec.id:
-        raise ValueError(f"{where}: `id` is empty; give the shard a name")
+    if len(spec.id.encode()) > MAX_NAME_BYTES:
+        raise ValueError(f"{where}: `id` is {len(spec.id.encode())} bytes; {_WANTED['id']}")
+    repeated = sorted({i for i in spec.gpus if spec.gpus.count(i) > 1})
+    if repeated:
+        raise ValueError(f"{where} ({spec.id}): `gpus` names GPU {repeated[0]} twice")
     if spec.pid is None and not spec.match:
         raise ValueError(f"{where} ({spec.id}): give `pid` or `match` to find its process")
     if spec.match:
@@ -60,10 +77,25 @@ def check_spec(raw: object, where: str) -> PlacementSpec:
     return spec
 
 
+_WANTED = {
+    "id": f"give the shard a name of 1 to {MAX_NAME_BYTES} bytes",
+    "pid": f"give the process id of a running process (1 to {PID_MAX}), or `match`",
+    "gpus": f"give the physical indices of at most {MAX_PLACED_GPUS} GPUs (0 to 1023), each once",
+    "match": f"give a pattern of at most {MAX_PATTERN_CHARS} characters",
+    "health_url": f"give an http:// or https:// URL of at most {MAX_URL_CHARS} characters",
+    "log_path": f"give a path of at most {MAX_PATH_CHARS} characters",
+    "min_gpu_bytes": f"give a number of bytes from 0 to {MAX_FLOOR_BYTES} (1 PiB)",
+    "engine": "give an engine name of at most 64 characters (llama.cpp, ollama, vllm)",
+}
+"""What each key wants, said after what was wrong with its value."""
+
+
 def _explain(message: str) -> str:
     found = re.match(r"^(?P<what>.*?) - at `\$\.(?P<key>[^`\[]+)[^`]*`$", message)
     if found:
-        return f"key {found['key']!r}: {found['what']}"
+        key = found["key"]
+        wanted = f"; {_WANTED[key]}" if key in _WANTED else ""
+        return f"key {key!r}: {found['what']}{wanted}"
     if message.startswith("Object missing required field"):
         return message.replace("Object missing required field", "missing key")
     return message
@@ -77,46 +109,75 @@ class ShardsFile:
         self.specs: list[PlacementSpec] = []
         self.problems: list[str] = []
         self._seen: tuple[int, int, int] | None = None
+        self._good = False  # read as a whole at least once
 
     def load(self) -> bool:
-        """Re-read the file if it changed since the last call; True when it was read."""
+        """Re-read the file if it changed since the last call; True when it was read.
+
+        A file that cannot be read or parsed as a whole (a syntax error halfway through an
+        edit, a moment without the file while a tool replaces it) leaves its last good
+        placements in force, so that their shards do not go `gone` and their fallbacks
+        resolve for nothing; the problem shows in `sources` until the file is good again.
+        """
         try:
             st = os.stat(self.path)
         except OSError as exc:
-            if self._seen != (0, 0, 0):
-                self.specs, self.problems = (
-                    [],
-                    [
-                        f"shards file {self.path} cannot be read ({exc.strerror}); "
-                        "check the path given with --shards"
-                    ],
-                )
-                self._seen = (0, 0, 0)
-                log.warning("%s", self.problems[0])
-                return True
-            return False
+            if self._seen == (0, 0, 0):
+                return False
+            self._seen = (0, 0, 0)
+            self._unusable(
+                f"shards file {self.path} cannot be read ({exc.strerror}); check the path given "
+                "with --shards"
+            )
+            return True
         stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
         if stamp == self._seen:
             return False
         self._seen = stamp
-        self.specs, self.problems = parse_shards_file(self.path)
+        try:
+            self.specs, self.problems = read_shards_file(self.path)
+        except UnusableShardsFile as exc:
+            self._unusable(str(exc))
+            return True
+        self._good = True
         for problem in self.problems:
             log.warning("%s", problem)
         log.info("shards file %s: %d placements", self.path, len(self.specs))
         return True
 
+    def _unusable(self, problem: str) -> None:
+        if self._good:
+            problem += f"; its last good placements ({len(self.specs)}) stay in force"
+        self.problems = [problem]
+        log.warning("%s", problem)
+
+
+class UnusableShardsFile(ValueError):
+    """A shards file that cannot be read or parsed as a whole; the message says why."""
+
 
 def parse_shards_file(path: Path) -> tuple[list[PlacementSpec], list[str]]:
     """The placements of a shards file and what is wrong with the rest; never raises."""
+    try:
+        return read_shards_file(path)
+    except UnusableShardsFile as exc:
+        return [], [str(exc)]
+
+
+def read_shards_file(path: Path) -> tuple[list[PlacementSpec], list[str]]:
+    """The placements of a shards file and what is wrong with entries of it; raises
+    UnusableShardsFile when the file as a whole cannot be used."""
     import tomllib  # noqa: PLC0415 - only a node given a shards file pays for it
 
     try:
         with open(path, "rb") as f:
             doc: dict[str, Any] = tomllib.load(f)
     except OSError as exc:
-        return [], [f"shards file {path} cannot be read ({exc.strerror})"]
+        raise UnusableShardsFile(f"shards file {path} cannot be read ({exc.strerror})") from None
     except tomllib.TOMLDecodeError as exc:
-        return [], [f"shards file {path} is not valid TOML ({exc}); no placements read from it"]
+        raise UnusableShardsFile(
+            f"shards file {path} is not valid TOML ({exc}); no placements read from it"
+        ) from None
     problems = [
         f"shards file {path}: unknown top-level key {key!r}; placements go in [[shard]] tables"
         for key in doc
@@ -124,10 +185,9 @@ def parse_shards_file(path: Path) -> tuple[list[PlacementSpec], list[str]]:
     ]
     entries = doc.get("shard", [])
     if not isinstance(entries, list):
-        return [], [
-            *problems,
-            f"shards file {path}: `shard` must be an array of tables ([[shard]])",
-        ]
+        raise UnusableShardsFile(
+            f"shards file {path}: `shard` must be an array of tables ([[shard]])"
+        )
     specs: list[PlacementSpec] = []
     ids: set[str] = set()
     for number, raw in enumerate(entries, 1):

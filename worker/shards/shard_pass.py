@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -23,9 +23,10 @@ from placewatch.schemas import ComputeStatus, GpuSample, ShardBrief, SourceStatu
 
 from .attribution import Held, ProcTable, attribute, owner, unseen_holders
 from .discover import discover
+from .engine_log import EngineEvidence
 from .engine_logs import EngineLogs, Evidence
 from .liveness import Tracked, find_processes, health, settled
-from .placements import Placement, ShardsFile
+from .placements import MAX_SHARDS, Placement, ShardsFile
 from .verdict import Judgement, Observation, judge
 
 if TYPE_CHECKING:  # the bucket brings the NATS client, which `placewatch sample` does without
@@ -34,6 +35,12 @@ if TYPE_CHECKING:  # the bucket brings the NATS client, which `placewatch sample
 log = logging.getLogger(__name__)
 
 DISCOVERY_EVERY_S = 10.0
+REPORT_IT = "please report it with the output of `placewatch sample --json`"
+
+
+def _at_most(placements: list[Placement], most: int) -> tuple[list[Placement], int]:
+    """The first `most` placements, and how many more there were."""
+    return placements[:most], max(len(placements) - most, 0)
 
 
 @dataclass(frozen=True)
@@ -62,6 +69,8 @@ class _Attributed:
     gpus: list[GpuSample]
     held: Held
     unseen: dict[int, str]
+    gpus_known: bool
+    """A GPU tool answered this tick."""
 
 
 class ShardPass:
@@ -75,6 +84,7 @@ class ShardPass:
         bucket: PlacementsBucket | None = None,
         discovery: bool = True,
         logs: EngineLogs | None = None,
+        stale_after_s: float = 6.0,
         proc_root: Path = Path("/proc"),
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -85,6 +95,8 @@ class ShardPass:
         self.bucket = bucket
         self.discovery = discovery
         self.logs = logs
+        self.stale_after_s = stale_after_s
+        """How long a shard keeps the verdict the GPU tools last gave while they fail."""
         self.clock = clock
         self.tracked: dict[str, Tracked] = {}
         self.table = ProcTable(proc_root)
@@ -99,16 +111,27 @@ class ShardPass:
         placements, problems = self._placements()
         if self.discovery:
             placements += await self._discovered(gpus, placements)
+        placements, refused = _at_most(placements, MAX_SHARDS)
+        if refused:
+            problems.append(
+                SourceStatus(
+                    name="placements",
+                    ok=False,
+                    error=f"{len(placements) + refused} shards placed or found on this node, "
+                    f"more than the {MAX_SHARDS} a node takes: the last {refused} are not "
+                    "watched (docs/shards.md); spread them over more nodes",
+                )
+            )
         gone = self._track(placements)
         exited = self.table.refresh()
         if not settled(self.tracked.values(), self.table):
             await anyio.to_thread.run_sync(find_processes, self.tracked.values(), self.table)
         await self._readiness()
         evidence = await self._evidence()
-        seen = self._attribute(gpus, exited)
-        now = datetime.now(UTC)
+        seen = self._attribute(gpus, gpus_known, exited)
+        now, at = datetime.now(UTC), time.monotonic()
         statuses = [
-            self._compute_status(sid, t, self._judgement(sid, t, seen, gpus_known, evidence), now)
+            self._compute_status(sid, t, self._judge_one(sid, t, seen, evidence.get(sid), at), now)
             for sid, t in sorted(self.tracked.items())
         ]
         return ShardsView(
@@ -118,30 +141,56 @@ class ShardPass:
             problems=problems,
         )
 
-    @staticmethod
-    def _judgement(
-        sid: str, t: Tracked, seen: _Attributed, gpus_known: bool, evidence: Evidence
+    def _judge_one(
+        self, sid: str, t: Tracked, seen: _Attributed, evidence: EngineEvidence | None, at: float
     ) -> Judgement:
+        """One shard's verdict. Nothing about one shard stops the others: an error checking or
+        judging it makes it `unknown`, saying what went wrong. While the GPU tools fail, the
+        verdict they last gave stands, marked stale, for `stale_after_s`."""
+        if t.error is not None:
+            return Judgement("unknown", f"placewatch could not check this shard: {t.error}")
         obs = Observation(
             placement=t.placement,
             pid=t.pid,
             alive=t.pid is not None,
             ready=t.ready,
-            gpus_known=gpus_known,
+            gpus_known=seen.gpus_known,
             held=seen.held.get(sid, {}),
             hidden=seen.unseen,
-            evidence=evidence.get(sid),
+            evidence=evidence,
         )
-        return judge(obs, seen.gpus)
+        try:
+            judged = judge(obs, seen.gpus)
+        except Exception as exc:  # a defect for one shard's input must not hide the others
+            said = f"{type(exc).__name__}: {exc}"
+            if t.said != said:
+                log.exception("shard %s could not be judged", sid)
+                t.said = said
+            return Judgement(
+                "unknown", f"placewatch could not judge this shard ({said}); {REPORT_IT}"
+            )
+        if seen.gpus_known:
+            t.known = (judged, at)
+            return judged
+        if judged.verdict == "unknown" and t.known is not None:
+            last, when = t.known
+            if at - when <= self.stale_after_s:
+                return replace(
+                    last,
+                    reason=f"{last.reason} (stale: the GPU tools have not answered for "
+                    f"{at - when:.0f} s; this is what they said last)",
+                    stale=True,
+                )
+        return judged
 
-    def _attribute(self, gpus: list[GpuSample], exited: bool) -> _Attributed:
+    def _attribute(self, gpus: list[GpuSample], gpus_known: bool, exited: bool) -> _Attributed:
         shard_pids = {t.pid: sid for sid, t in self.tracked.items() if t.pid}
         fresh = self._update_owners(gpus, shard_pids, exited)
         gpus, held = attribute(gpus, self._owners)
         unseen = unseen_holders(gpus, self.table) if self.tracked else {}
         if fresh:  # every process the owners were worked out from was looked up this tick
             self.table.keep_only(self.table.used)
-        return _Attributed(gpus, held, unseen)
+        return _Attributed(gpus, held, unseen, gpus_known)
 
     def _update_owners(
         self, gpus: list[GpuSample], shard_pids: dict[int, str], exited: bool
@@ -281,6 +330,7 @@ class ShardPass:
             verdict=j.verdict,
             reason=j.reason,
             evidence=list(j.evidence),
+            stale=j.stale,
         )
 
     def _gone_status(self, placement: Placement, now: datetime) -> ComputeStatus:

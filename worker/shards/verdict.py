@@ -53,6 +53,8 @@ class Judgement:
     layers_offloaded: int | None = None
     layers_total: int | None = None
     evidence: tuple[str, ...] = ()
+    stale: bool = False
+    """Given by GPU tools that have not answered since; see ComputeStatus.stale."""
 
 
 def _gpu_list(indices: list[int] | set[int]) -> str:

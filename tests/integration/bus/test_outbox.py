@@ -193,3 +193,51 @@ def test_a_worker_stopped_between_an_event_and_its_status_says_the_event_again(
         assert published == ["placewatch.fallback.n1.s"]
 
     connected(nats_server.url, go)
+
+
+async def soon(condition: Callable[[], bool], within: float = 5.0) -> None:
+    with anyio.fail_after(within):
+        while not condition():
+            await anyio.sleep(0.05)
+
+
+def test_the_streams_are_made_when_jetstream_appears_later(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    port = free_port()
+    plain = NatsServer(tmp_path / "js", port=port, jetstream=False)
+    plain.start()
+    with_js = NatsServer(tmp_path / "js", port=port)
+
+    async def go() -> None:
+        nc = await nats.connect(plain.url, max_reconnect_attempts=-1, reconnect_time_wait=0.1)
+        try:
+            outbox = EventOutbox(nc)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(outbox.keep_set_up, 0.2)
+                await soon(lambda: outbox.core_only)
+                outbox.add(EventTracker("n1", "s1").changes([status()]))
+                assert await outbox.flush() == 2  # core: the fallback event and the status
+                plain.stop()
+                with_js.start()  # the same server, restarted with JetStream
+                await soon(lambda: not outbox.core_only, within=10)
+                tg.cancel_scope.cancel()
+            outbox.add(EventTracker("n1", "s2").changes([status()]))
+            assert await outbox.flush() == 2
+            assert await stored(nc) == 2  # from then on, into the stream
+        finally:
+            await nc.close()
+
+    caplog.set_level("WARNING", logger="placewatch.bus.outbox")
+    try:
+        anyio.run(go, backend="asyncio")
+    finally:
+        with_js.stop()
+        plain.stop()
+    said = [r.getMessage() for r in caplog.records]
+    assert (
+        said.count(
+            "the server has JetStream now: events go to the stream PLACEWATCH_EVENTS from here on"
+        )
+        == 1
+    )

@@ -56,11 +56,11 @@ def test_a_sample_goes_out_on_its_nodes_subject_with_the_contract_headers(
             assert await publisher.telemetry(sample(0)) is True
             await nc.flush()
             msg = await received(sub)
-        assert msg.subject == "pw.telemetry.rack_4_gpu_7"
+        assert msg.subject == "pw.telemetry.rack=204=2Egpu=207"
         assert msg.headers == {
             "Content-Type": f"application/{encoding}",
             "Placewatch-Type": "NodeTelemetry",
-            "Placewatch-Schema": "1",
+            "Placewatch-Schema": "2",
         }
         assert decode(msg.payload, NodeTelemetry, msg.headers) == sample(0)
 

@@ -96,3 +96,15 @@ def test_reading_before_the_task_started_says_so() -> None:
             await EngineLogs().read({})
 
     anyio.run(main, backend="asyncio")
+
+
+def test_a_deleted_log_takes_its_evidence_with_it(tmp_path: Path) -> None:
+    log = tmp_path / "engine.log"
+    log.write_text("load_tensors: offloaded 0/33 layers to GPU\n")
+
+    async def body(logs: EngineLogs) -> None:
+        assert (await logs.read({"a": str(log)}))["a"].layers_offloaded == 0
+        log.unlink()
+        assert (await logs.read({"a": str(log)}))["a"] == EngineEvidence()
+
+    with_logs(body)

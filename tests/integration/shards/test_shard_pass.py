@@ -15,9 +15,11 @@ import pytest
 
 from placewatch.gpu.nvml import NvmlSource
 from placewatch.schemas import ComputeStatus, GpuProcess, GpuSample
+from placewatch.shards import shard_pass, verdict
 from placewatch.shards.engine_logs import EngineLogs
 from placewatch.shards.placements import ShardsFile
 from placewatch.shards.shard_pass import ShardPass
+from placewatch.shards.verdict import Judgement, Observation
 
 from tests.support.fake_nvml import FakeNvml
 
@@ -176,3 +178,83 @@ def test_a_shard_on_the_cpu_beside_an_idle_gpu_read_through_nvml_is_a_fallback(
     shards.write_text(f'[[shard]]\nid = "a"\npid = {sleeper(sleepers)}\ngpus = [0]\n')
     watch = ShardPass("n1", "s1", grace_s=0, shards_file=ShardsFile(shards), discovery=False)
     assert judge(watch, gpus)["a"].verdict == "cpu_fallback"
+
+
+def judge_known(shards: ShardPass, gpus: list[GpuSample], known: bool) -> dict[str, ComputeStatus]:
+    async def once() -> dict[str, ComputeStatus]:
+        return {s.shard: s for s in (await shards.judge(gpus, gpus_known=known)).statuses}
+
+    return anyio.run(once, backend="asyncio")
+
+
+def test_a_verdict_outlives_failed_gpu_reads_for_its_window_marked_stale(
+    sleepers: list[subprocess.Popen[bytes]], tmp_path: Path
+) -> None:
+    pid = sleeper(sleepers)
+    shards = tmp_path / "shards.toml"
+    shards.write_text(f'[[shard]]\nid = "a"\npid = {pid}\ngpus = [0]\n')
+    watch = ShardPass(
+        "n1", "s1", grace_s=0, shards_file=ShardsFile(shards), discovery=False, stale_after_s=0.5
+    )
+    good = judge_known(watch, gpu_listing(pid), known=True)["a"]
+    assert (good.verdict, good.stale) == ("gpu", False)
+    # The GPU tool fails: no GPUs listed, none known. The last verdict stands, marked stale.
+    held = judge_known(watch, [], known=False)["a"]
+    assert (held.verdict, held.stale, held.devices) == ("gpu", True, good.devices)
+    assert held.reason.startswith("holds 4.0 GiB on GPU 0 as placed (stale: the GPU tools have")
+    assert held.reason.endswith("this is what they said last)")
+    time.sleep(0.6)  # past the window: now it cannot be told
+    late = judge_known(watch, [], known=False)["a"]
+    assert (late.verdict, late.stale) == ("unknown", False)
+    assert "the GPU tools did not answer" in late.reason
+    # The tool answers again: judged afresh, not stale.
+    assert judge_known(watch, gpu_listing(pid), known=True)["a"].stale is False
+
+
+def test_an_error_judging_one_shard_makes_it_unknown_and_spares_the_others(
+    sleepers: list[subprocess.Popen[bytes]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, b = sleeper(sleepers), sleeper(sleepers, "sleep 3601.5")
+    shards = tmp_path / "shards.toml"
+    shards.write_text(
+        f'[[shard]]\nid = "a"\npid = {a}\ngpus = [0]\n\n[[shard]]\nid = "b"\npid = {b}\ngpus = [0]\n'
+    )
+    real = verdict.judge
+
+    def failing_for_a(obs: Observation, gpus: list[GpuSample]) -> Judgement:
+        if obs.placement.spec.id == "a":
+            raise OverflowError("Python int too large to convert to C int")
+        return real(obs, gpus)
+
+    monkeypatch.setattr(shard_pass, "judge", failing_for_a)
+    watch = ShardPass("n1", "s1", grace_s=0, shards_file=ShardsFile(shards), discovery=False)
+    statuses = judge(watch, gpu_listing(a, b))
+    assert statuses["a"].verdict == "unknown"
+    assert statuses["a"].reason == (
+        "placewatch could not judge this shard (OverflowError: Python int too large to convert "
+        "to C int); please report it with the output of `placewatch sample --json`"
+    )
+    assert statuses["b"].verdict == "gpu"
+
+
+def test_past_the_shards_a_node_takes_the_rest_are_refused_in_sources(
+    sleepers: list[subprocess.Popen[bytes]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(shard_pass, "MAX_SHARDS", 3)
+    pid = sleeper(sleepers)
+    shards = tmp_path / "shards.toml"
+    shards.write_text(
+        "".join(f'[[shard]]\nid = "s{i}"\npid = {pid}\ngpus = [0]\n\n' for i in range(5))
+    )
+    watch = ShardPass("n1", "s1", grace_s=0, shards_file=ShardsFile(shards), discovery=False)
+
+    async def once() -> tuple[list[str], list[str]]:
+        view = await watch.judge(gpu_listing(pid), gpus_known=True)
+        return [s.shard for s in view.statuses], [p.error or "" for p in view.problems]
+
+    shown, problems = anyio.run(once, backend="asyncio")
+    assert shown == ["s0", "s1", "s2"]
+    assert problems == [
+        "5 shards placed or found on this node, more than the 3 a node takes: the last 2 are "
+        "not watched (docs/shards.md); spread them over more nodes"
+    ]

@@ -177,3 +177,30 @@ def test_json_schema_names_every_message() -> None:
     }  # fmt: skip
     assert list(schema["$defs"]["DeviceUse"]["properties"]) == list(DeviceUse.__struct_fields__)
     assert DeviceUse.__struct_fields__ == ("index", "uuid", "used_bytes")
+
+
+def test_a_message_of_a_newer_schema_is_refused_saying_so() -> None:
+    payload, headers = encode(
+        ComputeStatus(node="n1", shard="a", session="s", time=datetime(2026, 12, 1, tzinfo=UTC))
+    )
+    with pytest.raises(DecodeError) as caught:
+        decode(payload, ComputeStatus, {**headers, "Placewatch-Schema": "3"})
+    assert str(caught.value) == (
+        "a ComputeStatus of schema 3, newer than this reader's 2: upgrade placewatch "
+        "(docs/subjects.md, Changes)"
+    )
+    # A value without headers (a KV entry) carries its schema in the payload.
+    newer = payload.replace(b'"schema":2', b'"schema":3')
+    with pytest.raises(DecodeError, match="of schema 3, newer than this reader's 2"):
+        decode(newer, ComputeStatus)
+    with pytest.raises(DecodeError, match="whose Placewatch-Schema is 'two', not a number"):
+        decode(payload, ComputeStatus, {**headers, "Placewatch-Schema": "two"})
+
+
+def test_a_message_of_the_first_schema_is_still_read() -> None:
+    old = (
+        b'{"schema":1,"node":"gpu_1","shard":"a_b","session":"s","time":"2026-11-30T06:00:00Z",'
+        b'"verdict":"gpu"}'
+    )
+    status = decode(old, ComputeStatus, {"Placewatch-Schema": "1"})
+    assert (status.schema, status.node, status.verdict, status.stale) == (1, "gpu_1", "gpu", False)

@@ -63,7 +63,7 @@ def test_a_gpu_with_no_readings_is_none_everywhere_not_zero() -> None:
 
 def test_telemetry_defaults_carry_the_schema_version_and_nothing_dropped() -> None:
     telemetry = NodeTelemetry(node="n", session="s", seq=0, time=WHEN, interval_s=2.0)
-    assert telemetry.schema == SCHEMA_VERSION == 1
+    assert telemetry.schema == SCHEMA_VERSION == 2
     assert telemetry.dropped == 0
     assert (telemetry.gpus, telemetry.shards, telemetry.sources, telemetry.host) == (
         [], [], [], None,

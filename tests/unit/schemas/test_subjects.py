@@ -12,27 +12,53 @@ from placewatch.schemas.streams import STREAMS
     ("name", "expected"),
     [
         ("gpu-01", "gpu-01"),
-        ("gpu.node.1", "gpu_node_1"),
-        ("a b*c>d", "a_b_c_d"),
         ("llama_8b-A", "llama_8b-A"),
-        ("nœud", "n_ud"),
-        ("", "_"),
+        ("llama-3.1-8b", "llama-3=2E1-8b"),
+        ("a.b", "a=2Eb"),
+        ("a_b", "a_b"),
+        ("a=2Eb", "a=3D2Eb"),
+        ("a b*c>d", "a=20b=2Ac=3Ed"),
+        ("..", "=2E=2E"),
+        ("nœud", "n=C5=93ud"),
+        ("日本", "=E6=97=A5=E6=9C=AC"),
+        ("$KV", "=24KV"),
     ],
 )
-def test_token_replaces_everything_outside_the_token_alphabet(name: str, expected: str) -> None:
+def test_a_name_outside_the_safe_set_is_written_one_byte_at_a_time(
+    name: str, expected: str
+) -> None:
     assert subjects.token(name) == expected
+    assert subjects.name(expected) == name
+
+
+def test_names_that_the_first_rule_wrote_alike_have_tokens_of_their_own() -> None:
+    names = ["a.b", "a_b", "a*b", "a>b", "a b", "a=b", "a\u00b7b", "a\u2024b", "..", "_."]
+    assert len({subjects.token(n) for n in names}) == len(names)
+    assert len({subjects.shard_key("gpu.1", n) for n in names}) == len(names)
+    assert subjects.shard_key("gpu.1", "x") != subjects.shard_key("gpu_1", "x")
+
+
+@pytest.mark.parametrize("text", ["", "a.b", "a=2e", "a=4", "=41", "=FF", "a b", "a=3"])
+def test_text_that_no_name_gives_is_refused_as_a_token(text: str) -> None:
+    with pytest.raises(ValueError, match="token"):
+        subjects.name(text)
+
+
+def test_an_empty_name_has_no_token() -> None:
+    with pytest.raises(ValueError, match="an empty name has no subject token"):
+        subjects.token("")
 
 
 def test_a_node_publishes_on_subjects_of_its_name_as_a_token() -> None:
-    assert subjects.telemetry("gpu.01") == "placewatch.telemetry.gpu_01"
-    assert subjects.compute("n1", "llama 8b") == "placewatch.compute.n1.llama_8b"
+    assert subjects.telemetry("gpu.01") == "placewatch.telemetry.gpu=2E01"
+    assert subjects.compute("n1", "llama 8b") == "placewatch.compute.n1.llama=208b"
     assert subjects.fallback("n1", "s", prefix="pw") == "pw.fallback.n1.s"
-    assert subjects.service("rack 4") == "placewatch.service.rack_4"
+    assert subjects.service("rack 4") == "placewatch.service.rack=204"
     assert subjects.service("n", prefix="pw") == "pw.service.n"
 
 
 def test_a_nodes_replies_come_under_its_own_inbox_prefix() -> None:
-    assert subjects.inbox("gpu.07") == "_INBOX.gpu_07"
+    assert subjects.inbox("gpu.07") == "_INBOX.gpu=2E07"
 
 
 def test_consumers_subscribe_to_wildcards_under_the_prefix() -> None:
@@ -43,8 +69,8 @@ def test_consumers_subscribe_to_wildcards_under_the_prefix() -> None:
 
 
 def test_kv_keys_and_the_subjects_they_travel_on() -> None:
-    assert subjects.shard_key("n.1", "s>") == "n_1.s_"
-    assert subjects.node_keys("gpu 07") == "gpu_07.*"
+    assert subjects.shard_key("n.1", "s>") == "n=2E1.s=3E"
+    assert subjects.node_keys("gpu 07") == "gpu=2007.>"
     assert subjects.kv_stream(subjects.BUCKET_PLACEMENTS) == "KV_placewatch_placements"
     assert subjects.kv_prefix("b") == "$KV.b."
     assert subjects.kv_subject("b") == "$KV.b.>"

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from placewatch.shards.bucket import PlacementsBucket
 from placewatch.shards.placements import ShardsFile, parse_shards_file
 
@@ -44,7 +46,8 @@ def test_one_bad_entry_is_reported_and_the_others_kept(tmp_path: Path) -> None:
         "health_url, log_path, min_gpu_bytes, engine; that shard is skipped",
         f"shards file {path}, shard #3 (nothing-to-find): give `pid` or `match` to find its process; "
         "that shard is skipped",
-        f"shards file {path}, shard #4: key 'gpus': Expected `array`, got `str`; that shard is skipped",
+        f"shards file {path}, shard #4: key 'gpus': Expected `array`, got `str`; give the physical "
+        "indices of at most 64 GPUs (0 to 1023), each once; that shard is skipped",
         f"shards file {path}, shard #5 (bad-pattern): `match` is not a valid pattern: "
         "missing ), unterminated subpattern at position 5; that shard is skipped",
         f"shards file {path}, shard #6: id 'ok' is used twice; skipped",
@@ -69,9 +72,66 @@ def test_the_file_is_read_again_when_it_changes(tmp_path: Path) -> None:
     os.utime(path, ns=(1, 10**9))
     assert shards.load() is True
     assert [s.id for s in shards.specs] == ["a", "b"]
+    # Gone for a moment, or broken halfway through an edit: the last good placements stand.
     path.unlink()
     assert shards.load() is True
-    assert shards.specs == [] and "cannot be read" in shards.problems[0]
+    assert [s.id for s in shards.specs] == ["a", "b"]
+    assert shards.problems == [
+        f"shards file {path} cannot be read (No such file or directory); check the path given "
+        "with --shards; its last good placements (2) stay in force"
+    ]
+    path.write_text('[[shard]]\nid = "a"\npid = 1\ngpus = [0\n')
+    assert shards.load() is True
+    assert [s.id for s in shards.specs] == ["a", "b"]
+    assert "is not valid TOML" in shards.problems[0]
+    assert shards.problems[0].endswith("its last good placements (2) stay in force")
+    path.write_text('[[shard]]\nid = "c"\npid = 3\n')
+    os.utime(path, ns=(2, 2 * 10**9))
+    assert shards.load() is True
+    assert ([s.id for s in shards.specs], shards.problems) == (["c"], [])
+
+
+def test_a_file_never_read_whole_keeps_no_placements(tmp_path: Path) -> None:
+    path = tmp_path / "shards.toml"
+    path.write_text("[[shard]\nid=")
+    shards = ShardsFile(path)
+    assert shards.load() is True
+    assert shards.specs == []
+    assert "is not valid TOML" in shards.problems[0] and "stay in force" not in shards.problems[0]
+
+
+@pytest.mark.parametrize(
+    ("entry", "problem"),
+    [
+        ("pid = -1", "key 'pid': Expected `int` >= 1; give the process id of a running process"),
+        (
+            "pid = 9223372036854775807",
+            "key 'pid': Expected `int` <= 4194304; give the process id of a running process",
+        ),
+        ("pid = 1\ngpus = [0, 0]", "(a): `gpus` names GPU 0 twice"),
+        ("pid = 1\ngpus = [-1]", "key 'gpus': Expected `int` >= 0; give the physical indices"),
+        ("pid = 1\nmin_gpu_bytes = 1152921504606846976", "key 'min_gpu_bytes': Expected `int` <="),
+        ('pid = 1\nhealth_url = "file:///etc/passwd"', "key 'health_url': Expected `str` matching"),
+    ],
+)
+def test_an_entry_that_cannot_be_used_is_refused_naming_what_is_wrong(
+    tmp_path: Path, entry: str, problem: str
+) -> None:
+    path = tmp_path / "shards.toml"
+    path.write_text(f'[[shard]]\nid = "a"\n{entry}\n\n[[shard]]\nid = "b"\npid = 2\n')
+    specs, problems = parse_shards_file(path)
+    assert [s.id for s in specs] == ["b"]
+    (said,) = problems
+    assert said.startswith(f"shards file {path}, shard #1"), said
+    assert problem in said and said.endswith("that shard is skipped"), said
+
+
+def test_a_shard_id_longer_than_a_name_may_be_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "shards.toml"
+    path.write_text(f'[[shard]]\nid = "{"é" * 65}"\npid = 1\n')  # 130 bytes, 65 characters
+    specs, (problem,) = parse_shards_file(path)
+    assert specs == []
+    assert "`id` is 130 bytes; give the shard a name of 1 to 128 bytes" in problem
 
 
 def test_bucket_values_put_update_delete_and_bad_json() -> None:
@@ -89,3 +149,17 @@ def test_bucket_values_put_update_delete_and_bad_json() -> None:
     assert "n1.a" not in bucket.specs
     bucket.apply("n1.b", b'{"id": "b", "pid": 8}', deleted=False)
     assert "n1.b" not in bucket.problems and bucket.specs["n1.b"].pid == 8
+
+
+def test_a_bucket_key_must_be_the_node_and_the_shard_id_as_tokens() -> None:
+    bucket = PlacementsBucket("gpu_1")
+    bucket.apply("gpu_1.llama-3=2E1-8b", b'{"id": "llama-3.1-8b", "pid": 7}', deleted=False)
+    assert bucket.specs["gpu_1.llama-3=2E1-8b"].id == "llama-3.1-8b"
+    # A key written with the id's own dot is two tokens: seen, and refused with the key to use.
+    bucket.apply("gpu_1.llama-3.1-8b", b'{"id": "llama-3.1-8b", "pid": 7}', deleted=False)
+    assert "gpu_1.llama-3.1-8b" not in bucket.specs
+    assert bucket.problems["gpu_1.llama-3.1-8b"] == (
+        "KV placewatch_placements key gpu_1.llama-3.1-8b places 'llama-3.1-8b', whose key is "
+        "gpu_1.llama-3=2E1-8b: a key is the node and the shard id as subject tokens "
+        "(docs/subjects.md); the placement is skipped"
+    )

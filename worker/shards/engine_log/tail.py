@@ -5,7 +5,8 @@ until its newline arrives, and starts over when the file is truncated or
 replaced, as an engine restarted with `> log` or by logrotate leaves it: a new
 inode, a smaller size, or other first bytes (ext4 and tmpfs hand a freed inode
 number straight to the next file). A missing or unreadable file is no lines,
-never an error: the engine may not have started yet.
+never an error: the engine may not have started yet. A file that was followed
+and is deleted starts a new generation too: what it said is no longer said.
 """
 
 from __future__ import annotations
@@ -39,6 +40,14 @@ class LogTail:
         """Complete lines appended since the last call (at most `max_read` bytes' worth)."""
         try:
             st = os.stat(self.path)
+        except FileNotFoundError:
+            if self._identity is not None:
+                self.generation += 1
+                self._identity, self._offset, self._partial, self._head = None, 0, b"", b""
+            return []
+        except OSError:
+            return []
+        try:
             if not stat.S_ISREG(st.st_mode):
                 return []
             identity = (st.st_dev, st.st_ino)

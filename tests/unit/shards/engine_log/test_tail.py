@@ -107,3 +107,24 @@ def test_invalid_utf8_is_read_without_raising(tmp_path: Path) -> None:
     log = tmp_path / "engine.log"
     log.write_bytes(b"\xff\xfe load_tensors: offloaded 3/4 layers to GPU\n")
     assert LogTail(log).poll() == ["\ufffd\ufffd load_tensors: offloaded 3/4 layers to GPU"]
+
+
+def test_a_deleted_file_starts_a_new_generation(tmp_path: Path) -> None:
+    log = tmp_path / "engine.log"
+    log.write_text("load_tensors: offloaded 0/29 layers to GPU\n")
+    tail = LogTail(log)
+    assert tail.poll() == ["load_tensors: offloaded 0/29 layers to GPU"]
+    log.unlink()
+    assert tail.poll() == []
+    assert tail.generation == 1  # what it said is no longer said
+    assert tail.poll() == []
+    assert tail.generation == 1  # once, not every look
+    log.write_text("load_tensors: offloaded 29/29 layers to GPU\n")
+    assert tail.poll() == ["load_tensors: offloaded 29/29 layers to GPU"]
+    assert tail.generation == 1
+
+
+def test_a_file_that_never_was_is_no_new_generation(tmp_path: Path) -> None:
+    tail = LogTail(tmp_path / "later.log")
+    assert tail.poll() == []
+    assert tail.generation == 0
