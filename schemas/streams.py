@@ -80,6 +80,7 @@ TELEMETRY = Stream(
 )
 PLACEMENTS = Bucket(subjects.BUCKET_PLACEMENTS, "placements, written by a control plane")
 COMPUTE = Bucket(subjects.BUCKET_COMPUTE, "the latest compute status of each shard")
+LEASES = Bucket(subjects.BUCKET_LEASES, "one live worker per node name: who holds each node")
 
 STREAMS = (EVENTS, TELEMETRY)
 BUCKETS = (PLACEMENTS, COMPUTE)

@@ -28,6 +28,7 @@ STREAM_EVENTS = "PLACEWATCH_EVENTS"
 STREAM_TELEMETRY = "PLACEWATCH_TELEMETRY"
 BUCKET_PLACEMENTS = "placewatch_placements"
 BUCKET_COMPUTE = "placewatch_compute"
+BUCKET_LEASES = "placewatch_leases"
 
 MAX_NAME_BYTES = 128
 """The longest node or shard name, in bytes of UTF-8: its token is at most three times that,
@@ -141,6 +142,11 @@ def node_keys(node: str) -> str:
     the node's token, so that a key whose shard part is not one token is seen and refused
     rather than never read."""
     return f"{token(node)}.>"
+
+
+def lease_key(node: str) -> str:
+    """The key of a node's lease in the leases bucket: one live worker per node name."""
+    return token(node)
 
 
 def kv_stream(bucket: str) -> str:
