@@ -147,6 +147,9 @@ class NodeTelemetry(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     sources: list[SourceStatus] = msgspec.field(default_factory=list)
     dropped: NonNegative = 0
     """Samples not published since the last one that was (the bus was away)."""
+    omitted: dict[str, NonNegative] = msgspec.field(default_factory=dict)
+    """What was left out so that the message fits the server's max payload: a list field's
+    path -> the entries left out, a text's -> the texts emptied ("gpus.processes": 512)."""
 
 
 class DeviceUse(msgspec.Struct, frozen=True, kw_only=True, gc=False):
@@ -177,6 +180,9 @@ class ComputeStatus(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     stale: bool = False
     """The verdict the GPU tools gave last, held while they fail (for up to three intervals:
     one failed read does not turn a shard `unknown`); the reason says for how long."""
+    omitted: dict[str, NonNegative] = msgspec.field(default_factory=dict)
+    """What was left out so that the message fits the server's max payload: a list field's
+    name -> the entries left out ("evidence": 3), `reason` -> the characters cut from it."""
 
 
 class FallbackEvent(msgspec.Struct, frozen=True, kw_only=True, gc=False):

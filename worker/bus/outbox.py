@@ -24,7 +24,6 @@ from placewatch.schemas import (
     ComputeStatus,
     DecodeError,
     decode,
-    encode,
     subjects,
     value_headers,
 )
@@ -32,6 +31,7 @@ from placewatch.schemas.codec import Encoding
 from placewatch.schemas.streams import COMPUTE, EVENTS, STREAMS
 
 from ..shards.events import Outgoing
+from .fit import fit
 from .kvfollow import Values, follow
 from .streams import StreamSettings, ensure_bucket, ensure_stream
 
@@ -178,7 +178,26 @@ class EventOutbox:
         sent = 0
         while self.pending:
             item = self.pending[0]
-            payload, headers = encode(item.message, self.encoding, item.msg_id)
+            fitted = fit(item.message, self.nc.max_payload, self.encoding, item.msg_id)
+            if fitted is None:
+                self.pending.popleft()
+                self.dropped += 1
+                log.error(
+                    "%s %s dropped: even trimmed it is larger than the server's max_payload (%d "
+                    "bytes); raise max_payload in the server's configuration",
+                    item.subject,
+                    item.msg_id,
+                    self.nc.max_payload,
+                )
+                continue
+            if fitted.trimmed:
+                log.warning(
+                    "%s %s trimmed to fit the server's max_payload: left out %s",
+                    item.subject,
+                    item.msg_id,
+                    fitted.omitted,
+                )
+            payload, headers = fitted.payload, fitted.headers
             try:
                 if self.core_only:
                     await self.nc.publish(item.subject, payload, headers=headers)

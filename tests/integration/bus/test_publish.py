@@ -3,7 +3,6 @@ dropped and counted, and the next one that goes out says how many."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
@@ -93,22 +92,26 @@ def test_samples_dropped_while_disconnected_are_counted_in_the_next_one(
     connected(nats_server.url, body)
 
 
-def test_a_sample_the_client_refuses_is_dropped_with_a_warning(
-    nats_server: NatsServer, caplog: pytest.LogCaptureFixture
+def test_a_sample_larger_than_the_max_payload_goes_out_trimmed_saying_so(
+    nats_server: NatsServer,
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="placewatch.bus.publish")
-
     async def body(nc: Client) -> None:
         publisher = Publisher(nc, "placewatch")
         too_big = sample(1, reason="x" * (nc.max_payload + 1))
-        assert await publisher.telemetry(too_big) is False
-        assert publisher.dropped == 1
         with RawSubscriber(nats_server.url, "placewatch.telemetry.*") as sub:
-            assert await publisher.telemetry(sample(2)) is True
+            assert await publisher.telemetry(too_big) is True
             await nc.flush()
             msg = await received(sub)
-        assert decode(msg.payload, NodeTelemetry, msg.headers).dropped == 1
+        assert len(msg.payload) < nc.max_payload
+        got = decode(msg.payload, NodeTelemetry, msg.headers)
+        assert got.omitted == {"shards.reason": 1}
+        assert [b.reason for b in got.shards] == [""]
+        note = got.sources[-1]
+        assert (note.name, note.ok) == ("telemetry", False)
+        assert note.error == (
+            f"trimmed to fit the server's max_payload ({nc.max_payload} bytes): left out 1 "
+            "shards.reason; raise max_payload, or place fewer shards on this node"
+        )
+        assert publisher.dropped == 0
 
     connected(nats_server.url, body)
-    (record,) = caplog.records
-    assert record.getMessage() == "telemetry not published: nats: maximum payload exceeded"
