@@ -145,6 +145,10 @@ class FakeGpuTools:
     def hang(self, tool: str) -> None:
         (self.install(tool) / "hang").write_text("")
 
+    def linger(self, tool: str) -> None:
+        """The tool leaves a child running that holds its stdout and stderr open."""
+        (self.install(tool) / "linger").write_text("")
+
     def calls(self, tool: str) -> list[str]:
         log = self.data / tool / "calls.log"
         return log.read_text().splitlines() if log.exists() else []

@@ -7,6 +7,19 @@ group), is killed with its group at the timeout, and a tool that could not be
 reaped is not started again while it lives: a worker that kept spawning it
 would pile up stuck processes on a node that is already in trouble.
 
+A tool's answer is what it printed by the time it exited, whatever its
+children do. A child it leaves running (a stand-in nvidia-smi that starts
+`sleep 300 &`, a wrapper's helper) inherits its stdout and holds the pipe
+open, so end of file can come minutes later or never: the tool's exit is
+awaited together with its pipes, and once it has exited what is left in them
+is read for a short grace and no longer. After every run, however it ended,
+the whole group is killed, so nothing a tool started outlives its run. The
+group is killed before the tool is reaped: until then the tool's pid, which
+is the group's id, cannot be given to another process, so the signal cannot
+reach a stranger's group. A child that called setsid() itself has left the
+group and is out of reach: a known limit (only following every descendant
+would catch it).
+
 The tool is started with subprocess.Popen and its pipes and its exit (a
 pidfd, Linux 5.3+) are awaited on the event loop directly, one task a run:
 asyncio's subprocess transport, through anyio, cost the worker about 0.7 ms
@@ -24,7 +37,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import anyio
@@ -36,6 +49,14 @@ MAX_OUTPUT_BYTES = 32 * 1024 * 1024
 
 REAP_WAIT_S = 1.0
 """How long a killed tool has to exit before it is taken to be stuck in the driver."""
+
+GRACE_S = 0.05
+"""How long the pipes are read once the tool has exited. What the tool wrote is in them by
+then; the grace is for output a helper of its is still flushing as it exits, and it ends
+the reading without waiting for end of file, which a child left running can hold off."""
+
+POLL_S = 0.01
+"""Without a pidfd, how often the tool's exit is looked for."""
 
 
 @dataclass(frozen=True)
@@ -68,8 +89,13 @@ class ProbeRunner:
         proc = self._stuck.get(tool)
         if proc is None:
             return None
-        if proc.poll() is None:  # our child: its pid is not reused until this reaps it
+        if not _has_exited(proc.pid):  # our child: its pid is not reused until this reaps it
             return proc.pid
+        # Its group was killed at the timeout; whatever of it was stuck beside the
+        # tool goes now, while the tool, unreaped, still holds the group's id.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, self.kill_signal)
+        proc.wait()  # it has exited: this reaps at once
         del self._stuck[tool]
         log.info("%s (pid %d) finally exited; probing it again", tool, proc.pid)
         return None
@@ -114,18 +140,22 @@ class ProbeRunner:
             return "", f"{tool} could not start: {exc.strerror or exc}"
         assert proc.stdout is not None and proc.stderr is not None
         out, err = bytearray(), bytearray()
-        timed_out = False
+        pipes = {proc.stdout.fileno(): out, proc.stderr.fileno(): err}
+        for fd in pipes:
+            os.set_blocking(fd, False)
+        pidfd = _pidfd(proc.pid)
+        exited = False
         try:
-            with anyio.move_on_after(self.timeout_s) as scope:
-                await _read_all({proc.stdout.fileno(): out, proc.stderr.fileno(): err})
-                await _exited(proc)
-            timed_out = scope.cancelled_caught
+            with anyio.move_on_after(self.timeout_s):
+                await _read_until_exit(proc.pid, pidfd, pipes)
+                exited = True
+            if exited:
+                await _read_left(pipes)
         finally:
-            if proc.poll() is None:
-                await self._kill(tool, proc)
+            await self._end(tool, proc, pidfd, exited)
             proc.stdout.close()
             proc.stderr.close()
-        if timed_out:
+        if not exited:
             return "", f"{tool} timed out after {self.timeout_s:g} s and was killed"
         stdout = out.decode(errors="replace")
         if proc.returncode != 0:
@@ -134,14 +164,23 @@ class ProbeRunner:
             return stdout, f"{tool} exited {proc.returncode}: {detail}"
         return stdout, None
 
-    async def _kill(self, tool: str, proc: subprocess.Popen[bytes]) -> None:
-        """Kill the tool's whole group; remember it if it does not die."""
-        # start_new_session made the tool the leader of its own group; not reaped
-        # yet, it still holds that group id.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, self.kill_signal)
-        with anyio.move_on_after(REAP_WAIT_S, shield=True):
-            await _exited(proc)
+    async def _end(
+        self, tool: str, proc: subprocess.Popen[bytes], pidfd: int | None, exited: bool
+    ) -> None:
+        """Kill the tool's whole group, then reap the tool; remember it if it does not die."""
+        try:
+            # start_new_session made the tool the leader of its own group; until it
+            # is reaped, its pid (the group's id) cannot be given to another process,
+            # so the signal reaches what this run started and nothing else.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, self.kill_signal)
+            if exited and proc.poll() is not None:
+                return
+            with anyio.move_on_after(REAP_WAIT_S, shield=True):
+                await _exited(proc, pidfd)
+        finally:
+            if pidfd is not None:
+                os.close(pidfd)
         if proc.returncode is None:
             log.warning(
                 "%s (pid %d) survived SIGKILL (uninterruptible sleep in the driver?); "
@@ -153,44 +192,76 @@ class ProbeRunner:
             self._stuck[tool] = proc
 
 
-async def _read_all(pipes: dict[int, bytearray]) -> None:
-    """Read each pipe to its end, whichever has something first; a runaway one is cut."""
-    reading = dict(pipes)
-    for fd in reading:
-        os.set_blocking(fd, False)
-    while reading:
-        for fd, into in list(reading.items()):
-            try:
-                chunk = os.read(fd, 1 << 16)
-            except BlockingIOError:
-                continue
-            if not chunk or len(into) + len(chunk) > MAX_OUTPUT_BYTES:
-                del reading[fd]
-            else:
-                into.extend(chunk)
-        if reading:
-            await _readable(list(reading))
+async def _read_until_exit(pid: int, pidfd: int | None, pipes: dict[int, bytearray]) -> None:
+    """Read the pipes until the tool has exited, leaving it unreaped.
+
+    Not until end of file: a child that the tool left running holds the pipes
+    open. Pipes at their end or past the cap are dropped from `pipes`.
+    """
+    while True:
+        _read_ready(pipes)
+        if pidfd is not None:
+            if pidfd in await _readable([*pipes, pidfd]):
+                return
+        elif _has_exited(pid):
+            return
+        else:
+            with anyio.move_on_after(POLL_S):
+                await _readable(pipes)
 
 
-async def _exited(proc: subprocess.Popen[bytes]) -> None:
+async def _read_left(pipes: dict[int, bytearray]) -> None:
+    """Once the tool has exited: what is left in its pipes, for GRACE_S at most."""
+    _read_ready(pipes)
+    if not pipes:  # the usual case: both at their end already
+        return
+    with anyio.move_on_after(GRACE_S):
+        while pipes:
+            await _readable(pipes)
+            _read_ready(pipes)
+
+
+def _read_ready(pipes: dict[int, bytearray]) -> None:
+    """Read a chunk from each pipe that has one; a pipe at its end is dropped, a runaway one cut."""
+    for fd, into in list(pipes.items()):
+        try:
+            chunk = os.read(fd, 1 << 16)
+        except BlockingIOError:
+            continue
+        if not chunk or len(into) + len(chunk) > MAX_OUTPUT_BYTES:
+            del pipes[fd]
+        else:
+            into.extend(chunk)
+
+
+def _pidfd(pid: int) -> int | None:
+    """A descriptor that is readable once `pid` has exited; None before Linux 5.3 or in a
+    sandbox that refuses pidfd_open."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
+def _has_exited(pid: int) -> bool:
+    """Whether our child `pid` has exited, without reaping it (WNOWAIT)."""
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:  # reaped already; only this module reaps its tools
+        return True
+
+
+async def _exited(proc: subprocess.Popen[bytes], pidfd: int | None) -> None:
     """Until the process has exited, and reap it."""
-    if proc.poll() is not None:
-        return
-    try:
-        pidfd = os.pidfd_open(proc.pid)
-    except (AttributeError, OSError):  # before Linux 5.3, or a sandbox without it
-        while proc.poll() is None:  # noqa: ASYNC110 - nothing to wait on but the exit
-            await anyio.sleep(0.01)
-        return
-    try:
-        await _readable([pidfd])
-    finally:
-        os.close(pidfd)
-    proc.wait()
+    while proc.poll() is None:
+        if pidfd is None:
+            await anyio.sleep(POLL_S)  # nothing to wait on but the exit
+        else:
+            await _readable([pidfd])
 
 
-async def _readable(fds: list[int]) -> None:
-    """Until any of `fds` is readable (a pidfd is once its process exits).
+async def _readable(fds: Collection[int]) -> set[int]:
+    """Until any of `fds` is readable (a pidfd is once its process exits); those that are.
 
     One future for all of them on the running loop (the worker runs on
     asyncio: nats-py needs it); anyio.wait_readable takes one descriptor, and a
@@ -198,15 +269,18 @@ async def _readable(fds: list[int]) -> None:
     """
     loop = asyncio.get_running_loop()
     ready = loop.create_future()
+    woken: set[int] = set()
 
-    def wake() -> None:
+    def wake(fd: int) -> None:
+        woken.add(fd)
         if not ready.done():
             ready.set_result(None)
 
     for fd in fds:
-        loop.add_reader(fd, wake)
+        loop.add_reader(fd, wake, fd)
     try:
         await ready
     finally:
         for fd in fds:
             loop.remove_reader(fd)
+    return woken

@@ -1,4 +1,5 @@
-"""Probe hygiene: no shell, a timeout, the whole group killed and reaped, one run per tool."""
+"""Probe hygiene: no shell, a timeout, the answer taken when the tool exits, the whole group
+killed and reaped after every run, one run per tool."""
 
 from __future__ import annotations
 
@@ -13,7 +14,10 @@ import pytest
 
 from placewatch.probe import ProbeResult, ProbeRunner
 
-from tests.conftest import FakeGpuTools, run_placewatch
+from tests.conftest import FIXTURES, FakeGpuTools, NatsServer, Worker, run_placewatch
+from tests.support.natsproto import RawSubscriber
+
+MiB = 1 << 20
 
 
 def alive(pid: int) -> bool:
@@ -25,6 +29,27 @@ def alive(pid: int) -> bool:
 
 def pids_of(fake: FakeGpuTools, tool: str) -> list[int]:
     return [int(line.split()[0]) for line in fake.calls(tool)]
+
+
+def still_running(pids: list[int], seconds: float = 2) -> list[int]:
+    """Those of `pids` still running after up to `seconds` (a SIGKILL lands when the
+    process is next scheduled, not when kill() returns)."""
+    deadline = time.monotonic() + seconds
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return [p for p in pids if alive(p)]
+
+
+def left_in_group(pgid: int) -> list[int]:
+    """The processes of group `pgid` that are still running."""
+    found = []
+    for pid in psutil.pids():
+        try:
+            if os.getpgid(pid) == pgid and alive(pid):
+                found.append(pid)
+        except ProcessLookupError:
+            pass
+    return found
 
 
 def run(runner: ProbeRunner, *argv: str) -> ProbeResult:
@@ -55,6 +80,82 @@ def test_a_hung_tool_is_killed_with_its_group_at_the_timeout(hanging: FakeGpuToo
     while any(alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not any(alive(p) for p in pids), "a probe process outlived the timeout"
+
+
+@pytest.fixture
+def lingering(fake_gpu: FakeGpuTools, monkeypatch: pytest.MonkeyPatch) -> FakeGpuTools:
+    fake_gpu.linger("nvidia-smi")
+    for key, value in fake_gpu.env().items():
+        monkeypatch.setenv(key, value)
+    return fake_gpu
+
+
+@pytest.mark.parametrize(
+    ("exit_file", "error"),
+    [(None, None), ("3 driver said no", "nvidia-smi exited 3: driver said no")],
+)
+def test_the_answer_is_used_once_the_tool_exits_though_its_child_holds_stdout(
+    lingering: FakeGpuTools, exit_file: str | None, error: str | None
+) -> None:
+    lingering.write("nvidia-smi", "output.txt", "GPU 0: NVIDIA H200\n")
+    if exit_file is not None:
+        lingering.write("nvidia-smi", "exit", exit_file)
+    started = time.monotonic()
+    result = run(ProbeRunner(timeout_s=5.0), "nvidia-smi", "-L")
+    took = time.monotonic() - started
+    assert took < 2.5  # not the 5 s timeout: the child's end of the pipe is not waited for
+    assert result.latency_ms < 2500
+    assert result.stdout == "GPU 0: NVIDIA H200\n"
+    assert result.error == error
+    assert not result.stuck
+    tool_pid, child_pid = pids_of(lingering, "nvidia-smi")
+    assert still_running([tool_pid, child_pid]) == []
+    assert left_in_group(tool_pid) == []
+
+
+def test_runs_at_a_short_interval_leave_no_process_behind(lingering: FakeGpuTools) -> None:
+    lingering.write("nvidia-smi", "output.txt", "ok\n")
+    runner = ProbeRunner(timeout_s=5.0)
+
+    async def go() -> list[ProbeResult]:
+        results = []
+        for _ in range(10):
+            results.append(await runner.run(["nvidia-smi", "-L"]))
+            await anyio.sleep(0.2)
+        return results
+
+    results = anyio.run(go, backend="asyncio")
+    assert [(r.stdout, r.error) for r in results] == [("ok\n", None)] * 10
+    pids = pids_of(lingering, "nvidia-smi")
+    assert len(pids) == 20  # each run: the tool and the child it left
+    assert still_running(pids) == []
+    assert [p for tool_pid in pids[::2] for p in left_in_group(tool_pid)] == []
+
+
+def test_a_worker_whose_nvidia_smi_leaves_children_reads_it_and_leaves_nothing(
+    nats_server: NatsServer, fake_gpu: FakeGpuTools, workers: list[Worker]
+) -> None:
+    fake_gpu.nvidia_smi(
+        FIXTURES / "nvidia-smi" / "a100x2-query-gpu.csv",
+        FIXTURES / "nvidia-smi" / "a100x2-query-compute-apps.csv",
+    )
+    fake_gpu.linger("nvidia-smi")
+    with RawSubscriber(nats_server.url, "placewatch.telemetry.N") as sub:
+        worker = Worker(
+            "--nats", nats_server.url, "--node", "N", "--interval", "0.2", env=fake_gpu.env()
+        )
+        workers.append(worker)
+        docs = [sub.next(timeout=3).json() for _ in range(5)]  # a 5 s timeout would miss
+    code, _, _, err = worker.stop()
+    assert code == 0, err
+    sources = [d["sources"] for d in docs if isinstance(d, dict)]
+    assert [(s[0]["name"], s[0]["ok"]) for s in sources] == [("nvidia-smi", True)] * 5
+    last = docs[-1]
+    assert isinstance(last, dict)
+    assert last["gpus"][0]["memory_used_bytes"] == 40960 * MiB
+    pids = pids_of(fake_gpu, "nvidia-smi")
+    assert len(pids) >= 20  # two queries a tick, each a tool and its child
+    assert still_running(pids) == []
 
 
 def test_a_tool_that_survives_the_kill_blocks_new_runs_until_it_exits(

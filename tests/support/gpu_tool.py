@@ -12,7 +12,9 @@ A file named `refuse-csv` makes nvidia-smi reject CSV queries as an old
 driver does. A file named `hang` makes the tool ignore SIGTERM and sleep for ever (a tool
 stuck in the driver); a file named `fail` holds "CODE MESSAGE" to print the
 message on stderr and exit with CODE; a file named `exit` holds the same, printed and
-returned after the answer (a tool that printed what it could, then failed).
+returned after the answer (a tool that printed what it could, then failed). A file named
+`linger` makes the tool first start `sleep 300` in the background, holding its stdout and
+stderr open after it exits, as a stand-in tool with `sleep 300 &` in it does.
 """
 
 import os
@@ -48,6 +50,10 @@ def main() -> int:
             calls.write(f"{child.pid} child\n")
         while True:
             time.sleep(3600)
+    if (here / "linger").exists():
+        child = subprocess.Popen(["sleep", "300"])  # inherits stdout and stderr
+        with open(here / "calls.log", "a") as calls:
+            calls.write(f"{child.pid} child\n")
     if (here / "fail").exists():
         code, _, message = (here / "fail").read_text().partition(" ")
         print(message.strip(), file=sys.stderr)
