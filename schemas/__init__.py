@@ -9,6 +9,7 @@ from .asyncapi import asyncapi_document
 from .codec import DecodeError, decode, decode_any, encode, json_schema, value_headers
 from .messages import (
     FALLBACK_VERDICTS,
+    LEASE_INTERVALS,
     MESSAGE_TYPES,
     SCHEMA_VERSION,
     ComputeStatus,
@@ -18,6 +19,7 @@ from .messages import (
     GpuSample,
     HostSample,
     MigInstance,
+    NodeLease,
     NodeTelemetry,
     PlacementSpec,
     ShardBrief,
@@ -26,6 +28,7 @@ from .messages import (
 
 __all__ = [
     "FALLBACK_VERDICTS",
+    "LEASE_INTERVALS",
     "MESSAGE_TYPES",
     "SCHEMA_VERSION",
     "ComputeStatus",
@@ -36,6 +39,7 @@ __all__ = [
     "GpuSample",
     "HostSample",
     "MigInstance",
+    "NodeLease",
     "NodeTelemetry",
     "PlacementSpec",
     "ShardBrief",

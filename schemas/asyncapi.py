@@ -21,7 +21,7 @@ from .codec import (
     JSON,
     MSGPACK,
 )
-from .messages import MESSAGE_TYPES, SCHEMA_VERSION
+from .messages import LEASE_INTERVALS, MESSAGE_TYPES, SCHEMA_VERSION
 
 ASYNCAPI_VERSION = "3.0.0"
 
@@ -131,6 +131,15 @@ def _channels(prefix: str) -> dict[str, Any]:
             "control plane placed each shard. The worker watches its own node's keys; a put, "
             "update or delete takes effect on its next tick.",
         ),
+        "leases": _channel(
+            subjects.kv_subject(subjects.BUCKET_LEASES, "{node}"),
+            "NodeLease",
+            node,
+            f"The KV bucket `{subjects.BUCKET_LEASES}`, key `<node>`: the worker that holds "
+            "the node's name, refreshed every interval. One not refreshed for "
+            f"{LEASE_INTERVALS} of its holder's intervals (by the server's timestamp of the "
+            "entry) has expired; a second worker with the name exits while it is live.",
+        ),
     }
 
 
@@ -148,6 +157,9 @@ def _operations() -> dict[str, Any]:
         ),
         "receivePlacements": _operation(
             "receive", "placements", "PlacementSpec", "Watch this node's placements."
+        ),
+        "sendNodeLease": _operation(
+            "send", "leases", "NodeLease", "Take or refresh this node's lease."
         ),
     }
 
@@ -182,6 +194,15 @@ def _messages(payloads: dict[str, Any]) -> dict[str, Any]:
             "The same fields make a `[[shard]]` entry in a shards file.",
             "contentType": JSON,
             "payload": payloads["PlacementSpec"],
+        },
+        "NodeLease": {
+            "name": "NodeLease",
+            "title": "NodeLease (KV value)",
+            "summary": "The worker that holds a node's name.",
+            "description": "JSON, without headers: the session, host and pid of the worker "
+            "that holds the node, when it started and how often it refreshes the lease.",
+            "contentType": JSON,
+            "payload": payloads["NodeLease"],
         },
     }
 

@@ -15,7 +15,7 @@ took 167 ms, and 86 ms with only their lists left to walk (bench/fan_in.py).
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Annotated, Literal
 
 import msgspec
@@ -214,10 +214,39 @@ class PlacementSpec(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     engine: Annotated[str, msgspec.Meta(max_length=64)] | None = None
 
 
+LEASE_INTERVALS = 3
+"""A lease not refreshed for this many of its holder's intervals has expired."""
+MAX_INTERVAL_S = 86_400.0
+"""The longest interval a worker may be given (a day); a lease that says more is not one."""
+
+
+class NodeLease(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """Which worker holds a node's name: the value of the node's key in the KV bucket
+    placewatch_leases, so that two workers given one name never publish for it at once.
+
+    Its holder refreshes it every `interval_s`. It has expired once LEASE_INTERVALS of those
+    have passed since the server stored it: the entry's timestamp is the server's, so the
+    holder's clock never enters into it (`started` is what the holder's host said).
+    """
+
+    schema: int = SCHEMA_VERSION
+    node: str
+    session: str
+    host: str
+    pid: Pid
+    started: datetime
+    interval_s: Annotated[float, msgspec.Meta(gt=0, le=MAX_INTERVAL_S)]
+
+    def expires(self, stored: datetime) -> datetime:
+        """When the lease expires, given the server's timestamp of the entry that holds it."""
+        return stored + timedelta(seconds=LEASE_INTERVALS * self.interval_s)
+
+
 MESSAGE_TYPES: tuple[type[msgspec.Struct], ...] = (
     NodeTelemetry,
     ComputeStatus,
     FallbackEvent,
     PlacementSpec,
+    NodeLease,
 )
 """The top-level messages of the contract, each named in the Placewatch-Type header."""

@@ -83,4 +83,4 @@ COMPUTE = Bucket(subjects.BUCKET_COMPUTE, "the latest compute status of each sha
 LEASES = Bucket(subjects.BUCKET_LEASES, "one live worker per node name: who holds each node")
 
 STREAMS = (EVENTS, TELEMETRY)
-BUCKETS = (PLACEMENTS, COMPUTE)
+BUCKETS = (PLACEMENTS, COMPUTE, LEASES)

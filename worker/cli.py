@@ -20,6 +20,11 @@ from . import __version__
 from .config import ENV_CONFIG, GPU_SOURCES, ConfigError, Settings, load
 
 EXIT_CONFIG = 2
+EXIT_LEASE_HELD = 2
+"""`run`: another live worker holds this node's name; this one published nothing."""
+EXIT_LEASE_LOST = 3
+"""`run`: another worker took this node's lease over; this one stopped publishing. A systemd
+unit does not restart it (RestartPreventExitStatus=3 in docs/placewatch.service)."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -55,14 +60,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run_command(settings: Settings, args: argparse.Namespace) -> int:
     import anyio
 
+    from .bus.lease import LeaseHeld, LeaseLost
     from .embedded import EmbeddedError
     from .runtime import run
 
     try:
         anyio.run(run, settings, sys.stdout, backend="asyncio")
-    except EmbeddedError as exc:
+    except (EmbeddedError, LeaseHeld, LeaseLost) as exc:
         print(f"placewatch: {exc}", file=sys.stderr)
-        return 1
+        if isinstance(exc, LeaseHeld):
+            return EXIT_LEASE_HELD
+        return EXIT_LEASE_LOST if isinstance(exc, LeaseLost) else 1
     except KeyboardInterrupt:
         pass
     return 0
@@ -296,6 +304,12 @@ def _run_arguments(run: argparse.ArgumentParser) -> None:
         "--replicas", type=int, metavar="N", help="replicas of what the worker creates (1)"
     )
     run.add_argument("--storage", choices=["file", "memory"], help="storage of what it creates")
+    run.add_argument(
+        "--takeover",
+        action="store_const",
+        const=True,
+        help="take this node's lease from a live worker that holds it (that one stops)",
+    )
 
 
 if __name__ == "__main__":

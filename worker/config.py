@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args, get_origin,
 
 import msgspec
 
+from placewatch.schemas.messages import MAX_INTERVAL_S
 from placewatch.schemas.subjects import MAX_NAME_BYTES
 
 from .gpu import KFD_ROOT
@@ -26,7 +27,7 @@ ENV_PREFIX = "PLACEWATCH_"
 ENV_CONFIG = "PLACEWATCH_CONFIG"
 
 DAY_S = 86_400.0
-Interval = Annotated[float, msgspec.Meta(ge=0.1, le=DAY_S)]
+Interval = Annotated[float, msgspec.Meta(ge=0.1, le=MAX_INTERVAL_S)]
 """Seconds between ticks: finite, and not so short that a tick cannot finish in it."""
 Seconds = Annotated[float, msgspec.Meta(gt=0, le=DAY_S)]
 NodeName = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_NAME_BYTES)]
@@ -97,6 +98,8 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Replicas of the streams and buckets the worker creates (3 on a cluster)."""
     storage: Literal["file", "memory"] = "file"
     """Storage of the streams and buckets the worker creates."""
+    takeover: bool = False
+    """Take the node's lease from a live worker that holds it (which then stops)."""
 
 
 class ConfigError(Exception):
@@ -193,7 +196,7 @@ _AT = re.compile(r"^(?P<what>.*?)(?: - at `\$\.(?P<key>[^`\[]+)[^`]*`)?$")
 
 _WANTED = {
     "node": f"give this node a name of 1 to {MAX_NAME_BYTES} bytes",
-    "interval": f"give a number of seconds from 0.1 to {DAY_S:g}",
+    "interval": f"give a number of seconds from 0.1 to {MAX_INTERVAL_S:g}",
     "probe_timeout": f"give a number of seconds above 0, at most {DAY_S:g}",
     "grace": f"give a number of seconds from 0 to {DAY_S:g}",
 }

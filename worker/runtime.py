@@ -6,8 +6,11 @@ the embedded server (if any) stopped, all within a few seconds.
 
 The tasks of the group: the tick loop (the only caller of a tick), EngineLogs
 (every engine log, followed), the placements bucket followed, the streams and
-buckets set up, and the signal handler. A log that says something new, or a
-`recheck` request to the micro service, asks the loop for a tick sooner.
+buckets set up, the node's lease kept, and the signal handler. A log that
+says something new, or a `recheck` request to the micro service, asks the
+loop for a tick sooner. The lease is taken before anything else talks to the
+bus: a second worker with the node's name leaves no trace, and one whose
+lease another took stops the group as a signal does.
 """
 
 from __future__ import annotations
@@ -21,13 +24,14 @@ from typing import TextIO
 import anyio
 import nats.errors
 import nats.js.errors
-from anyio.abc import TaskStatus
+from anyio.abc import TaskGroup, TaskStatus
 from nats.aio.client import Client
 
 from placewatch.consumer.connection import connect
 from placewatch.consumer.lifecycle import drain, stop_on_signal
 from placewatch.schemas import ComputeStatus, FallbackEvent, subjects
 
+from .bus.lease import LeaseKeeper, node_lease
 from .bus.options import connect_options
 from .bus.outbox import EventOutbox
 from .bus.publish import Publisher
@@ -49,22 +53,19 @@ PREVIOUS_WAIT_S = 5.0
 
 
 async def run(settings: Settings, out: TextIO) -> None:
+    """The worker, until SIGTERM or SIGINT. Raises LeaseHeld when another live worker holds
+    the node's name (nothing was published), LeaseLost when another took it over (publishing
+    stopped), EmbeddedError when the embedded server cannot start."""
     options = connect_options(settings)  # a bad credentials or TLS file stops us at once
     async with AsyncExitStack() as stack:
-        servers = settings.nats
-        if not servers:
-            server = await stack.enter_async_context(
-                EmbeddedServer(settings.state_dir, settings.embedded_port)
-            )
-            servers = [server.url]
-            print(
-                f"placewatch: embedded nats-server at {server.url}; watch with: "
-                f"nats sub -s {server.url} '{settings.prefix}.>'",
-                file=out,
-                flush=True,
-            )
+        servers = settings.nats or [await _embedded(stack, settings, out)]
         session = new_session()
         streams = StreamSettings(settings.create, settings.replicas, settings.storage)
+        lease = LeaseKeeper(
+            node_lease(settings.node, session, settings.interval),
+            streams,
+            takeover=settings.takeover,
+        )
         bucket = PlacementsBucket(settings.node)
         pipeline = Pipeline.from_settings(settings, session, bucket)
         nc: Client | None = None
@@ -76,37 +77,70 @@ async def run(settings: Settings, out: TextIO) -> None:
                     f"placewatch {settings.node}",
                     options | {"inbox_prefix": subjects.inbox(settings.node)},
                 )
+                # Nothing is published, nor any bucket followed, before the lease is held.
+                await tg.start(lease.keep, nc, tg.cancel_scope)
                 tg.start_soon(_follow_placements, bucket, nc, streams)
-                outbox = EventOutbox(nc, settings.prefix, settings.encoding, streams=streams)
-                tg.start_soon(outbox.keep_set_up)
-                tracker = EventTracker(settings.node, session, settings.prefix)
-                with anyio.move_on_after(PREVIOUS_WAIT_S):
-                    tracker.seed(await outbox.previous(settings.node))
-                worker = Worker(
-                    pipeline, tracker, Publisher(nc, settings.prefix, settings.encoding), outbox
+                worker = await _start_worker(
+                    tg, nc, settings, session=session, pipeline=pipeline, streams=streams
                 )
-                # Drained with the connection at the end: no stop of its own.
-                await start_service(
-                    nc,
-                    settings.node,
-                    worker.latest,
-                    worker.recheck,
-                    prefix=settings.prefix,
-                    encoding=settings.encoding,
-                )
-                log.info(
-                    "node %s publishing on %s every %g s (session %s)",
-                    settings.node,
-                    subjects.telemetry(settings.node, settings.prefix),
-                    settings.interval,
-                    session,
-                )
-                if pipeline.logs is not None:
-                    await tg.start(pipeline.logs.run)
-                    tg.start_soon(_tick_on_new_evidence, pipeline.logs, worker)
                 await worker.run(settings.interval)
         finally:
+            await lease.release()
             await drain(nc)
+        lease.check()
+
+
+async def _embedded(stack: AsyncExitStack, settings: Settings, out: TextIO) -> str:
+    """Start the embedded server, stopped with the stack; its URL."""
+    server = await stack.enter_async_context(
+        EmbeddedServer(settings.state_dir, settings.embedded_port)
+    )
+    print(
+        f"placewatch: embedded nats-server at {server.url}; watch with: "
+        f"nats sub -s {server.url} '{settings.prefix}.>'",
+        file=out,
+        flush=True,
+    )
+    return server.url
+
+
+async def _start_worker(
+    tg: TaskGroup,
+    nc: Client,
+    settings: Settings,
+    *,
+    session: str,
+    pipeline: Pipeline,
+    streams: StreamSettings,
+) -> Worker:
+    """The outbox set up, the last session's statuses read, the micro service and the engine
+    logs started: the tick loop, ready to run."""
+    outbox = EventOutbox(nc, settings.prefix, settings.encoding, streams=streams)
+    tg.start_soon(outbox.keep_set_up)
+    tracker = EventTracker(settings.node, session, settings.prefix)
+    with anyio.move_on_after(PREVIOUS_WAIT_S):
+        tracker.seed(await outbox.previous(settings.node))
+    worker = Worker(pipeline, tracker, Publisher(nc, settings.prefix, settings.encoding), outbox)
+    # Drained with the connection at the end: no stop of its own.
+    await start_service(
+        nc,
+        settings.node,
+        worker.latest,
+        worker.recheck,
+        prefix=settings.prefix,
+        encoding=settings.encoding,
+    )
+    log.info(
+        "node %s publishing on %s every %g s (session %s)",
+        settings.node,
+        subjects.telemetry(settings.node, settings.prefix),
+        settings.interval,
+        session,
+    )
+    if pipeline.logs is not None:
+        await tg.start(pipeline.logs.run)
+        tg.start_soon(_tick_on_new_evidence, pipeline.logs, worker)
+    return worker
 
 
 class Worker:

@@ -116,6 +116,7 @@ def test_asyncapi_describes_the_subjects_headers_and_server() -> None:
         "fallback": "placewatch.fallback.{node}.{shard}",
         "computeBucket": "$KV.placewatch_compute.{node}.{shard}",
         "placements": "$KV.placewatch_placements.{node}.{shard}",
+        "leases": "$KV.placewatch_leases.{node}",
     }
     for channel in doc["channels"].values():
         assert set(channel["parameters"]) == set(re.findall(r"{(\w+)}", channel["address"]))
@@ -146,8 +147,8 @@ def test_asyncapi_describes_the_subjects_headers_and_server() -> None:
 def test_asyncapi_headers_describe_what_encode_sends() -> None:
     doc = asyncapi_document()
     for name, payload in json_samples():
-        if name == "PlacementSpec":
-            continue  # an input, read from the bucket without headers
+        if name in ("PlacementSpec", "NodeLease"):
+            continue  # KV values, written without headers
         message = decode(payload.encode(), TYPES[name])
         msg_id = None if name == "NodeTelemetry" else "gpu-07.llama-8b-a.d9eab6f1c983.1"
         _, headers = encode(message, msg_id=msg_id)
@@ -208,6 +209,7 @@ def test_subjects_md_names_every_subject_stream_bucket_and_header() -> None:
         subjects.STREAM_TELEMETRY,
         subjects.BUCKET_PLACEMENTS,
         subjects.BUCKET_COMPUTE,
+        subjects.BUCKET_LEASES,
         "Content-Type",
         "Placewatch-Type",
         "Placewatch-Schema",

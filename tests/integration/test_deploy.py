@@ -17,6 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
+from placewatch.cli import EXIT_LEASE_LOST
+
 from tests.conftest import ROOT
 
 COMPOSE = ROOT / "compose" / "docker-compose.yml"
@@ -154,6 +156,7 @@ def test_systemd_unit_runs_the_installed_worker() -> None:
     assert service["EnvironmentFile"] == "-/etc/placewatch/env"
     assert service["StateDirectory"] == "placewatch"
     assert service["Restart"] == "on-failure"
+    assert service["RestartPreventExitStatus"] == str(EXIT_LEASE_LOST)  # no tug of war
     assert service["KillSignal"] == "SIGTERM"
     assert service["TimeoutStopSec"] == "10"
     assert unit()["Install"]["WantedBy"] == "multi-user.target"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from placewatch.cli import EXIT_LEASE_HELD, EXIT_LEASE_LOST
 from placewatch.config import Settings, env_name
 
 from tests.conftest import ROOT, run_placewatch
@@ -19,7 +20,7 @@ def test_configuration_reference_lists_every_setting_with_env_and_flag() -> None
         assert field in rows, f"docs/configuration.md has no row for {field}"
         assert f"`{env_name(field)}`" in rows[field]
         flag = "--" + field.replace("_", "-")
-        if isinstance(getattr(Settings(), field), bool):
+        if getattr(Settings(), field) is True:
             flag = "--no-" + field.replace("_", "-")  # a switch that is on by default
         assert flag in run_help
         assert f"`{flag}" in rows[field]
@@ -31,3 +32,12 @@ def test_readme_gives_both_setup_commands() -> None:
     block = readme.split("<!-- test-command -->")[1].split("<!-- /test-command -->")[0]
     assert "pip install -e '.[test]'" in block
     assert "python -m pytest" in block
+
+
+def test_operations_gives_the_exit_codes_of_a_node_held_and_taken_over() -> None:
+    doc = (ROOT / "docs" / "operations.md").read_text()
+    section = doc.split("\n## One worker per node\n")[1].split("\n## ")[0]
+    assert f"exits with code **{EXIT_LEASE_HELD}** before publishing anything" in section
+    assert f"exits with code **{EXIT_LEASE_LOST}**" in section
+    assert f"`RestartPreventExitStatus={EXIT_LEASE_LOST}`" in section
+    assert (EXIT_LEASE_HELD, EXIT_LEASE_LOST) == (2, 3)

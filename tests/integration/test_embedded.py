@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 import sys
@@ -10,11 +11,13 @@ from pathlib import Path
 
 import anyio
 import nats
+import psutil
 import pytest
 
-from placewatch.embedded import EmbeddedError, EmbeddedServer, find_binary
+from placewatch.embedded import LOCK_FILE, EmbeddedError, EmbeddedServer, find_binary
 
-from tests.conftest import Worker, clean_env, free_port
+from tests.conftest import Worker, clean_env, free_port, run_placewatch
+from tests.support.natsproto import RawSubscriber
 
 
 def listening(port: int) -> bool:
@@ -171,3 +174,80 @@ def test_the_embedded_server_dies_with_a_killed_worker(
     while listening(port) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not listening(port), "the embedded server outlived a killed worker"
+
+
+def in_use(state: Path, pid: int) -> str:
+    return (
+        f"state folder {state} is in use by another embedded nats-server (started by placewatch "
+        f"pid {pid}): two servers on one JetStream store would corrupt it; stop that worker, or "
+        "give this one its own --state-dir (PLACEWATCH_STATE_DIR)"
+    )
+
+
+def test_a_second_server_on_one_state_folder_fails_at_once_naming_it(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+
+    async def main() -> None:
+        async with EmbeddedServer(str(state), 0) as first:
+            assert (state / LOCK_FILE).read_text() == f"{os.getpid()}\n"
+            ports = sorted((state / "ports").iterdir())
+            second = EmbeddedServer(str(state), 0)
+            started = time.monotonic()
+            with pytest.raises(EmbeddedError) as caught:
+                await second.start()
+            assert time.monotonic() - started < 1
+            assert str(caught.value) == in_use(state, os.getpid())
+            assert second.url == ""
+            assert sorted((state / "ports").iterdir()) == ports  # the first's, left alone
+            assert await jetstream_answers(first.url) == 0
+        async with EmbeddedServer(str(state), 0) as again:  # free once the first stopped
+            assert await jetstream_answers(again.url) == 0
+
+    anyio.run(main, backend="asyncio")
+
+
+def test_a_second_run_with_one_state_dir_exits_1_and_the_first_runs_on(
+    tmp_path: Path, workers: list[Worker]
+) -> None:
+    state = tmp_path / "state"
+    env = clean_env() | {"PLACEWATCH_STATE_DIR": str(state)}
+    first = Worker("--node", "a", "--embedded-port", "0", "--interval", "0.5", env=env)
+    workers.append(first)
+    assert first.proc.stdout is not None
+    found = re.search(r"nats://127\.0\.0\.1:\d+", first.proc.stdout.readline())
+    assert found
+    done = run_placewatch("run", "--node", "b", "--embedded-port", "0", env=env, timeout=20)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == f"placewatch: {in_use(state, first.proc.pid)}"
+    with RawSubscriber(found.group(0), "placewatch.telemetry.a") as sub:
+        doc = sub.next(timeout=5).json()
+    assert isinstance(doc, dict) and doc["node"] == "a"
+    code, _, _, err = first.stop()
+    assert code == 0, err
+
+
+def test_the_folder_stays_locked_while_a_killed_workers_server_runs(
+    tmp_path: Path, workers: list[Worker]
+) -> None:
+    state = tmp_path / "state"
+    env = clean_env() | {"PLACEWATCH_STATE_DIR": str(state)}
+    worker = Worker("--node", "doomed", "--embedded-port", "0", env=env)
+    workers.append(worker)
+    assert worker.proc.stdout is not None
+    worker.proc.stdout.readline()
+    (server,) = psutil.Process(worker.proc.pid).children()
+    server.suspend()  # SIGSTOP: the parent-death SIGTERM waits until it runs again
+    try:
+        worker.kill()
+        done = run_placewatch("run", "--node", "next", "--embedded-port", "0", env=env, timeout=20)
+        assert done.returncode == 1, done.stderr
+        assert in_use(state, worker.proc.pid) in done.stderr
+    finally:
+        server.resume()
+    server.wait(10)
+
+    async def main() -> None:
+        async with EmbeddedServer(str(state), 0) as again:
+            assert await jetstream_answers(again.url) == 0
+
+    anyio.run(main, backend="asyncio")

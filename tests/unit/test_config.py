@@ -19,6 +19,24 @@ def test_defaults() -> None:
     assert s.gpu_sources == ["nvml", "nvidia-smi", "rocm-smi", "amd-smi"]
     assert s.node  # the short hostname
     assert "." not in s.node
+    assert s.takeover is False
+
+
+@pytest.mark.parametrize(
+    ("flags", "environ", "file", "expected"),
+    [
+        ({"takeover": True}, {}, "", True),
+        ({}, {"PLACEWATCH_TAKEOVER": "true"}, "", True),
+        ({}, {}, "takeover = true\n", True),
+        ({}, {"PLACEWATCH_TAKEOVER": "false"}, "takeover = true\n", False),
+    ],
+)
+def test_takeover_from_a_flag_the_environment_or_the_file(
+    tmp_path: Path, flags: dict[str, bool], environ: dict[str, str], file: str, expected: bool
+) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text(file)
+    assert load(flags, environ=environ, config_path=str(config)).takeover is expected
 
 
 def test_flags_over_environment_over_file(tmp_path: Path) -> None:

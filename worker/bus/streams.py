@@ -70,7 +70,11 @@ async def ensure_bucket(js: JetStreamContext, bucket: Bucket, settings: StreamSe
         return await js.key_value(bucket.name)
     except nats.js.errors.BucketNotFoundError:
         if not settings.create:
-            raise
+            raise nats.js.errors.BucketNotFoundError(
+                description=f"KV bucket {bucket.name} does not exist and --no-create is set; "
+                f"create it ({bucket.command(settings.storage, settings.replicas)}) "
+                "or let the worker create it"
+            ) from None
         kv = await js.create_key_value(
             bucket=bucket.name, history=bucket.history, replicas=settings.replicas
         )

@@ -98,8 +98,13 @@ def test_an_existing_bucket_is_kept_with_its_history(nats_server: NatsServer) ->
 
 def test_with_no_create_a_missing_bucket_is_an_error(nats_server: NatsServer) -> None:
     async def body(js: JetStreamContext) -> None:
-        with pytest.raises(nats.js.errors.BucketNotFoundError):
-            await ensure_bucket(js, PLACEMENTS, StreamSettings(create=False))
+        with pytest.raises(nats.js.errors.BucketNotFoundError) as caught:
+            await ensure_bucket(js, PLACEMENTS, StreamSettings(create=False, replicas=3))
+        assert caught.value.description == (
+            "KV bucket placewatch_placements does not exist and --no-create is set; create it "
+            "(nats kv add placewatch_placements --history 1 --storage file --replicas 3) "
+            "or let the worker create it"
+        )
         with pytest.raises(nats.js.errors.BucketNotFoundError):
             await js.key_value("placewatch_placements")
 

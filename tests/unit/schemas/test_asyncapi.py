@@ -24,8 +24,10 @@ def test_channel_addresses_follow_the_prefix_and_buckets_keep_their_names() -> N
         "fallback": "pw.fallback.{node}.{shard}",
         "computeBucket": "$KV.placewatch_compute.{node}.{shard}",
         "placements": "$KV.placewatch_placements.{node}.{shard}",
+        "leases": "$KV.placewatch_leases.{node}",
     }
     assert list(channels["telemetry"]["parameters"]) == ["node"]
+    assert list(channels["leases"]["parameters"]) == ["node"]
     assert list(channels["fallback"]["parameters"]) == ["node", "shard"]
 
 
@@ -68,6 +70,7 @@ def test_stored_events_require_a_message_id_and_telemetry_does_not() -> None:
     msg_id = messages["FallbackEvent"]["headers"]["properties"]["Nats-Msg-Id"]
     assert "`.firing` or `.resolved`" in msg_id["description"]
     assert "headers" not in messages["PlacementSpec"]
+    assert "headers" not in messages["NodeLease"]  # a KV value, as placements are
 
 
 def test_operations_send_what_the_worker_publishes_and_receive_placements() -> None:
@@ -78,4 +81,5 @@ def test_operations_send_what_the_worker_publishes_and_receive_placements() -> N
         "sendFallbackEvent": ("send", "#/channels/fallback"),
         "putComputeStatus": ("send", "#/channels/computeBucket"),
         "receivePlacements": ("receive", "#/channels/placements"),
+        "sendNodeLease": ("send", "#/channels/leases"),
     }

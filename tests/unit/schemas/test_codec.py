@@ -136,7 +136,7 @@ def test_an_unknown_type_lists_the_ones_there_are() -> None:
         decode_any(b"{}", {})
     assert str(caught.value) == (
         "unknown Placewatch-Type '': expected one of "
-        "NodeTelemetry, ComputeStatus, FallbackEvent, PlacementSpec"
+        "NodeTelemetry, ComputeStatus, FallbackEvent, PlacementSpec, NodeLease"
     )
 
 
@@ -159,7 +159,13 @@ def test_json_schema_names_every_message() -> None:
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
     assert schema["oneOf"] == [
         {"$ref": f"#/$defs/{name}"}
-        for name in ("NodeTelemetry", "ComputeStatus", "FallbackEvent", "PlacementSpec")
+        for name in (
+            "NodeTelemetry",
+            "ComputeStatus",
+            "FallbackEvent",
+            "PlacementSpec",
+            "NodeLease",
+        )
     ]
     fields = schema["$defs"]["GpuSample"]["properties"]
     for name in (

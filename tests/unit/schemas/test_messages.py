@@ -106,10 +106,11 @@ def test_fallback_verdicts_are_the_three_of_a_shard_not_computing_on_its_gpus() 
     }  # fmt: skip
 
 
-def test_the_top_level_messages_are_the_four_a_header_can_name() -> None:
+def test_the_top_level_messages_are_the_five_a_header_can_name() -> None:
     assert [t.__name__ for t in MESSAGE_TYPES] == [
         "NodeTelemetry",
         "ComputeStatus",
         "FallbackEvent",
         "PlacementSpec",
+        "NodeLease",
     ]

@@ -7,6 +7,7 @@ from placewatch.schemas.streams import (
     BUCKETS,
     COMPUTE,
     EVENTS,
+    LEASES,
     PLACEMENTS,
     STREAMS,
     TELEMETRY,
@@ -53,14 +54,22 @@ def test_a_bucket_command_and_the_stream_that_holds_it() -> None:
     assert COMPUTE.command("memory", 3) == (
         "nats kv add placewatch_compute --history 1 --storage memory --replicas 3"
     )
-    assert (PLACEMENTS.stream, COMPUTE.stream) == (
+    assert LEASES.command("file", 3) == (
+        "nats kv add placewatch_leases --history 1 --storage file --replicas 3"
+    )
+    assert (PLACEMENTS.stream, COMPUTE.stream, LEASES.stream) == (
         "KV_placewatch_placements",
         "KV_placewatch_compute",
+        "KV_placewatch_leases",
     )
 
 
 def test_the_table_lists_each_stream_and_bucket_once() -> None:
     assert [s.name for s in STREAMS] == ["PLACEWATCH_EVENTS", "PLACEWATCH_TELEMETRY"]
-    assert [b.name for b in BUCKETS] == ["placewatch_placements", "placewatch_compute"]
+    assert [b.name for b in BUCKETS] == [
+        "placewatch_placements",
+        "placewatch_compute",
+        "placewatch_leases",
+    ]
     assert (EVENTS.duplicate_window_s, EVENTS.max_msgs_per_subject) == (300.0, None)
     assert (TELEMETRY.duplicate_window_s, TELEMETRY.max_msgs_per_subject) == (None, 1)

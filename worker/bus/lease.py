@@ -1,0 +1,366 @@
+"""One live worker per node name: a lease in the KV bucket placewatch_leases.
+
+Two workers given one node name publish over each other: the second one's
+first tick finds none of the first one's shards "placed or found since the
+worker restarted" and resolves its live fallback alerts, and neither says a
+word. So a worker takes its node's lease before it publishes anything and
+refreshes it every interval; a second worker finds it live and exits,
+saying who holds it, unless told to take it over (`--takeover`).
+
+Every write names the revision it replaces (JetStream's expected last
+subject sequence; 0: the key has no value), so of two workers that write at
+once the server refuses all but one, and a refresh never overwrites a lease
+another worker took. A lease not refreshed for LEASE_INTERVALS of its
+holder's intervals has expired, judged by the server's timestamp of the
+entry, never by the holder's clock. nats-py's `KeyValue.get` leaves an
+entry's `created` empty (nats-py 2.16: only its watcher fills it in), so the
+holder is read with a stream message get, whose answer carries the time the
+server stored it; that is compared with this node's clock, which NTP keeps
+far closer to the servers' than an interval.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+import anyio
+import nats.errors
+import nats.js.errors
+from anyio.abc import TaskStatus
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+from nats.js.kv import KV_MARKER_REASON, KeyValue
+
+from placewatch.schemas import LEASE_INTERVALS, DecodeError, NodeLease, decode, encode, subjects
+from placewatch.schemas.streams import LEASES
+
+from .kvfollow import EXPIRED
+from .outbox import JETSTREAM_RECHECK_S
+from .streams import StreamSettings, ensure_bucket
+
+log = logging.getLogger(__name__)
+
+RETRY_S = 1.0
+"""The pause between tries to take the lease while the server does not answer."""
+WRITE_TRIES = 5
+"""Writes refused because the lease changed in between, before giving up."""
+RELEASE_TIMEOUT_S = 1.0
+TAKEOVER = "start this one with --takeover (PLACEWATCH_TAKEOVER=true)"
+OWN_NODE = "if the two watch different nodes, give each its own --node"
+
+
+class LeaseHeld(Exception):
+    """Another live worker holds this node's name; the message says who and what to do."""
+
+
+class LeaseLost(Exception):
+    """Another worker took this node's lease from this one; the message says who."""
+
+
+def now_utc() -> datetime:
+    return datetime.now(UTC)
+
+
+def node_lease(node: str, session: str, interval_s: float) -> NodeLease:
+    """The lease this process writes for `node`."""
+    return NodeLease(
+        node=node,
+        session=session,
+        host=socket.gethostname(),
+        pid=os.getpid(),
+        started=now_utc(),
+        interval_s=interval_s,
+    )
+
+
+@dataclass(frozen=True)
+class Holder:
+    """The node's key in the leases bucket, as the server stored it last."""
+
+    revision: int
+    stored: datetime
+    """The server's timestamp of the entry."""
+    lease: NodeLease | None
+    """None: a delete marker, or a value that is not a lease."""
+    deleted: bool = False
+    size: int = 0
+
+    def expires(self, own_interval_s: float) -> datetime:
+        """LEASE_INTERVALS of its holder's intervals after it was stored; for a value that is
+        not a lease, of this worker's."""
+        if self.lease is not None:
+            return self.lease.expires(self.stored)
+        return self.stored + timedelta(seconds=LEASE_INTERVALS * own_interval_s)
+
+    def live(self, now: datetime, own_interval_s: float) -> bool:
+        return not self.deleted and now < self.expires(own_interval_s)
+
+    def who(self) -> str:
+        if self.lease is None:
+            return f"a value that is not a placewatch lease ({self.size} bytes)"
+        return f"host {self.lease.host}, pid {self.lease.pid}, session {self.lease.session}"
+
+
+def holder_of(
+    revision: int, stored: datetime, data: bytes | None, headers: Mapping[str, str] | None
+) -> Holder:
+    """The entry a stream message get returned, read; never raises on what the value holds."""
+    headers = headers or {}
+    if (
+        headers.get(subjects.KV_OPERATION) in subjects.KV_DELETED
+        or headers.get(KV_MARKER_REASON) in EXPIRED
+    ):
+        return Holder(revision, stored, None, deleted=True)
+    try:
+        lease: NodeLease | None = decode(data or b"", NodeLease)
+    except DecodeError:
+        lease = None
+    return Holder(revision, stored, lease, size=len(data or b""))
+
+
+def held_message(node: str, holder: Holder, now: datetime, own_interval_s: float) -> str:
+    age = max((now - holder.stored).total_seconds(), 0.0)
+    left = max((holder.expires(own_interval_s) - now).total_seconds(), 0.0)
+    if holder.lease is None:
+        return (
+            f"node {node}'s lease key holds {holder.who()}, written {age:.1f} s ago: it counts "
+            f"as held for {left:.1f} s more ({LEASE_INTERVALS} of this worker's intervals). "
+            f"Start this one again then, or {TAKEOVER} to write over it"
+        )
+    return (
+        f"node {node} is held by another live worker: {holder.who()}; its lease was refreshed "
+        f"{age:.1f} s ago (every {holder.lease.interval_s:g} s) and expires in {left:.1f} s "
+        f"unless refreshed again. Stop it, or {TAKEOVER} to take the node from it; {OWN_NODE}"
+    )
+
+
+def lost_message(node: str, holder: Holder) -> str:
+    return (
+        f"node {node} was taken over by another worker: {holder.who()} (started with "
+        f"--takeover, or this worker's lease went {LEASE_INTERVALS} intervals unrefreshed); "
+        f"this worker stops publishing for it. Stop one of the two; {OWN_NODE}"
+    )
+
+
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, TimeoutError):
+        return "no answer"
+    description = getattr(exc, "description", None)
+    return str(description or exc or type(exc).__name__)
+
+
+NOT_ALLOWED = (
+    "; a refusal of this node's credentials is logged as such, and docs/operations.md (Least "
+    "privilege) lists what they need"
+)
+"""Said of a request that had no answer: the server drops one the credentials may not make,
+and its Permissions Violation reaches the connection's error callback, not the request."""
+
+
+class LeaseKeeper:
+    """Takes the node's lease, keeps it refreshed, and gives it back when the worker stops."""
+
+    def __init__(
+        self,
+        lease: NodeLease,
+        streams: StreamSettings,
+        *,
+        takeover: bool = False,
+        clock: Callable[[], datetime] = now_utc,
+    ) -> None:
+        self.lease = lease
+        self.key = subjects.lease_key(lease.node)
+        self.value = encode(lease)[0]
+        self.streams = streams
+        self.takeover = takeover
+        self.clock = clock
+        self.revision: int | None = None
+        """The revision of the entry this worker wrote last; None while it holds no lease."""
+        self.ended: LeaseHeld | LeaseLost | None = None
+        self._kv: KeyValue | None = None
+
+    async def keep(
+        self,
+        nc: Client,
+        scope: anyio.CancelScope,
+        *,
+        task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Take the lease, then say so (`started`) and refresh it every interval. Another worker
+        holding it ends the worker: why is kept in `ended`, and `scope` is cancelled (before
+        `started`, when it is live at the start).
+
+        Without JetStream there is no lease: say so, start, and try again every
+        JETSTREAM_RECHECK_S, as the outbox does for the streams."""
+        js = nc.jetstream(timeout=min(max(self.lease.interval_s, 0.5), 2.0))
+        try:
+            held = await self._take(js, publishing=False)
+            task_status.started()
+            while not held:
+                await anyio.sleep(JETSTREAM_RECHECK_S)
+                held = await self._take(js, publishing=True)
+            await self._refresh(js)
+        except (LeaseHeld, LeaseLost) as exc:
+            self.ended = exc
+            scope.cancel()
+
+    def check(self) -> None:
+        """Raise why the lease ended the worker, if it did."""
+        if self.ended is not None:
+            raise self.ended
+
+    async def _take(self, js: JetStreamContext, *, publishing: bool) -> bool:
+        """Take the lease, trying again while the server does not answer; False: no JetStream.
+        `publishing`: the worker runs already (it started on a server without JetStream)."""
+        said = ""
+        waiting = "" if publishing else "nothing is published until it is taken; "
+        while True:
+            try:
+                self._kv = await ensure_bucket(js, LEASES, self.streams)
+                await self._write(js, 0, refreshing=False)
+                return True
+            except (nats.js.errors.ServiceUnavailableError, nats.errors.NoRespondersError):
+                if not publishing:
+                    log.warning(
+                        "the server has no JetStream: no lease is taken for node %s, so a second "
+                        "worker with this name is not refused; asked again every %g s (enable "
+                        "JetStream: nats-server -js)",
+                        self.lease.node,
+                        JETSTREAM_RECHECK_S,
+                    )
+                return False
+            except (nats.errors.Error, TimeoutError) as exc:
+                why = _why(exc) + (NOT_ALLOWED if isinstance(exc, TimeoutError) else "")
+                if why != said:
+                    log.warning(
+                        "cannot take node %s's lease in KV %s yet (%s); %strying again every %g s",
+                        self.lease.node,
+                        LEASES.name,
+                        why,
+                        waiting,
+                        RETRY_S,
+                    )
+                said = why
+            await anyio.sleep(RETRY_S)
+
+    async def _refresh(self, js: JetStreamContext) -> None:
+        """Write the lease again every interval, until the worker stops or another takes it."""
+        failing = False
+        while True:
+            await anyio.sleep(self.lease.interval_s)
+            try:
+                if self._kv is None:
+                    self._kv = await ensure_bucket(js, LEASES, self.streams)
+                await self._write(js, self.revision or 0, refreshing=True)
+            except nats.js.errors.NoStreamResponseError:
+                self._kv = None  # the bucket went away: made again on the next try
+                failing = self._unrefreshed("no stream takes the lease", failing)
+            except (nats.errors.Error, TimeoutError) as exc:
+                failing = self._unrefreshed(_why(exc), failing)
+            else:
+                if failing:
+                    log.info("node %s's lease refreshed again", self.lease.node)
+                failing = False
+
+    def _unrefreshed(self, why: str, failing: bool) -> bool:
+        if not failing:
+            log.warning(
+                "node %s's lease not refreshed (%s); tried again every %g s: %g s after the last "
+                "refresh another worker may take the node",
+                self.lease.node,
+                why,
+                self.lease.interval_s,
+                LEASE_INTERVALS * self.lease.interval_s,
+            )
+        return True
+
+    async def _write(self, js: JetStreamContext, last: int, *, refreshing: bool) -> None:
+        """Write the lease over revision `last`; when the server refuses it because the key
+        changed since, read who holds it now and decide: ours (a write whose answer was lost),
+        none (deleted: write again), another's (held, expired, or taken from us)."""
+        assert self._kv is not None
+        taken_from: Holder | None = None
+        for _ in range(WRITE_TRIES):
+            try:
+                self.revision = await self._kv.update(self.key, self.value, last=last)
+            except nats.js.errors.KeyWrongLastSequenceError:
+                holder = await self._read(js)
+            else:
+                self._say_taken(taken_from, refreshing)
+                return
+            if holder is None or holder.deleted:
+                last, taken_from = (holder.revision if holder else 0), None
+                continue
+            if holder.lease is not None and holder.lease.session == self.lease.session:
+                self.revision = holder.revision
+                return
+            if refreshing:
+                log.warning("%s", lost_message(self.lease.node, holder))
+                raise LeaseLost(lost_message(self.lease.node, holder))
+            now = self.clock()
+            if holder.live(now, self.lease.interval_s) and not self.takeover:
+                raise LeaseHeld(held_message(self.lease.node, holder, now, self.lease.interval_s))
+            last, taken_from = holder.revision, holder
+        contested = (
+            f"node {self.lease.node}'s lease changed {WRITE_TRIES} times while this worker wrote "
+            "it: other workers with this name are starting now"
+        )
+        raise LeaseLost(contested) if refreshing else LeaseHeld(f"{contested}; {OWN_NODE}")
+
+    async def _read(self, js: JetStreamContext) -> Holder | None:
+        """The key's last entry, with the server's timestamp; None when it has none."""
+        subject = subjects.kv_subject(LEASES.name, self.key)
+        try:
+            msg = await js.get_msg(LEASES.stream, subject=subject)
+        except nats.js.errors.NotFoundError:
+            return None
+        return holder_of(msg.seq or 0, msg.time or self.clock(), msg.data, msg.headers)
+
+    def _say_taken(self, taken_from: Holder | None, refreshing: bool) -> None:
+        node = self.lease.node
+        if taken_from is None:
+            if not refreshing:
+                log.info(
+                    "node %s's lease taken (session %s), refreshed every %g s",
+                    node,
+                    self.lease.session,
+                    self.lease.interval_s,
+                )
+        elif taken_from.live(self.clock(), self.lease.interval_s):
+            log.warning(
+                "node %s's lease taken over from %s (--takeover): that worker stops at its next "
+                "refresh",
+                node,
+                taken_from.who(),
+            )
+        elif taken_from.lease is None:
+            log.info("node %s's lease taken; its key held %s", node, taken_from.who())
+        else:
+            log.info("node %s's lease taken; %s had let it expire", node, taken_from.who())
+
+    async def release(self) -> None:
+        """Delete the lease this worker holds (only if it is still the entry it wrote), so that
+        a worker started next takes it at once rather than after it expires."""
+        kv, revision = self._kv, self.revision
+        if kv is None or revision is None or self.ended is not None:
+            return
+        why = f"no answer within {RELEASE_TIMEOUT_S:g} s"
+        with anyio.move_on_after(RELEASE_TIMEOUT_S, shield=True):
+            try:
+                await kv.delete(self.key, last=revision)
+            except (nats.errors.Error, TimeoutError) as exc:
+                why = _why(exc)
+            else:
+                self.revision = None
+                return
+        log.info(
+            "node %s's lease not given back (%s); it expires %g s after its last refresh",
+            self.lease.node,
+            why,
+            LEASE_INTERVALS * self.lease.interval_s,
+        )
