@@ -12,9 +12,10 @@ import anyio
 import nats
 import nkeys
 import pytest
-from nats.js.api import StreamConfig
 
 from placewatch.bus.outbox import EventOutbox
+from placewatch.bus.streams import StreamSettings, ensure_bucket, ensure_stream
+from placewatch.schemas import streams as contract
 from placewatch.schemas import subjects
 
 from tests.conftest import ROOT, NatsServer, Worker, clean_env
@@ -34,25 +35,14 @@ def node_permissions(node: str, password: str) -> str:
 
 
 async def create_streams_as_admin(url: str) -> None:
+    """What docs/operations.md has an operator create once, made as the worker makes it."""
     nc = await nats.connect(url, user="admin", password="adminpw")
     try:
         js = nc.jetstream()
-        await js.add_stream(
-            StreamConfig(
-                name="PLACEWATCH_EVENTS",
-                subjects=["placewatch.compute.>", "placewatch.fallback.>"],
-                duplicate_window=300,
-            )
-        )
-        await js.add_stream(
-            StreamConfig(
-                name="PLACEWATCH_TELEMETRY",
-                subjects=["placewatch.telemetry.*"],
-                max_msgs_per_subject=1,
-            )
-        )
-        await js.create_key_value(bucket="placewatch_placements")
-        await js.create_key_value(bucket="placewatch_compute")
+        for stream in contract.STREAMS:
+            await ensure_stream(js, stream, subjects.DEFAULT_PREFIX, StreamSettings())
+        for bucket in (*contract.BUCKETS, contract.LEASES):
+            await ensure_bucket(js, bucket, StreamSettings())
     finally:
         await nc.close()
 

@@ -130,6 +130,15 @@ class _JetStreamChecks:
             except (nats.errors.Error, TimeoutError) as exc:
                 self._unanswered(name, f"$JS.API.STREAM.INFO.{bucket.stream}", exc, seen)
                 continue
+            if not bucket.rollup and status.stream_info.config.allow_rollup_hdrs:
+                self.report.fail(
+                    name,
+                    "takes rollups: one message with Nats-Rollup: all, which any node may send "
+                    "on its own key, would wipe every node's keys in it",
+                    f"nats stream edit {bucket.stream} --no-allow-rollup -f (a put, an update "
+                    "and a delete need no rollup)",
+                )
+                continue
             self.report.ok(name, f"{count(status.values, 'key')}, history {status.history}")
 
     def _missing(self, name: str, command: str) -> None:

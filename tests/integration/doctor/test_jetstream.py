@@ -110,6 +110,7 @@ def test_a_refused_publish_and_missing_streams_under_no_create_say_what_to_do(
     (compute,) = lines(done.stdout, "bucket placewatch_compute")
     assert compute.endswith(
         "nats kv add placewatch_compute --history 1 --storage file --replicas 1"
+        " && nats stream edit KV_placewatch_compute --no-allow-rollup -f"
     )
     assert "n1-password" not in done.stdout + done.stderr
 
@@ -138,3 +139,33 @@ def test_all_ok_under_the_documented_least_privilege_with_streams_made_by_an_ope
     (authenticated,) = lines(done.stdout, "server authenticated")
     assert "with user n1 " in authenticated
     assert lines(done.stdout, "publish permission")[0].startswith("ok    publish permission: ")
+
+
+def test_a_compute_bucket_that_takes_rollups_fails_with_the_edit_to_make(
+    tmp_path: Path, fake_gpu: FakeGpuTools
+) -> None:
+    # As nats-py's create_key_value and earlier workers made it: any node's put with
+    # `Nats-Rollup: all` on its own key would wipe every node's statuses.
+    server = NatsServer(tmp_path / "js")
+    server.start()
+    try:
+
+        async def make() -> None:
+            nc = await nats.connect(server.url)
+            try:
+                await nc.jetstream().create_key_value(bucket="placewatch_compute")
+            finally:
+                await nc.close()
+
+        anyio.run(make)
+        fake_gpu.nvidia_smi(A100_GPUS)
+        done = run_placewatch("doctor", "--nats", server.url, "--node", "n1", env=fake_gpu.env())
+    finally:
+        server.stop()
+    assert done.returncode == 1
+    assert lines(done.stdout, "bucket placewatch_compute") == [
+        "fail  bucket placewatch_compute: takes rollups: one message with Nats-Rollup: all, which "
+        "any node may send on its own key, would wipe every node's keys in it; next: nats stream "
+        "edit KV_placewatch_compute --no-allow-rollup -f (a put, an update and a delete need no "
+        "rollup)"
+    ]
