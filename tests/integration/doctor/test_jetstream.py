@@ -33,7 +33,11 @@ def test_a_server_without_jetstream_fails_it_and_skips_the_streams(
     ]
     assert lines(done.stdout, "streams and buckets") == ["skip  streams and buckets: no JetStream"]
     (publish,) = lines(done.stdout, "publish permission")
-    assert publish.startswith("ok    publish permission: a NodeTelemetry of n1 (2 GPUs, ")
+    assert publish.startswith(
+        "ok    publish permission: placewatch.telemetry.n1 allowed: a probe no consumer reads as "
+        "telemetry went out (no stream takes that subject and nobody listens); a sample of n1 "
+        "(2 GPUs, 0 shards) is "
+    )
 
 
 async def make_streams_one_too_narrow(url: str) -> None:
@@ -96,7 +100,7 @@ def test_a_refused_publish_and_missing_streams_under_no_create_say_what_to_do(
     assert done.returncode == 1
     (publish,) = lines(done.stdout, "publish permission")
     assert publish.startswith(
-        "fail  publish permission: the server refused a NodeTelemetry on placewatch.telemetry.n1 "
+        "fail  publish permission: the server refused a publish on placewatch.telemetry.n1 "
         '(permissions violation for publish to "placewatch.telemetry.n1")'
     )
     assert "docs/operations.md (Least privilege)" in publish
