@@ -29,12 +29,21 @@ log = logging.getLogger(__name__)
 PENDING_BYTES = 256 * 1024
 """nats-py's reconnect buffer; small, as telemetry is not replayed from it."""
 
-_CREDENTIALS = re.compile(r"//[^@/]*@")
+_USERINFO = re.compile(r"//[^@/?#\s]*@")
+_SECRET_PARAM = re.compile(
+    r"(?<=[?&;#])([^=&;#\s]*(?:token|key|pass|pwd|secret|sig|auth|cred|session)[^=&;#\s]*=)"
+    r"[^&;#\s'\"<>]*",
+    re.IGNORECASE,
+)
+"""A query or fragment parameter whose name says it holds a secret: `token`, `access_token`,
+`api_key`, `key`, `password`, `sig`, `X-Amz-Signature`, `auth`, `sessionid` and the like."""
 
 
-def redact(url: str) -> str:
-    """A server URL fit for a log line: user and password removed."""
-    return _CREDENTIALS.sub("//***@", url)
+def redact(text: str) -> str:
+    """A URL, or a line that holds URLs, fit for a log line or a report: the user and
+    password before `@` and the value of every query parameter named like a secret
+    (`?token=`, `&access_token=`, `&key=`, `&password=`, `&sig=`) replaced with `***`."""
+    return _SECRET_PARAM.sub(r"\1***", _USERINFO.sub("//***@", text))
 
 
 def refusal(exc: Exception) -> str | None:
@@ -95,7 +104,7 @@ class ConnectionLog:
             log.warning(
                 "cannot reach NATS at %s (%s); retrying every half second",
                 self.servers,
-                str(exc) or type(exc).__name__,
+                redact(str(exc)) or type(exc).__name__,
             )
 
     async def disconnected(self) -> None:

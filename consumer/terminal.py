@@ -36,6 +36,14 @@ _TTY_GAP_S = 0.25
 _CLEAR = "\x1b[H\x1b[2J"
 _STALE_INTERVALS = 3
 _GIB = 1 << 30
+_UNPRINTABLE = str.maketrans(
+    {c: "?" for c in [*range(0x20), 0x7F, *range(0x80, 0xA0), *range(0x202A, 0x202F)]}
+    | {c: "?" for c in range(0x2066, 0x206A)}
+    | {ord("\n"): "\n"}
+)
+"""Control characters (escape sequences start with one) and bidirectional overrides, each
+shown as `?`: names, reasons and GPU names come from any node's messages, and a terminal
+must not take them as commands (set its title, write the clipboard, hide or reorder text)."""
 
 
 def add_arguments(watch: argparse.ArgumentParser) -> None:
@@ -120,7 +128,12 @@ async def _draw(
 
 
 def render(fleet: Fleet, now: datetime, where: str = "") -> str:
-    """One frame: a header line, then each node with its GPUs and shards."""
+    """One frame: a header line, then each node with its GPUs and shards; nothing in it a
+    terminal would take as a command."""
+    return _frame(fleet, now, where).translate(_UNPRINTABLE)
+
+
+def _frame(fleet: Fleet, now: datetime, where: str) -> str:
     firing = {(f.node, f.shard): f for f in fleet.firing}
     shards: dict[str, list[ComputeStatus]] = {}
     for s in fleet.shards:

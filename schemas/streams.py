@@ -48,22 +48,31 @@ class Stream:
 
 @dataclass(frozen=True)
 class Bucket:
-    """A KV bucket: its name, and how many values of a key it keeps."""
+    """A KV bucket: its name, how many values of a key it keeps, and whether a message may
+    roll up (replace) the others."""
 
     name: str
     purpose: str
     history: int = 1
+    rollup: bool = True
+    """False where every node writes its own keys: a bucket takes a `Nats-Rollup: all` header
+    on any message a writer may publish, and one node's put with it on its own key would
+    wipe every other node's keys (nats-server 2.15; permissions see subjects, not headers).
+    A put, an update and a delete need no rollup; only a purge does."""
 
     @property
     def stream(self) -> str:
         return subjects.kv_stream(self.name)
 
     def command(self, storage: str, replicas: int) -> str:
-        """The NATS CLI command that creates it as the worker would."""
-        return (
+        """The NATS CLI commands that create it as the worker would."""
+        add = (
             f"nats kv add {self.name} --history {self.history} --storage {storage} "
             f"--replicas {replicas}"
         )
+        if self.rollup:
+            return add
+        return f"{add} && nats stream edit {self.stream} --no-allow-rollup -f"
 
 
 EVENTS = Stream(
@@ -79,8 +88,10 @@ TELEMETRY = Stream(
     max_msgs_per_subject=1,
 )
 PLACEMENTS = Bucket(subjects.BUCKET_PLACEMENTS, "placements, written by a control plane")
-COMPUTE = Bucket(subjects.BUCKET_COMPUTE, "the latest compute status of each shard")
-LEASES = Bucket(subjects.BUCKET_LEASES, "one live worker per node name: who holds each node")
+COMPUTE = Bucket(subjects.BUCKET_COMPUTE, "the latest compute status of each shard", rollup=False)
+LEASES = Bucket(
+    subjects.BUCKET_LEASES, "one live worker per node name: who holds each node", rollup=False
+)
 
 STREAMS = (EVENTS, TELEMETRY)
 BUCKETS = (PLACEMENTS, COMPUTE, LEASES)

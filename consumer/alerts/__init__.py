@@ -7,16 +7,19 @@ HTTP POST, alertmanager.py the body Alertmanager takes.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 
 import anyio
 from nats.aio.client import Client
 
-from ..connection import Bus, connect
+from ..connection import Bus, connect, redact
 from ..lifecycle import drain, stop_on_signal
 from .consume import DEFAULT_DURABLE, Conflict, consume
 from .sinks import HTTP_TIMEOUT_S, RESEND_S, StdoutSink, WebhookSink, resend_every
 from .webhook import check_url
+
+log = logging.getLogger(__name__)
 
 EXIT_CONFIG = 2
 INBOX = "_INBOX.placewatch-alerts"
@@ -78,6 +81,7 @@ def command(bus: Bus, args: argparse.Namespace) -> int:
         sink = WebhookSink(
             args.webhook, args.format == "alertmanager", args.generator_url, args.timeout
         )
+        log.info("posting each fallback event to %s (%s)", redact(args.webhook), args.format)
     elif args.format == "alertmanager":
         print("placewatch: --format alertmanager needs --webhook URL", file=sys.stderr)
         return EXIT_CONFIG

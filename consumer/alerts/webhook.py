@@ -1,15 +1,23 @@
 """The webhook's HTTP POST: the standard library's, run in a thread by the caller.
 
-One alert at a time needs no HTTP client dependency.
+One alert at a time needs no HTTP client dependency. No redirect is
+followed: urllib turns a POST redirected with 301, 302 or 303 into a GET
+without the body, and a 2xx to that would count as delivered. The URL is
+shown only through `redact`: its query may hold a token, its user a password.
 """
 
 from __future__ import annotations
 
+import functools
+import http.client
 import urllib.error
 import urllib.request
+from typing import Any
 from urllib.parse import urlparse
 
 from placewatch import __version__
+
+from ..connection import redact
 
 
 class DeliveryError(Exception):
@@ -19,8 +27,12 @@ class DeliveryError(Exception):
 def check_url(url: str) -> str | None:
     """Why `url` cannot be a webhook, or None when it can."""
     parsed = urlparse(url)
-    if parsed.scheme not in ("http", "https") or not parsed.netloc:
-        return f"--webhook {url!r}: give an http:// or https:// URL"
+    try:
+        parsed.port  # noqa: B018 - raises ValueError for a port that is not one
+    except ValueError:
+        return f"--webhook {redact(url)!r}: its port is not a number from 0 to 65535"
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        return f"--webhook {redact(url)!r}: give an http:// or https:// URL"
     return None
 
 
@@ -36,12 +48,26 @@ def post_json(url: str, body: bytes, timeout: float) -> None:
         },
     )
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - as above
+        with _opener().open(request, timeout=timeout) as response:
             status = int(response.status)
     except urllib.error.HTTPError as exc:
-        raise DeliveryError(f"HTTP {exc.code} {exc.reason}") from None
+        moved = " (a redirect, not followed: give the URL it points to)" if exc.code < 400 else ""
+        raise DeliveryError(f"HTTP {exc.code} {exc.reason}{moved}") from None
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", None) or exc
-        raise DeliveryError(str(reason)) from None
+        raise DeliveryError(redact(str(reason))) from None
+    except http.client.HTTPException as exc:  # an answer that is not HTTP; not an OSError
+        raise DeliveryError(f"not an HTTP answer ({type(exc).__name__})") from None
     if not 200 <= status < 300:
         raise DeliveryError(f"HTTP {status}")
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None  # urllib then raises the 3xx as an HTTPError
+
+
+@functools.cache
+def _opener() -> urllib.request.OpenerDirector:
+    """urllib's opener, proxies from the environment included, without redirects."""
+    return urllib.request.build_opener(_NoRedirect)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import subprocess
 import time
 from pathlib import Path
 
@@ -12,14 +14,28 @@ import anyio
 import nats
 import nkeys
 import pytest
-from nats.js.api import StreamConfig
 
 from placewatch.bus.outbox import EventOutbox
+from placewatch.bus.streams import StreamSettings, ensure_bucket, ensure_stream
+from placewatch.schemas import streams as contract
 from placewatch.schemas import subjects
 
-from tests.conftest import ROOT, NatsServer, Worker, clean_env
+from tests.conftest import (
+    FIXTURES,
+    GPU0,
+    ROOT,
+    FakeGpuTools,
+    NatsServer,
+    Worker,
+    apps,
+    clean_env,
+    run_placewatch,
+    start,
+    wait_older_than,
+)
 from tests.support.certs import make_certs, needs_openssl
-from tests.support.natsproto import RawSubscriber
+from tests.support.http_endpoint import Endpoint
+from tests.support.natsproto import Message, RawSubscriber
 
 ADMIN = "{user: admin, password: adminpw}"
 
@@ -34,26 +50,14 @@ def node_permissions(node: str, password: str) -> str:
 
 
 async def create_streams_as_admin(url: str) -> None:
+    """What docs/operations.md has an operator create once, made as the worker makes it."""
     nc = await nats.connect(url, user="admin", password="adminpw")
     try:
         js = nc.jetstream()
-        await js.add_stream(
-            StreamConfig(
-                name="PLACEWATCH_EVENTS",
-                subjects=["placewatch.compute.>", "placewatch.fallback.>"],
-                duplicate_window=300,
-            )
-        )
-        await js.add_stream(
-            StreamConfig(
-                name="PLACEWATCH_TELEMETRY",
-                subjects=["placewatch.telemetry.*"],
-                max_msgs_per_subject=1,
-            )
-        )
-        await js.create_key_value(bucket="placewatch_placements")
-        await js.create_key_value(bucket="placewatch_compute")
-        await js.create_key_value(bucket="placewatch_leases")
+        for stream in contract.STREAMS:
+            await ensure_stream(js, stream, subjects.DEFAULT_PREFIX, StreamSettings())
+        for bucket in contract.BUCKETS:
+            await ensure_bucket(js, bucket, StreamSettings())
     finally:
         await nc.close()
 
@@ -246,8 +250,6 @@ def test_mutual_tls(tmp_path: Path, workers: list[Worker]) -> None:
 
 
 def test_a_missing_credentials_file_exits_2_naming_the_setting(tmp_path: Path) -> None:
-    from tests.conftest import run_placewatch
-
     done = run_placewatch(
         "run", "--nats", "nats://127.0.0.1:1", "--creds", str(tmp_path / "absent.creds")
     )
@@ -256,3 +258,72 @@ def test_a_missing_credentials_file_exits_2_naming_the_setting(tmp_path: Path) -
         done.stderr.strip()
         == f"placewatch: creds: {tmp_path / 'absent.creds'} cannot be read; check the path and its permissions"
     )
+
+
+URL_SECRET = "s3cret-in-a-url"
+
+
+def hostile_shards(tmp_path: Path, pids: list[int], engine: str) -> Path:
+    """Placements whose health URLs hold secrets: in the query, before `@`, or both."""
+    urls = [
+        f"{engine}/health?token={URL_SECRET}&access_token={URL_SECRET}&x=1",
+        f"http://ops:{URL_SECRET}@127.0.0.1:1/health?key={URL_SECRET}",
+        f"http://ops:{URL_SECRET}@127.0.0.1:80x/health?sig={URL_SECRET}",  # refused: no port
+    ]
+    shards = tmp_path / "shards.toml"
+    shards.write_text(
+        "".join(
+            f'[[shard]]\nid = "s{i}"\npid = {pid}\ngpus = [0]\nhealth_url = "{url}"\n'
+            for i, (pid, url) in enumerate(zip(pids, urls, strict=True))
+        )
+    )
+    return shards
+
+
+def test_no_secret_in_a_url_reaches_telemetry_statuses_logs_or_doctor(
+    tmp_path: Path,
+    nats_server: NatsServer,
+    fake_gpu: FakeGpuTools,
+    workers: list[Worker],
+    shard_procs: dict[str, subprocess.Popen[bytes]],
+) -> None:
+    engine = Endpoint(status=200)
+    pids = [start(shard_procs, f"s{i}") for i in range(3)]
+    fake_gpu.nvidia_smi(
+        FIXTURES / "nvidia-smi" / "a100x2-query-gpu.csv", apps({p: (GPU0, 3000) for p in pids})
+    )
+    shards = hostile_shards(tmp_path, pids, engine.base)
+    wait_older_than(pids, 1.2)
+    args = ("--shards", str(shards), "--grace", "1", "--no-discover", "--log-level", "debug")
+    seen: list[Message] = []
+    try:
+        with RawSubscriber(nats_server.url, "placewatch.>") as sub:
+            worker = Worker(
+                "--nats", nats_server.url, "--node", "n1", "--interval", "1", *args,
+                env=fake_gpu.env(),
+            )  # fmt: skip
+            workers.append(worker)
+            deadline = time.monotonic() + 6
+            while time.monotonic() < deadline:
+                with contextlib.suppress(TimeoutError):
+                    seen.append(sub.next(timeout=deadline - time.monotonic()))
+        code, _, out, err = worker.stop()
+        sample = run_placewatch("sample", "--node", "n1", *args, env=fake_gpu.env())
+        doctor = run_placewatch(
+            "doctor", "--nats", nats_server.url, "--node", "n1", *args, env=fake_gpu.env()
+        )
+    finally:
+        engine.close()
+    assert code == 0
+    # The health URL was asked, with its token: the shard was judged on it.
+    assert f"/health?token={URL_SECRET}&access_token={URL_SECRET}&x=1" in [
+        r.path for r in engine.requests
+    ]
+    published = [json.loads(m.payload) for m in seen if ".compute." in m.subject]
+    statuses = {s["shard"]: s["verdict"] for s in published}
+    assert statuses == {"s0": "gpu", "s1": "starting"}  # s2 refused: its port is no number
+    assert "`health_url` has a port that is not a number" in err
+    assert any(b"`health_url` has a port that is not a number" in m.payload for m in seen)
+    everything = [err, out, sample.stdout, sample.stderr, doctor.stdout, doctor.stderr]
+    assert not [text for text in everything if URL_SECRET in text]
+    assert not [m for m in seen if URL_SECRET in repr(m.headers) + m.payload.decode()]

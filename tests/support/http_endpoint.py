@@ -1,4 +1,5 @@
-"""A real HTTP server on 127.0.0.1 that records every request: a webhook, a health URL.
+"""A real HTTP server on 127.0.0.1 that records every request: a webhook, a health URL; and
+`raw_server`, a TCP server that answers any bytes (a redirect, what is not HTTP).
 
 It answers `status` (500 to the first `failures` POSTs, as a webhook that is down for a
 while), each answer `delay` seconds after the request was recorded.
@@ -6,10 +7,13 @@ while), each answer `delay` seconds after the request was recorded.
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import json
+import socket
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,3 +86,25 @@ class Endpoint:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+@contextlib.contextmanager
+def raw_server(answer: bytes) -> Iterator[str]:
+    """A TCP server on 127.0.0.1 that answers every connection with `answer`: its base URL."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+
+    def serve() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = listener.accept()
+                with conn:
+                    conn.recv(65536)
+                    conn.sendall(answer)
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        listener.close()

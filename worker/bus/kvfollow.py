@@ -7,11 +7,21 @@ server's idle heartbeat. And it decides that the initial values are all in
 from how many messages the client has handled when the consumer's info comes
 back, so a busy client that the server has already sent them all to is told
 there were none; this one counts what the server says it delivered.
+
+The consumer has a name, so that nats-py asks for it on
+`$JS.API.CONSUMER.CREATE.<stream>.<name>.<filter>` (nats-server 2.9+), and the
+server refuses a create whose filter differs from the one in that subject: a
+node's credentials then allow only its own keys' filter (docs/operations.md,
+Least privilege). It is not deleted: the server removes it once nobody has
+listened for SILENT_HEARTBEATS heartbeats, so a node needs no right to delete
+consumers, which would let it delete anyone's.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
+import secrets
 from collections.abc import Callable
 
 import anyio
@@ -26,7 +36,10 @@ from placewatch.schemas import subjects
 
 EXPIRED = ("MaxAge", "Purge", "Remove")  # server-placed markers (nats-server 2.11+)
 SILENT_HEARTBEATS = 2.5
-"""Heartbeats without a word from the server before a follow gives up."""
+"""Heartbeats without a word from the server before a follow gives up; the server removes
+the consumer after as long without a listener."""
+CONSUMER_PREFIX = "placewatch-kv-"
+"""Its consumers' names: this, then random hex, which another client cannot guess."""
 
 Values = dict[str, bytes | None]
 """Key to value; None for a key deleted or purged."""
@@ -52,22 +65,21 @@ async def follow(
     send, receive = anyio.create_memory_object_stream[Msg](math.inf)
     with send, receive:
         sub = await nc.subscribe(nc.new_inbox(), cb=send.send)
-        name = None
         try:
             info = await js.add_consumer(
                 stream,
                 ConsumerConfig(
+                    name=f"{CONSUMER_PREFIX}{secrets.token_hex(8)}",
                     deliver_subject=sub.subject,
                     filter_subject=f"{prefix}{keys}",
                     deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,
                     ack_policy=AckPolicy.NONE,
                     idle_heartbeat=heartbeat,
-                    inactive_threshold=300.0,
+                    inactive_threshold=SILENT_HEARTBEATS * heartbeat,
                     mem_storage=True,
                     num_replicas=1,
                 ),
             )
-            name = info.name
             initial: Values | None = {}
             if not info.num_pending and not (info.delivered and info.delivered.consumer_seq):
                 latest({})  # nothing to wait for
@@ -78,13 +90,13 @@ async def follow(
                 receive, prefix, heartbeat, initial=initial, latest=latest, change=change
             )
         finally:
-            with anyio.CancelScope(shield=True), anyio.move_on_after(1):
-                try:
-                    await sub.unsubscribe()
-                    if name is not None:
-                        await js.delete_consumer(stream, name)
-                except (nats.errors.Error, TimeoutError):
-                    pass  # gone with the server; the server drops it when idle
+            # The server removes the consumer once idle; an error here: gone with the server.
+            with (
+                anyio.CancelScope(shield=True),
+                anyio.move_on_after(1),
+                contextlib.suppress(nats.errors.Error, TimeoutError),
+            ):
+                await sub.unsubscribe()
 
 
 async def _read_changes(

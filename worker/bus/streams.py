@@ -66,6 +66,13 @@ async def ensure_stream(
 
 
 async def ensure_bucket(js: JetStreamContext, bucket: Bucket, settings: StreamSettings) -> KeyValue:
+    """The bucket, created as `nats kv add` makes it when missing (and allowed).
+
+    With direct gets, as the NATS CLI makes a bucket (nats-py does not by default): a node's
+    credentials may then read its own key by its subject alone, never by a request body
+    naming any key. And without rollups where `bucket.rollup` says so, set by an update
+    after the create, as nats-py's create_key_value has no setting for it.
+    """
     try:
         return await js.key_value(bucket.name)
     except nats.js.errors.BucketNotFoundError:
@@ -76,7 +83,14 @@ async def ensure_bucket(js: JetStreamContext, bucket: Bucket, settings: StreamSe
                 "or let the worker create it"
             ) from None
         kv = await js.create_key_value(
-            bucket=bucket.name, history=bucket.history, replicas=settings.replicas
+            bucket=bucket.name,
+            history=bucket.history,
+            replicas=settings.replicas,
+            direct=True,
         )
+        if not bucket.rollup:
+            config = (await js.stream_info(bucket.stream)).config
+            config.allow_rollup_hdrs = False
+            await js.update_stream(config)
         log.info("created KV bucket %s", bucket.name)
         return kv

@@ -117,7 +117,45 @@ def _running_build(d: Discovered, report: Report) -> tuple[str, EnvLent] | None:
             f"run `{os.path.basename(exe)} --list-devices` where the engine runs",
         )
         return None
-    return exe, _engine_env(process)
+    env = _engine_env(process)
+    foreign = _foreign_code(process, exe, env)
+    if foreign is not None:
+        report.skip(
+            ENGINE,
+            f"{d.spec.id}: {foreign}",
+            "run `placewatch doctor` as that user, or give --engine PATH for a build you trust: "
+            "doctor runs no program another user could have changed",
+        )
+        return None
+    return exe, env
+
+
+def _foreign_code(process: psutil.Process, exe: str, env: EnvLent) -> str | None:
+    """Why running `exe` with `env` could run another user's code as this one, or None.
+
+    Anyone may start a process named llama-server; doctor, often run as root, must not run
+    what that user wrote, nor load libraries from where that user lends LD_LIBRARY_PATH. A
+    process of doctor's own user is its own code. Otherwise the executable, its folder and
+    each library folder lent must belong to root or to doctor's user, and be writable by no
+    one else. (A change between this check and the run is not defended against.)
+    """
+    try:
+        user = process.uids().effective
+    except psutil.Error:
+        return "its process's user cannot be read"
+    if user == os.geteuid():
+        return None
+    folders = [p for k, v in env if k == "LD_LIBRARY_PATH" for p in v.split(os.pathsep) if p]
+    for path in (exe, os.path.dirname(exe), *folders):
+        try:
+            st = os.stat(path)
+        except OSError:
+            return f"its process runs as user {user}, and {path} cannot be looked at"
+        if st.st_uid not in (0, os.geteuid()):
+            return f"its process runs as user {user}, and {path} belongs to user {st.st_uid}"
+        if st.st_mode & 0o022:
+            return f"its process runs as user {user}, and others than its owner may write {path}"
+    return None
 
 
 def _engine_env(process: psutil.Process) -> EnvLent:

@@ -1,5 +1,5 @@
 """What this node's credentials may do on the server: JetStream, the streams and buckets of the
-contract (`placewatch.schemas.streams`), and publishing its telemetry.
+contract (`placewatch.schemas.streams`), and publishing its telemetry (publish.py).
 
 A request the credentials may not make comes back as a timeout or no
 responders, and the server's Permissions Violation only through the error
@@ -11,29 +11,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import anyio
 import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
-from placewatch.schemas import encode, subjects
 from placewatch.schemas import streams as contract
+from placewatch.schemas import subjects
 
 from ..config import Settings
-from ..pipeline import open_pipeline
+from .publish import LEAST_PRIVILEGE, PUBLISH, check_publish
 from .report import Report, count
 from .server import NET_TIMEOUT_S, ServerErrors
 
 JETSTREAM = "JetStream"
 STREAMS = "streams and buckets"
-PUBLISH = "publish permission"
 CHECKS = (JETSTREAM, STREAMS, PUBLISH)
 """The checks made over the connection, in the order they are made."""
-
-PERMISSION_WAIT_S = 0.5
-"""How long a refused publish has to come back as a Permissions Violation after the flush."""
-LEAST_PRIVILEGE = "docs/operations.md (Least privilege) lists what a node's credentials need"
 
 
 async def check_jetstream(
@@ -46,7 +40,7 @@ async def check_jetstream(
         await checks.buckets()
     else:
         report.skip(STREAMS, "no JetStream")
-    await checks.publish()
+    await check_publish(nc, errors, settings, report)
 
 
 @dataclass
@@ -130,6 +124,15 @@ class _JetStreamChecks:
             except (nats.errors.Error, TimeoutError) as exc:
                 self._unanswered(name, f"$JS.API.STREAM.INFO.{bucket.stream}", exc, seen)
                 continue
+            if not bucket.rollup and status.stream_info.config.allow_rollup_hdrs:
+                self.report.fail(
+                    name,
+                    "takes rollups: one message with Nats-Rollup: all, which any node may send "
+                    "on its own key, would wipe every node's keys in it",
+                    f"nats stream edit {bucket.stream} --no-allow-rollup -f (a put, an update "
+                    "and a delete need no rollup)",
+                )
+                continue
             self.report.ok(name, f"{count(status.values, 'key')}, history {status.history}")
 
     def _missing(self, name: str, command: str) -> None:
@@ -148,52 +151,4 @@ class _JetStreamChecks:
             name,
             f"no answer to {api} ({said})",
             f"allow this user to publish on {api} and to subscribe to {inbox}.>; {LEAST_PRIVILEGE}",
-        )
-
-    async def publish(self) -> None:
-        """Publish one real sample of this node on its telemetry subject; watch for a refusal.
-
-        The server does not answer a core publish: one it refuses comes back as an
-        asynchronous `-ERR 'Permissions Violation for Publish ...'`, before the PONG
-        of the flush that follows, to the error callback.
-        """
-        settings = self.settings
-        subject = subjects.telemetry(settings.node, settings.prefix)
-        async with open_pipeline(settings) as pipeline:
-            telemetry = (await pipeline.take()).telemetry
-        payload, headers = encode(telemetry, settings.encoding)
-        seen = len(self.errors.seen)
-        try:
-            await self.nc.publish(subject, payload, headers=headers)
-            await self.nc.flush(timeout=round(NET_TIMEOUT_S))
-            await anyio.sleep(PERMISSION_WAIT_S)
-        except nats.errors.MaxPayloadError:
-            self.report.fail(
-                PUBLISH,
-                f"a sample is {len(payload)} bytes, over the server's max_payload "
-                f"({self.nc.max_payload})",
-                "raise max_payload in the server's config",
-            )
-            return
-        except (nats.errors.Error, TimeoutError) as exc:
-            self.report.fail(
-                PUBLISH,
-                f"the publish did not go through ({exc or type(exc).__name__})",
-                "check the server's log for this client (placewatch-doctor)",
-            )
-            return
-        refused = self.errors.refused(seen)
-        if refused is not None:
-            self.report.fail(
-                PUBLISH,
-                f"the server refused a NodeTelemetry on {subject} ({refused})",
-                f"allow this user to publish on {subject} and this node's other subjects; "
-                f"{LEAST_PRIVILEGE}",
-            )
-            return
-        self.report.ok(
-            PUBLISH,
-            f"a NodeTelemetry of {settings.node} ({count(len(telemetry.gpus), 'GPU')}, "
-            f"{count(len(telemetry.shards), 'shard')}, {len(payload)} bytes) went out on "
-            f"{subject}",
         )

@@ -8,16 +8,20 @@ one, once its grace period has passed since its process started.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import psutil
 
 from .attribution import ProcTable
 from .placements import Placement
 from .verdict import Judgement
+
+if TYPE_CHECKING:
+    import urllib.request
 
 HEALTH_TIMEOUT_S = 1.0
 
@@ -123,16 +127,36 @@ def command_lines() -> list[tuple[float, int, str]]:
 
 
 def health(url: str) -> Health:
-    """What a health URL says: 2xx, another status (503 while loading), or nothing at all."""
+    """What a health URL says: 2xx, another status (503 while loading, a redirect), or nothing.
+
+    The URL itself is asked, and nothing else: no proxy from the environment (a node-local
+    URL, whose query may hold a token, goes to no third host) and no redirect followed
+    (llama-server's and vLLM's /health answer themselves; a 3xx is not ready). The body is
+    never read. What is no HTTP answer at all is unreachable, including what http.client
+    raises as its own HTTPException rather than an OSError (a server that does not speak
+    HTTP, a port that is not a number; Python 3.11), so that no placement stops the tick.
+    """
     # Imported at the first health check: urllib brings http and email with it, as much
     # to import as the rest of a node without health URLs takes.
+    import http.client  # noqa: PLC0415
     import urllib.error  # noqa: PLC0415
-    import urllib.request  # noqa: PLC0415
 
     try:
-        with urllib.request.urlopen(url, timeout=HEALTH_TIMEOUT_S) as response:  # noqa: S310
+        with _opener().open(url, timeout=HEALTH_TIMEOUT_S) as response:
             return "ok" if 200 <= int(response.status) < 300 else "not ready"
     except urllib.error.HTTPError:
         return "not ready"
-    except (OSError, ValueError):
+    except (OSError, ValueError, http.client.HTTPException):
         return "unreachable"
+
+
+@functools.cache
+def _opener() -> urllib.request.OpenerDirector:
+    """urllib's opener without proxies and without following redirects."""
+    import urllib.request  # noqa: PLC0415
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+            return None  # urllib then raises the 3xx as an HTTPError
+
+    return urllib.request.build_opener(urllib.request.ProxyHandler({}), NoRedirect)

@@ -74,7 +74,25 @@ def check_spec(raw: object, where: str) -> PlacementSpec:
             raise ValueError(
                 f"{where} ({spec.id}): `match` is not a valid pattern: {exc}"
             ) from None
+    problem = _url_problem(spec.health_url) if spec.health_url else None
+    if problem:
+        raise ValueError(f"{where} ({spec.id}): `health_url` {problem}; {_WANTED['health_url']}")
     return spec
+
+
+def _url_problem(url: str) -> str | None:
+    """What keeps `url` from being asked, or None; never the URL itself, which may hold a
+    password or a token."""
+    from urllib.parse import urlsplit  # noqa: PLC0415 - only a placement with a URL pays
+
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not one
+    except ValueError:
+        return "has a port that is not a number from 0 to 65535, or a host that is not one"
+    if not parts.hostname:
+        return "names no host"
+    return None
 
 
 _WANTED = {

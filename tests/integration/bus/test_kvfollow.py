@@ -13,7 +13,7 @@ import pytest
 from nats.aio.client import Client
 from nats.js.kv import KeyValue
 
-from placewatch.bus.kvfollow import Values, follow
+from placewatch.bus.kvfollow import CONSUMER_PREFIX, Values, follow
 
 from tests.conftest import NatsServer, until
 
@@ -47,6 +47,13 @@ async def consumers(nc: Client) -> list[str]:
     return [c.name for c in await nc.jetstream().consumers_info(f"KV_{BUCKET}")]
 
 
+async def gone(nc: Client, seconds: float) -> None:
+    """Until the bucket's stream has no consumer; fails after `seconds`."""
+    with anyio.fail_after(seconds):
+        while await consumers(nc):
+            await anyio.sleep(0.1)
+
+
 def test_latest_values_of_the_keys_asked_then_it_returns(nats_server: NatsServer) -> None:
     written: list[tuple[str, bytes | None]] = [
         ("n1.a", b"1"),
@@ -61,7 +68,12 @@ def test_latest_values_of_the_keys_asked_then_it_returns(nats_server: NatsServer
         reason = await follow(nc, BUCKET, "n1.*", heartbeat=1.0, latest=got.append)
         assert reason == ""
         assert got == [{"n1.a": b"2", "n1.b": None}]
-        assert await consumers(nc) == []  # its consumer is removed when it returns
+        # Named, so that its create subject carries the filter a node's credentials allow.
+        [made] = await nc.jetstream().consumers_info(f"KV_{BUCKET}")
+        assert made.name.startswith(CONSUMER_PREFIX) and len(made.name) == len(CONSUMER_PREFIX) + 16
+        assert made.config.filter_subject == f"$KV.{BUCKET}.n1.*"
+        assert made.config.inactive_threshold == 2.5
+        await gone(nc, 5)  # the server removes it once nobody listens: no delete right needed
 
     with_bucket(nats_server.url, written, body)
 

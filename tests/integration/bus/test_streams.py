@@ -78,6 +78,16 @@ def test_a_missing_bucket_is_created_and_its_values_kept(nats_server: NatsServer
         kv = await ensure_bucket(js, COMPUTE, StreamSettings())
         await kv.put("n1.a", b"{}")
         assert (await kv.get("n1.a")).value == b"{}"
+        # Read by direct get (a node may get its own key by subject); every node writes it,
+        # so no message may roll the others up.
+        made = (await js.stream_info(COMPUTE.stream)).config
+        assert (made.allow_direct, made.allow_rollup_hdrs) == (True, False)
+        with pytest.raises(nats.js.errors.APIError, match="rollup not permitted"):
+            await js.publish("$KV.placewatch_compute.n2.x", b"", headers={"Nats-Rollup": "all"})
+        assert (await kv.get("n1.a")).value == b"{}"
+        await ensure_bucket(js, PLACEMENTS, StreamSettings())
+        placements = (await js.stream_info(PLACEMENTS.stream)).config
+        assert placements.allow_rollup_hdrs  # a control plane's, which may purge
         status = await kv.status()
         assert (status.bucket, status.history) == ("placewatch_compute", 1)
         assert (await js.stream_info("KV_placewatch_compute")).config.num_replicas == 1

@@ -149,6 +149,22 @@ def test_frame_shows_each_gpu_and_marks_firing_fallbacks() -> None:
     assert "STALE" in stale[2]
 
 
+def test_a_frame_holds_no_control_character_whatever_a_node_published() -> None:
+    # Any node may publish any text on its own subjects: a title change, a clipboard write,
+    # text reversed by a bidirectional override.
+    hostile = ComputeStatus(
+        node="edge-1",
+        shard="q\x1b]52;c;ZXZpbA==\x07",
+        session="s1",
+        time=WHEN,
+        verdict="unknown",
+        reason="\x1b[2J\u202egnp.exe\x9b",
+    )
+    frame = render(Fleet(nodes=[telemetry("edge-1", WHEN)], shards=[hostile], firing=[]), WHEN)
+    assert all(line.isprintable() for line in frame.splitlines())
+    assert "  shard q?]52;c;ZXZpbA==?  unknown  placed cpu  pid -  ?[2J?gnp.exe?" in frame
+
+
 def test_watch_into_a_pipe_appends_a_frame_per_change_and_stops_on_sigterm(
     nats_server: NatsServer,
 ) -> None:

@@ -3,9 +3,14 @@ nvidia-smi, a fake engine. Each check's own cases are in the test file named aft
 
 from __future__ import annotations
 
-import json
+import re
 import subprocess
 from pathlib import Path
+
+import pytest
+
+from placewatch.doctor.publish import PROBE_BODY
+from placewatch.schemas import DecodeError, NodeTelemetry, decode
 
 from tests.conftest import GPU0, FakeGpuTools, NatsServer, apps, run_placewatch
 from tests.support.doctor import A100_GPUS, TWO_CUDA_DEVICES, fake_engine, lines
@@ -30,7 +35,7 @@ def test_all_ok_against_a_real_server_with_nvidia_smi_and_an_engine(
                 str(engine),
                 env=fake_gpu.env(),
             )
-            published = json.loads(sub.next(timeout=5).payload)
+            probe = sub.next(timeout=5)
     finally:
         holder.kill()
         holder.wait()
@@ -52,10 +57,17 @@ def test_all_ok_against_a_real_server_with_nvidia_smi_and_an_engine(
             f"ok    {name}: not there yet: the worker creates it when it starts"
         ]
     (publish,) = lines(out, "publish permission")
-    assert publish.startswith("ok    publish permission: a NodeTelemetry of gpu-07 (2 GPUs, ")
-    assert publish.endswith("went out on placewatch.telemetry.gpu-07")
-    assert published["node"] == "gpu-07"
-    assert [g["index"] for g in published["gpus"]] == [0, 1]
+    assert re.fullmatch(
+        r"ok    publish permission: placewatch.telemetry.gpu-07 allowed: a probe no consumer "
+        r"reads as telemetry went out \(no stream takes that subject; live subscribers got it\); "
+        r"a sample of gpu-07 \(2 GPUs, 0 shards\) is \d+ bytes, within max_payload",
+        publish,
+    ), publish
+    # What a subscriber got is no node's telemetry: a consumer cannot read it as one.
+    assert probe.headers["Placewatch-Type"] == "DoctorProbe"
+    assert probe.payload == PROBE_BODY
+    with pytest.raises(DecodeError):
+        decode(probe.payload, NodeTelemetry, probe.headers)
     assert lines(out, "engine pre-flight") == [
         f"ok    engine pre-flight: llama-server ({engine}): "
         "CUDA0 NVIDIA A100-SXM4-80GB, CUDA1 NVIDIA A100-SXM4-80GB"

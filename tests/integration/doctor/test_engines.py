@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -168,3 +169,53 @@ def test_a_python_engine_and_an_exited_one_are_not_asked() -> None:
         python.kill()
         python.wait()
     assert said == []
+
+
+NOBODY = 65534
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="starts a process as another user: needs root")
+@pytest.mark.parametrize("owned_by_nobody", ["", "build", "libraries"])
+def test_another_users_engine_is_run_only_when_no_other_user_could_have_changed_it(
+    owned_by_nobody: str,
+) -> None:
+    # Anyone may start a process named llama-server: doctor, as root, must not run a build
+    # or load libraries that user could have written.
+    place = Path(tempfile.mkdtemp(prefix="placewatch-engine-"))
+    try:
+        place.chmod(0o755)
+        build, libs = place / "llama-server", place / "lib"
+        libs.mkdir(mode=0o755)
+        sleep = shutil.which("sleep")
+        assert sleep is not None
+        shutil.copy(sleep, build)
+        build.chmod(0o755)
+        if owned_by_nobody:
+            os.chown(build if owned_by_nobody == "build" else libs, NOBODY, NOBODY)
+        proc = subprocess.Popen(
+            [str(build), "60"],
+            env={"LD_LIBRARY_PATH": str(libs)},
+            user=NOBODY,
+            group=NOBODY,
+        )
+        try:
+            found = [Discovered(PlacementSpec(id="theirs", gpus=[0], pid=proc.pid), LLAMA_CPP)]
+            said: list[str] = []
+            engines = engines_to_check(found, [], Report(said.append))
+        finally:
+            proc.kill()
+            proc.wait()
+    finally:
+        shutil.rmtree(place)
+    if not owned_by_nobody:  # root's build and libraries: as safe to run as root's own
+        assert engines == [Engine(str(build), ("theirs",), (("LD_LIBRARY_PATH", str(libs)),))]
+        assert said == []
+        return
+    assert engines == []
+    changed = build if owned_by_nobody == "build" else libs
+    assert said == [
+        f"skip  engine pre-flight: theirs: its process runs as user {NOBODY}, and {changed} "
+        f"belongs to user {NOBODY}; next: run `placewatch doctor` as that user, or give "
+        "--engine PATH for a build you trust: doctor runs no program another user could have "
+        "changed"
+    ]

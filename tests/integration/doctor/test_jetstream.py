@@ -33,7 +33,11 @@ def test_a_server_without_jetstream_fails_it_and_skips_the_streams(
     ]
     assert lines(done.stdout, "streams and buckets") == ["skip  streams and buckets: no JetStream"]
     (publish,) = lines(done.stdout, "publish permission")
-    assert publish.startswith("ok    publish permission: a NodeTelemetry of n1 (2 GPUs, ")
+    assert publish.startswith(
+        "ok    publish permission: placewatch.telemetry.n1 allowed: a probe no consumer reads as "
+        "telemetry went out (no stream takes that subject and nobody listens); a sample of n1 "
+        "(2 GPUs, 0 shards) is "
+    )
 
 
 async def make_streams_one_too_narrow(url: str) -> None:
@@ -96,7 +100,7 @@ def test_a_refused_publish_and_missing_streams_under_no_create_say_what_to_do(
     assert done.returncode == 1
     (publish,) = lines(done.stdout, "publish permission")
     assert publish.startswith(
-        "fail  publish permission: the server refused a NodeTelemetry on placewatch.telemetry.n1 "
+        "fail  publish permission: the server refused a publish on placewatch.telemetry.n1 "
         '(permissions violation for publish to "placewatch.telemetry.n1")'
     )
     assert "docs/operations.md (Least privilege)" in publish
@@ -110,6 +114,7 @@ def test_a_refused_publish_and_missing_streams_under_no_create_say_what_to_do(
     (compute,) = lines(done.stdout, "bucket placewatch_compute")
     assert compute.endswith(
         "nats kv add placewatch_compute --history 1 --storage file --replicas 1"
+        " && nats stream edit KV_placewatch_compute --no-allow-rollup -f"
     )
     assert "n1-password" not in done.stdout + done.stderr
 
@@ -138,3 +143,33 @@ def test_all_ok_under_the_documented_least_privilege_with_streams_made_by_an_ope
     (authenticated,) = lines(done.stdout, "server authenticated")
     assert "with user n1 " in authenticated
     assert lines(done.stdout, "publish permission")[0].startswith("ok    publish permission: ")
+
+
+def test_a_compute_bucket_that_takes_rollups_fails_with_the_edit_to_make(
+    tmp_path: Path, fake_gpu: FakeGpuTools
+) -> None:
+    # As nats-py's create_key_value and earlier workers made it: any node's put with
+    # `Nats-Rollup: all` on its own key would wipe every node's statuses.
+    server = NatsServer(tmp_path / "js")
+    server.start()
+    try:
+
+        async def make() -> None:
+            nc = await nats.connect(server.url)
+            try:
+                await nc.jetstream().create_key_value(bucket="placewatch_compute")
+            finally:
+                await nc.close()
+
+        anyio.run(make)
+        fake_gpu.nvidia_smi(A100_GPUS)
+        done = run_placewatch("doctor", "--nats", server.url, "--node", "n1", env=fake_gpu.env())
+    finally:
+        server.stop()
+    assert done.returncode == 1
+    assert lines(done.stdout, "bucket placewatch_compute") == [
+        "fail  bucket placewatch_compute: takes rollups: one message with Nats-Rollup: all, which "
+        "any node may send on its own key, would wipe every node's keys in it; next: nats stream "
+        "edit KV_placewatch_compute --no-allow-rollup -f (a put, an update and a delete need no "
+        "rollup)"
+    ]

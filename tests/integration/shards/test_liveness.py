@@ -17,7 +17,7 @@ from placewatch.shards.liveness import Tracked, command_lines, find_processes, h
 from placewatch.shards.placements import Placement
 
 from tests.conftest import free_port, wait_older_than
-from tests.support.http_endpoint import Endpoint
+from tests.support.http_endpoint import Endpoint, raw_server
 
 SLEEP = "import time; time.sleep(120)"
 
@@ -163,3 +163,41 @@ def test_health_that_never_answers_is_unreachable() -> None:
 
 def test_health_of_a_url_that_is_not_one_is_unreachable() -> None:
     assert health("not a url") == "unreachable"
+
+
+def test_health_follows_no_redirect() -> None:
+    target = Endpoint(status=200)
+    moved = f"HTTP/1.1 302 Found\r\nLocation: {target.base}/elsewhere\r\nContent-Length: 0\r\n\r\n"
+    try:
+        with raw_server(moved.encode()) as base:
+            assert health(f"{base}/health") == "not ready"
+        assert target.requests == []  # the place it pointed to was never asked
+    finally:
+        target.close()
+
+
+def test_health_goes_through_no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A proxy from the environment would see the URL, its query's token included.
+    proxy, engine = Endpoint(status=200), Endpoint(status=503)
+    monkeypatch.setenv("http_proxy", proxy.base)
+    monkeypatch.setenv("HTTP_PROXY", proxy.base)
+    try:
+        assert health(f"{engine.base}/health?token=s3cret") == "not ready"
+        assert proxy.requests == []
+        assert [r.path for r in engine.requests] == ["/health?token=s3cret"]
+    finally:
+        proxy.close()
+        engine.close()
+
+
+@pytest.mark.parametrize(
+    "answer", [b"garbage, not HTTP\r\n\r\n", b"HTTP/1.1 200 " + b"x" * 70000 + b"\r\n\r\n"]
+)
+def test_health_of_a_server_that_does_not_speak_http_is_unreachable(answer: bytes) -> None:
+    # http.client raises these as HTTPException, not OSError: they must not stop the tick.
+    with raw_server(answer) as base:
+        assert health(f"{base}/health") == "unreachable"
+
+
+def test_health_of_a_url_whose_port_is_not_a_number_is_unreachable() -> None:
+    assert health("http://127.0.0.1:80x/health") == "unreachable"

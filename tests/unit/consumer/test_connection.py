@@ -26,6 +26,37 @@ def test_redact_removes_user_and_password(url: str, shown: str) -> None:
     assert redact(url) == shown
 
 
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        (
+            "http://ops:pw@127.0.0.1:8080/health?token=abc&x=1",
+            "http://***@127.0.0.1:8080/health?token=***&x=1",
+        ),
+        ("https://h/a?x=1&access_token=abc#top", "https://h/a?x=1&access_token=***#top"),
+        ("https://h/?key=k&password=p&sig=s", "https://h/?key=***&password=***&sig=***"),
+        ("https://h/?api_key=k;session_id=s", "https://h/?api_key=***;session_id=***"),
+        (
+            "https://b.s3.example/o?X-Amz-Credential=c&X-Amz-Signature=s&page=2",
+            "https://b.s3.example/o?X-Amz-Credential=***&X-Amz-Signature=***&page=2",
+        ),
+        ("https://h/cb#access_token=abc&state=1", "https://h/cb#access_token=***&state=1"),
+        ("https://h/?page=2&sort=name", "https://h/?page=2&sort=name"),
+    ],
+)
+def test_redact_removes_the_values_of_query_parameters_that_hold_secrets(
+    url: str, shown: str
+) -> None:
+    assert redact(url) == shown
+
+
+def test_redact_takes_secrets_out_of_a_line_and_leaves_the_rest() -> None:
+    line = "GET 'http://u:p@h/?token=t' failed; a // b c@d; http://h/?sig=s next"
+    assert (
+        redact(line) == "GET 'http://***@h/?token=***' failed; a // b c@d; http://h/?sig=*** next"
+    )
+
+
 def test_a_bus_defaults_to_the_local_server_and_prefix() -> None:
     bus = Bus()
     assert (bus.servers, bus.options, bus.prefix) == (["nats://127.0.0.1:4222"], {}, "placewatch")

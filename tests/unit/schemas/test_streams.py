@@ -53,6 +53,7 @@ def test_a_bucket_command_and_the_stream_that_holds_it() -> None:
     )
     assert COMPUTE.command("memory", 3) == (
         "nats kv add placewatch_compute --history 1 --storage memory --replicas 3"
+        " && nats stream edit KV_placewatch_compute --no-allow-rollup -f"
     )
     assert LEASES.command("file", 3) == (
         "nats kv add placewatch_leases --history 1 --storage file --replicas 3"
@@ -61,6 +62,15 @@ def test_a_bucket_command_and_the_stream_that_holds_it() -> None:
         "KV_placewatch_placements",
         "KV_placewatch_compute",
         "KV_placewatch_leases",
+    )
+
+
+def test_buckets_every_node_writes_take_no_rollup() -> None:
+    # One node's `Nats-Rollup: all` on its own key would wipe every other node's keys.
+    assert (PLACEMENTS.rollup, COMPUTE.rollup, LEASES.rollup) == (True, False, False)
+    assert LEASES.command("file", 3) == (
+        "nats kv add placewatch_leases --history 1 --storage file --replicas 3"
+        " && nats stream edit KV_placewatch_leases --no-allow-rollup -f"
     )
 
 

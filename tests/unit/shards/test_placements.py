@@ -112,6 +112,11 @@ def test_a_file_never_read_whole_keeps_no_placements(tmp_path: Path) -> None:
         ("pid = 1\ngpus = [-1]", "key 'gpus': Expected `int` >= 0; give the physical indices"),
         ("pid = 1\nmin_gpu_bytes = 1152921504606846976", "key 'min_gpu_bytes': Expected `int` <="),
         ('pid = 1\nhealth_url = "file:///etc/passwd"', "key 'health_url': Expected `str` matching"),
+        (
+            'pid = 1\nhealth_url = "http://u:s3cret@h:80x/?token=s3cret"',
+            "(a): `health_url` has a port that is not a number from 0 to 65535",
+        ),
+        ('pid = 1\nhealth_url = "http:///health"', "(a): `health_url` names no host; give an"),
     ],
 )
 def test_an_entry_that_cannot_be_used_is_refused_naming_what_is_wrong(
@@ -124,6 +129,7 @@ def test_an_entry_that_cannot_be_used_is_refused_naming_what_is_wrong(
     (said,) = problems
     assert said.startswith(f"shards file {path}, shard #1"), said
     assert problem in said and said.endswith("that shard is skipped"), said
+    assert "s3cret" not in said
 
 
 def test_a_shard_id_longer_than_a_name_may_be_is_refused(tmp_path: Path) -> None:

@@ -35,13 +35,19 @@ _PREFIX = re.compile(
     r")"
 )
 _MAX_PREFIXES = 8
+_CONTROLS = str.maketrans({c: " " for c in [*range(0x20), 0x7F, *range(0x80, 0xA0)]})
+"""C0 and C1 control characters (a tab included), each made a space."""
 _OLLAMA_LINE = re.compile(r"\bsource=[\w./-]{1,64}\.go:\d|\bollama\[\d{1,10}\]:")
 _VLLM_LINE = re.compile(r"\w\.py:\d{1,6}\]")
 
 
 def clean_line(line: str) -> str:
-    """The line without colour codes, timestamps and the prefixes put before it."""
+    """The line without colour codes, other control characters, timestamps and the prefixes
+    put before it. What is left may become a status's reason or evidence, shown in terminals
+    and logs: an escape sequence a log line holds must not reach them."""
     text = _ANSI.sub("", line) if "\x1b" in line else line
+    if not text.isprintable():
+        text = text.translate(_CONTROLS)
     for _ in range(_MAX_PREFIXES):
         match = _PREFIX.match(text)
         if match is None or match.end() == 0:

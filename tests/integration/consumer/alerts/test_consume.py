@@ -260,3 +260,30 @@ def test_alerts_refuses_a_durable_consumer_that_follows_other_subjects(
         "'placewatch.compute.>', not 'placewatch.fallback.>'; pick another --durable or "
         "remove it (nats consumer rm PLACEWATCH_EVENTS taken)"
     )
+
+
+def test_no_secret_of_the_webhook_url_reaches_the_output(
+    nats_server: NatsServer, alerts: list[Alerts]
+) -> None:
+    secret = "s3cret-hook-token"
+    refused = run_placewatch(
+        "alerts", "--nats", nats_server.url, "--webhook", f"ftp://ops:{secret}@h/?sig={secret}"
+    )
+    assert refused.returncode == 2
+    assert refused.stderr == (
+        "placewatch: --webhook 'ftp://***@h/?sig=***': give an http:// or https:// URL\n"
+    )
+    hook = Endpoint(failures=1)
+    try:
+        anyio.run(publish, nats_server.url, [FIRING], backend="asyncio")
+        url = f"{hook.url}?token={secret}&x=1"
+        alerts.append(Alerts("--nats", nats_server.url, "--webhook", url))
+        hook.wait(1)
+        code, out, err = alerts[-1].stop()
+    finally:
+        hook.close()
+    assert code == 0, err
+    assert [r.path for r in hook.requests] == [f"/hook?token={secret}&x=1"] * 2
+    assert f"posting each fallback event to {hook.url}?token=***&x=1 (json)" in err
+    assert "not delivered (HTTP 500 Internal Server Error)" in err
+    assert secret not in out + err

@@ -11,7 +11,7 @@ from placewatch import __version__
 from placewatch.consumer.alerts.webhook import DeliveryError, post_json
 
 from tests.conftest import free_port
-from tests.support.http_endpoint import Endpoint
+from tests.support.http_endpoint import Endpoint, raw_server
 
 
 @pytest.fixture
@@ -62,3 +62,25 @@ def test_an_answer_slower_than_the_timeout_is_not_delivered() -> None:
     finally:
         slow.close()
     assert str(caught.value) == "timed out"
+
+
+def test_a_redirect_is_not_followed_and_not_delivered() -> None:
+    # urllib would follow a 302 to a POST with a GET without the body: a 2xx to that GET
+    # would count as delivered.
+    target = Endpoint()
+    moved = f"HTTP/1.1 302 Found\r\nLocation: {target.url}\r\nContent-Length: 0\r\n\r\n"
+    try:
+        with raw_server(moved.encode()) as base, pytest.raises(DeliveryError) as caught:
+            post_json(f"{base}/hook", b"{}", timeout=5)
+        assert target.requests == []
+    finally:
+        target.close()
+    assert str(caught.value) == (
+        "HTTP 302 Found (a redirect, not followed: give the URL it points to)"
+    )
+
+
+def test_an_answer_that_is_not_http_is_not_delivered_and_says_so() -> None:
+    with raw_server(b"garbage\r\n\r\n") as base, pytest.raises(DeliveryError) as caught:
+        post_json(f"{base}/hook", b"{}", timeout=5)
+    assert str(caught.value) == "not an HTTP answer (BadStatusLine)"

@@ -19,3 +19,12 @@ def test_http_and_https_urls_are_webhooks(url: str) -> None:
 )
 def test_anything_else_is_refused_with_what_to_give(url: str) -> None:
     assert check_url(url) == f"--webhook {url!r}: give an http:// or https:// URL"
+
+
+def test_a_refused_url_is_shown_without_its_secrets() -> None:
+    assert check_url("ftp://ops:s3cret@hooks.example/x?token=s3cret") == (
+        "--webhook 'ftp://***@hooks.example/x?token=***': give an http:// or https:// URL"
+    )
+    assert check_url("https://hooks.example:44x/x?sig=s3cret") == (
+        "--webhook 'https://hooks.example:44x/x?sig=***': its port is not a number from 0 to 65535"
+    )

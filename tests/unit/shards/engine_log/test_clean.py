@@ -62,6 +62,15 @@ def test_colour_codes_timestamps_and_trailing_space_are_stripped() -> None:
     )
 
 
+def test_escape_sequences_and_other_control_characters_never_reach_the_evidence() -> None:
+    # A hostile or broken log: a title-setting OSC sequence, a bell, a C1 control.
+    reader = EvidenceReader()
+    reader.read("ggml_cuda_init: failed to initialize CUDA: \x1b]0;owned\x07no\x9bdevice\r")
+    said = reader.snapshot().gpu_failed
+    assert said == "ggml_cuda_init: failed to initialize CUDA:  ]0;owned no device"
+    assert said is not None and said.isprintable()
+
+
 @pytest.mark.parametrize(
     ("line", "ollama", "vllm"),
     [
