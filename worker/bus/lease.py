@@ -313,10 +313,14 @@ class LeaseKeeper:
         raise LeaseLost(contested) if refreshing else LeaseHeld(f"{contested}; {OWN_NODE}")
 
     async def _read(self, js: JetStreamContext) -> Holder | None:
-        """The key's last entry, with the server's timestamp; None when it has none."""
+        """The key's last entry, with the server's timestamp; None when it has none.
+
+        A direct get of the one key: its reply carries the server's time (Nats-Time-Stamp),
+        which nats-py's KV get leaves out, and its subject names the key, so a node's
+        credentials may read its own lease and no other (docs/operations.md)."""
         subject = subjects.kv_subject(LEASES.name, self.key)
         try:
-            msg = await js.get_msg(LEASES.stream, subject=subject)
+            msg = await js.get_msg(LEASES.stream, subject=subject, direct=True)
         except nats.js.errors.NotFoundError:
             return None
         return holder_of(msg.seq or 0, msg.time or self.clock(), msg.data, msg.headers)

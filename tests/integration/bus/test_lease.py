@@ -20,7 +20,7 @@ import pytest
 from nats.aio.client import Client
 
 from placewatch.bus.lease import LeaseHeld, LeaseKeeper, node_lease
-from placewatch.bus.streams import StreamSettings
+from placewatch.bus.streams import StreamSettings, ensure_bucket
 from placewatch.schemas import ComputeStatus, NodeLease, decode, subjects
 from placewatch.schemas.streams import COMPUTE, LEASES
 
@@ -331,7 +331,7 @@ async def make_all_but_the_leases_bucket(url: str) -> None:
 async def make_leases_bucket(url: str) -> None:
     nc = await nats.connect(url)
     try:
-        await nc.jetstream().create_key_value(bucket=LEASES.name)
+        await ensure_bucket(nc.jetstream(), LEASES, StreamSettings())
     finally:
         await nc.close()
 
@@ -350,10 +350,12 @@ def test_with_no_create_a_missing_leases_bucket_is_named_and_nothing_published_u
     assert code == 0, err
     missing = [line for line in err.splitlines() if "cannot take node n1's lease" in line]
     assert len(missing) == 1, err  # said once, not every try
+    command = LEASES.command("file", 1)
+    assert command.endswith("nats stream edit KV_placewatch_leases --no-allow-rollup -f")
     assert (
-        "KV bucket placewatch_leases does not exist and --no-create is set; create it (nats kv "
-        "add placewatch_leases --history 1 --storage file --replicas 1) or let the worker "
-        "create it); nothing is published until it is taken" in missing[0]
+        f"KV bucket placewatch_leases does not exist and --no-create is set; create it "
+        f"({command}) or let the worker create it); nothing is published until it is taken"
+        in missing[0]
     )
 
 
@@ -413,7 +415,7 @@ def test_a_value_that_is_not_a_lease_holds_the_node_for_three_of_the_readers_int
     async def main() -> None:
         nc = await nats.connect(nats_server.url)
         try:
-            kv = await nc.jetstream().create_key_value(bucket=LEASES.name)
+            kv = await ensure_bucket(nc.jetstream(), LEASES, StreamSettings())
             junk = await kv.put("n1", b"hello")
 
             async def attempt(clock_ahead_s: float) -> LeaseKeeper:

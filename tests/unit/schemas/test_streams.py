@@ -57,6 +57,7 @@ def test_a_bucket_command_and_the_stream_that_holds_it() -> None:
     )
     assert LEASES.command("file", 3) == (
         "nats kv add placewatch_leases --history 1 --storage file --replicas 3"
+        " && nats stream edit KV_placewatch_leases --no-allow-rollup -f"
     )
     assert (PLACEMENTS.stream, COMPUTE.stream, LEASES.stream) == (
         "KV_placewatch_placements",
