@@ -178,7 +178,7 @@ class ComputeStatus(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     reason: str = ""
     evidence: list[str] = msgspec.field(default_factory=list)
     stale: bool = False
-    """The verdict the GPU tools gave last, held while they fail (for up to three intervals:
+    """The verdict the GPU tools gave last, held while they fail (through three failed reads:
     one failed read does not turn a shard `unknown`); the reason says for how long."""
     omitted: dict[str, NonNegative] = msgspec.field(default_factory=dict)
     """What was left out so that the message fits the server's max payload: a list field's

@@ -38,10 +38,6 @@ if TYPE_CHECKING:  # the bucket brings the NATS client, which `placewatch sample
     from .shards.bucket import PlacementsBucket
 
 
-STALE_INTERVALS = 3
-"""Intervals a shard keeps its verdict through failed GPU reads before it reads `unknown`."""
-
-
 def new_session() -> str:
     """An id for one run of a worker: consumers tell a restart from a gap by it."""
     return secrets.token_hex(6)
@@ -88,7 +84,6 @@ class Pipeline:
             bucket=bucket,
             discovery=settings.discover,
             logs=EngineLogs(),
-            stale_after_s=STALE_INTERVALS * settings.interval,
         )
         chains = chains_for(settings.probe_timeout, settings.kfd_root, settings.gpu_sources)
         sampler = NodeSampler(chains, HostSampler())
@@ -102,7 +97,7 @@ class Pipeline:
         return await self.sampler.sample()
 
     async def judge(self, reading: NodeReading) -> ShardsView:
-        return await self.shards.judge(reading.gpus, reading.gpus_known)
+        return await self.shards.judge(reading.gpus, reading.gpus_known, reading.started)
 
     def telemetry(self, reading: NodeReading, shards: ShardsView) -> NodeTelemetry:
         telemetry = NodeTelemetry(

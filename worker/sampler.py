@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import anyio
@@ -19,6 +20,8 @@ class NodeReading:
     gpus: list[GpuSample]
     host: HostSample
     sources: list[SourceStatus]
+    started: float = 0.0
+    """When the reading began (time.monotonic()): a slow failed read is as old as its start."""
 
     @property
     def gpus_known(self) -> bool:
@@ -32,6 +35,7 @@ class NodeSampler:
         self.host = host
 
     async def sample(self) -> NodeReading:
+        started = time.monotonic()
         results: list[tuple[list[GpuSample], list[SourceStatus]]] = [([], [])] * len(self.chains)
 
         async def probe(i: int, chain: VendorChain) -> None:
@@ -59,4 +63,5 @@ class NodeSampler:
             if not chain.absent
         ]
         shown = present or [statuses for _, statuses in results]
-        return NodeReading(gpus, host, [status for statuses in shown for status in statuses])
+        sources = [status for statuses in shown for status in statuses]
+        return NodeReading(gpus, host, sources, started)

@@ -203,7 +203,12 @@ class LeaseKeeper:
             task_status.started()
             while not held:
                 await anyio.sleep(JETSTREAM_RECHECK_S)
-                held = await self._take(js, publishing=True)
+                try:
+                    held = await self._take(js, publishing=True)
+                except LeaseHeld as exc:
+                    # This worker ran first, without a lease to take: the one that took the
+                    # node meanwhile keeps it, and this one stops as one taken over does.
+                    raise LeaseLost(str(exc)) from None
             await self._refresh(js)
         except (LeaseHeld, LeaseLost) as exc:
             self.ended = exc

@@ -37,8 +37,9 @@ from .streams import StreamSettings, ensure_bucket, ensure_stream
 
 log = logging.getLogger(__name__)
 
-JETSTREAM_RECHECK_S = 30.0
-"""How often a worker on a server without JetStream asks again whether it has it now."""
+JETSTREAM_RECHECK_S = 5.0
+"""How often a worker on a server without JetStream asks again whether it has it now: one
+request, cheap, and soon enough that the worker takes its lease before a second one could."""
 PREVIOUS_HEARTBEAT_S = 1.0
 """The server's heartbeat while the statuses of an earlier session are read."""
 

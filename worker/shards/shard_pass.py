@@ -36,6 +36,8 @@ log = logging.getLogger(__name__)
 
 DISCOVERY_EVERY_S = 10.0
 REPORT_IT = "please report it with the output of `placewatch sample --json`"
+STALE_READS = 3
+"""Failed GPU reads in a row a shard keeps its verdict through before it reads `unknown`."""
 
 
 def _at_most(placements: list[Placement], most: int) -> tuple[list[Placement], int]:
@@ -84,7 +86,7 @@ class ShardPass:
         bucket: PlacementsBucket | None = None,
         discovery: bool = True,
         logs: EngineLogs | None = None,
-        stale_after_s: float = 6.0,
+        stale_reads: int = STALE_READS,
         proc_root: Path = Path("/proc"),
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -95,8 +97,9 @@ class ShardPass:
         self.bucket = bucket
         self.discovery = discovery
         self.logs = logs
-        self.stale_after_s = stale_after_s
-        """How long a shard keeps the verdict the GPU tools last gave while they fail."""
+        self.stale_reads = stale_reads
+        """Failed GPU reads in a row through which a shard keeps the verdict they last gave."""
+        self._failed_reads = 0
         self.clock = clock
         self.tracked: dict[str, Tracked] = {}
         self.table = ProcTable(proc_root)
@@ -106,8 +109,11 @@ class ShardPass:
         self._owners_for: dict[int, str] = {}
         self._logs_wanted: dict[str, str] = {}
 
-    async def judge(self, gpus: list[GpuSample], gpus_known: bool) -> ShardsView:
-        """Every shard's status on these GPU readings; `gpus_known`: a GPU tool answered."""
+    async def judge(
+        self, gpus: list[GpuSample], gpus_known: bool, read_at: float | None = None
+    ) -> ShardsView:
+        """Every shard's status on these GPU readings; `gpus_known`: a GPU tool answered;
+        `read_at`: when the reading began (time.monotonic()), now when not given."""
         placements, problems = self._placements()
         if self.discovery:
             placements += await self._discovered(gpus, placements)
@@ -128,8 +134,9 @@ class ShardPass:
             await anyio.to_thread.run_sync(find_processes, self.tracked.values(), self.table)
         await self._readiness()
         evidence = await self._evidence()
+        self._failed_reads = 0 if gpus_known else self._failed_reads + 1
         seen = self._attribute(gpus, gpus_known, exited)
-        now, at = datetime.now(UTC), time.monotonic()
+        now, at = datetime.now(UTC), time.monotonic() if read_at is None else read_at
         statuses = [
             self._compute_status(sid, t, self._judge_one(sid, t, seen, evidence.get(sid), at), now)
             for sid, t in sorted(self.tracked.items())
@@ -146,7 +153,8 @@ class ShardPass:
     ) -> Judgement:
         """One shard's verdict. Nothing about one shard stops the others: an error checking or
         judging it makes it `unknown`, saying what went wrong. While the GPU tools fail, the
-        verdict they last gave stands, marked stale, for `stale_after_s`."""
+        verdict they last gave stands, marked stale, through `stale_reads` failed reads (a hung
+        tool's read may take longer than an interval: the reads count, not the clock)."""
         if t.error is not None:
             return Judgement("unknown", f"placewatch could not check this shard: {t.error}")
         obs = Observation(
@@ -172,16 +180,21 @@ class ShardPass:
         if seen.gpus_known:
             t.known = (judged, at)
             return judged
-        if judged.verdict == "unknown" and t.known is not None:
-            last, when = t.known
-            if at - when <= self.stale_after_s:
-                return replace(
-                    last,
-                    reason=f"{last.reason} (stale: the GPU tools have not answered for "
-                    f"{at - when:.0f} s; this is what they said last)",
-                    stale=True,
-                )
-        return judged
+        if t.known is None or self._failed_reads > self.stale_reads:
+            return judged
+        last, when = t.known
+        if judged.verdict != "unknown":
+            # The engine's own word decides, fresh; what only the GPU tools tell (the memory
+            # its processes hold, whose GPUs those are) stands as they last told it, rather
+            # than a status for every failed read.
+            backend = last.backend if judged.backend == "unknown" else judged.backend
+            return replace(judged, devices=last.devices, backend=backend)
+        return replace(
+            last,
+            reason=f"{last.reason} (stale: the GPU tools have not answered for {at - when:.0f} "
+            f"s, {self._failed_reads} reads; this is what they said last)",
+            stale=True,
+        )
 
     def _attribute(self, gpus: list[GpuSample], gpus_known: bool, exited: bool) -> _Attributed:
         shard_pids = {t.pid: sid for sid, t in self.tracked.items() if t.pid}
