@@ -510,6 +510,7 @@ def main() -> None:
     parser.add_argument(
         "--quiet", type=float, default=20.0, help="seconds without faults at the end"
     )
+    parser.add_argument("--log", type=Path, help="keep the worker's log in this file")
     args = parser.parse_args()
     result = anyio.run(soak, args, backend="asyncio")
     if args.log is not None:
