@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 
-from . import subjects
+from . import service, subjects
 from .codec import (
     HEADER_CONTENT_TYPE,
     HEADER_MSG_ID,
@@ -61,11 +61,11 @@ def asyncapi_document(prefix: str = subjects.DEFAULT_PREFIX) -> dict[str, Any]:
                 "is configured; a cluster's URLs are given with --nats or PLACEWATCH_NATS.",
             }
         },
-        "channels": _channels(prefix),
-        "operations": _operations(),
+        "channels": {**_channels(prefix), **_service_channels(prefix)},
+        "operations": {**_operations(), **_service_operations()},
         "components": {
             "schemas": components,
-            "messages": _messages(payloads),
+            "messages": {**_messages(payloads), **_service_messages(payloads)},
             "parameters": _PARAMETERS,
         },
     }
@@ -270,3 +270,105 @@ def _headers(type_name: str, *, event: bool) -> dict[str, Any]:
         }
         required.append(HEADER_MSG_ID)
     return {"type": "object", "properties": properties, "required": required}
+
+
+# --- the node's micro service (placewatch.schemas.service) ----------------------------------
+
+_REPLIES = {
+    "telemetry": "NodeTelemetry",
+    "shards": "ComputeStatusList",
+    "recheck": "ComputeStatusList",
+}
+_ASKS = {
+    "telemetry": "The node's latest NodeTelemetry; error 503 before its first tick.",
+    "shards": "The latest ComputeStatus of each of the node's shards.",
+    "recheck": "A tick now, answered with the statuses after it: one at a time and at most one "
+    "a second, a request past that refused at once with error 429 saying when to ask again.",
+}
+
+
+def _service_channels(prefix: str) -> dict[str, Any]:
+    node = {"node": {"$ref": "#/components/parameters/node"}}
+    channels = {
+        f"service{name.capitalize()}": {
+            "address": f"{prefix}.service.{{node}}.{name}",
+            "description": f"The `{name}` endpoint of the node's micro service `{service.NAME}` "
+            f"(found through `$SRV.PING`, `$SRV.INFO`, `$SRV.STATS`). {_ASKS[name]}",
+            "parameters": node,
+            "messages": {"ServiceRequest": {"$ref": "#/components/messages/ServiceRequest"}},
+        }
+        for name in service.ENDPOINTS
+    }
+    channels["serviceReply"] = {
+        "address": None,
+        "description": "The requester's inbox, named by the request's reply subject.",
+        "messages": {
+            m: {"$ref": f"#/components/messages/{m}"}
+            for m in ("NodeTelemetry", "ComputeStatusList", "ServiceError")
+        },
+    }
+    return channels
+
+
+def _service_operations() -> dict[str, Any]:
+    return {
+        f"answer{name.capitalize()}": {
+            "action": "receive",
+            "channel": {"$ref": f"#/channels/service{name.capitalize()}"},
+            "summary": _ASKS[name],
+            "messages": [
+                {"$ref": f"#/channels/service{name.capitalize()}/messages/ServiceRequest"}
+            ],
+            "reply": {
+                "channel": {"$ref": "#/channels/serviceReply"},
+                "messages": [
+                    {"$ref": f"#/channels/serviceReply/messages/{_REPLIES[name]}"},
+                    {"$ref": "#/channels/serviceReply/messages/ServiceError"},
+                ],
+            },
+        }
+        for name in service.ENDPOINTS
+    }
+
+
+def _service_messages(payloads: dict[str, Any]) -> dict[str, Any]:
+    headers = _headers("ComputeStatus", event=False)
+    headers["properties"][HEADER_TYPE] = {
+        "type": "string",
+        "const": service.STATUS_LIST,
+        "description": "A list of the message type before the brackets.",
+    }
+    codes = "; ".join(f"`{code}`: {why}" for code, why in service.ERROR_CODES.items())
+    return {
+        "ServiceRequest": {
+            "name": "ServiceRequest",
+            "title": "A request to a node's micro service",
+            "summary": "Its body is ignored: send none.",
+            "payload": {"type": "string", "maxLength": 0},
+        },
+        "ComputeStatusList": {
+            "name": "ComputeStatusList",
+            "title": "ComputeStatus[]",
+            "summary": "The latest ComputeStatus of each of the node's shards.",
+            "contentType": JSON,
+            "headers": headers,
+            "payload": {"type": "array", "items": payloads["ComputeStatus"]},
+        },
+        "ServiceError": {
+            "name": "ServiceError",
+            "title": "A NATS micro error reply",
+            "summary": f"No payload; the error in its headers. Codes: {codes}.",
+            "headers": {
+                "type": "object",
+                "properties": {
+                    service.HEADER_ERROR_CODE: {
+                        "type": "string",
+                        "enum": list(service.ERROR_CODES),
+                    },
+                    service.HEADER_ERROR: {"type": "string"},
+                },
+                "required": [service.HEADER_ERROR_CODE, service.HEADER_ERROR],
+            },
+            "payload": {"type": "string", "maxLength": 0},
+        },
+    }

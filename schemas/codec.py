@@ -62,14 +62,14 @@ def decode(data: bytes, type_: type[T], headers: Mapping[str, str] | None = None
     as what it may no longer mean (its Placewatch-Schema header, or the `schema` it
     carries)."""
     _check_schema(headers.get(HEADER_SCHEMA) if headers else None, type_)
-    content_type = _content_type(headers)
+    kind = content_type(headers)
     try:
-        if content_type == MSGPACK:
+        if kind == MSGPACK:
             message = _msgpack_decoder(type_).decode(data)
         else:
             message = _json_decoder(type_).decode(data)
     except msgspec.DecodeError as exc:
-        raise DecodeError(f"not a valid {type_.__name__} ({content_type}): {exc}") from exc
+        raise DecodeError(f"not a valid {type_.__name__} ({kind}): {exc}") from exc
     _check_schema(getattr(message, "schema", None), type_)
     return message
 
@@ -107,7 +107,8 @@ def decode_any(data: bytes, headers: Mapping[str, str]) -> msgspec.Struct:
     return decode(data, type_, headers)
 
 
-def _content_type(headers: Mapping[str, str] | None) -> str:
+def content_type(headers: Mapping[str, str] | None) -> str:
+    """The payload's format as its Content-Type says (JSON when it says nothing)."""
     if not headers:
         return JSON
     value = headers.get(HEADER_CONTENT_TYPE, JSON)

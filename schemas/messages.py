@@ -54,6 +54,9 @@ ShardId = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_NAME_BYTES)]
 Pid = Annotated[int, msgspec.Meta(ge=1, le=PID_MAX)]
 GpuIndex = Annotated[int, msgspec.Meta(ge=0, le=1023)]
 Percent = Annotated[float, msgspec.Meta(ge=0, le=100)]
+Time = Annotated[datetime, msgspec.Meta(extra_json_schema={"format": "date-time"})]
+"""A UTC time: an RFC 3339 string in JSON (`2026-11-30T06:12:03.120113Z`); in msgpack the
+timestamp extension type (-1), which msgpack libraries read as a time."""
 
 
 class GpuProcess(msgspec.Struct, frozen=True, kw_only=True, gc=False):
@@ -139,7 +142,7 @@ class NodeTelemetry(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     node: str
     session: str
     seq: NonNegative
-    time: datetime
+    time: Time
     interval_s: float
     gpus: list[GpuSample] = msgspec.field(default_factory=list)
     host: HostSample | None = None
@@ -167,7 +170,7 @@ class ComputeStatus(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     node: str
     shard: str
     session: str
-    time: datetime
+    time: Time
     pid: int | None = None
     placed_gpus: list[int] = msgspec.field(default_factory=list)
     backend: Backend = "unknown"
@@ -234,7 +237,7 @@ class NodeLease(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     session: str
     host: str
     pid: Pid
-    started: datetime
+    started: Time
     interval_s: Annotated[float, msgspec.Meta(gt=0, le=MAX_INTERVAL_S)]
 
     def expires(self, stored: datetime) -> datetime:

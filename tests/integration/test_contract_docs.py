@@ -117,9 +117,14 @@ def test_asyncapi_describes_the_subjects_headers_and_server() -> None:
         "computeBucket": "$KV.placewatch_compute.{node}.{shard}",
         "placements": "$KV.placewatch_placements.{node}.{shard}",
         "leases": "$KV.placewatch_leases.{node}",
+        "serviceTelemetry": "placewatch.service.{node}.telemetry",
+        "serviceShards": "placewatch.service.{node}.shards",
+        "serviceRecheck": "placewatch.service.{node}.recheck",
+        "serviceReply": None,
     }
     for channel in doc["channels"].values():
-        assert set(channel["parameters"]) == set(re.findall(r"{(\w+)}", channel["address"]))
+        named = set(re.findall(r"{(\w+)}", channel["address"] or ""))
+        assert set(channel.get("parameters", {})) == named
     for parameter in doc["components"]["parameters"].values():
         assert "A-Z a-z 0-9 _ -" in parameter["description"]
     actions = {

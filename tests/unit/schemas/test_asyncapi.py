@@ -25,6 +25,10 @@ def test_channel_addresses_follow_the_prefix_and_buckets_keep_their_names() -> N
         "computeBucket": "$KV.placewatch_compute.{node}.{shard}",
         "placements": "$KV.placewatch_placements.{node}.{shard}",
         "leases": "$KV.placewatch_leases.{node}",
+        "serviceTelemetry": "pw.service.{node}.telemetry",
+        "serviceShards": "pw.service.{node}.shards",
+        "serviceRecheck": "pw.service.{node}.recheck",
+        "serviceReply": None,  # the requester's inbox
     }
     assert list(channels["telemetry"]["parameters"]) == ["node"]
     assert list(channels["leases"]["parameters"]) == ["node"]
@@ -48,11 +52,18 @@ def test_every_reference_resolves() -> None:
         assert channel in document["channels"].values(), name
         (message,) = operation["messages"]
         assert resolve(document, message["$ref"])["$ref"].startswith("#/components/messages/")
+        for replied in operation.get("reply", {}).get("messages", []):
+            assert replied["$ref"].startswith(operation["reply"]["channel"]["$ref"])
+            assert resolve(document, replied["$ref"])["$ref"].startswith("#/components/messages/")
     for channel in document["channels"].values():
         for ref in channel["messages"].values():
-            message = resolve(document, ref["$ref"])
-            assert "type" in resolve(document, message["payload"]["$ref"])
-        for param in channel["parameters"].values():
+            payload = resolve(document, ref["$ref"])["payload"]
+            if "$ref" in payload:
+                payload = resolve(document, payload["$ref"])
+            elif payload.get("type") == "array":
+                payload = resolve(document, payload["items"]["$ref"])
+            assert "type" in payload
+        for param in channel.get("parameters", {}).values():
             assert resolve(document, param["$ref"])["description"]
 
 
@@ -82,4 +93,12 @@ def test_operations_send_what_the_worker_publishes_and_receive_placements() -> N
         "putComputeStatus": ("send", "#/channels/computeBucket"),
         "receivePlacements": ("receive", "#/channels/placements"),
         "sendNodeLease": ("send", "#/channels/leases"),
+        "answerTelemetry": ("receive", "#/channels/serviceTelemetry"),
+        "answerShards": ("receive", "#/channels/serviceShards"),
+        "answerRecheck": ("receive", "#/channels/serviceRecheck"),
     }
+    shards = operations["answerShards"]["reply"]["messages"]
+    assert [m["$ref"] for m in shards] == [
+        "#/channels/serviceReply/messages/ComputeStatusList",
+        "#/channels/serviceReply/messages/ServiceError",
+    ]
