@@ -289,7 +289,7 @@ _ASKS = {
 
 def _service_channels(prefix: str) -> dict[str, Any]:
     node = {"node": {"$ref": "#/components/parameters/node"}}
-    channels = {
+    channels: dict[str, Any] = {
         f"service{name.capitalize()}": {
             "address": f"{prefix}.service.{{node}}.{name}",
             "description": f"The `{name}` endpoint of the node's micro service `{service.NAME}` "
