@@ -23,7 +23,13 @@ from .placements import Placement
 GIB = 1 << 30
 
 ADVICE_LLAMA = "run it with -lv 4 to see where its layers go"
+ADVICE_VERBOSITY = "run it with -lv 4 (or LLAMA_ARG_LOG_VERBOSITY=4)"
 ADVICE_LIBS = "check its CUDA/ROCm libraries with ldd on libggml-cuda.so (or libggml-hip.so)"
+ADVICE_BUILD: dict[Backend, str] = {
+    "ROCm": "run a GPU build (e.g. -DGGML_HIP=ON, or a HIP release of llama.cpp)",
+    "CUDA": "run a GPU build (e.g. -DGGML_CUDA=ON, or a CUDA release of llama.cpp)",
+}
+"""For a llama.cpp with no GPU backend: it has no libggml-cuda.so for ldd to check."""
 ADVICE_DOCTOR = "run `placewatch doctor` on this node"
 
 
@@ -107,6 +113,33 @@ class _Case:
         """The engine's backend where it names one the contract knows, else the GPUs' vendor's."""
         return _engine_backend(self.ev, self.gpu_backend)
 
+    def see_layers(self) -> str | None:
+        """Advice to run the engine so that it says where its layers go; None for a llama.cpp
+        that said a verbosity from 4 up, which prints its load lines already."""
+        said = self.obs.evidence
+        if said is not None and said.verbosity is not None and not said.load_lines_hidden:
+            return None
+        return ADVICE_LLAMA
+
+    def verbosity_note(self) -> str | None:
+        """Why the engine's output is silent and the flag that makes it speak, when llama.cpp
+        said a verbosity that hides its load lines (b11434's default, `verbosity = 3`)."""
+        said = self.obs.evidence
+        if said is None or not said.load_lines_hidden:
+            return None
+        engine = said.engine or self.engine
+        return (
+            f"{engine} runs at verbosity {said.verbosity}, which hides where its layers go: "
+            f"{ADVICE_VERBOSITY}"
+        )
+
+    def fix_backend(self) -> str:
+        """What to check when the engine says its GPU backend is missing or failed."""
+        ev = self.ev
+        if ev is not None and ev.cpu_only_build and ev.engine == "llama.cpp":
+            return ADVICE_BUILD.get(self.gpu_backend, ADVICE_BUILD["CUDA"])
+        return ADVICE_LIBS
+
     @property
     def engine_says_gpu(self) -> bool:
         """The engine says it offloaded every layer."""
@@ -152,16 +185,17 @@ def _engine_word(case: _Case) -> Judgement | None:
     ev, engine, placed = case.ev, case.engine, case.placed
     if ev is None:
         return None
-    said = _engine_says_cpu(ev, engine, placed)
+    said = _engine_says_cpu(case, ev)
     if said is not None:
         return case.verdict("cpu_fallback", said, "CPU")
     offloaded, total = ev.layers_offloaded, ev.layers_total
     if offloaded is not None and total and 0 < offloaded < total:
+        see = case.see_layers()
         return case.verdict(
             "partial",
             f"placed on {_gpu_list(placed)} but {engine} offloaded only {offloaded} of {total} "
             f"layers: the rest compute on the CPU; give it more GPU memory or fewer layers "
-            f"elsewhere ({ADVICE_LLAMA})",
+            f"elsewhere{f' ({see})' if see else ''}",
             case.backend(),
         )
     cpu_w, gpu_w = ev.cpu_weight_bytes or 0, ev.gpu_weight_bytes or 0
@@ -219,10 +253,12 @@ def _without_gpu_tools(case: _Case) -> Judgement:
             "so its memory was not checked",
             case.backend(),
         )
+    note = case.verbosity_note()
+    silent = note or "the engine's output says nothing of its devices"
     return case.verdict(
         "unknown",
-        "the GPU tools did not answer and the engine's output says nothing of its devices; "
-        f"see `sources` in the telemetry, or {ADVICE_DOCTOR}",
+        f"the GPU tools did not answer and {silent}; see `sources` in the telemetry, or "
+        f"{ADVICE_DOCTOR}",
     )
 
 
@@ -232,10 +268,12 @@ def _nothing_held(case: _Case) -> Judgement:
     unseen = {i: why for i, why in case.obs.hidden.items() if i in placed}
     if unseen:
         index, why = sorted(unseen.items())[0]
+        note = case.verbosity_note()
         return case.verdict(
             "unknown",
             f"holds no memory this worker can see on {_gpu_list(placed)}, but GPU {index} {why}; "
-            "run the worker in the host's PID namespace (--pid=host)",
+            "run the worker in the host's PID namespace (--pid=host)"
+            + (f"; {note}" if note else ""),
         )
     if case.engine_says_gpu:
         total = case.ev.layers_total if case.ev else 0
@@ -246,23 +284,25 @@ def _nothing_held(case: _Case) -> Judgement:
             case.backend(),
         )
     floor_note = f" (floor {_size(case.floor)})" if case.floor else ""
+    checks = ", ".join(a for a in (ADVICE_LIBS, case.see_layers()) if a)
     return case.verdict(
         "cpu_fallback",
         f"placed on {_gpu_list(placed)} but computing on the CPU: its processes hold no memory "
-        f"there{floor_note}, so its GPU backend did not load; {ADVICE_LIBS}, {ADVICE_LLAMA}, "
-        f"or {ADVICE_DOCTOR}",
+        f"there{floor_note}, so its GPU backend did not load; {checks}, or {ADVICE_DOCTOR}",
         "CPU",
     )
 
 
-def _engine_says_cpu(ev: EngineEvidence, engine: str, placed: set[int]) -> str | None:
-    where = f"placed on {_gpu_list(placed)} but computing on the CPU"
+def _engine_says_cpu(case: _Case, ev: EngineEvidence) -> str | None:
+    engine = case.engine
+    where = f"placed on {_gpu_list(case.placed)} but computing on the CPU"
     if ev.gpu_failed:
-        return f"{where}: {engine} says {ev.gpu_failed!r}; {ADVICE_LIBS}, or {ADVICE_DOCTOR}"
+        return f"{where}: {engine} says {ev.gpu_failed!r}; {case.fix_backend()}, or {ADVICE_DOCTOR}"
     if ev.layers_total and ev.layers_offloaded == 0:
+        see = case.see_layers()
         return (
             f"{where}: {engine} offloaded 0 of {ev.layers_total} layers; check its -ngl / "
-            f"--n-gpu-layers and that its GPU backend loaded ({ADVICE_LLAMA})"
+            f"--n-gpu-layers and that its GPU backend loaded{f' ({see})' if see else ''}"
         )
     if ev.backend == "CPU":
         return f"{where}: {engine} reports the CPU as its compute device; {ADVICE_DOCTOR}"

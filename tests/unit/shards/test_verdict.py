@@ -6,8 +6,11 @@ import pytest
 
 from placewatch.schemas import GpuSample, PlacementSpec
 from placewatch.shards.engine_log import EngineEvidence
+from placewatch.shards.engine_log.read import read_text
 from placewatch.shards.placements import Placement
 from placewatch.shards.verdict import Observation, judge
+
+from .engine_log.readings import REAL, read_log
 
 GiB = 1 << 30
 GPUS = [GpuSample(index=i, uuid=f"GPU-{i}", vendor="nvidia") for i in range(4)]
@@ -186,3 +189,92 @@ def test_full_offload_keeping_only_embeddings_on_the_cpu_is_gpu() -> None:
 def test_backend_follows_the_gpus_vendor(vendor: str, backend: str) -> None:
     gpus = [GpuSample(index=0, vendor=vendor)]  # type: ignore[arg-type]
     assert judge(obs([0], {0: GiB}), gpus).backend == backend
+
+
+# --- real llama-server b11434 logs (fixtures/engine-logs/real-b11434), a CPU-only build ---
+
+ON_CPU = "placed on GPU 0 but computing on the CPU"
+NO_GPU = "'warning: no usable GPU found, --gpu-layers option will be ignored'"
+GPU_BUILD = "run a GPU build (e.g. -DGGML_CUDA=ON, or a CUDA release of llama.cpp)"
+DOCTOR = "run `placewatch doctor` on this node"
+REAL_VERDICTS = {
+    "default.log": (
+        "cpu_fallback",
+        f"{ON_CPU}: its processes hold no memory there, so its GPU backend did not load; check "
+        "its CUDA/ROCm libraries with ldd on libggml-cuda.so (or libggml-hip.so), run it with "
+        f"-lv 4 to see where its layers go, or {DOCTOR}",
+    ),
+    "lv4.log": (
+        "cpu_fallback",
+        f"{ON_CPU}: llama.cpp reports the CPU as its compute device; {DOCTOR}",
+    ),
+    **{
+        name: (
+            "cpu_fallback",
+            f"{ON_CPU}: llama.cpp offloaded 0 of 3 layers; check its -ngl / --n-gpu-layers and "
+            "that its GPU backend loaded",
+        )
+        for name in ("lv5.log", "verbose.log")
+    },
+    **{
+        name: ("cpu_fallback", f"{ON_CPU}: llama.cpp says {NO_GPU}; {GPU_BUILD}, or {DOCTOR}")
+        for name in (
+            "ngl99.log", "env-ngl99.log", "ngl99-lv4.log", "ngl0-lv4.log", "env-ngl99-lv4.log"
+        )
+    },
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(REAL_VERDICTS))
+def test_a_real_b11434_log_placed_on_gpu_0_that_holds_nothing_there(name: str) -> None:
+    j = judge(obs([0], evidence=read_log(REAL / name)), GPUS)
+    assert (j.verdict, j.reason) == REAL_VERDICTS[name]
+    assert j.backend == "CPU"
+
+
+def test_a_cpu_only_build_is_told_to_use_a_gpu_build_not_to_check_libraries() -> None:
+    j = judge(obs([0], {0: GiB}, evidence=read_log(REAL / "ngl99.log")), GPUS)
+    assert j.verdict == "cpu_fallback"
+    assert "-DGGML_CUDA=ON" in j.reason and "ldd" not in j.reason
+    amd = [GpuSample(index=0, vendor="amd")]
+    assert "-DGGML_HIP=ON" in judge(obs([0], evidence=read_log(REAL / "ngl99.log")), amd).reason
+
+
+def test_a_cuda_build_that_also_warns_of_no_gpu_support_is_told_to_check_its_libraries() -> None:
+    # b4199: its CUDA init failed, then the warning a CPU-only build prints
+    ev = read_text(
+        "ggml_cuda_init: failed to initialize CUDA: unknown error\n"
+        "warning: not compiled with GPU offload support, --gpu-layers option will be ignored\n"
+    )
+    j = judge(obs([0], evidence=ev), GPUS)
+    assert j.verdict == "cpu_fallback"
+    assert "ldd on libggml-cuda.so" in j.reason and "GPU build" not in j.reason
+
+
+def test_default_verbosity_without_gpu_tools_is_unknown_naming_the_flag_to_add() -> None:
+    j = judge(obs([0], gpus_known=False, evidence=read_log(REAL / "default.log")), GPUS)
+    assert (j.verdict, j.reason) == (
+        "unknown",
+        "the GPU tools did not answer and llama.cpp runs at verbosity 3, which hides where its "
+        "layers go: run it with -lv 4 (or LLAMA_ARG_LOG_VERBOSITY=4); see `sources` in the "
+        f"telemetry, or {DOCTOR}",
+    )
+    assert j.evidence == ()  # a verbosity alone is no finding to show
+
+
+def test_default_verbosity_with_hidden_pids_is_unknown_naming_the_flag_to_add() -> None:
+    hidden = {0: "lists 2 process(es) (pid 9...) that are not in this worker's /proc"}
+    j = judge(obs([0], hidden=hidden, evidence=read_log(REAL / "default.log")), GPUS)
+    assert j.verdict == "unknown"
+    assert j.reason.endswith(
+        "run the worker in the host's PID namespace (--pid=host); llama.cpp runs at verbosity 3, "
+        "which hides where its layers go: run it with -lv 4 (or LLAMA_ARG_LOG_VERBOSITY=4)"
+    )
+
+
+def test_a_verbosity_that_shows_the_load_lines_names_no_flag() -> None:
+    ev = EngineEvidence(engine="llama.cpp", verbosity=4)
+    j = judge(obs([0], gpus_known=False, evidence=ev), GPUS)
+    assert j.verdict == "unknown" and "-lv" not in j.reason
+    zero = evidence(backend="CPU", layers_offloaded=0, layers_total=29, verbosity=2147483647)
+    assert "-lv" not in judge(obs([0], evidence=zero), GPUS).reason

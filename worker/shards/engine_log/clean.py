@@ -4,13 +4,20 @@ format it came in.
 
 The prefixes are taken off one after another, up to eight, because they stack: journald's
 `Apr 18 19:28:59 host ollama[1170]:` comes before Ollama's own `time=...`, then its
-`level=INFO source=server.go:368`.
+`level=INFO source=server.go:368`; llama.cpp's `0.00.004.496 I` before its module tag
+`cmn  common_param:`.
 """
 
 from __future__ import annotations
 
 import re
 
+_MODULE_TAG = r"(?:cmn|srv|slot|spec|que|res)\s+[\w~()]{1,12}:(?=\s|$)"
+"""llama.cpp's module tag and the function that logged, as common/ and the server print them
+(b11434: `cmn  common_param:`, `srv    load_model:`, `slot   load_model:`): the tag, then
+`__func__` cut and right-aligned to 12 characters (`%12.*s`), so a line of common/'s
+`device_info` list reads `cmn  common_param:   - CUDA0   : ...` and nothing anchored at the
+start of the message sees it until the tag is off. libllama's and ggml's lines carry none."""
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 _PREFIX = re.compile(
     r"\s*(?:"
@@ -25,7 +32,8 @@ _PREFIX = re.compile(
     r"|\d\d:\d\d:\d\d(?:\.\d{1,9})?(?=\s)"  # a time of day alone
     r"|\[\d{1,10}\](?=\s)"  # llama.cpp's "[pid]"
     r"|\d{1,4}\.\d\d\.\d{3}\.\d{3}(?:\s+[EWIDT](?=\s))?"  # llama.cpp "0.00.305.659 I" (2025+)
-    r"|[EWIDT](?=\s+[\w.]+:)"  # llama.cpp's level letter without a timestamp (b9181+)
+    rf"|[EWIDT](?=\s+(?:[\w.]+:|{_MODULE_TAG}))"  # llama.cpp's level letter alone (b9181+)
+    rf"|{_MODULE_TAG}"  # llama.cpp's module tag and function (common/, the server)
     r"|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+\d\d-\d\d\s+\d\d:\d\d:\d\d(?:\.\d+)?"  # vLLM
     r"|\((?:VllmWorkerProcess|Worker\w*|EngineCore\w*|APIServer)\s+pid=\d{1,10}\)"  # vLLM
     r"|[\w.-]{1,64}-\d{1,4}\s+\|(?=\s)"  # docker compose: "llama-1  | "

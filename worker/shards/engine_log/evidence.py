@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 EngineBackend = Literal["CUDA", "ROCm", "Vulkan", "Metal", "SYCL", "CPU"]
+LOAD_LINES_VERBOSITY = 4
+"""llama.cpp's trace level (`-lv 4`), from which it prints its load lines (about b9181 on)."""
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,12 @@ class EngineEvidence:
     about b9181, it prints neither devices nor offloaded layers; `-lv 4` does."""
     cpu_override_tensors: int | None = None
     """Tensors an `-ot`/`--override-tensor` rule put in host memory (one line each)."""
+    cpu_only_build: bool = False
+    """The engine says it may have been compiled without GPU support, and no line of it names a
+    GPU backend: a CPU-only llama.cpp given `-ngl` (b11434: `warning: one possible reason is
+    that llama.cpp was compiled without GPU support`; older builds: `not compiled with GPU
+    offload support`). A CUDA build whose CUDA init failed prints the same warning after its
+    init line, which names CUDA, so it is not one."""
     lines: tuple[str, ...] = ()
     """The lines each finding came from, newest last (bounded), for the status's evidence."""
 
@@ -60,6 +68,13 @@ class EngineEvidence:
             or self.gpu_failed is not None
             or bool(self.devices)
         )
+
+    @property
+    def load_lines_hidden(self) -> bool:
+        """llama.cpp said a verbosity below 4, which hides where its layers go: since about
+        b9181 its load lines (devices used, layers offloaded, weights) are trace level, printed
+        from `-lv 4` up; b11434 runs at `verbosity = 3` unless told otherwise."""
+        return self.verbosity is not None and self.verbosity < LOAD_LINES_VERBOSITY
 
 
 @dataclass
@@ -79,6 +94,8 @@ class EvidenceState:
     found_devices: list[str] = field(default_factory=list)
     verbosity: int | None = None
     cpu_override_tensors: int | None = None
+    cpu_only_build: bool = False
+    """The engine said so; the value adds that no line named a GPU backend."""
     lines: list[str] = field(default_factory=list)
 
     def freeze(self) -> EngineEvidence:
@@ -95,5 +112,6 @@ class EvidenceState:
             found_devices=tuple(self.found_devices),
             verbosity=self.verbosity,
             cpu_override_tensors=self.cpu_override_tensors,
+            cpu_only_build=self.cpu_only_build and self.gpu_backend is None,
             lines=tuple(self.lines),
         )

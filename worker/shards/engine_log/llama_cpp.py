@@ -13,6 +13,12 @@ and which backends loaded or failed.
 - `offloaded 95/95 layers` can still leave the experts on the CPU through `-ot` tensor
   overrides (b5192): the model buffer sizes are summed per side, and CUDA_Host / CPU_Mapped /
   CPU_REPACK buffers count as host memory.
+- Every load starts with `load_tensors: loading model tensors` and replaces the one before it.
+  b11434 loads twice by default: `--fit` measures the model with a dry run first (printed from
+  `-lv 5`), and a CPU-only build prints no `offloaded` line that would start the count afresh.
+- b11434 prints common/'s and the server's lines behind a module tag (`I cmn  common_param:`,
+  clean.py takes it off), its verbosity as a number of any width (`-v` is 2147483647), and the
+  `device_info` list of devices from `-lv 4`.
 
 Ollama's runners are llama.cpp builds, so their lines in Ollama's log are read here too.
 """
@@ -40,7 +46,7 @@ from .rules import (
     note_weights,
 )
 
-_VERBOSITY = re.compile(r"\bverbosity = (\d{1,2})\b")
+_VERBOSITY = re.compile(r"\bverbosity = (-?\d{1,20})\b")
 _LOAD_START = re.compile(
     r"\bload_tensors: loading model tensors|\b(?:llm_load_tensors|llama_model_load_internal): "
     r"ggml ctx size"
@@ -251,7 +257,8 @@ def _read_device_line(ev: EvidenceState, index: int, rest: str) -> bool:
 
 def _read_backends(ev: EvidenceState, text: str, low: str) -> bool:
     """Backends loaded, compiled in or failed, and the buffers that say which one runs."""
-    if ("not compiled" in low or "no usable gpu" in low) and CPU_ONLY_BUILD.search(text):
+    if ("compiled" in low or "no usable gpu" in low) and CPU_ONLY_BUILD.search(text):
+        ev.cpu_only_build = True
         note_gpu_failure(ev, text, None)
         return True
     match = CRASHED.search(text)

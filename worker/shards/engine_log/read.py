@@ -24,8 +24,11 @@ _KEYWORDS = (
     "offload", "device", "cuda", "rocm", "vulkan", "sycl", "metal", "mtl", "gpu", "buffer",
     "platform", "librar", "compiled", "backend", "verbosity", "weights",
     "model loading", "layer", "blocks", "runner", "overrid", "cublas", "falling back",
+    "model tensors", "ctx size",
 )  # fmt: skip
-"""Every line any reader takes holds one of these, lowercased."""
+"""Every line any reader takes holds one of these, lowercased: a load's first line too
+(`load_tensors: loading model tensors`, `llm_load_tensors: ggml ctx size`), which names
+nothing else but starts the count of layers and weights afresh."""
 
 
 def read_line(ev: EvidenceState, line: str) -> bool:

@@ -37,7 +37,12 @@ BACKEND_PREFIXES: tuple[tuple[str, EngineBackend], ...] = (
 
 CPU_ONLY_BUILD = re.compile(
     r"not compiled with GPU offload support|\bno usable GPU found"
-)  # llama.cpp common, when no GPU device registered at all
+    r"|compiled without GPU support"
+)
+"""llama.cpp's `-ngl` warnings when no GPU device registered at all: `not compiled with GPU
+offload support` (b4199 and before), then `no usable GPU found` followed by `one possible
+reason is that llama.cpp was compiled without GPU support` (b6448 to b11434, common/arg.cpp).
+A CUDA build whose CUDA init failed prints them too, after its own init line."""
 CRASHED = re.compile(
     r"not compiled with any CUDA arch|no kernel image is available|invalid device function"
     r"|hipErrorNoBinaryForGpu"

@@ -2,8 +2,9 @@
 engine tests write for every real log.
 
 Real logs in ../shared/corpus/engine-logs (llama.cpp from 2023's cuBLAS builds to b10906 and
-its forks, Ollama 0.1.32 to 0.32, vLLM 0.5 to V1; PROVENANCE.md says where each came from)
-and the project's own fixtures, made by hand in each engine's documented format.
+its forks, Ollama 0.1.32 to 0.32, vLLM 0.5 to V1; PROVENANCE.md says where each came from),
+the project's own captures of a real llama-server b11434 (fixtures/engine-logs/real-b11434),
+and its constructed fixtures, made by hand in each engine's format for what cannot run here.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from tests.conftest import CORPUS, FIXTURES
 MiB = 1 << 20
 GiB = 1 << 30
 OWN = FIXTURES / "engine-logs"
+REAL = OWN / "real-b11434"
 LOGS = CORPUS / "engine-logs"
 LLAMA, OLLAMA, VLLM = "llama.cpp", "ollama", "vllm"
 
@@ -50,6 +52,7 @@ class Reading:
     cpu_bytes: int | None = None
     verbosity: int | None = None
     overrides: int | None = None
+    cpu_only: bool = False
     known: bool = True
 
 
@@ -67,5 +70,6 @@ def reading(ev: EngineEvidence, failed: str | None) -> Reading:
         cpu_bytes=ev.cpu_weight_bytes,
         verbosity=ev.verbosity,
         overrides=ev.cpu_override_tensors,
+        cpu_only=ev.cpu_only_build,
         known=ev.known,
     )

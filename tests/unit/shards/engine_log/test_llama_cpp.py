@@ -79,7 +79,7 @@ CORPUS_READINGS: dict[str, Reading] = {
     ),
     # b3618 MSVC CPU build: not compiled with GPU offload support
     "llamacpp-b3618-not-compiled-gpu-offload-windows-2024-08.log": Reading(
-        LLAMA, "CPU", failed="not compiled with GPU offload support"
+        LLAMA, "CPU", failed="not compiled with GPU offload support", cpu_only=True
     ),
     # b4199 CUDA build whose CUDA init failed, then the misleading warning: the cause is kept
     "llamacpp-b4199-cuda-init-failed-unknown-error-not-compiled-warning.log": Reading(
@@ -113,9 +113,9 @@ CORPUS_READINGS: dict[str, Reading] = {
     "llamacpp-b5954-vulkan-device-strix-halo-uma-2025-07.log": Reading(
         LLAMA, "Vulkan", "Vulkan", found=("Vulkan0",)
     ),
-    # b6448 CPU-only build with -ngl 99: no usable GPU found
+    # b6448 CPU-only build with -ngl 99: no usable GPU found, compiled without GPU support
     "llamacpp-b6448-no-usable-gpu-cpu-only-build-server-2025-09.log": Reading(
-        LLAMA, "CPU", failed="no usable GPU found"
+        LLAMA, "CPU", failed="no usable GPU found", cpu_only=True
     ),
     # b7166 --list-devices: CUDA0 listed (free > total, a UMA misreading)
     "llamacpp-b7166-list-devices-cuda0-uma-2025-11.log": Reading(
@@ -123,7 +123,8 @@ CORPUS_READINGS: dict[str, Reading] = {
     ),
     # build 853, ggmlv3: the older --n-gpu-layers wording, markdown bold around it
     "llamacpp-b853-not-compiled-n-gpu-layers-ggmlv3-2023-07.log": Reading(
-        LLAMA, "CPU", failed="not compiled with GPU offload support, --n-gpu-layers"
+        LLAMA, "CPU", failed="not compiled with GPU offload support, --n-gpu-layers",
+        cpu_only=True,
     ),
     # b9570 at -lv 3: device_info lists Vulkan0 (and the CPU, which is not a GPU)
     "llamacpp-b9570-vulkan-device-info-verbosity3-2026-06.log": Reading(
@@ -184,9 +185,9 @@ CORPUS_READINGS: dict[str, Reading] = {
     ),
     # the CPU backend library failed to load: nothing about a GPU
     "llamacpp-load-backend-cpu-failed-register-backend-2025-06.log": Reading(known=False),
-    # a recent llama-server: no usable GPU found
+    # a recent llama-server: no usable GPU found, compiled without GPU support
     "llamacpp-no-usable-gpu-found-warning-2026.log": Reading(
-        LLAMA, "CPU", failed="no usable GPU found"
+        LLAMA, "CPU", failed="no usable GPU found", cpu_only=True
     ),
     # llama-cpp-python 2023: CUDA, 1/35 offloaded
     "llamacpp-python-cuda-partial-offload-1of35-2023-09.log": Reading(
@@ -270,6 +271,11 @@ OWN_READINGS: dict[str, Reading] = {
         LLAMA, "CUDA", "CUDA", (8, 13), devices=("CUDA0",), found=("CUDA0",),
         gpu_bytes=mib(412.50), cpu_bytes=mib(391.20), verbosity=4,
     ),
+    # --fit's dry run first (0.00 MiB buffers), then the real load: the second replaces it
+    "llamacpp-partial-offload-lv5.log": Reading(
+        LLAMA, "CUDA", "CUDA", (8, 13), devices=("CUDA0",), found=("CUDA0",),
+        gpu_bytes=mib(412.50), cpu_bytes=mib(391.20), verbosity=5,
+    ),
     "llamacpp-ot-experts-on-cpu.log": Reading(
         LLAMA, "CUDA", "CUDA", (49, 49), devices=("CUDA0",),
         gpu_bytes=mib(11263.45), cpu_bytes=mib(42105.77), overrides=9,
@@ -291,18 +297,21 @@ def test_zero_layers_outrank_a_cuda_compute_buffer() -> None:
 
 
 def test_partial_offload_reads_layer_by_layer_as_it_streams_in() -> None:
+    # b11434 at -lv 5 loads twice (--fit's dry run, then the model), each layer by layer
     reader = EvidenceReader()
     seen = []
-    for line in (OWN / "llamacpp-partial-offload-lv4.log").read_text().splitlines():
+    for line in (OWN / "llamacpp-partial-offload-lv5.log").read_text().splitlines():
         reader.read(line)
         if "assigned to device" in line:
             ev = reader.snapshot()
             seen.append((ev.backend, ev.layers_offloaded, ev.layers_total))
-    assert seen[4] == ("CPU", 0, 5)  # layers 0..4 on the CPU: nothing on a GPU yet
-    assert seen[5] == ("CUDA", 1, 6)
-    assert seen[-1] == ("CUDA", 8, 13)
+    assert len(seen) == 26
+    for load in (seen[:13], seen[13:]):
+        assert load[4] == ("CPU", 0, 5)  # layers 0..4 on the CPU: nothing on a GPU yet
+        assert load[5] == ("CUDA", 1, 6)
+        assert load[-1] == ("CUDA", 8, 13)
     lines = reader.snapshot().lines
-    assert sum("assigned to device" in line for line in lines) == 2  # one per run
+    assert sum("assigned to device" in line for line in lines) == 4  # one per run, per load
 
 
 def test_llvmpipe_is_not_a_gpu() -> None:
