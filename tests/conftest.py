@@ -302,3 +302,15 @@ async def until(check: Callable[[], bool], seconds: float = 10) -> None:
     with anyio.fail_after(seconds):
         while not check():
             await anyio.sleep(0.02)
+
+
+@pytest.fixture(scope="session")
+def llama_server_binary() -> Path:
+    """A real llama.cpp `llama-server` (tests/support/llama_server.py builds and caches it);
+    the test is skipped, saying how to have one, where there is none."""
+    from tests.support import llama_server
+
+    found = llama_server.find()
+    if isinstance(found, str):
+        pytest.skip(f"real-engine lane: {found}")
+    return found

@@ -1,12 +1,10 @@
-"""A real llama-server's log, read as the worker reads it: the build named by
-PLACEWATCH_LLAMA_SERVER (or the `llama-server` on PATH) loads tests/support/tiny_gguf.py's
-model. Skipped where there is none; fixtures/engine-logs/real-b11434 holds what b11434 printed.
+"""A real llama-server's log, read as the worker reads it: the build of the real-engine lane
+(tests/support/llama_server.py) loads tests/support/tiny_gguf.py's model. Skipped, saying how
+to have one, where there is none; fixtures/engine-logs/real-b11434 holds what b11434 printed.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 import signal
 import subprocess
 import time
@@ -21,11 +19,7 @@ from placewatch.shards.engine_log.read import read_text
 from tests.conftest import free_port
 from tests.support import tiny_gguf
 
-SERVER = os.environ.get("PLACEWATCH_LLAMA_SERVER") or shutil.which("llama-server")
 MiB = 1 << 20
-pytestmark = pytest.mark.skipif(
-    SERVER is None, reason="no llama-server (set PLACEWATCH_LLAMA_SERVER to one)"
-)
 
 
 @pytest.fixture(scope="module")
@@ -45,17 +39,27 @@ def healthy(port: int) -> bool:
 
 
 @pytest.fixture
-def run_server(model: Path, tmp_path: Path) -> Iterator[Callable[..., str]]:
+def run_server(
+    model: Path, tmp_path: Path, llama_server_binary: Path
+) -> Iterator[Callable[..., str]]:
     """Runs the server with some arguments until /health answers, stops it with SIGINT, and
     returns everything it wrote to stdout and stderr."""
     started: list[subprocess.Popen[bytes]] = []
 
     def run(*args: str) -> str:
-        assert SERVER is not None
         port, log = free_port(), tmp_path / f"server-{len(started)}.log"
         with log.open("wb") as out:
             proc = subprocess.Popen(
-                [SERVER, "-m", str(model), "--host", "127.0.0.1", "--port", str(port), *args],
+                [
+                    str(llama_server_binary),
+                    "-m",
+                    str(model),
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                    *args,
+                ],
                 stdout=out,
                 stderr=subprocess.STDOUT,
             )
