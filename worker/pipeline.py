@@ -97,7 +97,8 @@ class Pipeline:
         return await self.sampler.sample()
 
     async def judge(self, reading: NodeReading) -> ShardsView:
-        return await self.shards.judge(reading.gpus, reading.gpus_known, reading.started)
+        silent = [s.name for s in reading.sources if not s.ok]
+        return await self.shards.judge(reading.gpus, reading.gpus_known, reading.started, silent)
 
     def telemetry(self, reading: NodeReading, shards: ShardsView) -> NodeTelemetry:
         telemetry = NodeTelemetry(

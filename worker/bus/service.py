@@ -88,7 +88,6 @@ class Latest:
         self.statuses: list[ComputeStatus] = []
 
 
-
 class Rechecks:
     """The `recheck` endpoint: a recheck within the limit, answered with the statuses after
     it; one past the limit refused at once with TOO_MANY, saying when to ask again.

@@ -5,7 +5,10 @@ to do next. The checks run in the order a node is set up, one module each: the
 GPU tools (gpu_tools.py), access to the engines' processes (processes.py), the
 NATS server, reachable and taking the credentials (server.py), then JetStream,
 the streams and buckets and the permission to publish (jetstream.py), then
-each llama.cpp build's own list of the GPUs it can use (engines.py).
+each llama.cpp build's own list of the GPUs it can use (engines.py). With a
+shards file, its placements are read and their processes found (placed.py)
+before the processes are checked; `--no-discover` keeps doctor from walking
+the processes for engines, as it keeps the worker.
 
 No secret is printed: report.py scrubs every line of what the settings hold.
 """
@@ -20,11 +23,12 @@ import anyio
 import anyio.to_thread
 
 from ..config import Settings
-from ..shards.discover import discover
+from ..shards.discover import Discovered, discover
 from .engines import ENGINE_TIMEOUT_S, Engine, check_engines, preflight
 from .gpu_tools import check_gpu_tools
 from .jetstream import CHECKS as JETSTREAM_CHECKS
 from .jetstream import check_jetstream
+from .placed import Placed, check_shards_file
 from .processes import check_processes
 from .report import Check, Report, secrets_of
 from .server import ServerErrors, check_server, close
@@ -83,10 +87,16 @@ async def diagnose(
     settings: Settings, engines: Sequence[str], timeout_s: float, report: Report
 ) -> None:
     gpus = await check_gpu_tools(settings, report)
-    found = await anyio.to_thread.run_sync(discover, gpus)
+    placed: list[Placed] = []
+    if settings.shards:
+        placed = await anyio.to_thread.run_sync(check_shards_file, settings.shards, report)
+    found: list[Discovered] = []
+    if settings.discover:  # the file's placements claim their processes, as in the worker
+        claimed = {p.pid for p in placed if p.pid is not None}
+        found = await anyio.to_thread.run_sync(discover, gpus, claimed)
     await anyio.to_thread.run_sync(check_processes, gpus, found, report)
     await _check_server_and_jetstream(settings, report)
-    await check_engines(found, engines, len(gpus), timeout_s, report)
+    await check_engines(found, engines, len(gpus), timeout_s, report, placed=placed)
 
 
 async def _check_server_and_jetstream(settings: Settings, report: Report) -> None:

@@ -3,8 +3,9 @@
 A build whose GPU backend does not load still starts, and serves on the CPU;
 `--list-devices` is the cheapest way to ask it, before any model is loaded,
 which GPUs it would use. The builds asked are those of the llama.cpp shards
-running on the node, each with the library path and device mask of its shard,
-and every `--engine PATH` given.
+running on the node (the shards file's, and those discovery finds unless it is
+off), each with the library path and device mask of its shard, and every
+`--engine PATH` given; each line names the shards it is for.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from ..probe import ProbeRunner
 from ..shards.discover import LLAMA_CPP, Discovered
 from ..shards.engine_log.llama_cpp import listed_device
 from ..shards.engine_log.read import read_text
+from .placed import Placed
 from .processes import AS_ENGINE_USER
 from .report import Check, Report, count
 
@@ -67,8 +69,10 @@ async def check_engines(
     node_gpus: int,
     timeout_s: float,
     report: Report,
+    *,
+    placed: Sequence[Placed] = (),
 ) -> None:
-    engines = await anyio.to_thread.run_sync(engines_to_check, found, given, report)
+    engines = await anyio.to_thread.run_sync(engines_to_check, found, given, report, placed)
     if not engines:
         report.skip(ENGINE, "no llama.cpp engine running and none given with --engine PATH")
     runner = ProbeRunner(timeout_s)
@@ -77,43 +81,54 @@ async def check_engines(
 
 
 def engines_to_check(
-    found: Sequence[Discovered], given: Sequence[str], report: Report
+    found: Sequence[Discovered],
+    given: Sequence[str],
+    report: Report,
+    placed: Sequence[Placed] = (),
 ) -> list[Engine]:
-    """The executables of the discovered llama.cpp shards, then every --engine PATH."""
+    """The executables of the shards file's llama.cpp shards and of the discovered ones, then
+    every --engine PATH. A placement whose process is not running is said to be skipped,
+    unless it names another engine than llama.cpp."""
     engines: dict[tuple[str, EnvLent], list[str]] = {}
-    for d in found:
-        running = _running_build(d, report)
+    shards = [(p.label, p.pid, True) for p in placed]
+    shards += [(d.spec.id, d.spec.pid, False) for d in found if d.engine == LLAMA_CPP]
+    for p in placed:
+        if p.pid is None and p.spec.engine in (None, LLAMA_CPP):
+            report.skip(ENGINE, f"{p.label}: {p.missing}, so its build was not asked")
+    for label, pid, named in shards:
+        running = _running_build(label, pid, report, named) if pid is not None else None
         if running is not None:
-            engines.setdefault(running, []).append(d.spec.id)
+            engines.setdefault(running, []).append(label)
     for path in given:
         resolved = os.path.abspath(path) if os.sep in path else shutil.which(path) or path
         engines.setdefault((resolved, ()), [])
     return [Engine(path, tuple(shards), env) for (path, env), shards in engines.items()]
 
 
-def _running_build(d: Discovered, report: Report) -> tuple[str, EnvLent] | None:
-    """A discovered llama.cpp shard's executable and the environment to lend it, when this
-    worker can run it; a skip line says why not when it cannot."""
-    if d.engine != LLAMA_CPP or d.spec.pid is None:
-        return None
+def _running_build(label: str, pid: int, report: Report, named: bool) -> tuple[str, EnvLent] | None:
+    """A running shard's llama.cpp executable and the environment to lend it, when this
+    worker can run it; a skip line says why not when it cannot, or, for a shard the shards
+    file `named`, when it runs no llama.cpp build."""
     try:
-        process = psutil.Process(d.spec.pid)
+        process = psutil.Process(pid)
         exe = process.exe()
     except psutil.AccessDenied:
         report.skip(
             ENGINE,
-            f"{d.spec.id}: its executable cannot be read (/proc/{d.spec.pid}/exe)",
+            f"{label}: its executable cannot be read (/proc/{pid}/exe)",
             f"{AS_ENGINE_USER}, or give it with --engine PATH",
         )
         return None
     except psutil.Error:
         return None  # it exited
     if not os.path.basename(exe).startswith("llama-"):
+        if named:
+            report.skip(ENGINE, f"{label}: runs {exe}, no llama.cpp build to ask")
         return None  # llama-cpp-python: a Python interpreter has no --list-devices
     if not os.path.exists(exe):
         report.skip(
             ENGINE,
-            f"{d.spec.id}: {exe} is not in this worker's filesystem (a container?)",
+            f"{label}: {exe} is not in this worker's filesystem (a container?)",
             f"run `{os.path.basename(exe)} --list-devices` where the engine runs",
         )
         return None
@@ -122,7 +137,7 @@ def _running_build(d: Discovered, report: Report) -> tuple[str, EnvLent] | None:
     if foreign is not None:
         report.skip(
             ENGINE,
-            f"{d.spec.id}: {foreign}",
+            f"{label}: {foreign}",
             "run `placewatch doctor` as that user, or give --engine PATH for a build you trust: "
             "doctor runs no program another user could have changed",
         )

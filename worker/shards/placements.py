@@ -47,6 +47,9 @@ class Placement:
     """Set when the intended GPUs cannot be told (an untranslatable device mask)."""
     cpu_on_purpose: str | None = None
     """What says the shard was meant for the CPU ("-ngl 0"), for the reason text."""
+    gpu_request: str | None = None
+    """What asks for GPUs ("-ngl 99"), for a discovered engine on a node where no GPU tool
+    answered: `gpus_unknown` says so, and only the engine's own word can still tell."""
 
 
 def check_spec(raw: object, where: str) -> PlacementSpec:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,11 +22,12 @@ import anyio.to_thread
 from placewatch.schemas import ComputeStatus, GpuSample, ShardBrief, SourceStatus
 
 from .attribution import Held, ProcTable, attribute, owner, unseen_holders
-from .discover import discover
+from .discovered import DiscoveryWalks
 from .engine_log import EngineEvidence
 from .engine_logs import EngineLogs, Evidence
 from .liveness import Tracked, find_processes, health, settled
 from .placements import MAX_SHARDS, Placement, ShardsFile
+from .silent_tools import engine_says_cpu
 from .verdict import Judgement, Observation, judge
 
 if TYPE_CHECKING:  # the bucket brings the NATS client, which `placewatch sample` does without
@@ -34,7 +35,6 @@ if TYPE_CHECKING:  # the bucket brings the NATS client, which `placewatch sample
 
 log = logging.getLogger(__name__)
 
-DISCOVERY_EVERY_S = 10.0
 REPORT_IT = "please report it with the output of `placewatch sample --json`"
 STALE_READS = 3
 """Failed GPU reads in a row a shard keeps its verdict through before it reads `unknown`."""
@@ -103,20 +103,24 @@ class ShardPass:
         self.clock = clock
         self.tracked: dict[str, Tracked] = {}
         self.table = ProcTable(proc_root)
-        self._found: list[Placement] | None = None
-        self._found_at = 0.0
+        self.walks = DiscoveryWalks(clock)
         self._owners: dict[int, str | None] = {}
         self._owners_for: dict[int, str] = {}
         self._logs_wanted: dict[str, str] = {}
 
     async def judge(
-        self, gpus: list[GpuSample], gpus_known: bool, read_at: float | None = None
+        self,
+        gpus: list[GpuSample],
+        gpus_known: bool,
+        read_at: float | None = None,
+        silent: Sequence[str] = (),
     ) -> ShardsView:
         """Every shard's status on these GPU readings; `gpus_known`: a GPU tool answered;
-        `read_at`: when the reading began (time.monotonic()), now when not given."""
+        `read_at`: when the reading began (time.monotonic()), now when not given; `silent`:
+        the GPU sources that did not answer, named in what a shard they leave untold says."""
         placements, problems = self._placements()
         if self.discovery:
-            placements += await self._discovered(gpus, placements)
+            placements += await self._discovered(gpus, None if gpus_known else silent, placements)
         placements, refused = _at_most(placements, MAX_SHARDS)
         if refused:
             problems.append(
@@ -169,6 +173,8 @@ class ShardPass:
         )
         try:
             judged = judge(obs, seen.gpus)
+            if obs.alive and obs.ready:  # a discovered engine the GPU tools left untold
+                judged = engine_says_cpu(t.placement, evidence) or judged
         except Exception as exc:  # a defect for one shard's input must not hide the others
             said = f"{type(exc).__name__}: {exc}"
             if t.said != said:
@@ -177,7 +183,14 @@ class ShardPass:
             return Judgement(
                 "unknown", f"placewatch could not judge this shard ({said}); {REPORT_IT}"
             )
-        if seen.gpus_known:
+        return self._through_failed_reads(t, judged, seen.gpus_known, at)
+
+    def _through_failed_reads(
+        self, t: Tracked, judged: Judgement, gpus_known: bool, at: float
+    ) -> Judgement:
+        """The verdict to give while the GPU tools fail: the one they last gave, marked
+        stale, through `stale_reads` failed reads."""
+        if gpus_known:
             t.known = (judged, at)
             return judged
         if t.known is None or self._failed_reads > self.stale_reads:
@@ -238,25 +251,17 @@ class ShardPass:
         return await self.logs.read(wanted)
 
     async def _discovered(
-        self, gpus: list[GpuSample], placements: list[Placement]
+        self, gpus: list[GpuSample], silent: Sequence[str] | None, placements: list[Placement]
     ) -> list[Placement]:
-        """Engines nothing places. Walking every process costs tens of milliseconds on a
-        busy node, so it runs every DISCOVERY_EVERY_S; between walks the last finding
-        stands, and a discovered shard whose process exits reads `gone` at the next tick."""
-        now = self.clock()
+        """Engines nothing places (discovered.py says how often the processes are walked)."""
         # Placed shards claim their processes, also one placed since the last walk.
         claimed = {
             t.pid for t in self.tracked.values() if t.pid and t.placement.origin != "discovered"
         }
         claimed |= {p.spec.pid for p in placements if p.spec.pid}
-        if self._found is None or now - self._found_at >= DISCOVERY_EVERY_S:
-            found = await anyio.to_thread.run_sync(discover, gpus, claimed)
-            self._found = [
-                Placement(d.spec, "discovered", d.gpus_unknown, d.cpu_on_purpose) for d in found
-            ]
-            self._found_at = now
+        found = await self.walks.found(gpus, silent, claimed)
         taken = {p.spec.id for p in placements}
-        return [p for p in self._found if p.spec.id not in taken and p.spec.pid not in claimed]
+        return [p for p in found if p.spec.id not in taken and p.spec.pid not in claimed]
 
     def _placements(self) -> tuple[list[Placement], list[SourceStatus]]:
         placements: list[Placement] = []

@@ -7,77 +7,32 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import time
-import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from placewatch.shards.engine_log.read import read_text
 
-from tests.conftest import free_port
-from tests.support import tiny_gguf
+from tests.support.llama_server import LlamaServers
 
 MiB = 1 << 20
 
 
-@pytest.fixture(scope="module")
-def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tiny_gguf.write(tmp_path_factory.mktemp("model") / "tiny.gguf")
-
-
-NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
-def healthy(port: int) -> bool:
-    try:
-        with NO_PROXY.open(f"http://127.0.0.1:{port}/health", timeout=1) as answer:
-            return bool(answer.status == 200)
-    except OSError:
-        return False
-
-
 @pytest.fixture
-def run_server(
-    model: Path, tmp_path: Path, llama_server_binary: Path
-) -> Iterator[Callable[..., str]]:
+def run_server(llama_servers: LlamaServers, tmp_path: Path) -> Callable[..., str]:
     """Runs the server with some arguments until /health answers, stops it with SIGINT, and
     returns everything it wrote to stdout and stderr."""
-    started: list[subprocess.Popen[bytes]] = []
 
     def run(*args: str) -> str:
-        port, log = free_port(), tmp_path / f"server-{len(started)}.log"
+        log = tmp_path / f"server-{len(llama_servers.procs)}.log"
         with log.open("wb") as out:
-            proc = subprocess.Popen(
-                [
-                    str(llama_server_binary),
-                    "-m",
-                    str(model),
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(port),
-                    *args,
-                ],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-        started.append(proc)
-        deadline = time.monotonic() + 60
-        while not healthy(port):
-            assert proc.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, "no /health after 60 s"
-            time.sleep(0.1)
+            proc, _ = llama_servers.start(*args, stdout=out, stderr=subprocess.STDOUT)
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=30)
         return log.read_text(errors="replace")
 
-    yield run
-    for proc in started:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    return run
 
 
 def test_a_real_server_at_lv4_says_its_verbosity_and_where_its_weights_are(

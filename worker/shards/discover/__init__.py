@@ -13,9 +13,11 @@ the CPU is caught like a placed shard would be.
 - flags.py     reading a flag or the variable it comes from; each engine's flag names
 - endpoint.py  the port and the health URL an engine serves
 - intent.py    the GPUs it meant to use: device masks, CPU-on-purpose flags, device picks
+- log_path.py  where its output goes, when that is a file this worker can follow
 
 A device mask that cannot be translated, or runtime device numbers whose
-order is not the bus order, are reported in `gpus_unknown`, never guessed.
+order is not the bus order, are reported in `gpus_unknown`, never guessed;
+so is an engine meant for GPUs on a node where no GPU tool answered.
 """
 
 from .classify import Discovered, classify

@@ -23,6 +23,9 @@ class Discovered:
     """Why the intended GPUs cannot be told; `spec.gpus` means nothing when set."""
     cpu_on_purpose: str | None = None
     """What says the engine was meant for the CPU ("-ngl 0", "CUDA_VISIBLE_DEVICES=-1")."""
+    gpu_request: str | None = None
+    """What asks for GPUs ("-ngl 99") on a node where no GPU tool answered to say which;
+    `gpus_unknown` then says so."""
     create_time: float = 0.0
     """The process's start, as psutil reports it (seconds since the epoch)."""
 
@@ -34,30 +37,37 @@ def classify(
     gpus: Sequence[GpuSample],
     *,
     create_time: float = 0.0,
+    tools_silent: Sequence[str] | None = None,
+    log_path: str | None = None,
 ) -> Discovered | None:
     """The engine `cmdline` runs and the GPUs it meant to use, or None for anything else.
 
     `env` is the process's environment, None when it could not be read; `gpus`
-    are the node's GPUs. Pure: reads nothing but its arguments. The shard's id
-    is the engine's name and its port, or its pid when it serves on none.
+    are the node's GPUs, and `tools_silent` the GPU sources that did not answer
+    when none did (None when one did: `gpus` then says what there is). Pure:
+    reads nothing but its arguments; `log_path` is where its output was found.
+    The shard's id is the engine's name and its port, or its pid when it serves
+    on none.
     """
     launch = read_launch(cmdline)
     if launch is None:
         return None
     port = serve_port(launch, env)
     stem = f"{launch.name}-{port}" if port is not None else f"{launch.name}-{pid}"
-    intent = intended_gpus(launch, env, gpus)
+    intent = intended_gpus(launch, env, gpus, tools_silent)
     spec = PlacementSpec(
         id=stem,
         pid=pid,
         gpus=list(intent.gpus),
         engine=launch.engine,
         health_url=health_url(launch, env, port),
+        log_path=log_path,
     )
     return Discovered(
         spec=spec,
         engine=launch.engine,
         gpus_unknown=intent.unknown,
         cpu_on_purpose=intent.cpu,
+        gpu_request=intent.gpu_request,
         create_time=create_time,
     )

@@ -70,6 +70,7 @@ HOST: FlagTable = {
     "vllm": ({"--host"}, None),
 }
 API_PREFIX: FlagTable = {"llama": ({"--api-prefix"}, "LLAMA_ARG_API_PREFIX")}
+LOG_FILE: FlagTable = {"llama": ({"--log-file"}, "LLAMA_ARG_LOG_FILE")}
 UNIX_SOCKET: FlagTable = {"vllm": ({"--uds"}, None)}
 _NO_SETTING: tuple[set[str], None] = (set(), None)
 

@@ -20,7 +20,10 @@ arguments):
   visible GPUs; `--device cpu` (releases that had the flag) is the CPU.
 
 A device mask that cannot be translated, or runtime device numbers whose
-order is not the bus order, are reported as unknown, never guessed.
+order is not the bus order, are reported as unknown, never guessed. So is an
+engine meant for GPUs on a node where no GPU tool answered: an empty list of
+GPUs then says only that the tools are silent (NVML not loading, nvidia-smi
+stuck on a GPU fallen off the bus), not that there is nothing but the CPU.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
-from placewatch.gpu.masks import DeviceMask, translate
+from placewatch.gpu.masks import AMD_VARIABLES, DeviceMask, translate
 from placewatch.schemas import GpuSample
 
 from .flags import (
@@ -64,23 +67,35 @@ class Intent:
     """Why the GPUs cannot be told; `gpus` means nothing when set."""
     cpu: str | None = None
     """What says the engine was meant for the CPU, as written ("-ngl 0")."""
+    gpu_request: str | None = None
+    """What asks for GPUs ("-ngl 99"), set when no GPU tool answered to say which GPUs there
+    are: `unknown` says so, and the engine's own word may still tell that it runs on the CPU."""
 
 
 def intended_gpus(
-    launch: Launch, env: Mapping[str, str] | None, gpus: Sequence[GpuSample]
+    launch: Launch,
+    env: Mapping[str, str] | None,
+    gpus: Sequence[GpuSample],
+    tools_silent: Sequence[str] | None = None,
 ) -> Intent:
-    """The GPUs of `gpus` the engine meant to use; `env` is None when it could not be read."""
+    """The GPUs of `gpus` the engine meant to use; `env` is None when it could not be read.
+
+    `tools_silent` names the GPU sources that did not answer when none did, so that `gpus`
+    (empty) says nothing; None when one answered.
+    """
     config = lookup(CONFIG_FILE, launch, env)
     if config is not None:
         return Intent(
             unknown=f"its settings come from {config[0]}, which placewatch does not read; "
             "place this shard in a shards file to say which GPUs it should use"
         )
-    cpu = _cpu_flag(launch, env)
+    cpu = _cpu_flag(launch, env) or (_masks_hide_all(env) if tools_silent is not None else None)
     if cpu is not None:
         return Intent(cpu=cpu)
+    if not gpus and tools_silent is not None:
+        return _untold(launch, env, tools_silent)
     if not gpus:
-        return Intent()  # nothing else to compute on
+        return Intent()  # the tools answered, and saw nothing else to compute on
     if env is None:
         return Intent(
             unknown="its environment could not be read for a device mask "
@@ -117,6 +132,46 @@ def _cpu_flag(launch: Launch, env: Mapping[str, str] | None) -> str | None:
         if index is not None and index < 0:
             return f"{split[0]} {main[0]}"  # llama.cpp: no main GPU, no GPU at all
     return None
+
+
+def _untold(launch: Launch, env: Mapping[str, str] | None, silent: Sequence[str]) -> Intent:
+    """Meant for GPUs, on a node whose GPU tools did not answer to say which GPUs it has."""
+    said = lookup(LAYERS, launch, env) or lookup(DEVICE, launch, env)
+    if said is not None:
+        request = said[0]
+    elif launch.dialect == "vllm":
+        request = "vLLM without --device cpu"
+    elif launch.dialect == "ollama":
+        request = "an Ollama runner, which offloads what fits"
+    else:
+        request = "no -ngl; recent llama.cpp builds offload by default"
+    tools = f" ({', '.join(silent)})" if silent else ""
+    return Intent(
+        unknown=f"it asks for GPUs ({request}), but no GPU tool answered on this node{tools}; "
+        "run `placewatch doctor` to see why",
+        gpu_request=request,
+    )
+
+
+def _masks_hide_all(env: Mapping[str, str] | None) -> str | None:
+    """The device masks as written when they hide every GPU of either vendor ("", "-1"),
+    read without knowing the node's GPUs. NVIDIA's runtime reads CUDA_VISIBLE_DEVICES; ROCm
+    filters by ROCR_VISIBLE_DEVICES, then indexes by HIP_VISIBLE_DEVICES, or else
+    CUDA_VISIBLE_DEVICES."""
+    if env is None:
+        return None
+
+    def hides(variable: str) -> bool:
+        first = env[variable].split(",")[0].strip() if variable in env else None
+        return first is not None and (first == "" or (first[:1] == "-" and first[1:].isdigit()))
+
+    nvidia = hides("CUDA_VISIBLE_DEVICES")
+    amd_index = "HIP_VISIBLE_DEVICES" if "HIP_VISIBLE_DEVICES" in env else "CUDA_VISIBLE_DEVICES"
+    amd = hides("ROCR_VISIBLE_DEVICES") or hides(amd_index)
+    if not (nvidia and amd):
+        return None
+    written = [f"{v}={env[v]}" for v in AMD_VARIABLES if v in env and hides(v)]
+    return " ".join(written)
 
 
 def _split_none(value: str) -> bool:

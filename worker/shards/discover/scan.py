@@ -18,6 +18,7 @@ from placewatch.schemas import GpuSample
 
 from .classify import Discovered, classify
 from .launch import VLLM, Launch, read_launch
+from .log_path import find_log
 
 MAX_DEPTH = 64
 """Ancestors looked at when asking whether an engine process is another's child."""
@@ -30,15 +31,19 @@ def discover(
     gpus: Sequence[GpuSample],
     exclude: Collection[int] = (),
     processes: Iterable[psutil.Process] | None = None,
+    *,
+    tools_silent: Sequence[str] | None = None,
 ) -> list[Discovered]:
     """Every engine process on the node whose pid is not in `exclude` (already placed), by id.
 
-    A process that exits meanwhile, or that this worker may not read, is
-    skipped. A child that is part of an engine of the same kind (vLLM's API
-    servers, engine cores and workers; a fork that kept its parent's command
-    line) is no shard of its own: the parent is, and its descendants count
-    with it. Two engines on one port (each in its own container) get their
-    pid added to the id.
+    `tools_silent` names the GPU sources that did not answer when none did
+    (None when one did). A process that exits meanwhile, or that this worker
+    may not read, is skipped. A child that is part of an engine of the same
+    kind (vLLM's API servers, engine cores and workers; a fork that kept its
+    parent's command line) is no shard of its own: the parent is, and its
+    descendants count with it. Two engines on one port (each in its own
+    container) get their pid added to the id. Each one's output is followed
+    where it goes to a file (log_path.py).
     """
     seen = _scan(psutil.process_iter() if processes is None else processes)
     parents = _Parents(seen)
@@ -53,7 +58,15 @@ def discover(
             env = _environ(process)
         except psutil.Error:  # it exited since the scan (or became a zombie)
             continue
-        d = classify(cmdline, env, pid, gpus, create_time=created)
+        d = classify(
+            cmdline,
+            env,
+            pid,
+            gpus,
+            create_time=created,
+            tools_silent=tools_silent,
+            log_path=find_log(launch, env, pid),
+        )
         if d is None:
             continue
         if d.spec.health_url and _other_network(pid):

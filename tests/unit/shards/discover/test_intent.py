@@ -326,3 +326,81 @@ def test_a_node_without_gpus_places_every_engine_on_the_cpu(env: dict[str, str] 
     d = classify(["vllm", "serve", "m", "-tp", "2"], env, 4242, [])
     assert d is not None
     assert (d.spec.gpus, d.gpus_unknown) == ([], None)
+
+
+# --- no GPU tool answered: the node's GPUs cannot be told ------------------------------------
+
+SILENT = ["nvml", "nvidia-smi", "rocm-smi", "amd-smi"]
+
+
+@pytest.mark.parametrize(
+    ("cmdline", "env", "asks"),
+    [
+        ([SERVER, "-m", MODEL, "-ngl", "99"], {}, "-ngl 99"),
+        ([SERVER, "-m", MODEL, "--n-gpu-layers=all"], {}, "--n-gpu-layers=all"),
+        ([SERVER, "-m", MODEL], {"LLAMA_ARG_N_GPU_LAYERS": "99"}, "LLAMA_ARG_N_GPU_LAYERS=99"),
+        ([SERVER, "-m", MODEL], {}, "no -ngl; recent llama.cpp builds offload by default"),
+        ([SERVER, "-m", MODEL, "-dev", "CUDA1"], {}, "-dev CUDA1"),
+        ([SERVER, "-m", MODEL, "-ngl", "99"], None, "-ngl 99"),  # environment unreadable
+        ([SERVER, "-ngl", "99"], {"HIP_VISIBLE_DEVICES": ""}, "-ngl 99"),  # NVIDIA sees its GPUs
+        (
+            ["ollama", "runner", "--model", OLLAMA_BLOB, "--port", "1"],
+            {"CUDA_VISIBLE_DEVICES": "GPU-0"},
+            "an Ollama runner, which offloads what fits",
+        ),
+        (["vllm", "serve", "m", "-tp", "2"], {}, "vLLM without --device cpu"),
+    ],
+)
+def test_an_engine_asking_for_gpus_where_no_gpu_tool_answered_is_unknown_naming_the_tools(
+    cmdline: list[str], env: dict[str, str] | None, asks: str
+) -> None:
+    d = classify(cmdline, env, 4242, [], tools_silent=SILENT)
+    assert d is not None
+    assert (d.spec.gpus, d.cpu_on_purpose, d.gpu_request) == ([], None, asks)
+    assert d.gpus_unknown == (
+        f"it asks for GPUs ({asks}), but no GPU tool answered on this node "
+        "(nvml, nvidia-smi, rocm-smi, amd-smi); run `placewatch doctor` to see why"
+    )
+
+
+@pytest.mark.parametrize(
+    ("cmdline", "env", "says"),
+    [
+        ([SERVER, "-ngl", "0"], {}, "-ngl 0"),
+        ([SERVER, "--device", "none"], {}, "--device none"),
+        ([SERVER, "-ngl", "99"], {"CUDA_VISIBLE_DEVICES": ""}, "CUDA_VISIBLE_DEVICES="),
+        ([SERVER, "-ngl", "99"], {"CUDA_VISIBLE_DEVICES": "-1"}, "CUDA_VISIBLE_DEVICES=-1"),
+        (
+            [SERVER, "-ngl", "99"],
+            {"ROCR_VISIBLE_DEVICES": "-1", "CUDA_VISIBLE_DEVICES": ""},
+            "ROCR_VISIBLE_DEVICES=-1 CUDA_VISIBLE_DEVICES=",
+        ),
+        (
+            ["python", "-m", "llama_cpp.server", "--model", MODEL],
+            {},
+            "no --n_gpu_layers (llama-cpp-python's default is 0 layers on the GPU)",
+        ),
+        (["vllm", "serve", "m", "--device", "cpu"], {}, "--device cpu"),
+    ],
+)
+def test_an_engine_meant_for_the_cpu_stays_cpu_where_no_gpu_tool_answered(
+    cmdline: list[str], env: dict[str, str], says: str
+) -> None:
+    d = classify(cmdline, env, 4242, [], tools_silent=SILENT)
+    assert d is not None
+    assert (d.spec.gpus, d.cpu_on_purpose, d.gpus_unknown, d.gpu_request) == ([], says, None, None)
+
+
+def test_a_mask_that_only_amd_reads_hides_nothing_from_nvidia_where_no_tool_answered() -> None:
+    # CUDA_VISIBLE_DEVICES=0 leaves NVIDIA GPU 0 (and AMD reads HIP_VISIBLE_DEVICES first).
+    env = {"HIP_VISIBLE_DEVICES": "-1", "CUDA_VISIBLE_DEVICES": "0"}
+    d = classify([SERVER, "-ngl", "99"], env, 4242, [], tools_silent=["nvidia-smi"])
+    assert d is not None
+    assert d.cpu_on_purpose is None
+    assert d.gpus_unknown is not None and "(nvidia-smi)" in d.gpus_unknown
+
+
+def test_with_no_source_to_name_the_reason_still_says_no_gpu_tool_answered() -> None:
+    d = classify([SERVER, "-ngl", "99"], {}, 4242, [], tools_silent=[])
+    assert d is not None and d.gpus_unknown is not None
+    assert "no GPU tool answered on this node; run `placewatch doctor`" in d.gpus_unknown

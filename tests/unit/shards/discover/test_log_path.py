@@ -1,0 +1,117 @@
+"""Where a discovered engine's output is found, against a /proc laid out by the test: each
+fd a symlink as the kernel shows it (a path, `pipe:[N]`, `socket:[N]`, /dev/null)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from placewatch.shards.discover.launch import Launch, read_launch
+from placewatch.shards.discover.log_path import find_log
+
+from tests.support.discovery import MODEL, SERVER
+
+PID = 4242
+
+
+def launch(*cmdline: str) -> Launch:
+    found = read_launch(list(cmdline))
+    assert found is not None
+    return found
+
+
+def proc_with(root: Path, fds: dict[int, str], cwd: Path | None = None) -> Path:
+    """A /proc whose process PID has these descriptors (fd -> link target) and folder."""
+    (root / str(PID) / "fd").mkdir(parents=True)
+    for fd, target in fds.items():
+        os.symlink(target, root / str(PID) / "fd" / str(fd))
+    os.symlink(cwd or root, root / str(PID) / "cwd")
+    return root
+
+
+def a_file(tmp_path: Path, name: str) -> str:
+    path = tmp_path / name
+    path.write_text("")
+    return str(path)
+
+
+def test_a_llama_server_writing_to_a_file_gives_that_file(tmp_path: Path) -> None:
+    log = a_file(tmp_path, "llama.log")
+    proc = proc_with(tmp_path / "proc", {0: "/dev/null", 1: log, 2: log})
+    assert find_log(launch(SERVER, "-m", MODEL), {}, PID, proc) == log
+
+
+@pytest.mark.parametrize(
+    ("cmdline", "stdout", "stderr", "chosen"),
+    [
+        ([SERVER], "out.log", "err.log", "err.log"),  # llama.cpp logs to stderr
+        ([SERVER], "out.log", "pipe:[81234]", "out.log"),
+        (["ollama", "runner", "--model", "m"], "serve.log", "pipe:[81234]", "serve.log"),
+        (["vllm", "serve", "m"], "out.log", "err.log", "out.log"),  # vLLM logs to stdout
+        (["vllm", "serve", "m"], "socket:[99]", "err.log", "err.log"),
+    ],
+)
+def test_each_engine_s_own_output_comes_first(
+    tmp_path: Path, cmdline: list[str], stdout: str, stderr: str, chosen: str
+) -> None:
+    links = {
+        fd: a_file(tmp_path, name) if name.endswith(".log") else name
+        for fd, name in ((1, stdout), (2, stderr))
+    }
+    proc = proc_with(tmp_path / "proc", links)
+    assert find_log(launch(*cmdline), {}, PID, proc) == str(tmp_path / chosen)
+
+
+@pytest.mark.parametrize(
+    "target", ["pipe:[81234]", "socket:[5521]", "/dev/null", "/dev/pts/3", "anon_inode:[eventfd]"]
+)
+def test_a_pipe_a_socket_a_terminal_or_dev_null_is_no_log(tmp_path: Path, target: str) -> None:
+    proc = proc_with(tmp_path / "proc", {1: target, 2: target})
+    assert find_log(launch(SERVER), {}, PID, proc) is None
+
+
+def test_a_file_deleted_since_it_was_opened_is_no_log(tmp_path: Path) -> None:
+    log = a_file(tmp_path, "llama.log")
+    proc = proc_with(tmp_path / "proc", {2: f"{log} (deleted)"})
+    assert find_log(launch(SERVER), {}, PID, proc) is None
+
+
+@pytest.mark.parametrize(
+    ("args", "env"),
+    [
+        (["--log-file", "logs/llama.log"], {}),
+        (["--log-file=logs/llama.log"], {}),
+        ([], {"LLAMA_ARG_LOG_FILE": "logs/llama.log"}),
+    ],
+)
+def test_llama_cpp_s_log_file_is_found_in_its_working_folder_when_held_open(
+    tmp_path: Path, args: list[str], env: dict[str, str]
+) -> None:
+    work = tmp_path / "work"
+    (work / "logs").mkdir(parents=True)
+    log = a_file(work / "logs", "llama.log")
+    proc = proc_with(tmp_path / "proc", {1: "pipe:[1]", 2: "pipe:[1]", 4: log}, cwd=work)
+    assert find_log(launch(SERVER, *args), env, PID, proc) == log
+
+
+def test_a_stderr_file_comes_before_the_log_file_which_misses_what_llama_cpp_prints_there(
+    tmp_path: Path,
+) -> None:
+    err, log = a_file(tmp_path, "err.log"), a_file(tmp_path, "llama.log")
+    proc = proc_with(tmp_path / "proc", {1: "/dev/null", 2: err, 4: log})
+    assert find_log(launch(SERVER, "--log-file", log), {}, PID, proc) == err
+
+
+def test_a_log_file_named_on_the_command_line_but_not_held_open_is_not_followed(
+    tmp_path: Path,
+) -> None:
+    # Anyone may start a process called llama-server naming any file: root must not follow it.
+    secret = a_file(tmp_path, "not-a-log")
+    proc = proc_with(tmp_path / "proc", {1: "pipe:[1]", 2: "pipe:[1]"})
+    assert find_log(launch(SERVER, "--log-file", secret), {}, PID, proc) is None
+
+
+def test_a_process_whose_descriptors_may_not_be_read_has_no_log(tmp_path: Path) -> None:
+    assert find_log(launch(SERVER), {}, PID, tmp_path / "empty-proc") is None

@@ -1,0 +1,97 @@
+"""Where a discovered engine's output can be read: the `log_path` of its placement.
+
+A placed shard names its log; a discovered one shows it in /proc, where it can:
+
+- its stderr or stdout, when that is a regular file (`llama-server ... > llama.log 2>&1`):
+  /proc/PID/fd/2 and /1 name it. A pipe (a supervisor, journald, an Ollama server reading
+  its runner), a socket, a terminal or /dev/null holds nothing to follow.
+- llama.cpp's `--log-file FNAME` (or LLAMA_ARG_LOG_FILE; common/arg.cpp at b11434), when
+  the engine holds that file open. It gets llama.cpp's common log only: what llama.cpp
+  writes straight to stderr is not in it, "warning: no usable GPU found, --gpu-layers
+  option will be ignored" among it, so a stderr file comes first.
+
+llama.cpp and Ollama log to stderr, vLLM to stdout (its logger's stream handler); neither
+Ollama nor vLLM has a log-file flag. An Ollama runner writes its stderr to a pipe that its
+server copies to the server's own stderr, and shares the server's stdout (Ollama's
+llm/server.go), so `ollama serve > ollama.log 2>&1` makes that file the runner's stdout.
+
+A path is used only when it names, in this worker's filesystem, the very file the engine
+holds open (a container's /var/log is not the node's) and this worker may read it. A path
+on a command line that the engine does not hold open is not followed: anyone may write
+one, and the worker, often root, would read what it names.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Mapping
+from pathlib import Path
+
+from .flags import LOG_FILE, lookup
+from .launch import Launch
+
+STDOUT, STDERR = 1, 2
+
+_OUTPUTS = {"vllm": (STDOUT, STDERR)}
+"""The order an engine's outputs are looked at, where it is not stderr first."""
+
+
+def find_log(
+    launch: Launch, env: Mapping[str, str] | None, pid: int, proc: Path = Path("/proc")
+) -> str | None:
+    """The file the engine's output goes to that this worker can follow, or None.
+
+    Reads /proc/PID/fd (as root, or as the engine's user); None for anything it may not read.
+    """
+    first, second = _OUTPUTS.get(launch.dialect, (STDERR, STDOUT))
+    found = _output_file(proc / str(pid) / "fd" / str(first))
+    if found is None:
+        found = _log_file_flag(launch, env, proc / str(pid))
+    if found is None:
+        found = _output_file(proc / str(pid) / "fd" / str(second))
+    return found
+
+
+def _output_file(fd: Path) -> str | None:
+    """The path of the regular file an open descriptor (/proc/PID/fd/N) writes to, when this
+    worker sees that very file at that path and may read it."""
+    try:
+        target = os.readlink(fd)
+        held = os.stat(fd)
+    except OSError:
+        return None  # closed, exited, or another user's process
+    if not target.startswith("/") or target.endswith(" (deleted)"):
+        return None  # pipe:[N], socket:[N], anon_inode:..., or a file no longer there
+    return _same_readable_file(target, held)
+
+
+def _same_readable_file(path: str, held: os.stat_result) -> str | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != (held.st_dev, held.st_ino):
+        return None  # a terminal, /dev/null; or another file in this worker's view (a container)
+    return path if os.access(path, os.R_OK) else None
+
+
+def _log_file_flag(launch: Launch, env: Mapping[str, str] | None, process: Path) -> str | None:
+    """llama.cpp's --log-file, when the engine holds it open (a relative name is its own
+    working folder's)."""
+    given = lookup(LOG_FILE, launch, env)
+    if given is None or not given[1]:
+        return None
+    try:
+        cwd = os.readlink(process / "cwd")
+        fds = list((process / "fd").iterdir())
+    except OSError:
+        return None
+    wanted = os.path.normpath(os.path.join(cwd, given[1]))
+    for fd in fds:
+        try:
+            if os.readlink(fd) == wanted:
+                return _output_file(fd)
+        except OSError:
+            continue  # closed since the listing
+    return None
