@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from placewatch.cli import EXIT_LEASE_LOST
+from placewatch.config import ENV_CONFIG, FIELDS, env_name
 
 from tests.conftest import ROOT
 
@@ -127,6 +128,27 @@ def test_watch_and_alerts_read_the_same_cluster() -> None:
         service = services[name]
         assert service["image"] == worker["image"]
         assert service["environment"]["PLACEWATCH_NATS"] == worker["environment"]["PLACEWATCH_NATS"]
+
+
+def test_the_worker_s_healthcheck_asks_the_worker_and_watch_and_alerts_their_heartbeat() -> None:
+    services = compose()["services"]
+    worker = services["worker"]["healthcheck"]
+    assert worker["test"] == ["CMD", "placewatch", "health"]
+    assert worker["timeout"] == "10s"  # connect and answer, 3 s each, fit
+    for name in ("watch", "alerts"):
+        service = services[name]
+        assert service["healthcheck"]["test"] == ["CMD", "placewatch", "health", "--heartbeat"]
+        assert service["environment"]["PLACEWATCH_HEALTH_FILE"] == "/tmp/placewatch-health"
+        assert service["healthcheck"]["start_period"] == "20s"
+    assert "healthcheck" in services["nats-1"]
+
+
+def test_every_placewatch_variable_compose_sets_is_a_setting() -> None:
+    known = {env_name(f) for f in FIELDS} | {ENV_CONFIG}
+    for name, service in compose()["services"].items():
+        for variable in service.get("environment", {}):
+            if variable.startswith("PLACEWATCH_"):
+                assert variable in known, (name, variable)
 
 
 def test_dockerfile_installs_the_worker() -> None:
