@@ -24,7 +24,7 @@ EXIT_LEASE_HELD = 2
 """`run`: another live worker holds this node's name; this one published nothing."""
 EXIT_LEASE_LOST = 3
 """`run`: another worker took this node's lease over; this one stopped publishing. A systemd
-unit does not restart it (RestartPreventExitStatus=3 in docs/placewatch.service)."""
+unit does not restart it (RestartPreventExitStatus=3 in deploy/systemd/placewatch.service)."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
