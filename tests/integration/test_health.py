@@ -76,9 +76,11 @@ def test_a_stopped_worker_fails_both_checks_and_its_heartbeat_says_why(
     nats_server: NatsServer, worker: tuple[Worker, Path]
 ) -> None:
     running, beat = worker
+    pid = running.proc.pid
+    # Written every second: "starting" until the first write after its first tick.
+    eventually(lambda: "ticking" in health("--heartbeat", "--health-file", str(beat)).stdout, 5)
     done = health("--heartbeat", "--health-file", str(beat))
     assert done.returncode == 0, done.stdout
-    pid = running.proc.pid
     assert done.stdout.startswith(f"ok: placewatch run (pid {pid}): ticking: ")
     os.kill(pid, signal.SIGSTOP)
     try:

@@ -46,6 +46,7 @@ def daemonset() -> dict[str, Any]:
 
 def worker() -> dict[str, Any]:
     (container,) = daemonset()["spec"]["template"]["spec"]["containers"]
+    assert isinstance(container, dict)
     return container
 
 
