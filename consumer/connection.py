@@ -4,7 +4,8 @@ nats-py reports each failed attempt to `error_cb`, and prints a traceback
 for it when there is none; a process that waits for a server that is down
 would fill its log. Here a state change is one line: cannot reach, refused,
 disconnected, reconnected. No credential is ever part of a line: a URL goes
-through `redact`.
+through `redact`. With a health file set, the connection also keeps a heartbeat there:
+whether the server answered its PINGs (RoundTrips; docs/operations.md, Health checks).
 
 The node worker and the commands that read the bus share it; it depends on
 nats-py and the standard library only, as the rest of placewatch.consumer.
@@ -12,22 +13,34 @@ nats-py and the standard library only, as the rest of placewatch.consumer.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
 import re
+import time
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlparse
 
 import anyio
+import anyio.to_thread
 import nats
+import nats.errors
 from nats.aio.client import Client
 
 from placewatch.schemas import subjects
+
+from .heartbeat import PERIODS, Beat, since, write_beat
 
 log = logging.getLogger(__name__)
 
 PENDING_BYTES = 256 * 1024
 """nats-py's reconnect buffer; small, as telemetry is not replayed from it."""
+HEARTBEAT = "placewatch_heartbeat"
+"""A key of Bus.options that is not nats.connect()'s: the heartbeat file the connection keeps
+(RoundTrips). connect() takes it out; every command that reads the bus passes Bus.options
+to connect(), so the setting reaches each without a change to the command."""
+HEARTBEAT_EVERY_S = 5.0
 
 _USERINFO = re.compile(r"//[^@/?#\s]*@")
 _SECRET_PARAM = re.compile(
@@ -83,6 +96,7 @@ class ConnectionLog:
         self.failing = False
         self.nc: Client | None = None
         self.refused: set[str] = set()
+        self.heartbeat: asyncio.Task[None] | None = None
 
     def _closing(self) -> bool:
         return self.nc is not None and (self.nc.is_draining or self.nc.is_closed)
@@ -116,14 +130,66 @@ class ConnectionLog:
         self.failing = False
         log.info("reconnected to NATS")
 
+    async def closed(self) -> None:
+        if self.heartbeat is not None:
+            self.heartbeat.cancel()
+
+
+class RoundTrips:
+    """A connection's heartbeat: every `every` seconds a PING the server must answer, and the
+    heartbeat file written with how that went, so that `placewatch health --heartbeat` asks
+    this connection, not a new one. It lives as long as the connection, as nats-py's own
+    pinger and reader do: connect() starts it and the connection's close ends it."""
+
+    def __init__(self, nc: Client, path: str, what: str, every: float = HEARTBEAT_EVERY_S) -> None:
+        self.nc = nc
+        self.path = path
+        self.what = what
+        self.every = every
+        self.last_ok: float | None = None
+        self.write_failed = False
+
+    async def keep(self) -> None:
+        while not self.nc.is_closed:
+            await self.beat()
+            await anyio.sleep(self.every)
+
+    async def beat(self) -> None:
+        if self.nc.is_connected:
+            try:
+                await self.nc.flush(timeout=max(int(self.every / 2), 1))
+                self.last_ok = time.time()
+            except (nats.errors.Error, TimeoutError):
+                pass
+        now = time.time()
+        ok = self.last_ok is not None and now - self.last_ok <= PERIODS * self.every
+        where = redact(self.nc.connected_url.geturl()) if self.nc.connected_url else "NATS"
+        why = (
+            f"connected to {where}: the server answered a PING {since(self.last_ok, now)}"
+            if ok
+            else f"no round trip with NATS for {PERIODS * self.every:g} s (last: "
+            f"{since(self.last_ok, now)}); its log says why"
+        )
+        beat = Beat(os.getpid(), self.what, now, self.every, ok, why)
+        try:
+            await anyio.to_thread.run_sync(write_beat, self.path, beat)
+            self.write_failed = False
+        except OSError as exc:
+            if not self.write_failed:
+                log.error("cannot write the health file %s (%s)", self.path, exc.strerror)
+            self.write_failed = True
+
 
 async def connect(servers: list[str], name: str, options: dict[str, Any] | None = None) -> Client:
-    """A connection that retries for ever, at start as after an outage."""
+    """A connection that retries for ever, at start as after an outage; with HEARTBEAT in
+    the options, one that keeps that heartbeat file (RoundTrips)."""
     events = ConnectionLog(servers)
+    options = dict(options or {})
+    heartbeat: str | None = options.pop(HEARTBEAT, None)
     nc = await nats.connect(
         servers=servers,
         name=name,
-        **(options or {}),
+        **options,
         allow_reconnect=True,
         max_reconnect_attempts=-1,
         reconnect_time_wait=0.5,
@@ -132,11 +198,15 @@ async def connect(servers: list[str], name: str, options: dict[str, Any] | None 
         error_cb=events.error,
         disconnected_cb=events.disconnected,
         reconnected_cb=events.reconnected,
+        closed_cb=events.closed,
     )
     events.failing = False
     events.nc = nc
     where = nc.connected_url.geturl() if nc.connected_url else "?"
     log.info("connected to NATS at %s", redact(where))
+    if heartbeat:
+        trips = RoundTrips(nc, heartbeat, name.split()[1] if " " in name else name)
+        events.heartbeat = asyncio.get_running_loop().create_task(trips.keep())
     return nc
 
 

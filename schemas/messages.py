@@ -186,6 +186,11 @@ class ComputeStatus(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     omitted: dict[str, NonNegative] = msgspec.field(default_factory=dict)
     """What was left out so that the message fits the server's max payload: a list field's
     name -> the entries left out ("evidence": 3), `reason` -> the characters cut from it."""
+    container_id: str | None = None
+    """The container its process runs in (64 hex digits, as Docker, containerd, CRI-O and
+    Podman name it), from the process's cgroup; None outside a container or when unseen."""
+    pod_uid: str | None = None
+    """The Kubernetes pod its process runs in (the pod's metadata.uid), from its cgroup."""
 
 
 class FallbackEvent(msgspec.Struct, frozen=True, kw_only=True, gc=False):

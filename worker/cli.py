@@ -1,7 +1,7 @@
 """The `placewatch` command: the node worker's commands and those that read the bus.
 
-`run`, `sample` and `doctor` are the node's (placewatch); `watch` and
-`alerts` read the bus (placewatch.consumer); `schema` prints the contract.
+`run`, `sample`, `doctor` and `health` are the node's (placewatch); `watch`
+and `alerts` read the bus (placewatch.consumer); `schema` prints the contract.
 Each command's module is imported only when that command runs, so that
 `placewatch sample` does not pay for the NATS client: a command whose
 module owns flags of its own (`doctor`, `watch`, `alerts`) adds them to its
@@ -24,7 +24,7 @@ EXIT_LEASE_HELD = 2
 """`run`: another live worker holds this node's name; this one published nothing."""
 EXIT_LEASE_LOST = 3
 """`run`: another worker took this node's lease over; this one stopped publishing. A systemd
-unit does not restart it (RestartPreventExitStatus=3 in docs/placewatch.service)."""
+unit does not restart it (RestartPreventExitStatus=3 in deploy/systemd/placewatch.service)."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -88,6 +88,12 @@ def _doctor_command(settings: Settings, args: argparse.Namespace) -> int:
     return doctor.command(settings, args)
 
 
+def _health_command(settings: Settings, args: argparse.Namespace) -> int:
+    from . import health
+
+    return health.command(settings, args)
+
+
 def _watch_command(settings: Settings, args: argparse.Namespace) -> int:
     from placewatch.consumer import terminal
 
@@ -101,13 +107,21 @@ def _alerts_command(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _bus(settings: Settings) -> Any:
-    """Where a command that reads the bus connects (a ConfigError is the caller's to say)."""
-    from placewatch.consumer.connection import Bus
+    """Where a command that reads the bus connects (a ConfigError is the caller's to say),
+    with the heartbeat its connection keeps when given a health file."""
+    from placewatch.consumer.connection import HEARTBEAT, Bus
+    from placewatch.consumer.heartbeat import check_folder
     from placewatch.schemas import subjects
 
     from .bus.options import connect_options
 
-    return Bus(settings.nats or [subjects.LOCAL_URL], connect_options(settings), settings.prefix)
+    options = connect_options(settings)
+    if settings.health_file is not None:
+        problem = check_folder(settings.health_file)
+        if problem is not None:
+            raise ConfigError(problem)
+        options[HEARTBEAT] = settings.health_file
+    return Bus(settings.nats or [subjects.LOCAL_URL], options, settings.prefix)
 
 
 def _schema(args: argparse.Namespace) -> int:
@@ -124,6 +138,7 @@ COMMANDS = {
     "run": _run_command,
     "sample": _sample_command,
     "doctor": _doctor_command,
+    "health": _health_command,
     "watch": _watch_command,
     "alerts": _alerts_command,
 }
@@ -155,6 +170,7 @@ def _parser(argv: Sequence[str]) -> argparse.ArgumentParser:
         "run": [node, bus],
         "sample": [node],
         "doctor": [node, bus],
+        "health": [reader, bus],
         "watch": [reader, bus],
         "alerts": [reader, bus],
         "schema": [],
@@ -184,6 +200,12 @@ HELP = {
         "credentials, JetStream, streams and buckets, publish permission) and which GPUs each "
         "llama.cpp build can use. Exit 0 when nothing failed, else 1.",
     ),
+    "health": (
+        "is this node's worker (or this container's process) healthy? exit 0 or 1, one line",
+        "Ask the node's worker over NATS for its latest telemetry (healthy: younger than "
+        "three intervals), or with --heartbeat read the health file a `run`, `watch` or "
+        "`alerts` process writes (no network: for liveness probes).",
+    ),
     "watch": (
         "a live view of the fleet from the bus",
         "Nodes, GPUs and shards as the bus has them, redrawn as they change. With no --nats, "
@@ -209,6 +231,10 @@ def _add_arguments(name: str, command: argparse.ArgumentParser) -> None:
         from . import doctor
 
         doctor.add_arguments(command)
+    elif name == "health":
+        from . import health
+
+        health.add_arguments(command)
     elif name == "watch":
         from placewatch.consumer import terminal
 
@@ -262,7 +288,16 @@ def _reader_options() -> argparse.ArgumentParser:
     reader = argparse.ArgumentParser(add_help=False)
     reader.add_argument("--config", metavar="FILE", help=f"TOML settings file (also {ENV_CONFIG})")
     reader.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    _health_file_argument(reader)
     return reader
+
+
+def _health_file_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--health-file",
+        metavar="FILE",
+        help="heartbeat file for `placewatch health --heartbeat` (also PLACEWATCH_HEALTH_FILE)",
+    )
 
 
 def _bus_options() -> argparse.ArgumentParser:
@@ -288,6 +323,7 @@ def _bus_options() -> argparse.ArgumentParser:
 
 
 def _run_arguments(run: argparse.ArgumentParser) -> None:
+    _health_file_argument(run)
     run.add_argument("--encoding", choices=["json", "msgpack"], help="payload format (json)")
     run.add_argument("--state-dir", metavar="DIR", help="embedded server's JetStream store")
     run.add_argument(

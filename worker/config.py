@@ -100,6 +100,10 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Storage of the streams and buckets the worker creates."""
     takeover: bool = False
     """Take the node's lease from a live worker that holds it (which then stops)."""
+    health_file: str | None = None
+    """A file the process writes its own health to, for `placewatch health --heartbeat`:
+    `run` whether it ticks, `watch` and `alerts` whether their connection's PINGs are
+    answered. None: no file."""
 
 
 class ConfigError(Exception):

@@ -28,6 +28,7 @@ from anyio.abc import TaskGroup, TaskStatus
 from nats.aio.client import Client
 
 from placewatch.consumer.connection import connect
+from placewatch.consumer.heartbeat import check_folder
 from placewatch.consumer.lifecycle import drain, stop_on_signal
 from placewatch.schemas import ComputeStatus, FallbackEvent, subjects
 
@@ -37,8 +38,9 @@ from .bus.outbox import EventOutbox
 from .bus.publish import Publisher
 from .bus.service import Latest, start_service
 from .bus.streams import StreamSettings
-from .config import Settings
+from .config import ConfigError, Settings
 from .embedded import EmbeddedServer
+from .health import TickBeats
 from .pipeline import Pipeline, new_session
 from .shards.bucket import PlacementsBucket
 from .shards.engine_logs import EngineLogs
@@ -57,6 +59,7 @@ async def run(settings: Settings, out: TextIO) -> None:
     the node's name (nothing was published), LeaseLost when another took it over (publishing
     stopped), EmbeddedError when the embedded server cannot start."""
     options = connect_options(settings)  # a bad credentials or TLS file stops us at once
+    beats = _tick_beats(settings)
     async with AsyncExitStack() as stack:
         servers = settings.nats or [await _embedded(stack, settings, out)]
         session = new_session()
@@ -72,6 +75,8 @@ async def run(settings: Settings, out: TextIO) -> None:
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(stop_on_signal, tg.cancel_scope, "draining and stopping")
+                if beats is not None:
+                    tg.start_soon(beats.keep)
                 nc = await connect(
                     servers,
                     f"placewatch {settings.node}",
@@ -83,11 +88,22 @@ async def run(settings: Settings, out: TextIO) -> None:
                 worker = await _start_worker(
                     tg, nc, settings, session=session, pipeline=pipeline, streams=streams
                 )
+                worker.beats = beats
                 await worker.run(settings.interval)
         finally:
             await lease.release()
             await drain(nc)
         lease.check()
+
+
+def _tick_beats(settings: Settings) -> TickBeats | None:
+    """The heartbeat the worker keeps in its health file, if it was given one."""
+    if settings.health_file is None:
+        return None
+    problem = check_folder(settings.health_file)
+    if problem is not None:
+        raise ConfigError(problem)
+    return TickBeats(settings.health_file, settings.interval)
 
 
 async def _embedded(stack: AsyncExitStack, settings: Settings, out: TextIO) -> str:
@@ -158,6 +174,8 @@ class Worker:
         self.publisher = publisher
         self.outbox = outbox
         self.latest = Latest()
+        self.beats: TickBeats | None = None
+        """The health file's heartbeat, told of every tick, when there is one."""
         self._asks, self._asked = anyio.create_memory_object_stream[anyio.Event | None](math.inf)
 
     async def _tick(self) -> None:
@@ -178,6 +196,8 @@ class Worker:
         """Tick on a fixed cadence, and sooner when asked; a slow tick delays, never stacks,
         the next. The only caller of a tick: an asked tick leaves the cadence as it was."""
         task_status.started()
+        if self.beats is not None:
+            self.beats.running()
         next_at = time.monotonic()
         asked: list[anyio.Event | None] = []
         while True:
@@ -188,6 +208,8 @@ class Worker:
                 # A defect in one tick must not stop a node agent; the next tick tries afresh.
                 log.exception("tick failed; continuing")
             finally:
+                if self.beats is not None:
+                    self.beats.ticked()
                 for done in asked:
                     if done is not None:
                         done.set()

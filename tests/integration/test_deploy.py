@@ -1,4 +1,5 @@
-"""Deployment files: compose/docker-compose.yml, compose/Dockerfile, docs/placewatch.service.
+"""Deployment files: compose/docker-compose.yml and compose/Dockerfile (the image itself is
+tests/integration/test_image.py; the systemd units test_systemd.py).
 
 Nothing is built or started: the compose file is validated against the Compose
 specification's schema and its values that matter are read back.
@@ -6,7 +7,6 @@ specification's schema and its values that matter are read back.
 
 from __future__ import annotations
 
-import configparser
 import re
 import shutil
 import subprocess
@@ -17,12 +17,11 @@ from typing import Any
 import pytest
 import yaml
 
-from placewatch.cli import EXIT_LEASE_LOST
+from placewatch.config import ENV_CONFIG, FIELDS, env_name
 
 from tests.conftest import ROOT
 
 COMPOSE = ROOT / "compose" / "docker-compose.yml"
-UNIT = ROOT / "docs" / "placewatch.service"
 
 
 def compose() -> dict[str, Any]:
@@ -129,6 +128,27 @@ def test_watch_and_alerts_read_the_same_cluster() -> None:
         assert service["environment"]["PLACEWATCH_NATS"] == worker["environment"]["PLACEWATCH_NATS"]
 
 
+def test_the_worker_s_healthcheck_asks_the_worker_and_watch_and_alerts_their_heartbeat() -> None:
+    services = compose()["services"]
+    worker = services["worker"]["healthcheck"]
+    assert worker["test"] == ["CMD", "placewatch", "health"]
+    assert worker["timeout"] == "10s"  # connect and answer, 3 s each, fit
+    for name in ("watch", "alerts"):
+        service = services[name]
+        assert service["healthcheck"]["test"] == ["CMD", "placewatch", "health", "--heartbeat"]
+        assert service["environment"]["PLACEWATCH_HEALTH_FILE"] == "/tmp/placewatch-health"
+        assert service["healthcheck"]["start_period"] == "20s"
+    assert "healthcheck" in services["nats-1"]
+
+
+def test_every_placewatch_variable_compose_sets_is_a_setting() -> None:
+    known = {env_name(f) for f in FIELDS} | {ENV_CONFIG}
+    for name, service in compose()["services"].items():
+        for variable in service.get("environment", {}):
+            if variable.startswith("PLACEWATCH_"):
+                assert variable in known, (name, variable)
+
+
 def test_dockerfile_installs_the_worker() -> None:
     text = (ROOT / "compose" / "Dockerfile").read_text()
     assert re.search(r"^FROM python:3\.12-slim$", text, re.MULTILINE)
@@ -141,38 +161,3 @@ def test_dockerfile_installs_the_worker() -> None:
         for path in copied.split():
             assert f"!{path}" in ignore, path
             assert (ROOT / path).exists(), path
-
-
-def unit() -> configparser.ConfigParser:
-    parser = configparser.ConfigParser(interpolation=None, strict=False)
-    parser.optionxform = str  # type: ignore[assignment,method-assign]
-    parser.read_string(UNIT.read_text())
-    return parser
-
-
-def test_systemd_unit_runs_the_installed_worker() -> None:
-    service = unit()["Service"]
-    assert service["ExecStart"] == "/opt/placewatch/bin/placewatch run"
-    assert service["EnvironmentFile"] == "-/etc/placewatch/env"
-    assert service["StateDirectory"] == "placewatch"
-    assert service["Restart"] == "on-failure"
-    assert service["RestartPreventExitStatus"] == str(EXIT_LEASE_LOST)  # no tug of war
-    assert service["KillSignal"] == "SIGTERM"
-    assert service["TimeoutStopSec"] == "10"
-    assert unit()["Install"]["WantedBy"] == "multi-user.target"
-
-
-@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not here")
-def test_systemd_unit_has_no_unknown_keys(tmp_path: Path) -> None:
-    # verify wants ExecStart to exist; the rest of the unit is checked as written.
-    copy = tmp_path / "placewatch.service"
-    copy.write_text(UNIT.read_text().replace("/opt/placewatch/bin/placewatch", "/bin/true"))
-    done = subprocess.run(
-        ["systemd-analyze", "verify", "--man=no", str(copy)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stderr == ""

@@ -20,7 +20,7 @@ from placewatch.bus.outbox import EventOutbox
 from placewatch.schemas import ComputeStatus, encode, subjects
 from placewatch.schemas import streams as contract
 
-from tests.conftest import ROOT, NatsServer, Worker, clean_env, start
+from tests.conftest import ROOT, NatsServer, Worker, clean_env, run_placewatch, start
 from tests.integration.test_security import create_streams_as_admin
 from tests.support.intruder import REFUSED, Intruder
 
@@ -265,6 +265,14 @@ def test_a_node_reaches_its_own_keys_and_none_of_another_nodes(
         )
         workers.append(worker)
         assert anyio.run(wait_for_a_at_work, server.url, backend="asyncio") == ["mine"]
+        # Its own credentials may ask its own worker's health, and not another node's.
+        own = run_placewatch("health", "--nats", server.url, "--node", A, env=env)
+        assert own.returncode == 0, own.stdout + own.stderr
+        other = run_placewatch(
+            "health", "--nats", server.url, "--node", B, "--timeout", "1", env=env
+        )
+        assert other.returncode == 1
+        assert other.stdout.startswith(f"unhealthy: node {B}'s worker did not answer"), other
         code, _, _, err = worker.stop()
         assert code == 0
         assert "following KV placewatch_placements for placements gpu-07.>" in err

@@ -2,8 +2,9 @@
 
 A placement finds its process by `pid` or by `match` on the command line; a
 reused pid is told apart by its start time (/proc/PID/stat), kept while the
-process runs. A shard is ready when its health URL answers 2xx or, without
-one, once its grace period has passed since its process started.
+process runs, as is the container and pod it runs in (/proc/PID/cgroup). A
+shard is ready when its health URL answers 2xx or, without one, once its
+grace period has passed since its process started.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import psutil
 
 from .attribution import ProcTable
+from .cgroup import NONE, Container, read_container
 from .placements import Placement
 from .verdict import Judgement
 
@@ -44,10 +46,14 @@ class Tracked:
     """The last error logged for it: each is logged once, not every tick."""
     known: tuple[Judgement, float] | None = None
     """The last verdict given while the GPU tools answered, and when (monotonic)."""
+    container: Container = NONE
+    """The container and pod its process runs in: read once when the process is found (a
+    process's cgroup does not change while it runs)."""
 
     def forget_process(self) -> None:
         self.pid = self.create_time = self.started = None
         self.ready = False
+        self.container = NONE
 
 
 def runs(table: ProcTable, pid: int, started: int | None) -> bool:
@@ -112,6 +118,7 @@ def _find_process(
         t.forget_process()
         return
     t.pid, t.create_time, t.started, t.ready = pid, created, started, False
+    t.container = read_container(pid, table.root)
 
 
 def command_lines() -> list[tuple[float, int, str]]:

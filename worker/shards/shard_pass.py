@@ -305,11 +305,12 @@ class ShardPass:
                 previous = t
                 t = self.tracked[sid] = Tracked(placement)
                 if previous is not None and previous.placement.spec.pid == placement.spec.pid:
-                    t.pid, t.create_time, t.started, t.ready = (
+                    t.pid, t.create_time, t.started, t.ready, t.container = (
                         previous.pid,
                         previous.create_time,
                         previous.started,
                         previous.ready,
+                        previous.container,
                     )
             else:
                 t.placement = placement
@@ -349,6 +350,8 @@ class ShardPass:
             reason=j.reason,
             evidence=list(j.evidence),
             stale=j.stale,
+            container_id=t.container.container_id,
+            pod_uid=t.container.pod_uid,
         )
 
     def _gone_status(self, placement: Placement, now: datetime) -> ComputeStatus:

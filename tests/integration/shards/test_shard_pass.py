@@ -21,6 +21,7 @@ from placewatch.shards.placements import ShardsFile
 from placewatch.shards.shard_pass import ShardPass
 from placewatch.shards.verdict import Judgement, Observation
 
+from tests.conftest import FIXTURES
 from tests.support.fake_nvml import FakeNvml
 
 MATCH = "sleep 3601.25"
@@ -292,3 +293,45 @@ def test_through_failed_reads_the_engines_word_keeps_the_devices_last_read(
         assert (status.verdict, status.backend, status.devices) == ("gpu", "CUDA", read.devices)
         assert status.reason.startswith("llama.cpp says it offloaded all 33 layers")
     assert again.devices == read.devices
+
+
+def test_a_shard_s_container_and_pod_are_read_once_from_its_cgroup(
+    sleepers: list[subprocess.Popen[bytes]], tmp_path: Path
+) -> None:
+    pid = sleeper(sleepers)
+    proc = tmp_path / "proc"
+    (proc / str(pid)).mkdir(parents=True)
+    (proc / str(pid) / "stat").write_bytes(Path(f"/proc/{pid}/stat").read_bytes())
+    cgroup = proc / str(pid) / "cgroup"
+    cgroup.write_bytes((FIXTURES / "cgroup" / "containerd-v2-systemd-burstable.txt").read_bytes())
+    shards = tmp_path / "shards.toml"
+    shards.write_text(f'[[shard]]\nid = "in-a-pod"\npid = {pid}\ngpus = [0]\n')
+    watch = ShardPass(
+        "n1", "s1", grace_s=0, shards_file=ShardsFile(shards), discovery=False, proc_root=proc
+    )
+    first = judge(watch, gpu_listing(pid))["in-a-pod"]
+    assert first.verdict == "gpu"
+    assert first.container_id == "3c19c840d9f9bacda62d2465be71c2d9e66c0e9819428e8a34c6049fa9998118"
+    assert first.pod_uid == "e7f137f5-a11b-4c7d-b5a6-b47b57a73cab"
+
+    # A running process's cgroup is not read again: the next tick does not open the file.
+    cgroup.unlink()
+    again = judge(watch, gpu_listing(pid))["in-a-pod"]
+    assert (again.container_id, again.pod_uid) == (first.container_id, first.pod_uid)
+
+
+def test_a_shard_on_the_host_has_no_container_or_pod(
+    sleepers: list[subprocess.Popen[bytes]], tmp_path: Path
+) -> None:
+    pid = sleeper(sleepers)
+    proc = tmp_path / "proc"
+    (proc / str(pid)).mkdir(parents=True)
+    (proc / str(pid) / "stat").write_bytes(Path(f"/proc/{pid}/stat").read_bytes())
+    (proc / str(pid) / "cgroup").write_text("0::/system.slice/llama-server.service\n")
+    shards = tmp_path / "shards.toml"
+    shards.write_text(f'[[shard]]\nid = "on-host"\npid = {pid}\ngpus = [0]\n')
+    watch = ShardPass(
+        "n1", "s1", grace_s=0, shards_file=ShardsFile(shards), discovery=False, proc_root=proc
+    )
+    status = judge(watch, gpu_listing(pid))["on-host"]
+    assert (status.verdict, status.container_id, status.pod_uid) == ("gpu", None, None)

@@ -1,0 +1,142 @@
+"""deploy/kubernetes/: the manifests are valid Kubernetes objects (checked against the API's
+own JSON schemas, which kubernetes-validate ships, strictly: an unknown key is an error), and
+the DaemonSet gives the worker what it needs and no more."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from placewatch.config import ENV_CONFIG, FIELDS, env_name
+
+from tests.conftest import ROOT
+
+KUBERNETES = ROOT / "deploy" / "kubernetes"
+MANIFESTS = sorted(KUBERNETES.glob("*.yaml"))
+VERSIONS = ("1.28.0", "1.37.0")
+"""The oldest Kubernetes still widely run that has every field used (appArmorProfile is not
+used), and the newest whose schemas kubernetes-validate ships."""
+MEASURED_RSS_MIB = 54
+"""docs/benchmarks.md: the worker's RSS with NVML loaded on an H200 node."""
+
+
+def documents(path: Path) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+def validate(document: dict[str, Any], version: str) -> None:
+    try:
+        import kubernetes_validate
+    except ImportError:
+        pytest.fail("kubernetes-validate is missing: pip install -e '.[test]' installs it")
+    kubernetes_validate.validate(document, version, strict=True)
+
+
+def objects() -> dict[str, dict[str, Any]]:
+    return {d["kind"]: d for path in MANIFESTS for d in documents(path)}
+
+
+def daemonset() -> dict[str, Any]:
+    return objects()["DaemonSet"]
+
+
+def worker() -> dict[str, Any]:
+    (container,) = daemonset()["spec"]["template"]["spec"]["containers"]
+    assert isinstance(container, dict)
+    return container
+
+
+def test_the_manifests_are_a_namespace_account_daemonset_and_secret() -> None:
+    assert [p.name for p in MANIFESTS] == ["placewatch.yaml", "secret.example.yaml"]
+    assert sorted(objects()) == ["DaemonSet", "Namespace", "Secret", "ServiceAccount"]
+    namespace = objects()["Namespace"]["metadata"]["name"]
+    for kind in ("DaemonSet", "Secret", "ServiceAccount"):
+        assert objects()[kind]["metadata"]["namespace"] == namespace, kind
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("path", MANIFESTS, ids=lambda p: p.name)
+def test_every_object_follows_the_kubernetes_schema(path: Path, version: str) -> None:
+    for document in documents(path):
+        validate(document, version)
+
+
+def test_the_schema_check_catches_a_misspelt_key_and_a_wrong_type() -> None:
+    import kubernetes_validate
+
+    misspelt = yaml.safe_load(
+        (KUBERNETES / "placewatch.yaml").read_text().split("---")[2].replace("hostPID:", "hostPid:")
+    )
+    with pytest.raises(kubernetes_validate.ValidationError, match="hostPid"):
+        validate(misspelt, VERSIONS[-1])
+    wrong = daemonset()
+    wrong["spec"]["template"]["spec"]["hostPID"] = "yes"
+    with pytest.raises(kubernetes_validate.ValidationError, match="'yes' is not of type 'boolean'"):
+        validate(wrong, VERSIONS[-1])
+
+
+def test_the_worker_sees_host_pids_and_every_gpu_without_taking_one() -> None:
+    pod = daemonset()["spec"]["template"]["spec"]
+    assert pod["hostPID"] is True
+    assert pod["runtimeClassName"] == "nvidia"
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod[
+        "tolerations"
+    ]
+    assert pod["automountServiceAccountToken"] is False
+    env = {e["name"]: e for e in worker()["env"]}
+    assert env["NVIDIA_VISIBLE_DEVICES"]["value"] == "all"
+    assert env["PLACEWATCH_NODE"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    resources = worker()["resources"]
+    assert not any("gpu" in k for part in resources.values() for k in part)
+
+
+def test_credentials_come_from_the_secret_and_every_variable_is_a_setting() -> None:
+    (source,) = worker()["envFrom"]
+    secret = objects()["Secret"]
+    assert source["secretRef"]["name"] == secret["metadata"]["name"]
+    known = {env_name(f) for f in FIELDS} | {ENV_CONFIG}
+    names = [e["name"] for e in worker()["env"]] + list(secret["stringData"])
+    assert {"PLACEWATCH_USER", "PLACEWATCH_PASSWORD"} <= set(secret["stringData"])
+    for name in names:
+        assert name in known or not name.startswith("PLACEWATCH_"), name
+
+
+def test_liveness_reads_the_heartbeat_in_a_writable_folder_readiness_asks_the_worker() -> None:
+    container = worker()
+    assert container["livenessProbe"]["exec"]["command"] == ["placewatch", "health", "--heartbeat"]
+    assert container["readinessProbe"]["exec"]["command"] == ["placewatch", "health"]
+    health_file = {e["name"]: e.get("value") for e in container["env"]}["PLACEWATCH_HEALTH_FILE"]
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    assert str(Path(health_file).parent) in mounts
+    volumes = {v["name"]: v for v in daemonset()["spec"]["template"]["spec"]["volumes"]}
+    assert "emptyDir" in volumes[mounts[str(Path(health_file).parent)]]
+    # A heartbeat is stale after three of its writer's periods (at most 10 s): the probe's
+    # period times its failures outlasts that.
+    probe = container["livenessProbe"]
+    assert probe["periodSeconds"] * probe["failureThreshold"] > 30
+
+
+def mib(quantity: str) -> float:
+    number, unit = re.fullmatch(r"(\d+)(Mi|Gi)", quantity).groups()  # type: ignore[union-attr]
+    return int(number) * (1024 if unit == "Gi" else 1)
+
+
+def test_its_resources_fit_the_measured_footprint() -> None:
+    resources = worker()["resources"]
+    assert mib(resources["requests"]["memory"]) >= MEASURED_RSS_MIB
+    assert mib(resources["limits"]["memory"]) >= 4 * MEASURED_RSS_MIB
+    assert resources["requests"]["cpu"] == "10m"  # 0.35% of a core measured, 3.5m
+
+
+def test_it_runs_read_only_with_two_capabilities() -> None:
+    context = worker()["securityContext"]
+    assert context["readOnlyRootFilesystem"] is True
+    assert context["allowPrivilegeEscalation"] is False
+    assert context["privileged"] is False
+    assert context["capabilities"] == {"drop": ["ALL"], "add": ["SYS_PTRACE", "DAC_READ_SEARCH"]}
+    pod = daemonset()["spec"]["template"]["spec"]
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
