@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import secrets
 import time
 from collections.abc import Callable, Mapping
 from datetime import datetime
@@ -24,7 +23,6 @@ import nats.js.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from placewatch.schemas import (
     FALLBACK_VERDICTS,
@@ -34,18 +32,15 @@ from placewatch.schemas import (
     NodeTelemetry,
     decode,
     subjects,
-    value_headers,
 )
-from placewatch.schemas.codec import HEADER_CONTENT_TYPE
 from placewatch.schemas.messages import Verdict
 from placewatch.schemas.streams import COMPUTE, TELEMETRY
+
+from .retained import kv_headers, last_per_subject
 
 log = logging.getLogger(__name__)
 
 FILL_TIMEOUT_S = 5.0
-FILL_CONSUMER_IDLE_S = 10.0
-"""The server removes a fill's ephemeral consumer this long after its last fetch."""
-_FILL_BATCH = 256
 
 Message = NodeTelemetry | ComputeStatus | FallbackEvent
 ShardKey = tuple[str, str]
@@ -113,7 +108,7 @@ class FleetView:
             headers = msg.headers or {}
             if headers.get(subjects.KV_OPERATION) in subjects.KV_DELETED:
                 continue
-            self._hold(msg.data, _kv_headers(msg.data, headers), ComputeStatus)
+            self._hold(msg.data, kv_headers(msg.data, headers), ComputeStatus)
 
     async def stop(self) -> None:
         """Stop following the bus; the view keeps what it knew."""
@@ -203,41 +198,12 @@ class FleetView:
         return True
 
     async def _latest(self, stream: str, subject: str, deadline: float) -> list[Msg]:
-        """The last message of each subject in `stream`; none when there is no such stream."""
-        js = self.nc.jetstream()
-        name = f"placewatch-view-{secrets.token_hex(6)}"
-        config = ConsumerConfig(
-            name=name,
-            deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,
-            ack_policy=AckPolicy.NONE,
-            filter_subject=subject,
-            inactive_threshold=FILL_CONSUMER_IDLE_S,
-            mem_storage=True,
-        )
+        """The last message of each subject in `stream`; none when it cannot be read."""
         try:
-            info = await js.add_consumer(stream, config, timeout=_left(deadline))
-        except nats.js.errors.NotFoundError:
-            return []  # a fresh cluster: no worker has created it yet
-        except (nats.errors.NoRespondersError, nats.js.errors.ServiceUnavailableError):
-            return []  # a server without JetStream keeps nothing
+            return await last_per_subject(self.nc, stream, subject, _left(deadline))
         except (nats.errors.Error, TimeoutError) as exc:
             log.warning("cannot read %s (%s); following live messages only", stream, exc)
             return []
-        found: list[Msg] = []
-        pending = info.num_pending or 0
-        sub = await js.pull_subscribe_bind(stream=stream, name=name)
-        try:
-            while pending > 0 and time.monotonic() < deadline:
-                try:
-                    batch = await sub.fetch(min(pending, _FILL_BATCH), timeout=_left(deadline))
-                except (nats.errors.Error, TimeoutError):
-                    break
-                found += batch
-                pending = batch[-1].metadata.num_pending if batch else 0
-        finally:
-            # Not deleted: the server removes it when idle, so a gateway needs no delete right.
-            await sub.unsubscribe()
-        return found
 
 
 _KINDS: dict[str, type[NodeTelemetry] | type[ComputeStatus] | type[FallbackEvent]] = {
@@ -245,11 +211,6 @@ _KINDS: dict[str, type[NodeTelemetry] | type[ComputeStatus] | type[FallbackEvent
     "compute": ComputeStatus,
     "fallback": FallbackEvent,
 }
-
-
-def _kv_headers(data: bytes, headers: Mapping[str, str]) -> Mapping[str, str]:
-    """Headers for a bucket value: nats-py's KV put sends none, so the format is sniffed."""
-    return headers if HEADER_CONTENT_TYPE in headers else value_headers(data)
 
 
 def _left(deadline: float) -> float:

@@ -14,6 +14,7 @@ from nats.aio.client import Client
 log = logging.getLogger(__name__)
 
 DRAIN_TIMEOUT_S = 2.0
+CLOSE_TIMEOUT_S = 1.0
 
 
 async def stop_on_signal(scope: anyio.CancelScope, what: str = "stopping") -> None:
@@ -30,12 +31,21 @@ async def drain(nc: Client | None) -> None:
 
     nats-py refuses to drain a connection while it reconnects: there is no server to flush
     to, so it is closed instead. That close writes what it buffered to the lost socket and
-    raises, with the connection already marked closed."""
+    raises, with the connection already marked closed.
+
+    A drain that outlasts DRAIN_TIMEOUT_S is cancelled where it stands, which may be inside
+    the flush that waits for the server's PONG (nats-py 2.16): the connection is then
+    closed at once, so that its read loop stops before that PONG finds the flush's future
+    cancelled and logs a traceback (`InvalidStateError` in `_process_pong`)."""
+    if nc is None or nc.is_closed:
+        return
     with anyio.move_on_after(DRAIN_TIMEOUT_S, shield=True):
-        if nc is None or nc.is_closed:
-            return
         try:
             await nc.drain()
         except nats.errors.ConnectionReconnectingError:
             with contextlib.suppress(OSError):
                 await nc.close()
+    if not nc.is_closed:
+        log.warning("the connection did not drain within %g s; closed it", DRAIN_TIMEOUT_S)
+        with anyio.move_on_after(CLOSE_TIMEOUT_S, shield=True), contextlib.suppress(OSError):
+            await nc.close()

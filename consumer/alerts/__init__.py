@@ -1,7 +1,9 @@
-"""`placewatch alerts`: every fallback event delivered to stdout or a webhook, once.
+"""`placewatch alerts`: every fallback event delivered to stdout or a webhook, once; or, to
+Alertmanager, alerts that say what each shard does now.
 
-consume.py is the durable consumer, sinks.py where events go, webhook.py the
-HTTP POST, alertmanager.py the body Alertmanager takes.
+options.py holds the flags and their variables, consume.py the durable consumer,
+catchup.py what it reads at start, sinks.py where messages go, reconcile.py which alerts
+Alertmanager should hold, alertmanager.py their body, webhook.py the HTTP POST.
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ from nats.aio.client import Client
 
 from ..connection import Bus, connect, redact
 from ..lifecycle import drain, stop_on_signal
-from .consume import DEFAULT_DURABLE, Conflict, consume
-from .sinks import HTTP_TIMEOUT_S, RESEND_S, StdoutSink, WebhookSink, resend_every
+from .alertmanager import AlertTemplate
+from .consume import Conflict, consume
+from .options import DEFAULT_DURABLE, RESEND_S, OptionError, Options, add_arguments, options
+from .sinks import AlertmanagerSink, Sink, StdoutSink, WebhookSink, resend_every
 from .webhook import check_url
 
 log = logging.getLogger(__name__)
@@ -28,6 +32,7 @@ INBOX = "_INBOX.placewatch-alerts"
 __all__ = [
     "DEFAULT_DURABLE",
     "RESEND_S",
+    "AlertmanagerSink",
     "StdoutSink",
     "WebhookSink",
     "add_arguments",
@@ -37,62 +42,39 @@ __all__ = [
 ]
 
 
-def add_arguments(alerts: argparse.ArgumentParser) -> None:
-    alerts.add_argument(
-        "--durable",
-        default=DEFAULT_DURABLE,
-        metavar="NAME",
-        help=f"the durable consumer's name; it keeps the position ({DEFAULT_DURABLE})",
-    )
-    alerts.add_argument("--webhook", metavar="URL", help="POST each event here (2xx: delivered)")
-    alerts.add_argument(
-        "--format",
-        choices=["json", "alertmanager"],
-        default="json",
-        help="webhook body: the event's JSON, or Alertmanager's POST /api/v2/alerts (json)",
-    )
-    alerts.add_argument(
-        "--generator-url", metavar="URL", help="Alertmanager format: each alert's generatorURL"
-    )
-    alerts.add_argument(
-        "--resend",
-        type=float,
-        default=RESEND_S,
-        metavar="SECONDS",
-        help=f"Alertmanager format: post firing alerts again this often; 0: never ({RESEND_S:g})",
-    )
-    alerts.add_argument(
-        "--timeout",
-        type=float,
-        default=HTTP_TIMEOUT_S,
-        metavar="SECONDS",
-        help=f"limit for one webhook request ({HTTP_TIMEOUT_S:g})",
-    )
-
-
 def command(bus: Bus, args: argparse.Namespace) -> int:
-    """`placewatch alerts` as the command line asks for it."""
-    sink: StdoutSink | WebhookSink
-    if args.webhook:
-        problem = check_url(args.webhook)
-        if problem:
-            print(f"placewatch: {problem}", file=sys.stderr)
-            return EXIT_CONFIG
-        sink = WebhookSink(
-            args.webhook, args.format == "alertmanager", args.generator_url, args.timeout
-        )
-        log.info("posting each fallback event to %s (%s)", redact(args.webhook), args.format)
-    elif args.format == "alertmanager":
-        print("placewatch: --format alertmanager needs --webhook URL", file=sys.stderr)
+    """`placewatch alerts` as the command line and its environment ask for it."""
+    try:
+        chosen = options(args)
+    except OptionError as exc:
+        print(f"placewatch: {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    else:
-        sink = StdoutSink()
-    return main(bus, sink, args.durable, args.resend)
+    sink = _sink(chosen)
+    if isinstance(sink, str):
+        print(f"placewatch: {sink}", file=sys.stderr)
+        return EXIT_CONFIG
+    return main(bus, sink, chosen.durable, chosen.resend)
 
 
-def main(
-    bus: Bus, sink: StdoutSink | WebhookSink, durable: str = DEFAULT_DURABLE, resend: float = 0.0
-) -> int:
+def _sink(chosen: Options) -> Sink | str:
+    """Where to deliver, or why the options give nowhere."""
+    if chosen.format == "json" and (chosen.labels or chosen.annotations):
+        log.warning("--label and --annotation are for --format alertmanager; left out")
+    if not chosen.webhook:
+        if chosen.format == "alertmanager":
+            return "--format alertmanager needs --webhook URL (or PLACEWATCH_ALERTS_WEBHOOK)"
+        return StdoutSink()
+    problem = check_url(chosen.webhook)
+    if problem:
+        return problem
+    log.info("posting each fallback event to %s (%s)", redact(chosen.webhook), chosen.format)
+    if chosen.format == "json":
+        return WebhookSink(chosen.webhook, chosen.timeout)
+    template = AlertTemplate(chosen.labels, chosen.annotations, chosen.generator_url)
+    return AlertmanagerSink(chosen.webhook, template, chosen.timeout)
+
+
+def main(bus: Bus, sink: Sink, durable: str = DEFAULT_DURABLE, resend: float = 0.0) -> int:
     """Deliver until stopped; 0, or EXIT_CONFIG when the durable consumer cannot be used."""
     try:
         return anyio.run(_deliver_until_stopped, bus, sink, durable, resend, backend="asyncio")
@@ -100,9 +82,7 @@ def main(
         return 0
 
 
-async def _deliver_until_stopped(
-    bus: Bus, sink: StdoutSink | WebhookSink, durable: str, resend: float
-) -> int:
+async def _deliver_until_stopped(bus: Bus, sink: Sink, durable: str, resend: float) -> int:
     nc: Client | None = None
     code = 0
     try:
@@ -112,7 +92,7 @@ async def _deliver_until_stopped(
                 bus.servers, f"placewatch alerts {durable}", bus.options | {"inbox_prefix": INBOX}
             )
             ready = anyio.Event()
-            if resend > 0 and isinstance(sink, WebhookSink) and sink.alertmanager:
+            if resend > 0 and isinstance(sink, AlertmanagerSink):
                 tg.start_soon(resend_every, sink, resend, ready)
             try:
                 await consume(nc, bus.prefix, durable, sink, ready)

@@ -1,60 +1,85 @@
-"""A fallback event as the body of Alertmanager's POST /api/v2/alerts."""
+"""Alerts as the body of Alertmanager's POST /api/v2/alerts, and the labels they carry.
+
+Checked against Alertmanager 0.25 (Debian's prometheus-alertmanager): it identifies an
+alert by its whole label set, takes `endsAt` in the past as resolved, and refuses (400)
+a label or annotation name outside `[a-zA-Z_][a-zA-Z0-9_]*`.
+"""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 import msgspec
 
-from placewatch.schemas import FALLBACK_VERDICTS, ComputeStatus, FallbackEvent
+from .reconcile import Alert
 
 ALERTNAME = "PlacewatchFallback"
+IDENTITY = ("alertname", "node", "shard", "verdict")
+"""The labels every alert carries from the shard itself; no static label may replace one."""
+OWN_ANNOTATIONS = ("summary", "description")
+"""What the shard does now; no static annotation may replace one."""
+SEVERITY = {"cpu_fallback": "critical", "misplaced": "warning", "partial": "warning"}
+"""The `severity` label per verdict, unless a static label gives one for every alert: on
+the CPU a shard serves at a tenth of its speed (critical); misplaced or partial, it
+computes on GPUs, not all of them the ones it was given (warning)."""
+DEFAULT_SEVERITY = "warning"
+_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 
 
-def alertmanager_alerts(
-    event: FallbackEvent, fired: ComputeStatus | None, generator_url: str | None = None
-) -> list[dict[str, Any]]:
-    """The body Alertmanager's POST /api/v2/alerts takes for one event.
-
-    Alertmanager tells alerts apart by their labels, so a resolved alert must
-    carry the verdict its firing alert had (`fired`), not the verdict the shard
-    left it for. When that is not known (the firing event is no longer in the
-    stream), one resolved alert per fallback verdict ends whichever fired; one
-    that never fired notifies nobody.
-    """
-    s = event.status
-    if event.state == "firing":
-        return [_alert(s, s.verdict, s.time, None, generator_url)]
-    if fired is not None:
-        return [_alert(s, fired.verdict, fired.time, s.time, generator_url)]
-    return [
-        _alert(s, verdict, s.time, s.time, generator_url) for verdict in sorted(FALLBACK_VERDICTS)
-    ]
+def name_problem(name: str) -> str | None:
+    """Why Alertmanager would refuse `name` as a label or annotation name, or None."""
+    if not _NAME.fullmatch(name):
+        return "a name is letters, digits and _, not starting with a digit"
+    if name.startswith("__"):
+        return "names starting with __ are reserved to Prometheus and Alertmanager"
+    return None
 
 
-def _alert(
-    s: ComputeStatus,
-    verdict: str,
-    starts: datetime,
-    ends: datetime | None,
-    generator_url: str | None,
-) -> dict[str, Any]:
-    alert: dict[str, Any] = {
-        "labels": {"alertname": ALERTNAME, "node": s.node, "shard": s.shard, "verdict": verdict},
-        "annotations": {
-            "summary": f"shard {s.shard} on {s.node}: {s.verdict}",
-            "description": s.reason,
-        },
-        "startsAt": _rfc3339(starts),
-    }
-    if ends is not None:
-        alert["endsAt"] = _rfc3339(ends)
-    if generator_url:
-        alert["generatorURL"] = generator_url
-    return alert
+@dataclass(frozen=True)
+class AlertTemplate:
+    """What every alert carries besides the shard's own: static labels and annotations
+    (`--label`, `--annotation`) and the generator URL."""
+
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    generator_url: str | None = None
+
+    def labels_for(self, node: str, shard: str, verdict: str) -> dict[str, str]:
+        """The alert's identity: static labels, severity, then the shard's own."""
+        return {
+            "severity": SEVERITY.get(verdict, DEFAULT_SEVERITY),
+            **self.labels,
+            "alertname": ALERTNAME,
+            "node": node,
+            "shard": shard,
+            "verdict": verdict,
+        }
+
+    def body(self, alert: Alert) -> dict[str, Any]:
+        """One alert of the list POST /api/v2/alerts takes."""
+        s = alert.status
+        summary = f"shard {s.shard} on {s.node}: {s.verdict}"
+        if alert.ends is not None and s.verdict != alert.verdict:
+            summary += f" (no longer {alert.verdict})"
+        body: dict[str, Any] = {
+            "labels": self.labels_for(s.node, s.shard, alert.verdict),
+            "annotations": {**self.annotations, "summary": summary, "description": s.reason},
+            "startsAt": rfc3339(alert.starts),
+        }
+        if alert.ends is not None:
+            body["endsAt"] = rfc3339(alert.ends)
+        if self.generator_url:
+            body["generatorURL"] = self.generator_url
+        return body
+
+    def bodies(self, alerts: list[Alert]) -> list[dict[str, Any]]:
+        return [self.body(a) for a in alerts]
 
 
-def _rfc3339(when: datetime) -> str:
+def rfc3339(when: datetime) -> str:
     """As the contract writes times: RFC 3339, UTC as `Z`."""
     return msgspec.json.encode(when).decode().strip('"')

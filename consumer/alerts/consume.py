@@ -1,19 +1,21 @@
-"""The durable JetStream consumer behind `placewatch alerts`: each fallback event delivered
-to a sink, and acknowledged once it was.
+"""The durable JetStream consumer behind `placewatch alerts`: each message delivered to a
+sink, and acknowledged once it was.
 
-A durable pull consumer on <prefix>.fallback.> in PLACEWATCH_EVENTS. An event
-is acknowledged only after the sink took it (for a webhook, a 2xx); while the
-sink fails the event is retried with backoff and not acknowledged. The server
-keeps the consumer's position, so a restarted one resumes after the last event
-it acknowledged and delivers none of those again.
+A durable pull consumer in PLACEWATCH_EVENTS on <prefix>.fallback.>, and on
+<prefix>.compute.> too for a sink that follows statuses (Alertmanager's: a verdict that
+changes inside a firing fallback is only a status). One stream keeps both in the order
+the worker published them. A message is acknowledged only after the sink took it (for a
+webhook, a 2xx); while the sink fails it is retried with backoff and not acknowledged.
+The server keeps the consumer's position, so a restarted one resumes after the last
+message it acknowledged and delivers none of those again.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
-import secrets
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import anyio
 import nats.errors
@@ -23,56 +25,87 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from placewatch.schemas import DecodeError, FallbackEvent, decode, subjects
+from placewatch.schemas import FallbackEvent, subjects
 from placewatch.schemas.streams import EVENTS
 
-from .sinks import Sink, WebhookSink
+from ..retained import Incomplete
+from .catchup import catch_up, decode_message, release
+from .options import DEFAULT_DURABLE
+from .reconcile import Message, status_of
+from .sinks import AlertmanagerSink, Sink
 from .webhook import DeliveryError
 
 log = logging.getLogger(__name__)
 
-DEFAULT_DURABLE = "placewatch-alerts"
+__all__ = ["DEFAULT_DURABLE", "Conflict", "consume", "filters"]
+
 ACK_WAIT_S = 60.0
-"""Longer than one try and the longest backoff: a retried event stays this consumer's."""
+"""Longer than one try and the longest backoff: a retried message stays this consumer's."""
 FETCH_WAIT_S = 5.0
 BACKOFF_FIRST_S = 0.5
 BACKOFF_MAX_S = 30.0
 STREAM_POLL_S = 2.0
+SETUP_ERRORS = (nats.errors.Error, TimeoutError, Incomplete)
 
 
 class Conflict(Exception):
     """The durable consumer exists with another filter; the message says what to do."""
 
 
+def filters(prefix: str, statuses: bool) -> list[str]:
+    """What the durable consumer follows: fallback events, and statuses when asked."""
+    if statuses:
+        return [subjects.all_compute(prefix), subjects.all_fallback(prefix)]
+    return [subjects.all_fallback(prefix)]
+
+
 async def consume(
     nc: Client, prefix: str, durable: str, sink: Sink, ready: anyio.Event | None = None
 ) -> None:
-    """Deliver every fallback event, in stream order, for ever; `ready` is set once the
-    consumer is bound (and, for Alertmanager, the firing alerts are known)."""
+    """Deliver every message, in stream order, for ever; `ready` is set once the consumer
+    is bound (and, for Alertmanager, what is firing now was posted)."""
     js = nc.jetstream()
     said = ""
     while True:
         await _wait_for_stream(js)
+        sub = None
         try:
-            sub, floor = await _bind(js, prefix, durable)
-            if isinstance(sink, WebhookSink) and sink.alertmanager:
-                await _replay(js, prefix, floor, sink.learn)
-        except (nats.errors.Error, TimeoutError) as exc:
-            why = f"cannot set up consumer {durable} ({exc}); retrying every {STREAM_POLL_S:g} s"
-            if why != said:
-                log.warning("%s", why)
-                said = why
-            await anyio.sleep(STREAM_POLL_S)
-            continue
-        said = ""
-        if ready is not None:
-            ready.set()
-        log.info("delivering fallback events from %s (consumer %s)", EVENTS.name, durable)
-        try:
-            await _deliver_all(sub, sink)
-        except (nats.errors.Error, TimeoutError) as exc:
+            try:
+                sub, floor = await _bind(js, prefix, durable, sink.follows_statuses)
+                if isinstance(sink, AlertmanagerSink):
+                    await catch_up(nc, prefix, filters(prefix, True), floor, sink)
+            except SETUP_ERRORS as exc:
+                why = (
+                    f"cannot set up consumer {durable} ({exc}); retrying every {STREAM_POLL_S:g} s"
+                )
+                if why != said:
+                    log.warning("%s", why)
+                    said = why
+                await anyio.sleep(STREAM_POLL_S)
+                continue
+            said = ""
+            await _deliver_from(sub, prefix, durable, sink, ready)
+        except SETUP_ERRORS as exc:
             log.warning("consumer %s failed (%s); setting it up again", durable, exc)
             await anyio.sleep(STREAM_POLL_S)
+        finally:
+            if sub is not None:
+                await release(sub)  # else the drain at exit waits on it (catchup.release)
+
+
+async def _deliver_from(
+    sub: JetStreamContext.PullSubscription,
+    prefix: str,
+    durable: str,
+    sink: Sink,
+    ready: anyio.Event | None,
+) -> None:
+    if isinstance(sink, AlertmanagerSink):
+        await _until_delivered("what is firing now", sink.sync)
+    if ready is not None:
+        ready.set()
+    log.info("delivering fallback events from %s (consumer %s)", EVENTS.name, durable)
+    await _deliver_all(sub, prefix, sink)
 
 
 async def _wait_for_stream(js: JetStreamContext) -> None:
@@ -94,88 +127,53 @@ async def _wait_for_stream(js: JetStreamContext) -> None:
 
 
 async def _bind(
-    js: JetStreamContext, prefix: str, durable: str
+    js: JetStreamContext, prefix: str, durable: str, statuses: bool
 ) -> tuple[JetStreamContext.PullSubscription, int]:
-    """The durable consumer, created when missing; and the last stream sequence it acked."""
-    wanted = subjects.all_fallback(prefix)
+    """The durable consumer, created when missing, its filter changed when it is one this
+    command made for another format; and the last stream sequence it acknowledged."""
+    wanted = filters(prefix, statuses)
+    config = ConsumerConfig(
+        durable_name=durable,
+        name=durable,
+        deliver_policy=DeliverPolicy.ALL,
+        ack_policy=AckPolicy.EXPLICIT,
+        ack_wait=ACK_WAIT_S,
+        filter_subjects=wanted,
+        max_ack_pending=1,
+    )
     try:
         info = await js.consumer_info(EVENTS.name, durable)
     except nats.js.errors.NotFoundError:
-        info = await js.add_consumer(
-            EVENTS.name,
-            ConsumerConfig(
-                durable_name=durable,
-                name=durable,
-                deliver_policy=DeliverPolicy.ALL,
-                ack_policy=AckPolicy.EXPLICIT,
-                ack_wait=ACK_WAIT_S,
-                filter_subject=wanted,
-                max_ack_pending=1,
-            ),
-        )
-        log.info("created durable consumer %s on %s", durable, wanted)
-    found = info.config.filter_subject
-    if found != wanted:
-        raise Conflict(
-            f"consumer {durable} exists on {EVENTS.name} with filter {found!r}, "
-            f"not {wanted!r}; pick another --durable or remove it "
-            f"(nats consumer rm {EVENTS.name} {durable})"
-        )
+        info = await js.add_consumer(EVENTS.name, config)
+        log.info("created durable consumer %s on %s", durable, ", ".join(wanted))
+    found = info.config.filter_subjects or [info.config.filter_subject or ">"]
+    if sorted(found) != wanted:
+        if sorted(found) != filters(prefix, not statuses):
+            raise Conflict(
+                f"consumer {durable} exists on {EVENTS.name} with filter "
+                f"{', '.join(found)!r}, not {', '.join(wanted)!r}; pick another --durable "
+                f"or remove it (nats consumer rm {EVENTS.name} {durable})"
+            )
+        # Made by this command for the other format: the position stays where it was.
+        info = await js.add_consumer(EVENTS.name, config)
+        log.info("consumer %s now follows %s", durable, ", ".join(wanted))
     sub = await js.pull_subscribe_bind(durable=durable, stream=EVENTS.name)
     floor = info.ack_floor.stream_seq if info.ack_floor is not None else 0
     return sub, floor
 
 
-async def _replay(
-    js: JetStreamContext, prefix: str, floor: int, learn: Callable[[FallbackEvent], None]
-) -> None:
-    """Read again, without delivering, the events already acknowledged (up to `floor`), to
-    know which verdict each firing shard fired with."""
-    if floor <= 0:
-        return
-    name = f"placewatch-alerts-replay-{secrets.token_hex(6)}"
-    await js.add_consumer(
-        EVENTS.name,
-        ConsumerConfig(
-            name=name,
-            deliver_policy=DeliverPolicy.ALL,
-            ack_policy=AckPolicy.NONE,
-            filter_subject=subjects.all_fallback(prefix),
-            inactive_threshold=10.0,
-            mem_storage=True,
-        ),
-    )
-    sub = await js.pull_subscribe_bind(stream=EVENTS.name, name=name)
-    try:
-        while True:
-            try:
-                batch = await sub.fetch(256, timeout=FETCH_WAIT_S)
-            except (nats.errors.TimeoutError, TimeoutError):
-                return
-            for msg in batch:
-                if msg.metadata.sequence.stream > floor:
-                    return
-                event = _decode(msg)
-                if event is not None:
-                    learn(event)
-            if batch[-1].metadata.num_pending == 0:
-                return
-    finally:
-        await sub.unsubscribe()  # the server removes it when idle: no delete right needed
-
-
-async def _deliver_all(sub: JetStreamContext.PullSubscription, sink: Sink) -> None:
+async def _deliver_all(sub: JetStreamContext.PullSubscription, prefix: str, sink: Sink) -> None:
     while True:
         try:
             (msg,) = await sub.fetch(1, timeout=FETCH_WAIT_S)
         except (nats.errors.TimeoutError, TimeoutError):
             continue
-        event = _decode(msg)
-        if event is None:
+        message = decode_message(msg, prefix)
+        if message is None:
             await msg.term()  # never deliverable: do not block the ones behind it
             continue
         try:
-            await _deliver_one(sink, event, msg)
+            await _until_delivered(_name(message), functools.partial(sink.deliver, message), msg)
         except anyio.get_cancelled_exc_class():
             with anyio.move_on_after(1, shield=True):
                 await msg.nak()  # undelivered: the next run takes it at once
@@ -183,24 +181,28 @@ async def _deliver_all(sub: JetStreamContext.PullSubscription, sink: Sink) -> No
         await _ack(msg)
 
 
-async def _deliver_one(sink: Sink, event: FallbackEvent, msg: Msg) -> None:
+async def _until_delivered(
+    what: str, attempt: Callable[[], Awaitable[None]], msg: Msg | None = None
+) -> None:
+    """Try until the sink took it, with backoff; `msg` is kept ours meanwhile."""
     delay = BACKOFF_FIRST_S
     failed = False
     while True:
         try:
-            # A try under way finishes even when stopping (HTTP_TIMEOUT_S at most): an
-            # endpoint that took the event must not be sent it again by the next run.
+            # A try under way finishes even when stopping (the webhook timeout at most): an
+            # endpoint that took it must not be sent it again by the next run.
             with anyio.CancelScope(shield=True):
-                await sink.deliver(event)
+                await attempt()
         except DeliveryError as exc:
-            log.warning("%s not delivered (%s); again in %g s", _event_name(event), exc, delay)
+            log.warning("%s not delivered (%s); again in %g s", what, exc, delay)
             failed = True
         else:
             if failed:
-                log.info("%s delivered", _event_name(event))
+                log.info("%s delivered", what)
             return
-        with contextlib.suppress(nats.errors.Error):
-            await msg.in_progress()  # still ours: no redelivery while we retry
+        if msg is not None:
+            with contextlib.suppress(nats.errors.Error):
+                await msg.in_progress()  # still ours: no redelivery while we retry
         await anyio.sleep(delay)
         delay = min(delay * 2, BACKOFF_MAX_S)
 
@@ -217,18 +219,11 @@ async def _ack(msg: Msg) -> None:
                 log.warning("acknowledgement not confirmed (%s); again in %g s", exc, delay)
             await anyio.sleep(delay)
             delay = min(delay * 2, BACKOFF_MAX_S)
-    log.error("acknowledgement never confirmed: this event may be delivered again")
+    log.error("acknowledgement never confirmed: this message may be delivered again")
 
 
-def _decode(msg: Msg) -> FallbackEvent | None:
-    try:
-        return decode(msg.data, FallbackEvent, msg.headers)
-    except DecodeError as exc:
-        seq = msg.metadata.sequence.stream
-        log.error("skipped message %d on %s: %s", seq, msg.subject, exc)
-        return None
-
-
-def _event_name(event: FallbackEvent) -> str:
-    s = event.status
-    return f"fallback {event.state} for shard {s.shard} on {s.node} ({s.verdict})"
+def _name(message: Message) -> str:
+    s = status_of(message)
+    if isinstance(message, FallbackEvent):
+        return f"fallback {message.state} for shard {s.shard} on {s.node} ({s.verdict})"
+    return f"status of shard {s.shard} on {s.node} ({s.verdict})"

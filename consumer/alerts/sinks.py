@@ -1,16 +1,18 @@
-"""Where `placewatch alerts` delivers each fallback event: stdout, or a webhook.
+"""Where `placewatch alerts` delivers: stdout, a webhook, or Alertmanager.
 
-A sink raises DeliveryError when an event did not arrive; the consumer then
-retries it and does not acknowledge it. Alertmanager forgets a firing alert
-that is not posted again within its resolve_timeout (5 minutes by default),
-so that sink also posts the firing alerts again every so often, as
-Prometheus does.
+A sink raises DeliveryError when a message did not arrive; the consumer then retries it
+and does not acknowledge it. Stdout and a JSON webhook get each FallbackEvent as it
+travels. Alertmanager gets the alerts that say what each shard does now (reconcile.py):
+it follows compute statuses too, reads what the bus keeps at start, and posts the firing
+alerts again every so often, as Prometheus does, since it forgets a firing alert that is
+not posted again within its resolve_timeout (5 minutes by default).
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Iterable
 from typing import Protocol
 
 import anyio
@@ -18,88 +20,109 @@ import msgspec
 
 from placewatch.schemas import ComputeStatus, FallbackEvent
 
-from .alertmanager import alertmanager_alerts
+from .alertmanager import AlertTemplate
+from .options import HTTP_TIMEOUT_S
+from .reconcile import Alert, AlertState, Message, Plan
 from .webhook import DeliveryError, post_json
 
 log = logging.getLogger(__name__)
 
-HTTP_TIMEOUT_S = 10.0
-RESEND_S = 60.0
-
-ShardKey = tuple[str, str]
+MAX_ALERTS_PER_POST = 500
+"""A fleet-wide restart can fire thousands at once; Alertmanager takes them in parts."""
 
 
 class Sink(Protocol):
-    async def deliver(self, event: FallbackEvent) -> None:
-        """Deliver one event or raise DeliveryError."""
+    follows_statuses: bool
+    """Whether it takes ComputeStatus messages too, not only FallbackEvents."""
+
+    async def deliver(self, message: Message) -> None:
+        """Deliver one message or raise DeliveryError."""
 
 
 class StdoutSink:
-    """One JSON line per event, as the event travels (the contract's JSON)."""
+    """One JSON line per fallback event, as the event travels (the contract's JSON)."""
 
-    async def deliver(self, event: FallbackEvent) -> None:
+    follows_statuses = False
+
+    async def deliver(self, message: Message) -> None:
+        if not isinstance(message, FallbackEvent):
+            return
         try:
-            sys.stdout.write(msgspec.json.encode(event).decode() + "\n")
+            sys.stdout.write(msgspec.json.encode(message).decode() + "\n")
             sys.stdout.flush()
         except OSError as exc:
             raise DeliveryError(f"stdout: {exc.strerror or exc}") from None
 
 
 class WebhookSink:
-    """POST each event to a URL: the event's JSON, or Alertmanager's v2 alerts."""
+    """POST each fallback event to a URL, as it travels."""
+
+    follows_statuses = False
+
+    def __init__(self, url: str, timeout: float = HTTP_TIMEOUT_S) -> None:
+        self.url = url
+        self.timeout = timeout
+
+    async def deliver(self, message: Message) -> None:
+        if isinstance(message, FallbackEvent):
+            await _post(self.url, msgspec.json.encode(message), self.timeout)
+
+
+class AlertmanagerSink:
+    """POST Alertmanager's v2 alerts: each shard's alert as its latest status says."""
+
+    follows_statuses = True
 
     def __init__(
-        self,
-        url: str,
-        alertmanager: bool = False,
-        generator_url: str | None = None,
-        timeout: float = HTTP_TIMEOUT_S,
+        self, url: str, template: AlertTemplate | None = None, timeout: float = HTTP_TIMEOUT_S
     ) -> None:
         self.url = url
-        self.alertmanager = alertmanager
-        self.generator_url = generator_url
+        self.template = template or AlertTemplate()
         self.timeout = timeout
-        self.fired: dict[ShardKey, ComputeStatus] = {}
-        """The status each firing shard fired with: a resolved alert repeats its labels."""
-        self._lock = anyio.Lock()  # a resend never lands after the event that resolved it
+        self.state = AlertState()
+        self._lock = anyio.Lock()  # a resend never lands after the message that changed it
 
-    def learn(self, event: FallbackEvent) -> None:
-        key = (event.status.node, event.status.shard)
-        if event.state == "firing":
-            self.fired[key] = event.status
-        else:
-            self.fired.pop(key, None)
+    def learn(self, message: Message) -> None:
+        """A message delivered before this process started."""
+        self.state.learn(message)
 
-    async def deliver(self, event: FallbackEvent) -> None:
+    def seed(self, statuses: Iterable[ComputeStatus]) -> None:
+        """The latest statuses the bus keeps: what is true now."""
+        self.state.seed(statuses)
+
+    async def sync(self) -> None:
+        """Post what is firing now and end what is not: at start, once seeded."""
         async with self._lock:
-            if self.alertmanager:
-                fired = self.fired.get((event.status.node, event.status.shard))
-                body = msgspec.json.encode(alertmanager_alerts(event, fired, self.generator_url))
-            else:
-                body = msgspec.json.encode(event)
-            await self._post(body)
-            self.learn(event)
+            plans = self.state.plan_all()
+            await self._post([a for p in plans for a in p.alerts])
+            self._commit(plans)
+
+    async def deliver(self, message: Message) -> None:
+        async with self._lock:
+            plan = self.state.plan(message)
+            await self._post(plan.alerts)
+            self._commit([plan])
 
     async def resend(self) -> None:
-        """Post every firing alert again (Alertmanager format)."""
+        """Post every firing alert again."""
         async with self._lock:
-            if not self.fired:
-                return
-            alerts = [
-                alertmanager_alerts(FallbackEvent(state="firing", status=s), s, self.generator_url)[
-                    0
-                ]
-                for _, s in sorted(self.fired.items())
-            ]
-            await self._post(msgspec.json.encode(alerts))
+            await self._post(self.state.firing_alerts())
 
-    async def _post(self, body: bytes) -> None:
-        await anyio.to_thread.run_sync(
-            post_json, self.url, body, self.timeout, abandon_on_cancel=True
-        )
+    def _commit(self, plans: list[Plan]) -> None:
+        for plan in plans:
+            self.state.commit(plan)
+
+    async def _post(self, alerts: list[Alert]) -> None:
+        for start in range(0, len(alerts), MAX_ALERTS_PER_POST):
+            part = self.template.bodies(alerts[start : start + MAX_ALERTS_PER_POST])
+            await _post(self.url, msgspec.json.encode(part), self.timeout)
 
 
-async def resend_every(sink: WebhookSink, every: float, ready: anyio.Event) -> None:
+async def _post(url: str, body: bytes, limit_s: float) -> None:
+    await anyio.to_thread.run_sync(post_json, url, body, limit_s, abandon_on_cancel=True)
+
+
+async def resend_every(sink: AlertmanagerSink, every: float, ready: anyio.Event) -> None:
     """Post the firing alerts again every `every` seconds, once the consumer is bound."""
     await ready.wait()
     failing = False

@@ -8,6 +8,8 @@ from placewatch.schemas import ComputeStatus, FallbackEvent
 
 T1 = datetime(2026, 11, 30, 6, 0, 1, 250000, tzinfo=UTC)
 T2 = datetime(2026, 11, 30, 6, 7, 30, tzinfo=UTC)
+T_MOVED = datetime(2026, 11, 30, 6, 3, tzinfo=UTC)
+"""Between T1 and T2: the shard moved from cpu_fallback to misplaced."""
 
 
 def status(
@@ -27,11 +29,14 @@ def status(
 FIRING = FallbackEvent(
     state="firing", status=status("cpu_fallback", T1, "placed on GPU 1 but computing on the CPU")
 )
+MOVED = status("misplaced", T_MOVED, "placed on GPU 1 but holds 9 GiB on GPU 0")
+"""A status, no event: the fallback still fires, with another verdict."""
 RESOLVED = FallbackEvent(state="resolved", status=status("gpu", T2, "computes on GPU 1"))
 LABELS = {
     "alertname": "PlacewatchFallback",
     "node": "gpu-07",
     "shard": "llama-8b-a",
     "verdict": "cpu_fallback",
+    "severity": "critical",
 }
 """The labels of FIRING's alert, which its resolved alert repeats."""

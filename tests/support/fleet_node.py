@@ -3,7 +3,9 @@
 Two A100s (tests/fixtures/nvidia-smi/a100x2-query-gpu.csv). Shard `holding`
 holds 30000 MiB on GPU 0, where it was placed: `gpu`. Shard `idle`, placed
 on GPU 1, holds nothing there: `cpu_fallback`, a firing fallback, until
-`idle_on_gpu(True)` gives it 9000 MiB there and it resolves.
+`idle_on_gpu(True)` gives it 9000 MiB there and it resolves. `idle_on_gpu0()` gives it
+9000 MiB on GPU 0 instead, outside its placement: `misplaced`, a verdict that changes
+inside the firing fallback (a status, no new event).
 """
 
 from __future__ import annotations
@@ -61,10 +63,10 @@ class ShardNode:
         self.worker: Worker | None = None
         wait_older_than([self.holding, self.idle], 1.2)
 
-    def _apps(self, idle_on_gpu: bool) -> str:
+    def _apps(self, idle_on_gpu: bool, idle_gpu: str = GPU1) -> str:
         holders = {self.holding: (GPU0, HOLDING_MIB)}
         if idle_on_gpu:
-            holders[self.idle] = (GPU1, IDLE_MIB)
+            holders[self.idle] = (idle_gpu, IDLE_MIB)
         return apps(holders)
 
     def start(self, *extra: str) -> Worker:
@@ -80,6 +82,10 @@ class ShardNode:
 
     def idle_on_gpu(self, on: bool) -> None:
         self.fake_gpu.write("nvidia-smi", "query-compute-apps.csv", self._apps(on))
+
+    def idle_on_gpu0(self) -> None:
+        """Shard `idle` computes on GPU 0, though placed on GPU 1: misplaced."""
+        self.fake_gpu.write("nvidia-smi", "query-compute-apps.csv", self._apps(True, GPU0))
 
     def wait_published(self, idle: str = "cpu_fallback", timeout: float = 20) -> None:
         """Until the bucket holds both shards' statuses, `idle`'s verdict as given, and the

@@ -40,6 +40,7 @@ def test_consumer_package_imports_only_the_contract_and_nats() -> None:
     assert ours <= {"placewatch"} | {m for m in ours if m.startswith("placewatch.schemas")} | {
         "placewatch.consumer",
         "placewatch.consumer.fleet",
+        "placewatch.consumer.retained",
     }
     assert "nats" in imported
     assert {"anyio", "psutil", "placewatch.bus", "placewatch.runtime"}.isdisjoint(imported)

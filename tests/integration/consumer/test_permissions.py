@@ -24,6 +24,7 @@ from placewatch.schemas import (
 )
 
 from tests.conftest import ROOT, NatsServer, clean_env, placewatch_cmd, run_placewatch
+from tests.support.http_endpoint import Endpoint
 
 WHEN = datetime(2026, 11, 30, 6, 0, tzinfo=UTC)
 ADMIN = '{user: admin, password: adminpw, permissions: {publish: ">", subscribe: ">"}}'
@@ -164,5 +165,28 @@ def test_documented_consumer_permissions_suffice(tmp_path: Path) -> None:
         assert json.loads(line)["status"]["shard"] == "qwen"
         assert alerts.returncode == 0, err
         assert "refused" not in err.lower() and "violation" not in err.lower(), err
+        alertmanager_format_under_its_permissions(server.url, env)
     finally:
         server.stop()
+
+
+def alertmanager_format_under_its_permissions(url: str, env: dict[str, str]) -> None:
+    """The same durable consumer, now following statuses too: it reads the acknowledged
+    messages again and the compute bucket, and posts what fires."""
+    hook = Endpoint()
+    args = ["alerts", "--nats", url, "--format", "alertmanager", "--webhook", hook.url]
+    alerts = subprocess.Popen(
+        [*placewatch_cmd(), *args], env=env, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        (body,) = hook.wait(1)
+        alerts.terminate()
+        _, err = alerts.communicate(timeout=10)
+    finally:
+        hook.close()
+        if alerts.poll() is None:
+            alerts.kill()
+            alerts.communicate()
+    assert [a["labels"]["shard"] for a in body if "endsAt" not in a] == ["qwen"]
+    assert alerts.returncode == 0, err
+    assert "refused" not in err.lower() and "violation" not in err.lower(), err

@@ -10,12 +10,16 @@ EVERY_MODULE = (
     "placewatch.consumer.fleet",
     "placewatch.consumer.connection",
     "placewatch.consumer.lifecycle",
+    "placewatch.consumer.retained",
     "placewatch.consumer.terminal",
     "placewatch.consumer.alerts",
+    "placewatch.consumer.alerts.alertmanager",
+    "placewatch.consumer.alerts.catchup",
     "placewatch.consumer.alerts.consume",
+    "placewatch.consumer.alerts.options",
+    "placewatch.consumer.alerts.reconcile",
     "placewatch.consumer.alerts.sinks",
     "placewatch.consumer.alerts.webhook",
-    "placewatch.consumer.alerts.alertmanager",
 )
 
 

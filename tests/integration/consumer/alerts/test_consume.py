@@ -4,83 +4,21 @@ delivered, each delivered once across restarts."""
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
 import time
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Sequence
+from typing import Any
 
 import anyio
 import nats
-import pytest
 from nats.js.api import ConsumerConfig, StreamConfig
 
-from placewatch.consumer.alerts.alertmanager import alertmanager_alerts
-from placewatch.schemas import FallbackEvent, encode, subjects
+from placewatch.schemas import ComputeStatus, FallbackEvent, encode, subjects
 
-from tests.conftest import (
-    FakeGpuTools,
-    NatsServer,
-    Worker,
-    clean_env,
-    placewatch_cmd,
-    run_placewatch,
-)
-from tests.support.fallback_events import FIRING, LABELS, RESOLVED
+from tests.conftest import NatsServer, run_placewatch
+from tests.support.alerts_cli import Alerts
+from tests.support.fallback_events import FIRING, LABELS, MOVED, RESOLVED
 from tests.support.fleet_node import NODE, ShardNode, wait_fallback_events
 from tests.support.http_endpoint import Endpoint
-
-
-@pytest.fixture
-def webhook() -> Iterator[Endpoint]:
-    hook = Endpoint()
-    yield hook
-    hook.close()
-
-
-class Alerts:
-    """`placewatch alerts` as a child process."""
-
-    def __init__(self, *args: str) -> None:
-        self.proc = subprocess.Popen(
-            [*placewatch_cmd(), "alerts", *args],
-            env=clean_env(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-
-    def stop(self) -> tuple[int, str, str]:
-        """SIGTERM; (exit code, stdout, stderr)."""
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            out, err = self.proc.communicate(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            out, err = self.proc.communicate()
-            return -1, out, err
-        return self.proc.returncode, out, err
-
-
-@pytest.fixture
-def alerts() -> Iterator[list[Alerts]]:
-    started: list[Alerts] = []
-    yield started
-    for a in started:
-        if a.proc.poll() is None:
-            a.proc.kill()
-            a.proc.communicate()
-
-
-@pytest.fixture
-def node(
-    nats_server: NatsServer,
-    fake_gpu: FakeGpuTools,
-    shard_procs: dict[str, subprocess.Popen[bytes]],
-    workers: list[Worker],
-    tmp_path: Path,
-) -> ShardNode:
-    return ShardNode(nats_server.url, fake_gpu, shard_procs, workers, tmp_path)
 
 
 def test_a_stop_while_the_webhook_answers_lets_that_delivery_finish(
@@ -171,37 +109,54 @@ def test_alerts_waits_for_the_stream_retries_a_failing_webhook_and_delivers_once
     node.stop()
 
 
-async def publish(url: str, events: list[FallbackEvent], encoding: str = "json") -> None:
-    """Fallback events into the events stream, as a worker publishes them."""
+def publish(url: str, *messages: FallbackEvent | ComputeStatus, encoding: str = "json") -> None:
+    anyio.run(_publish, url, messages, encoding, backend="asyncio")
+
+
+async def _publish(
+    url: str, messages: Sequence[FallbackEvent | ComputeStatus], encoding: str
+) -> None:
+    """Fallback events and statuses into the events stream, and each status into the compute
+    bucket, as a worker publishes them."""
     nc = await nats.connect(url)
     try:
         js = nc.jetstream()
         await js.add_stream(
             StreamConfig(name=subjects.STREAM_EVENTS, subjects=subjects.all_events())
         )
-        for event in events:
-            payload, headers = encode(event, encoding)  # type: ignore[arg-type]
-            await js.publish(
-                subjects.fallback(event.status.node, event.status.shard), payload, headers=headers
-            )
+        kv = await js.create_key_value(bucket=subjects.BUCKET_COMPUTE)
+        for message in messages:
+            payload, headers = encode(message, encoding)  # type: ignore[arg-type]
+            if isinstance(message, FallbackEvent):
+                s = message.status
+                await js.publish(subjects.fallback(s.node, s.shard), payload, headers=headers)
+                continue
+            subject = subjects.compute(message.node, message.shard)
+            await js.publish(subject, payload, headers=headers)
+            await kv.put(subjects.shard_key(message.node, message.shard), payload)
     finally:
         await nc.close()
+
+
+def firing_labels(body: list[dict[str, Any]]) -> list[dict[str, str]]:
+    return [a["labels"] for a in body if "endsAt" not in a]
 
 
 def test_alertmanager_format_resends_firing_and_resolves_it_after_a_restart(
     nats_server: NatsServer, webhook: Endpoint, alerts: list[Alerts]
 ) -> None:
-    anyio.run(publish, nats_server.url, [FIRING], backend="asyncio")
+    publish(nats_server.url, FIRING, FIRING.status)
     args = ("--nats", nats_server.url, "--webhook", webhook.url, "--format", "alertmanager")
     alerts.append(Alerts(*args, "--resend", "0.5"))
     first, again = webhook.wait(2)
-    assert first == again == alertmanager_alerts(FIRING, None)
-    assert first[0]["labels"] == LABELS and "endsAt" not in first[0]
+    assert firing_labels(first) == firing_labels(again) == [LABELS]
+    assert first[0]["startsAt"] == "2026-11-30T06:00:01.250000Z"
+    assert len(again) == 1  # a resend posts what fires, nothing else
     code, _, err = alerts[-1].stop()
     assert code == 0, err
 
     # Resolved while it was away: restarted, it still knows which verdict fired.
-    anyio.run(publish, nats_server.url, [RESOLVED], "msgpack", backend="asyncio")
+    publish(nats_server.url, RESOLVED, RESOLVED.status, encoding="msgpack")
     count = len(webhook.delivered())
     alerts.append(Alerts(*args, "--resend", "0.5"))
     (resolved,) = webhook.wait(count + 1)[count]
@@ -216,10 +171,70 @@ def test_alertmanager_format_resends_firing_and_resolves_it_after_a_restart(
     assert code == 0, err
 
 
+def test_alertmanager_format_follows_a_verdict_change_that_is_only_a_status(
+    nats_server: NatsServer, webhook: Endpoint, alerts: list[Alerts]
+) -> None:
+    publish(nats_server.url, FIRING, FIRING.status)
+    args = ("--nats", nats_server.url, "--webhook", webhook.url, "--format", "alertmanager")
+    alerts.append(Alerts(*args, "--label", "team=inference", "--resend", "0"))
+    webhook.wait(1)
+    publish(nats_server.url, MOVED)
+    _, moved = webhook.wait(2)
+    assert [(a["labels"]["verdict"], "endsAt" in a) for a in moved] == [
+        ("cpu_fallback", True),
+        ("misplaced", False),
+    ]
+    assert moved[1]["labels"] == LABELS | {
+        "verdict": "misplaced",
+        "severity": "warning",
+        "team": "inference",
+    }
+    assert moved[1]["annotations"]["description"] == MOVED.reason
+    code, _, err = alerts[-1].stop()
+    assert code == 0, err
+
+
+def test_a_durable_consumer_made_for_json_follows_statuses_once_the_format_is_alertmanager(
+    nats_server: NatsServer, webhook: Endpoint, alerts: list[Alerts]
+) -> None:
+    publish(nats_server.url, FIRING, FIRING.status)
+    alerts.append(Alerts("--nats", nats_server.url, "--webhook", webhook.url))
+    webhook.wait(1)
+    code, _, err = alerts[-1].stop()
+    assert code == 0, err
+    publish(nats_server.url, MOVED)
+    args = ("--nats", nats_server.url, "--webhook", webhook.url, "--format", "alertmanager")
+    alerts.append(Alerts(*args, "--resend", "0"))
+    body = webhook.wait(2)[1]  # at start: what is true now, from the bucket
+    assert firing_labels(body) == [LABELS | {"verdict": "misplaced", "severity": "warning"}]
+    time.sleep(1)
+    code, _, err = alerts[-1].stop()
+    assert code == 0, err
+    assert len(webhook.delivered()) == 2  # the position kept: nothing delivered twice
+    assert (
+        "consumer placewatch-alerts now follows placewatch.compute.>, placewatch.fallback.>" in err
+    )
+
+
+def test_sigterm_after_a_while_exits_0_without_a_traceback(
+    nats_server: NatsServer, alerts: list[Alerts]
+) -> None:
+    # Pull requests that expired while it waited (every 5 s) left nats-py a queued message
+    # nobody takes; a drain then hung on it, was cancelled mid-flush, and logged tracebacks.
+    publish(nats_server.url)
+    alerts.append(Alerts("--nats", nats_server.url))
+    time.sleep(20)
+    started = time.monotonic()
+    code, _, err = alerts[-1].stop()
+    assert code == 0, err
+    assert "Traceback" not in err and "never retrieved" not in err, err
+    assert time.monotonic() - started < 2  # drained, not given up on
+
+
 def test_alerts_without_a_webhook_writes_one_json_line_per_event(
     nats_server: NatsServer, alerts: list[Alerts]
 ) -> None:
-    anyio.run(publish, nats_server.url, [FIRING, RESOLVED], backend="asyncio")
+    publish(nats_server.url, FIRING, RESOLVED)
     alerts.append(Alerts("--nats", nats_server.url, "--durable", "ops-log"))
     proc = alerts[-1].proc
     assert proc.stdout is not None
@@ -275,7 +290,7 @@ def test_no_secret_of_the_webhook_url_reaches_the_output(
     )
     hook = Endpoint(failures=1)
     try:
-        anyio.run(publish, nats_server.url, [FIRING], backend="asyncio")
+        publish(nats_server.url, FIRING)
         url = f"{hook.url}?token={secret}&x=1"
         alerts.append(Alerts("--nats", nats_server.url, "--webhook", url))
         hook.wait(1)

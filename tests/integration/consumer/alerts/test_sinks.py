@@ -10,13 +10,20 @@ import anyio
 import msgspec
 import pytest
 
-from placewatch.consumer.alerts.alertmanager import alertmanager_alerts
-from placewatch.consumer.alerts.sinks import StdoutSink, WebhookSink, resend_every
+from placewatch.consumer.alerts.alertmanager import AlertTemplate
+from placewatch.consumer.alerts.reconcile import Message
+from placewatch.consumer.alerts.sinks import (
+    MAX_ALERTS_PER_POST,
+    AlertmanagerSink,
+    StdoutSink,
+    WebhookSink,
+    resend_every,
+)
 from placewatch.consumer.alerts.webhook import DeliveryError
 from placewatch.schemas import FallbackEvent
 
 from tests.conftest import until
-from tests.support.fallback_events import FIRING, RESOLVED, T1, status
+from tests.support.fallback_events import FIRING, LABELS, MOVED, RESOLVED, T1, T2, status
 from tests.support.http_endpoint import Endpoint
 
 OTHER = FallbackEvent(state="firing", status=status("misplaced", T1, "on GPU 0", shard="a-first"))
@@ -29,10 +36,10 @@ def endpoint() -> Iterator[Endpoint]:
     server.close()
 
 
-def deliver(sink: WebhookSink | StdoutSink, *events: FallbackEvent) -> None:
+def deliver(sink: WebhookSink | StdoutSink | AlertmanagerSink, *messages: Message) -> None:
     async def main() -> None:
-        for event in events:
-            await sink.deliver(event)
+        for message in messages:
+            await sink.deliver(message)
 
     anyio.run(main, backend="asyncio")
 
@@ -41,60 +48,93 @@ def as_json(value: object) -> object:
     return msgspec.json.decode(msgspec.json.encode(value))
 
 
-def test_stdout_gets_one_json_line_per_event(capsys: pytest.CaptureFixture[str]) -> None:
-    deliver(StdoutSink(), FIRING, RESOLVED)
+def firing(body: list[dict[str, object]]) -> list[object]:
+    return [a["labels"] for a in body if "endsAt" not in a]
+
+
+def test_stdout_gets_one_json_line_per_event_and_no_status(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    deliver(StdoutSink(), FIRING, MOVED, RESOLVED)
     lines = capsys.readouterr().out.splitlines()
     assert [msgspec.json.decode(line, type=FallbackEvent) for line in lines] == [FIRING, RESOLVED]
 
 
 def test_a_webhook_gets_each_event_as_it_travels(endpoint: Endpoint) -> None:
-    sink = WebhookSink(endpoint.url)
-    deliver(sink, FIRING, RESOLVED)
+    deliver(WebhookSink(endpoint.url), FIRING, MOVED, RESOLVED)
     assert endpoint.delivered() == [as_json(FIRING), as_json(RESOLVED)]
 
 
-def test_alertmanager_gets_the_resolved_alert_with_the_labels_it_fired_with(
-    endpoint: Endpoint,
-) -> None:
-    sink = WebhookSink(endpoint.url, alertmanager=True, generator_url="http://grafana/d/pw")
-    deliver(sink, FIRING)
-    assert list(sink.fired) == [("gpu-07", "llama-8b-a")]
-    deliver(sink, RESOLVED)
-    assert sink.fired == {}
-    assert endpoint.delivered() == [
-        as_json(alertmanager_alerts(FIRING, None, "http://grafana/d/pw")),
-        as_json(alertmanager_alerts(RESOLVED, FIRING.status, "http://grafana/d/pw")),
+def test_alertmanager_follows_the_verdict_and_ends_the_alert_it_fired(endpoint: Endpoint) -> None:
+    template = AlertTemplate({"team": "inference"}, generator_url="http://grafana/d/pw")
+    sink = AlertmanagerSink(endpoint.url, template)
+    sink.state.known.add(("gpu-07", "llama-8b-a"))  # as if it had posted before
+    deliver(sink, FIRING, FIRING.status, MOVED, RESOLVED)
+    fired, moved, resolved = endpoint.delivered()  # the status after its event posts nothing
+    assert firing(fired) == [LABELS | {"team": "inference"}]
+    assert [(a["labels"]["verdict"], "endsAt" in a) for a in moved] == [
+        ("cpu_fallback", True),
+        ("misplaced", False),
     ]
-    assert endpoint.delivered()[1][0]["labels"]["verdict"] == "cpu_fallback"
+    assert moved[1]["labels"]["severity"] == "warning"
+    assert moved[1]["annotations"]["description"] == MOVED.reason
+    assert [(a["labels"]["verdict"], "endsAt" in a) for a in resolved] == [("misplaced", True)]
+    assert all(a["generatorURL"] == "http://grafana/d/pw" for a in fired + moved + resolved)
 
 
-def test_a_failed_post_raises_and_the_firing_is_not_remembered() -> None:
+def test_a_failed_post_raises_and_changes_nothing() -> None:
     failing = Endpoint(status=500)
     try:
-        sink = WebhookSink(failing.url, alertmanager=True)
+        sink = AlertmanagerSink(failing.url)
         with pytest.raises(DeliveryError, match=r"^HTTP 500 Internal Server Error$"):
             deliver(sink, FIRING)
     finally:
         failing.close()
-    assert sink.fired == {}
+    assert sink.state.firing == {}
 
 
-def test_resend_posts_every_firing_alert_in_shard_order_and_nothing_once_resolved(
+def test_resend_posts_what_fires_now_in_shard_order_and_nothing_once_resolved(
     endpoint: Endpoint,
 ) -> None:
-    sink = WebhookSink(endpoint.url, alertmanager=True)
-    deliver(sink, FIRING, OTHER)
+    sink = AlertmanagerSink(endpoint.url)
+    deliver(sink, FIRING, OTHER, MOVED)
     anyio.run(sink.resend, backend="asyncio")
     again = endpoint.delivered()[-1]
     assert [(a["labels"]["shard"], a["labels"]["verdict"]) for a in again] == [
         ("a-first", "misplaced"),
-        ("llama-8b-a", "cpu_fallback"),
+        ("llama-8b-a", "misplaced"),  # what is true now, not what fired
     ]
+    assert again[1]["annotations"]["description"] == MOVED.reason
     assert all("endsAt" not in a for a in again)
-    deliver(sink, RESOLVED, FallbackEvent(state="resolved", status=OTHER.status))
+    back = FallbackEvent(state="resolved", status=status("gpu", T2, "on GPU 1", shard="a-first"))
+    deliver(sink, RESOLVED, back)
     posted = len(endpoint.delivered())
     anyio.run(sink.resend, backend="asyncio")
     assert len(endpoint.delivered()) == posted
+
+
+def test_sync_after_a_restart_ends_what_resolved_meanwhile_and_fires_only_the_rest(
+    endpoint: Endpoint,
+) -> None:
+    sink = AlertmanagerSink(endpoint.url)
+    sink.learn(FIRING)  # acknowledged before the restart
+    sink.learn(OTHER)
+    sink.seed([RESOLVED.status, OTHER.status])  # the bucket: llama-8b-a resolved meanwhile
+    anyio.run(sink.sync, backend="asyncio")
+    (body,) = endpoint.delivered()
+    assert [(a["labels"]["shard"], a["labels"]["verdict"], "endsAt" in a) for a in body] == [
+        ("a-first", "misplaced", False),
+        ("llama-8b-a", "cpu_fallback", True),
+    ]
+
+
+def test_a_thousand_firing_shards_go_in_parts(endpoint: Endpoint) -> None:
+    sink = AlertmanagerSink(endpoint.url)
+    sink.seed(status("cpu_fallback", T1, "on the CPU", shard=f"s{i:04}") for i in range(1000))
+    anyio.run(sink.sync, backend="asyncio")
+    sizes = [len(body) for body in endpoint.delivered()]
+    assert sizes == [MAX_ALERTS_PER_POST] * 6  # each firing, with the other two verdicts ended
+    assert sum(len(firing(body)) for body in endpoint.delivered()) == 1000
 
 
 def test_resend_every_waits_for_the_consumer_and_says_a_failing_webhook_once(
@@ -102,7 +142,7 @@ def test_resend_every_waits_for_the_consumer_and_says_a_failing_webhook_once(
 ) -> None:
     caplog.set_level(logging.WARNING, logger="placewatch.consumer.alerts.sinks")
     failing = Endpoint(status=500)
-    sink = WebhookSink(failing.url, alertmanager=True)
+    sink = AlertmanagerSink(failing.url)
     sink.learn(FIRING)  # as if delivered before the webhook went down
 
     async def main() -> None:

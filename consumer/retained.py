@@ -1,0 +1,129 @@
+"""What the bus keeps, read once: the last message of each subject of a stream, and every
+shard's latest status in the compute bucket.
+
+A reader that starts late (a gateway's FleetView, `placewatch alerts` after a restart)
+must know the fleet at once, not after every node has published again. Each read is an
+ephemeral pull consumer with deliver policy last-per-subject, never deleted by the reader
+(the server removes it once idle, so a reader needs no delete right).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import secrets
+import time
+from collections.abc import Awaitable, Callable, Mapping
+
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+from placewatch.schemas import ComputeStatus, DecodeError, decode, subjects, value_headers
+from placewatch.schemas.codec import HEADER_CONTENT_TYPE
+from placewatch.schemas.streams import COMPUTE
+
+log = logging.getLogger(__name__)
+
+IDLE_S = 10.0
+"""The server removes a read's ephemeral consumer this long after its last fetch."""
+BATCH = 256
+
+Release = Callable[[JetStreamContext.PullSubscription], Awaitable[None]]
+"""How a read lets go of its pull subscription: `unsubscribe`, or a caller's own that
+survives its cancellation (anyio's, in `placewatch alerts`; this module imports none)."""
+
+
+class Incomplete(Exception):
+    """The read stopped before the last message; the message says how far it got."""
+
+
+async def unsubscribe(sub: JetStreamContext.PullSubscription) -> None:
+    """Let go of a pull subscription; one the connection already dropped is let go."""
+    with contextlib.suppress(nats.errors.Error):
+        await sub.unsubscribe()
+
+
+async def last_per_subject(
+    nc: Client,
+    stream: str,
+    subject: str,
+    within: float,
+    *,
+    complete: bool = False,
+    release: Release = unsubscribe,
+) -> list[Msg]:
+    """The last message of each subject of `stream` that `subject` covers, oldest first.
+
+    Empty when the stream does not exist (a fresh cluster) or the server has no JetStream.
+    What is left unread (after `within` seconds, or a failed fetch) is left out, or, with
+    `complete`, raises Incomplete; a consumer that cannot be made raises nats-py's error.
+    """
+    js = nc.jetstream()
+    deadline = time.monotonic() + within
+    name = f"placewatch-read-{secrets.token_hex(6)}"
+    config = ConsumerConfig(
+        name=name,
+        deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,
+        ack_policy=AckPolicy.NONE,
+        filter_subject=subject,
+        inactive_threshold=IDLE_S,
+        mem_storage=True,
+    )
+    try:
+        info = await js.add_consumer(stream, config, timeout=_left(deadline))
+    except nats.js.errors.NotFoundError:
+        return []  # a fresh cluster: no worker has created it yet
+    except (nats.errors.NoRespondersError, nats.js.errors.ServiceUnavailableError):
+        return []  # a server without JetStream keeps nothing
+    pending = info.num_pending or 0
+    found: list[Msg] = []
+    sub = await js.pull_subscribe_bind(stream=stream, name=name)
+    try:
+        while pending > 0 and time.monotonic() < deadline:
+            try:
+                batch = await sub.fetch(min(pending, BATCH), timeout=_left(deadline))
+            except (nats.errors.Error, TimeoutError):
+                break  # what was read stands; `complete` says what was not
+            found += batch
+            pending = batch[-1].metadata.num_pending if batch else 0
+    finally:
+        await release(sub)
+    if pending > 0 and complete:
+        raise Incomplete(
+            f"read {len(found)} of the last messages of {stream} in {within:g} s, {pending} left"
+        )
+    return found
+
+
+async def compute_statuses(
+    nc: Client, within: float, release: Release = unsubscribe
+) -> list[ComputeStatus]:
+    """Every shard's latest status in the bucket placewatch_compute, all of them or
+    Incomplete; a value that is no ComputeStatus is logged and left out."""
+    found = []
+    subject = subjects.kv_subject(COMPUTE.name)
+    kept = await last_per_subject(
+        nc, COMPUTE.stream, subject, within, complete=True, release=release
+    )
+    for msg in kept:
+        headers = msg.headers or {}
+        if headers.get(subjects.KV_OPERATION) in subjects.KV_DELETED:
+            continue
+        try:
+            found.append(decode(msg.data, ComputeStatus, kv_headers(msg.data, headers)))
+        except DecodeError as exc:
+            log.warning("ignored %s in bucket %s: %s", msg.subject, COMPUTE.name, exc)
+    return found
+
+
+def kv_headers(data: bytes, headers: Mapping[str, str]) -> Mapping[str, str]:
+    """Headers for a bucket value: nats-py's KV put sends none, so the format is sniffed."""
+    return headers if HEADER_CONTENT_TYPE in headers else value_headers(data)
+
+
+def _left(deadline: float) -> float:
+    return max(deadline - time.monotonic(), 0.1)

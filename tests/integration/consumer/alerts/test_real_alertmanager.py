@@ -1,0 +1,155 @@
+"""`placewatch alerts --format alertmanager` against a real Alertmanager (Debian's 0.25),
+fed by a real worker: what Alertmanager holds, read back through GET /api/v2/alerts, is
+what each shard does now, through a verdict change, a resolution and a SIGKILL."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.alertmanager import (
+    AMTOOL,
+    Alert,
+    Alertmanager,
+    Relay,
+    docs_config,
+    firing,
+    need,
+)
+from tests.support.alerts_cli import Alerts
+from tests.support.fleet_node import NODE, ShardNode, wait_fallback_events
+
+ARGS = ("--format", "alertmanager", "--resend", "1")
+
+
+@pytest.fixture
+def alertmanager(tmp_path: Path) -> Iterator[Alertmanager]:
+    am = Alertmanager(tmp_path / "alertmanager", docs_config())
+    am.start()
+    yield am
+    am.stop()
+
+
+def only(verdict: str) -> Callable[[list[Alert]], bool]:
+    """A check: the shard holds exactly one active alert, of `verdict`."""
+    return lambda found: [a["labels"]["verdict"] for a in found] == [verdict]
+
+
+def test_alertmanager_holds_what_the_shard_does_now_with_severity_and_static_labels(
+    node: ShardNode, alertmanager: Alertmanager, alerts: list[Alerts]
+) -> None:
+    node.start()
+    node.wait_published()
+    alerts.append(
+        Alerts(
+            "--nats",
+            node.url,
+            *ARGS,
+            "--label",
+            "team=inference",
+            env={
+                "PLACEWATCH_ALERTS_WEBHOOK": alertmanager.alerts_url,
+                "PLACEWATCH_ALERTS_ANNOTATIONS": "runbook_url=https://runbooks.example/pw",
+            },
+        )
+    )
+    (alert,) = alertmanager.wait_alerts(only("cpu_fallback"), "idle")
+    assert alert["labels"] == {
+        "alertname": "PlacewatchFallback",
+        "node": NODE,
+        "shard": "idle",
+        "verdict": "cpu_fallback",
+        "severity": "critical",
+        "team": "inference",
+    }
+    assert alert["annotations"]["runbook_url"] == "https://runbooks.example/pw"
+    assert "computing on the CPU" in alert["annotations"]["description"]
+    assert "ldd" in alert["annotations"]["description"]
+    assert alert["status"]["state"] == "active"
+    assert [r["name"] for r in alert["receivers"]] == ["gpu-oncall"]  # the docs' route
+
+    node.idle_on_gpu0()  # placed on GPU 1, computes on GPU 0: a status, no event
+    (alert,) = alertmanager.wait_alerts(only("misplaced"), "idle")
+    assert alert["labels"]["severity"] == "warning"
+    assert "CUDA_VISIBLE_DEVICES" in alert["annotations"]["description"]
+    assert alert["annotations"]["summary"] == f"shard idle on {NODE}: misplaced"
+    assert [r["name"] for r in alert["receivers"]] == ["gpu-team"]
+    time.sleep(2.5)  # resends post the truth now, not what fired
+    assert [a["labels"]["verdict"] for a in alertmanager.alerts("idle")] == ["misplaced"]
+
+    node.idle_on_gpu(True)
+    alertmanager.wait_alerts(lambda found: found == [], "idle")
+    time.sleep(2.5)
+    assert alertmanager.alerts() == []
+    code, _, err = alerts[-1].stop()
+    assert code == 0, err
+    assert "Traceback" not in err
+
+
+def test_a_restart_after_sigkill_with_the_resolved_event_pending_fires_nothing_again(
+    node: ShardNode, alertmanager: Alertmanager, alerts: list[Alerts]
+) -> None:
+    relay = Relay(alertmanager.alerts_url)  # Alertmanager, down for a while when told
+    try:
+        node.start()
+        node.wait_published()
+        alerts.append(Alerts("--nats", node.url, "--webhook", relay.url, *ARGS))
+        alertmanager.wait_alerts(only("cpu_fallback"), "idle")
+
+        relay.refusing = True
+        node.idle_on_gpu(True)
+        wait_fallback_events(node.url, 2)
+        deadline = time.monotonic() + 20
+        while not any("endsAt" in a for body in relay.refused for a in body):
+            assert time.monotonic() < deadline, "the resolved alert was never tried"
+            time.sleep(0.1)
+        alerts[-1].kill()  # the resolved event delivered, never acknowledged
+        assert [a["labels"]["verdict"] for a in alertmanager.alerts("idle")] == ["cpu_fallback"]
+
+        relay.refusing = False
+        after = len(relay.forwarded)
+        alerts.append(Alerts("--nats", node.url, "--webhook", relay.url, *ARGS))
+        alertmanager.wait_alerts(lambda found: found == [], "idle", timeout=15)
+        time.sleep(3)  # three resends, well inside the 60 s ack wait
+        assert alertmanager.alerts("idle") == []
+        assert firing(relay.forwarded[after:], "idle") == []
+        # One POST: the end of the alert the last run fired; nothing fires, so no resend.
+        posted = [
+            (a["labels"]["verdict"], "endsAt" in a) for b in relay.forwarded[after:] for a in b
+        ]
+        assert posted == [("cpu_fallback", True)]
+        code, _, err = alerts[-1].stop()
+        assert code == 0, err
+    finally:
+        relay.close()
+
+
+def test_the_docs_route_pages_for_critical_and_tells_the_team_for_warning(
+    tmp_path: Path,
+) -> None:
+    amtool = need(AMTOOL)
+    config = tmp_path / "alertmanager.yml"
+    config.write_text(docs_config())
+    checked = subprocess.run(
+        [str(amtool), "check-config", str(config)], capture_output=True, text=True, check=False
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+    def receiver(*labels: str) -> str:
+        done = subprocess.run(
+            [str(amtool), "config", "routes", "test", f"--config.file={config}", *labels],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    fallback = ("alertname=PlacewatchFallback", "node=gpu-07")
+    assert receiver("severity=critical", *fallback) == "gpu-oncall"
+    assert receiver("severity=warning", *fallback) == "gpu-team"
+    assert receiver("severity=critical", "alertname=NodeDown") == "default"
