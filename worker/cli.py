@@ -212,10 +212,12 @@ HELP = {
         "the embedded default nats://127.0.0.1:4222.",
     ),
     "alerts": (
-        "deliver fallback events to stdout or a webhook",
+        "deliver fallback events to stdout, a webhook or Alertmanager",
         "A durable JetStream consumer of fallback events: each is written to stdout as a JSON "
-        "line or POSTed to --webhook, and acknowledged once it was delivered. With no --nats, "
-        "the embedded default nats://127.0.0.1:4222.",
+        "line or POSTed to --webhook, and acknowledged once it was delivered; with --format "
+        "alertmanager, every shard's alert follows its latest status (fired, changed, "
+        "resolved, and re-posted after a restart). With no --nats, the embedded default "
+        "nats://127.0.0.1:4222.",
     ),
     "schema": ("print the JSON Schema of every message", None),
 }

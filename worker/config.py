@@ -25,6 +25,10 @@ from .gpu.registry import NAMES
 
 ENV_PREFIX = "PLACEWATCH_"
 ENV_CONFIG = "PLACEWATCH_CONFIG"
+COMMAND_ENV_PREFIXES = ("PLACEWATCH_ALERTS_",)
+"""Variables of a command's own flags (`placewatch alerts`' PLACEWATCH_ALERTS_WEBHOOK), read
+and checked by that command: the node's settings pass over them, so that one environment
+file can serve every command."""
 
 DAY_S = 86_400.0
 Interval = Annotated[float, msgspec.Meta(ge=0.1, le=MAX_INTERVAL_S)]
@@ -155,6 +159,8 @@ def _read_env(environ: Mapping[str, str]) -> dict[str, Any]:
     found: dict[str, Any] = {}
     for name, value in environ.items():
         if not name.startswith(ENV_PREFIX) or name == ENV_CONFIG:
+            continue
+        if name.startswith(COMMAND_ENV_PREFIXES):
             continue
         field = name[len(ENV_PREFIX) :].lower()
         if field not in FIELDS:

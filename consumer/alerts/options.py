@@ -4,9 +4,9 @@ A flag wins over its variable; static labels and annotations merge, a `--label` 
 the same name from PLACEWATCH_ALERTS_LABELS. Every error names the flag or variable that
 gave the bad value and what to give instead.
 
-The variables are PLACEWATCH_ALERTS_<FLAG>. The node's settings loader
-(placewatch.config) refuses a PLACEWATCH_* variable it does not know, so the ones read here
-are taken out of the environment when the parser is built, before it loads.
+The variables are PLACEWATCH_ALERTS_<FLAG>. The node's settings loader (placewatch.config)
+passes over them, and refuses any other PLACEWATCH_* variable it does not know; the ones
+read here are checked here.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
-from collections.abc import MutableMapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,11 +56,11 @@ class Options:
 
 
 def add_arguments(
-    alerts: argparse.ArgumentParser, environ: MutableMapping[str, str] | None = None
+    alerts: argparse.ArgumentParser, environ: Mapping[str, str] | None = None
 ) -> None:
-    """The flags, and the PLACEWATCH_ALERTS_* variables taken out of `environ` (the
-    process's by default) for `options()` to read."""
-    env = _take(os.environ if environ is None else environ)
+    """The flags, and the PLACEWATCH_ALERTS_* variables of `environ` (the process's by
+    default) for `options()` to read."""
+    env = _ours(os.environ if environ is None else environ)
     alerts.set_defaults(**{_ENV_KEY: env})
     alerts.epilog = (
         "Each flag has an environment variable, the flag winning: "
@@ -133,10 +133,10 @@ def options(args: argparse.Namespace) -> Options:
     return Options(**given)
 
 
-def _take(environ: MutableMapping[str, str]) -> dict[str, str]:
-    """The PLACEWATCH_ALERTS_* variables, removed from `environ`; an unknown one is an
-    error for `options()` to say (a misspelled variable must not be ignored)."""
-    return {name: environ.pop(name) for name in list(environ) if name.startswith(ENV_PREFIX)}
+def _ours(environ: Mapping[str, str]) -> dict[str, str]:
+    """The PLACEWATCH_ALERTS_* variables; an unknown one is an error for `options()` to say
+    (a misspelled variable must not be ignored)."""
+    return {name: value for name, value in environ.items() if name.startswith(ENV_PREFIX)}
 
 
 def _flag(dest: str) -> str:

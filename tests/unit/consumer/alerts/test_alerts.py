@@ -7,6 +7,7 @@ import argparse
 
 import pytest
 
+from placewatch.config import load
 from placewatch.consumer.alerts import add_arguments, command
 from placewatch.consumer.alerts.options import ENVIRONMENT, OptionError, Options, options
 from placewatch.consumer.connection import Bus
@@ -59,13 +60,12 @@ def test_every_flag_has_a_variable_and_the_flag_wins() -> None:
     assert chosen.labels == {"team": "inference", "env": "staging"}  # one name replaced
 
 
-def test_the_variables_are_taken_out_of_the_environment() -> None:
-    # placewatch.config refuses a PLACEWATCH_* variable it does not know.
+def test_one_environment_serves_the_node_s_settings_and_alerts() -> None:
     environ = {"PLACEWATCH_ALERTS_WEBHOOK": "http://h/x", "PLACEWATCH_NATS": "nats://n:4222"}
     parser = argparse.ArgumentParser()
     add_arguments(parser, environ)
-    assert environ == {"PLACEWATCH_NATS": "nats://n:4222"}
     assert options(parser.parse_args([])).webhook == "http://h/x"
+    assert load({}, environ=environ).nats == ["nats://n:4222"]
 
 
 def test_labels_and_annotations_repeat() -> None:
