@@ -105,8 +105,8 @@ def _channels(prefix: str) -> dict[str, Any]:
             "ComputeStatus",
             shard,
             "When a shard's verdict is first known in a worker session and whenever its "
-            "verdict, backend, device set or layer counts change. Stored in the stream "
-            "`PLACEWATCH_EVENTS`, deduplicated by `Nats-Msg-Id`.",
+            "verdict, backend, device set, layer counts, process or container change. Stored "
+            "in the stream `PLACEWATCH_EVENTS`, deduplicated by `Nats-Msg-Id`.",
         ),
         "fallback": _channel(
             f"{prefix}.fallback.{{node}}.{{shard}}",

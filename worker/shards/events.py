@@ -1,8 +1,10 @@
 """Which compute statuses and fallback events a tick produces.
 
 A shard's status is published when it is first known in this worker session
-(`starting` may come first) and whenever its verdict, backend, device set or
-layer counts change; never for memory jitter. A fallback fires on entering
+(`starting` may come first) and whenever its verdict, backend, device set,
+layer counts, process or container change (a shard restarted in a new
+container under the same verdict is news to whoever routes to it); never for
+memory jitter. A fallback fires on entering
 `partial`, `cpu_fallback` or `misplaced` and resolves on leaving it, `gone`
 included. Message ids are the node, shard, session and the shard's status
 number, so a retried publish is stored once, and a restarted worker (a new
@@ -37,6 +39,8 @@ def signature(status: ComputeStatus) -> tuple[object, ...]:
         tuple(sorted(d.index for d in status.devices)),
         status.layers_offloaded,
         status.layers_total,
+        status.pid,
+        status.container_id,
     )
 
 

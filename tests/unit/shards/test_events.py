@@ -41,6 +41,14 @@ def test_first_status_then_only_changes_never_memory_jitter() -> None:
     ]
 
 
+def test_a_shard_restarted_under_the_same_verdict_is_published_again() -> None:
+    t = EventTracker("n1", "s1")
+    t.changes([status("gpu", (1,), pid=100, container_id="a" * 64)])
+    assert t.changes([status("gpu", (1,), pid=100, container_id="a" * 64)]) == []
+    moved = t.changes([status("gpu", (1,), pid=200, container_id="b" * 64)])
+    assert [(o.message.pid, o.msg_id) for o in moved] == [(200, "n1.llama-a.s1.2")]  # type: ignore[union-attr]
+
+
 def test_fallback_fires_once_and_resolves_on_leaving() -> None:
     t = EventTracker("n1", "s1")
     fired = t.changes([status("cpu_fallback")])
