@@ -15,7 +15,7 @@ import pytest
 
 from placewatch import __version__
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, node_env
 from tests.support.dockerfile import copies, lay_out, read_rules, sent
 
 DOCKERFILE = ROOT / "compose" / "Dockerfile"
@@ -127,6 +127,7 @@ def test_the_installed_wheel_runs(wheel: Path, tmp_path: Path) -> None:
         text=True,
         timeout=60,
         check=False,
+        env=node_env(),
     )
     assert health.returncode == 1
     assert health.stdout.startswith("unhealthy: no heartbeat file /nonexistent: ")
