@@ -3,11 +3,12 @@
 placewatch.schemas.decode (msgspec into the contract's Structs, validated)
 against json.loads and against untyped msgspec (msgspec.json.decode with no
 type), each followed by the same field reads: what a placement gateway looks
-at (the sample's time as a datetime, each GPU's memory and utilisation, each
-process's shard, each shard's verdict). One run, side by side, best of the
+at (the sample's time as a datetime, each GPU's memory and utilisation, its
+processes' memory, each shard's verdict). One run, side by side, best of the
 repeats.
 
-The message is a NodeTelemetry of 8 GPUs, 64 processes and 16 shards.
+The message is the NodeTelemetry of 8 GPUs, 64 processes and 16 shards (readings only: what
+they are readings of is in the node's NodeInventory, which changes rarely).
 
     python bench/consume_path.py [--seconds S]
 """
@@ -38,20 +39,20 @@ TARGET = 3.0
 def read_typed(t: NodeTelemetry) -> int:
     total = t.time.second + t.seq
     for g in t.gpus:
-        total += (g.memory_used_bytes or 0) + (g.memory_total_bytes or 0)
+        total += (g.memory_used_bytes or 0) + (g.memory_free_bytes or 0)
         total += int(g.utilization_pct or 0)
-        total += sum(1 for p in g.processes if p.shard)
-    total += sum(1 for s in t.shards if s.verdict == "gpu")
+        total += sum(used or 0 for used in g.processes.values())
+    total += sum(1 for s in t.shards.values() if s.verdict == "gpu")
     return total
 
 
 def read_dict(t: dict[str, Any]) -> int:
     total: int = datetime.fromisoformat(t["time"]).second + t["seq"]
     for g in t["gpus"]:
-        total += (g.get("memory_used_bytes") or 0) + (g.get("memory_total_bytes") or 0)
+        total += (g.get("memory_used_bytes") or 0) + (g.get("memory_free_bytes") or 0)
         total += int(g.get("utilization_pct") or 0)
-        total += sum(1 for p in g.get("processes", ()) if p.get("shard"))
-    total += sum(1 for s in t.get("shards", ()) if s.get("verdict") == "gpu")
+        total += sum(used or 0 for used in g.get("processes", {}).values())
+    total += sum(1 for s in t["shards"].values() if s.get("verdict") == "gpu")
     return total
 
 

@@ -1,12 +1,14 @@
 """Fan-in: N simulated 8-GPU nodes publishing telemetry at 1 Hz into one FleetView.
 
-One nats-server (core NATS, no telemetry stream) and one consumer process,
-placewatch.consumer.FleetView as a gateway runs it, all on this machine.
-The nodes are simulated by publisher processes on bare sockets: each node's
-NodeTelemetry (8 GPUs, 64 processes, 16 shards: 11.5 KB of JSON, the
-worker's headers) is encoded once as a template, and every second its seq
-and time are patched in; node j publishes at j/N into each second, so the
-load is spread evenly. The message time is stamped when the publisher sends
+One nats-server and one consumer process, placewatch.consumer.FleetView as
+a gateway runs it, all on this machine. As deployed, the server keeps the
+worker's streams PLACEWATCH_TELEMETRY and PLACEWATCH_INVENTORY (file
+storage, the last message per subject); `--no-stream` leaves JetStream out,
+core NATS only. The nodes are simulated by publisher processes on bare
+sockets: each node first publishes its NodeInventory, then each second its
+NodeTelemetry (8 GPUs, 64 processes, 16 shards: 3.5 KB of JSON, the
+worker's headers), encoded once as a template with seq and time patched
+in; node j publishes at j/N into each second, so the load is spread evenly. The message time is stamped when the publisher sends
 it, and the consumer takes each message's age (the time its on_change sees
 it, minus the message time) and counts drops: seq gaps, slow-consumer
 errors, disconnections, nodes never heard from.
@@ -16,7 +18,7 @@ the ladder stops at the first N whose p99 age reaches 1 s or that drops
 anything, or at --max.
 
     python bench/fan_in.py [--max N] [--ladder N,N,...] [--publishers P]
-                           [--warmup S] [--measure S]
+                           [--warmup S] [--measure S] [--no-stream]
 """
 
 from __future__ import annotations
@@ -35,17 +37,16 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+import anyio
+import psutil
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 LADDER = (1000, 2500, 5000, 7500, 10000, 12500, 15000, 17500, 20000, 25000, 30000)
 DEFAULT_MAX = 20000
-TARGET_NODES = 10000
+TARGET_NODES = 12500
 SLOT_S = 0.01
-HEADERS = (
-    b"NATS/1.0\r\nContent-Type: application/json\r\nPlacewatch-Type: NodeTelemetry\r\n"
-    b"Placewatch-Schema: 1\r\n\r\n"
-)
 
 
 def node_name(j: int) -> str:
@@ -55,14 +56,34 @@ def node_name(j: int) -> str:
 # ---- a publisher process: the nodes j = index, index + count, ... of N ----
 
 
+def hpub(subject: bytes, headers: bytes, payload: bytes) -> bytes:
+    return b"HPUB %s %d %d\r\n%s%s\r\n" % (
+        subject,
+        len(headers),
+        len(headers) + len(payload),
+        headers,
+        payload,
+    )
+
+
+def header_block(headers: dict[str, str]) -> bytes:
+    lines = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    return f"NATS/1.0\r\n{lines}\r\n".encode()
+
+
 class Template:
-    """A node's encoded NodeTelemetry, split where seq and time go."""
+    """A node's encoded NodeTelemetry, split where seq and time go, and its NodeInventory."""
 
     def __init__(self) -> None:
-        from bench.synthetic import node_telemetry
+        from bench.synthetic import node_messages
         from placewatch.schemas import encode
 
-        payload, _ = encode(node_telemetry(node="@NODE@"))
+        inventory, telemetry = node_messages(node="@NODE@")
+        payload, headers = encode(inventory)
+        self.inventory_parts = payload.split(b"@NODE@")
+        self.inventory_headers = header_block(headers)
+        payload, headers = encode(telemetry)
+        self.headers = header_block(headers)
         self.before_node, rest = payload.split(b"@NODE@")
         between, rest = rest.split(b'"seq":0,"time":"', 1)
         self.between = between + b'"seq":'
@@ -72,12 +93,11 @@ class Template:
         payload = b"".join(
             (self.before_node, node, self.between, b"%d" % seq, b',"time":"', stamp, self.after)
         )
-        return b"HPUB %s %d %d\r\n%s%s\r\n" % (
-            subject,
-            len(HEADERS),
-            len(HEADERS) + len(payload),
-            HEADERS,
-            payload,
+        return hpub(subject, self.headers, payload)
+
+    def inventory(self, node: bytes) -> bytes:
+        return hpub(
+            b"placewatch.inventory." + node, self.inventory_headers, node.join(self.inventory_parts)
         )
 
 
@@ -103,6 +123,7 @@ def publish(url: str, *, nodes: int, index: int, count: int, start: float, secon
     subjects = [b"placewatch.telemetry." + n for n in names]
     offsets = [j / nodes for j in mine]
     sock = connect_raw(url)
+    sock.sendall(b"".join(template.inventory(n) for n in names))
     sent, late = 0, 0.0
     cycle = 0
     while cycle < seconds:
@@ -136,7 +157,6 @@ def publish(url: str, *, nodes: int, index: int, count: int, start: float, secon
 
 
 async def consume(url: str, nodes: int, warmup: float, measure: float) -> dict[str, Any]:
-    import anyio
     import nats
 
     from placewatch.consumer import FleetView, Message
@@ -210,7 +230,18 @@ async def consume(url: str, nodes: int, warmup: float, measure: float) -> dict[s
 # ---- the ladder ----
 
 
-def step(url: str, nodes: int, publishers: int, warmup: float, measure: float) -> dict[str, Any]:
+def cpu_seconds(process: psutil.Process) -> float:
+    times = process.cpu_times()
+    return float(times.user + times.system)
+
+
+def the_server() -> psutil.Process:
+    """The nats-server this script started."""
+    return next(c for c in psutil.Process().children() if "nats-server" in c.name())
+
+
+def step(url: str, server: psutil.Process, nodes: int, args: argparse.Namespace) -> dict[str, Any]:
+    publishers, warmup, measure = args.publishers, args.warmup, args.measure
     me = [sys.executable, str(Path(__file__).resolve())]
     consumer = subprocess.Popen(
         [
@@ -232,6 +263,7 @@ def step(url: str, nodes: int, publishers: int, warmup: float, measure: float) -
     try:
         if consumer.stdout.readline().strip() != "ready":
             raise RuntimeError("the consumer did not start")
+        server_cpu = cpu_seconds(server)
         start = time.time() + 2.0  # the publishers build their templates meanwhile
         seconds = int(warmup + measure + 3)
         for i in range(publishers):
@@ -256,6 +288,8 @@ def step(url: str, nodes: int, publishers: int, warmup: float, measure: float) -
             sent += said["sent"]
             late = max(late, said["late_max_s"])
         result["publisher_late_max_s"] = late
+        result["server_us"] = (cpu_seconds(server) - server_cpu) / max(sent, 1) * 1e6
+        result["consumer_us"] = result["cpu_pct"] / 100 / max(result["rate"], 1) * 1e6
         return result
     finally:
         for p in [consumer, *pubs]:
@@ -270,6 +304,22 @@ def dropped(r: dict[str, Any]) -> int:
     )
 
 
+async def make_streams(url: str) -> None:
+    """The streams as the worker makes them where it may (file storage, one replica)."""
+    import nats
+
+    from placewatch.bus.streams import StreamSettings, ensure_stream
+    from placewatch.schemas import subjects
+    from placewatch.schemas.streams import INVENTORY, TELEMETRY
+
+    nc = await nats.connect(url)
+    try:
+        for stream in (TELEMETRY, INVENTORY):
+            await ensure_stream(nc.jetstream(), stream, subjects.DEFAULT_PREFIX, StreamSettings())
+    finally:
+        await nc.close()
+
+
 def ladder(args: argparse.Namespace) -> None:
     from bench.servers import nats_server
 
@@ -277,21 +327,26 @@ def ladder(args: argparse.Namespace) -> None:
     steps = [n for n in steps if n <= args.max]
     print(
         f"fan-in: 8-GPU nodes at 1 Hz into one FleetView, {args.publishers} publisher "
-        f"processes, {args.warmup:g} s warm-up, {args.measure:g} s measured per step "
+        f"processes, {args.warmup:g} s warm-up, {args.measure:g} s measured per step, "
+        f"{'core NATS only' if args.no_stream else 'the telemetry and inventory streams on'} "
         f"(load {os.getloadavg()[0]:.2f} at start)"
     )
     print(
         f"{'nodes':>6}{'msgs/s':>9}{'p50 age':>9}{'p99 age':>9}{'max age':>9}{'dropped':>9}"
-        f"{'consumer CPU':>14}{'pub late':>10}  ok"
+        f"{'consumer CPU':>14}{'us/msg':>8}{'server us/msg':>15}{'pub late':>10}  ok"
     )
     best = 0
-    with nats_server(jetstream=False) as url:
+    with nats_server(jetstream=not args.no_stream) as url:
+        if not args.no_stream:
+            anyio.run(make_streams, url, backend="asyncio")
+        server = the_server()
         for nodes in steps:
-            r = step(url, nodes, args.publishers, args.warmup, args.measure)
+            r = step(url, server, nodes, args)
             ok = r["p99"] < 1.0 and dropped(r) == 0
             print(
                 f"{nodes:>6}{r['rate']:>9.0f}{r['p50'] * 1e3:>7.0f}ms{r['p99'] * 1e3:>7.0f}ms"
                 f"{r['max'] * 1e3:>7.0f}ms{dropped(r):>9}{r['cpu_pct']:>13.0f}%"
+                f"{r['consumer_us']:>8.1f}{r['server_us']:>15.1f}"
                 f"{r['publisher_late_max_s'] * 1e3:>8.0f}ms  {'yes' if ok else 'no'}",
                 flush=True,
             )
@@ -313,6 +368,9 @@ def main() -> None:
     parser.add_argument("--publishers", type=int, default=2)
     parser.add_argument("--warmup", type=float, default=5.0)
     parser.add_argument("--measure", type=float, default=15.0)
+    parser.add_argument(
+        "--no-stream", action="store_true", help="core NATS only: no telemetry stream"
+    )
     parser.add_argument("--consumer", metavar="URL", help=argparse.SUPPRESS)
     parser.add_argument("--publisher", metavar="URL", help=argparse.SUPPRESS)
     parser.add_argument("--nodes", type=int, help=argparse.SUPPRESS)
@@ -322,8 +380,6 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.consumer:
-        import anyio
-
         result = anyio.run(
             consume, args.consumer, args.nodes, args.warmup, args.measure, backend="asyncio"
         )

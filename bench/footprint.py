@@ -169,8 +169,7 @@ def main() -> None:
         f"{messages} telemetry messages (load {os.getloadavg()[0]:.2f})"
     )
     read = ", ".join(f"{s.name} {s.latency_ms} ms" for s in last.sources if s.ok)
-    names = sorted({g.name or "?" for g in last.gpus})
-    print(f"it read {len(last.gpus)} GPUs ({', '.join(names)}) through {read or 'no source'}")
+    print(f"it read {len(last.gpus)} GPUs through {read or 'no source'}")
     print(f"{'figure':<24}{'result':>12}{'target':>10}{'ratio':>8}")
     print(
         f"{'RSS at the end':<24}{end:>8.1f} MiB{RSS_TARGET_MIB:>6.0f} MiB{end / RSS_TARGET_MIB:>8.2f}"

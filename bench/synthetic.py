@@ -19,7 +19,15 @@ from placewatch.gpu.nvidia_smi import (
     parse_compute_apps,
     parse_gpus,
 )
-from placewatch.schemas import HostSample, NodeTelemetry, ShardBrief, SourceStatus
+from placewatch.schemas import (
+    HostSample,
+    NodeInventory,
+    NodeSample,
+    NodeTelemetry,
+    ShardBrief,
+    SourceStatus,
+    lean,
+)
 
 GPU_HEADER = (
     "index, uuid, name, pci.bus_id, utilization.gpu [%], memory.total [MiB], memory.used [MiB], "
@@ -89,9 +97,9 @@ def write_fake_nvidia_smi(where: Path, gpus: int, apps: str, *, python: str | No
     return bin_dir
 
 
-def node_telemetry(node: str = "gpu-node-0001", gpus: int = 8, shards: int = 16) -> NodeTelemetry:
-    """A NodeTelemetry as a busy node publishes it: `gpus` GPUs with 4 processes per shard
-    (each attributed to its shard), the host, the shards' briefs and the source's status."""
+def node_sample(node: str = "gpu-node-0001", gpus: int = 8, shards: int = 16) -> NodeSample:
+    """A busy node's sample: `gpus` GPUs with 4 processes per shard (each attributed to its
+    shard), the host, the shards' briefs and the source's status."""
     per_shard = 4
     holders = [
         (s % gpus, 40000 + s * per_shard + k) for s in range(shards) for k in range(per_shard)
@@ -108,7 +116,7 @@ def node_telemetry(node: str = "gpu-node-0001", gpus: int = 8, shards: int = 16)
         )
         for g in found
     ]
-    return NodeTelemetry(
+    return NodeSample(
         node=node,
         session="5f1c9a2e7b3d",
         seq=0,
@@ -133,3 +141,15 @@ def node_telemetry(node: str = "gpu-node-0001", gpus: int = 8, shards: int = 16)
         ],
         sources=[SourceStatus(name="nvml", ok=True, latency_ms=1.184, vendor="nvidia")],
     )
+
+
+def node_messages(
+    node: str = "gpu-node-0001", gpus: int = 8, shards: int = 16
+) -> tuple[NodeInventory, NodeTelemetry]:
+    """node_sample() as the node publishes it: its inventory and its telemetry."""
+    return lean.split(node_sample(node, gpus, shards))
+
+
+def node_telemetry(node: str = "gpu-node-0001", gpus: int = 8, shards: int = 16) -> NodeTelemetry:
+    """node_sample()'s telemetry, as the node publishes it every interval."""
+    return node_messages(node, gpus, shards)[1]

@@ -266,7 +266,7 @@ async def interleaved(
             await anyio.sleep(PAUSE_S)
             own_before, children_before = cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN)
             woken = wakes()
-            telemetry = (await node.take()).telemetry
+            telemetry = (await node.take()).sample
             woken = wakes() - woken
             own_after, children_after = cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN)
             costs[name].add(

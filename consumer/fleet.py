@@ -1,25 +1,35 @@
-"""The fleet as a gateway sees it: the latest telemetry per node, status per shard.
+"""The fleet as a gateway sees it: each node's latest sample, each shard's latest status.
 
-A gateway that starts late must know the fleet at once, not after every node
-has published again, so `start()` first reads what the bus keeps: the last
-sample of each node in the stream PLACEWATCH_TELEMETRY and every shard's
-latest status in the KV bucket placewatch_compute. Live core subscriptions,
-made before that read, keep the view current; the newer message wins, by its
-`time`, whichever way it came. A fresh cluster (no stream, no bucket, or no
-JetStream at all) is simply an empty fleet.
+A node publishes what it is (NodeInventory) when that changes, and what it reads
+(NodeTelemetry) every interval; the view holds the latest of each per node and joins them
+for its users (`sample()`, `snapshot()`). A gateway that starts late must know the fleet at
+once, not after every node has published again, so `start()` first reads what the bus
+keeps: the last telemetry and inventory of each node (the streams PLACEWATCH_TELEMETRY and
+PLACEWATCH_INVENTORY) and every shard's latest status (the KV bucket placewatch_compute).
+Live core subscriptions, made before that read, keep the view current; the newer message
+wins, by its `time`, whichever way it came. Telemetry that names an inventory the view does
+not hold (the stream lost it, or there is no stream) has the view ask the node's `inventory`
+endpoint. A fresh cluster (no stream, no bucket, or no JetStream at all) is an empty fleet.
+
+Held at fleet scale: each node's two messages are kept as the bytes they came in (checked
+on arrival, decoded when asked for), so a view of 50,000 nodes holds a few KiB per node in
+objects the garbage collector need not walk. Decoded Structs of 8 GPUs and 64 processes
+took 27 KiB a node, and a full collection with 50,000 of them 0.6 s.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
+import zlib
 from collections.abc import Callable, Mapping
 from datetime import datetime
+from typing import TypeVar
 
 import msgspec
 import nats.errors
-import nats.js.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
@@ -29,20 +39,29 @@ from placewatch.schemas import (
     ComputeStatus,
     DecodeError,
     FallbackEvent,
+    NodeInventory,
+    NodeSample,
     NodeTelemetry,
     decode,
+    lean,
     subjects,
 )
+from placewatch.schemas.codec import HEADER_CONTENT_TYPE
 from placewatch.schemas.messages import Verdict
-from placewatch.schemas.streams import COMPUTE, TELEMETRY
+from placewatch.schemas.service import endpoint
+from placewatch.schemas.streams import COMPUTE, INVENTORY, TELEMETRY
 
 from .retained import kv_headers, last_per_subject
 
 log = logging.getLogger(__name__)
 
 FILL_TIMEOUT_S = 5.0
+ASK_TIMEOUT_S = 2.0
+ASK_EVERY_S = 10.0
+"""The least time between two asks of one node for its inventory."""
 
-Message = NodeTelemetry | ComputeStatus | FallbackEvent
+Message = NodeTelemetry | NodeInventory | ComputeStatus | FallbackEvent
+Whole = TypeVar("Whole", NodeTelemetry, NodeInventory)
 ShardKey = tuple[str, str]
 """(node, shard), the exact names the payloads carry."""
 
@@ -58,16 +77,34 @@ class FiringFallback(msgspec.Struct, frozen=True, kw_only=True):
     reason: str
 
 
-class Fleet(msgspec.Struct, frozen=True, kw_only=True):
-    """The fleet at one moment, sorted by node and shard."""
+class Held(msgspec.Struct, frozen=True, gc=False):
+    """A node's latest telemetry or inventory as it came: its time, the inventory it names
+    (or is), and its payload, decoded when asked for.
 
-    nodes: list[NodeTelemetry]
+    An inventory's payload is held zlib-compressed (`compressed`): it is mostly the same
+    process names over and over (6.4 KB of JSON for 8 GPUs and 64 processes, 0.7 KB
+    compressed), changes rarely and is read rarely; compressing it costs about 60 µs when
+    it changes, reading it back about 15 µs."""
+
+    time: datetime
+    inventory: str
+    data: bytes
+    content_type: str | None
+    compressed: bool = False
+
+
+class Fleet(msgspec.Struct, frozen=True, kw_only=True):
+    """The fleet at one moment, sorted by node and shard: each node's sample, its inventory
+    and telemetry joined (a node whose inventory the view has not got yet is left out)."""
+
+    nodes: list[NodeSample]
     shards: list[ComputeStatus]
     firing: list[FiringFallback]
 
 
 class FleetView:
-    """The latest NodeTelemetry per node and ComputeStatus per shard, from the bus.
+    """The latest NodeTelemetry and NodeInventory per node and ComputeStatus per shard, from
+    the bus.
 
     `nc` is a connected nats-py client the caller owns (and closes); `on_change`
     is called with each message the view took, from the event loop.
@@ -85,21 +122,32 @@ class FleetView:
         self.prefix = prefix
         self.on_change = on_change
         self.fill_timeout = fill_timeout
-        self.nodes: dict[str, NodeTelemetry] = {}
+        self.nodes: dict[str, Held] = {}
+        """Each node's latest telemetry."""
+        self.inventories: dict[str, Held] = {}
+        """Each node's latest inventory."""
         self.shards: dict[ShardKey, ComputeStatus] = {}
         self.undecodable = 0
         """Messages that were not what their subject and headers said; ignored."""
         self._since: dict[ShardKey, datetime] = {}
         self._subs: list[Subscription] = []
+        self._asked: dict[str, float] = {}
+        self._asks: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
-        """Subscribe, then fill from the telemetry stream and the compute bucket."""
+        """Subscribe, then fill from the inventory and telemetry streams and the compute
+        bucket."""
         for subject in (
+            subjects.all_inventory(self.prefix),
             subjects.all_telemetry(self.prefix),
             *subjects.all_events(self.prefix),
         ):
             self._subs.append(await self.nc.subscribe(subject, cb=self._live))
         deadline = time.monotonic() + self.fill_timeout
+        for msg in await self._latest(
+            INVENTORY.name, subjects.all_inventory(self.prefix), deadline
+        ):
+            self._hold(msg.data, msg.headers, NodeInventory)
         for msg in await self._latest(
             TELEMETRY.name, subjects.all_telemetry(self.prefix), deadline
         ):
@@ -116,9 +164,25 @@ class FleetView:
         for sub in subs:
             with contextlib.suppress(nats.errors.Error):  # closed already: nothing to undo
                 await sub.unsubscribe()
+        for task in list(self._asks):
+            task.cancel()
 
     def telemetry(self, node: str) -> NodeTelemetry | None:
-        return self.nodes.get(node)
+        """The node's latest telemetry."""
+        return _decoded(self.nodes.get(node), NodeTelemetry)
+
+    def inventory(self, node: str) -> NodeInventory | None:
+        """The node's latest inventory."""
+        return _decoded(self.inventories.get(node), NodeInventory)
+
+    def sample(self, node: str) -> NodeSample | None:
+        """The node's latest telemetry joined with the inventory it names, and its shards'
+        pids and reasons from their statuses; None until the view holds both."""
+        held, inventory = self.nodes.get(node), self.inventories.get(node)
+        if held is None or inventory is None or held.inventory != inventory.inventory:
+            return None
+        statuses = {s.shard: s for (n, _), s in self.shards.items() if n == node}
+        return lean.join(_decode(inventory, NodeInventory), _decode(held, NodeTelemetry), statuses)
 
     def status(self, node: str, shard: str) -> ComputeStatus | None:
         return self.shards.get((node, shard))
@@ -138,8 +202,9 @@ class FleetView:
         ]
 
     def snapshot(self) -> Fleet:
+        samples = (self.sample(n) for n in sorted(self.nodes))
         return Fleet(
-            nodes=[self.nodes[n] for n in sorted(self.nodes)],
+            nodes=[s for s in samples if s is not None],
             shards=[self.shards[k] for k in sorted(self.shards)],
             firing=self.firing(),
         )
@@ -156,7 +221,7 @@ class FleetView:
         self,
         data: bytes,
         headers: Mapping[str, str] | None,
-        type_: type[NodeTelemetry] | type[ComputeStatus] | type[FallbackEvent],
+        type_: type[Message],
     ) -> None:
         try:
             message: Message = decode(data, type_, headers)
@@ -165,7 +230,9 @@ class FleetView:
             log.debug("ignored a message: %s", exc)
             return
         if isinstance(message, NodeTelemetry):
-            taken = self._telemetry(message)
+            taken = self._telemetry(message, data, headers)
+        elif isinstance(message, NodeInventory):
+            taken = self._inventory(message, data, headers)
         elif isinstance(message, FallbackEvent):
             taken = self._status(message.status)
         else:
@@ -176,12 +243,46 @@ class FleetView:
             except Exception:
                 log.exception("on_change failed for a %s", type(message).__name__)
 
-    def _telemetry(self, t: NodeTelemetry) -> bool:
+    def _telemetry(self, t: NodeTelemetry, data: bytes, headers: Mapping[str, str] | None) -> bool:
         held = self.nodes.get(t.node)
         if held is not None and t.time < held.time:
             return False  # the stream's copy of a sample already seen live
-        self.nodes[t.node] = t
+        self.nodes[t.node] = Held(t.time, t.inventory, data, _content_type(headers))
+        inventory = self.inventories.get(t.node)
+        if inventory is None or inventory.inventory != t.inventory:
+            self._ask_inventory(t.node)
         return True
+
+    def _inventory(self, i: NodeInventory, data: bytes, headers: Mapping[str, str] | None) -> bool:
+        held = self.inventories.get(i.node)
+        if held is not None and i.time < held.time:
+            return False
+        self.inventories[i.node] = Held(
+            i.time, i.id, zlib.compress(data), _content_type(headers), compressed=True
+        )
+        return True
+
+    def _ask_inventory(self, node: str) -> None:
+        """Ask the node for the inventory its telemetry names, unless asked lately: the
+        inventory it published may come any moment (or came before the view started and
+        its stream is gone)."""
+        now = time.monotonic()
+        if now - self._asked.get(node, -ASK_EVERY_S) < ASK_EVERY_S or not self._subs:
+            return
+        self._asked[node] = now
+        task = asyncio.get_running_loop().create_task(self._ask(node))
+        self._asks.add(task)
+        task.add_done_callback(self._asks.discard)
+
+    async def _ask(self, node: str) -> None:
+        try:
+            reply = await self.nc.request(
+                endpoint(node, "inventory", self.prefix), b"", timeout=ASK_TIMEOUT_S
+            )
+        except (nats.errors.Error, TimeoutError) as exc:
+            log.debug("no inventory from %s's service: %s", node, exc)
+            return
+        self._hold(reply.data, reply.headers, NodeInventory)
 
     def _status(self, s: ComputeStatus) -> bool:
         key = (s.node, s.shard)
@@ -206,11 +307,27 @@ class FleetView:
             return []
 
 
-_KINDS: dict[str, type[NodeTelemetry] | type[ComputeStatus] | type[FallbackEvent]] = {
+_KINDS: dict[str, type[Message]] = {
     "telemetry": NodeTelemetry,
+    "inventory": NodeInventory,
     "compute": ComputeStatus,
     "fallback": FallbackEvent,
 }
+
+
+def _content_type(headers: Mapping[str, str] | None) -> str | None:
+    return None if headers is None else headers.get(HEADER_CONTENT_TYPE)
+
+
+def _decoded(held: Held | None, type_: type[Whole]) -> Whole | None:
+    return None if held is None else _decode(held, type_)
+
+
+def _decode(held: Held, type_: type[Whole]) -> Whole:
+    """A held message decoded; it was checked when it came."""
+    headers = None if held.content_type is None else {HEADER_CONTENT_TYPE: held.content_type}
+    data = zlib.decompress(held.data) if held.compressed else held.data
+    return decode(data, type_, headers)
 
 
 def _left(deadline: float) -> float:
@@ -222,6 +339,7 @@ __all__ = [
     "FiringFallback",
     "Fleet",
     "FleetView",
+    "Held",
     "Message",
     "ShardKey",
 ]

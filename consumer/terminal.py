@@ -20,7 +20,7 @@ import anyio
 import msgspec
 from nats.aio.client import Client
 
-from placewatch.schemas import ComputeStatus, GpuSample, NodeTelemetry
+from placewatch.schemas import ComputeStatus, GpuSample, NodeSample
 
 from .connection import Bus, Unreachable, connect_within, redact
 from .fleet import Fleet, FleetView
@@ -162,7 +162,7 @@ def _frame(fleet: Fleet, now: datetime, where: str) -> str:
     return "\n".join(lines)
 
 
-def _node_line(name: str, t: NodeTelemetry, now: datetime) -> list[str]:
+def _node_line(name: str, t: NodeSample, now: datetime) -> list[str]:
     age = max((now - t.time).total_seconds(), 0.0)
     stale = "  STALE" if age > _STALE_INTERVALS * t.interval_s else ""
     line = f"{name}  seen {age:.0f} s ago{stale}  session {t.session}"

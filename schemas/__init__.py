@@ -4,7 +4,7 @@ Imports msgspec and the standard library only, so a gateway or an alerting
 service can depend on it without the worker's dependencies.
 """
 
-from . import streams, subjects
+from . import lean, streams, subjects
 from .asyncapi import asyncapi_document
 from .codec import DecodeError, decode, decode_any, encode, json_schema, value_headers
 from .messages import (
@@ -15,14 +15,22 @@ from .messages import (
     ComputeStatus,
     DeviceUse,
     FallbackEvent,
+    GpuInfo,
     GpuProcess,
+    GpuReading,
     GpuSample,
+    HostInfo,
+    HostReading,
     HostSample,
     MigInstance,
+    NodeInventory,
     NodeLease,
+    NodeSample,
     NodeTelemetry,
     PlacementSpec,
+    ProcessInfo,
     ShardBrief,
+    ShardReading,
     SourceStatus,
 )
 
@@ -35,20 +43,29 @@ __all__ = [
     "DecodeError",
     "DeviceUse",
     "FallbackEvent",
+    "GpuInfo",
     "GpuProcess",
+    "GpuReading",
     "GpuSample",
+    "HostInfo",
+    "HostReading",
     "HostSample",
     "MigInstance",
+    "NodeInventory",
     "NodeLease",
+    "NodeSample",
     "NodeTelemetry",
     "PlacementSpec",
+    "ProcessInfo",
     "ShardBrief",
+    "ShardReading",
     "SourceStatus",
     "asyncapi_document",
     "decode",
     "decode_any",
     "encode",
     "json_schema",
+    "lean",
     "streams",
     "subjects",
     "value_headers",

@@ -98,7 +98,17 @@ def _channels(prefix: str) -> dict[str, Any]:
             node,
             "Every interval (2 s by default), as a core NATS message: telemetry is latest-value "
             "and never replayed. The stream `PLACEWATCH_TELEMETRY` keeps the last message of "
-            "each node.",
+            "each node. Readings only: what they are readings of is in the NodeInventory its "
+            "`inventory` names.",
+        ),
+        "inventory": _channel(
+            f"{prefix}.inventory.{{node}}",
+            "NodeInventory",
+            node,
+            "When the worker starts, whenever the node's inventory changes (a GPU process "
+            "starts or ends, a power cap is set) and every 10 minutes, as a core NATS "
+            "message. The stream `PLACEWATCH_INVENTORY` keeps the last message of each node; "
+            "the node's `inventory` endpoint answers with it too.",
         ),
         "compute": _channel(
             f"{prefix}.compute.{{node}}.{{shard}}",
@@ -146,6 +156,9 @@ def _channels(prefix: str) -> dict[str, Any]:
 def _operations() -> dict[str, Any]:
     return {
         "sendTelemetry": _operation("send", "telemetry", "NodeTelemetry", "Publish a sample."),
+        "sendInventory": _operation(
+            "send", "inventory", "NodeInventory", "Publish what the node is."
+        ),
         "sendComputeStatus": _operation(
             "send", "compute", "ComputeStatus", "Publish a shard's compute status."
         ),
@@ -166,7 +179,10 @@ def _operations() -> dict[str, Any]:
 
 def _messages(payloads: dict[str, Any]) -> dict[str, Any]:
     return {
-        "NodeTelemetry": _message("NodeTelemetry", payloads, "What one node saw in one interval."),
+        "NodeTelemetry": _message("NodeTelemetry", payloads, "What one node read in one interval."),
+        "NodeInventory": _message(
+            "NodeInventory", payloads, "What one node is: GPUs, host and GPU processes."
+        ),
         "ComputeStatus": _message(
             "ComputeStatus", payloads, "Where one shard computes.", event=True
         ),
@@ -276,11 +292,14 @@ def _headers(type_name: str, *, event: bool) -> dict[str, Any]:
 
 _REPLIES = {
     "telemetry": "NodeTelemetry",
+    "inventory": "NodeInventory",
     "shards": "ComputeStatusList",
     "recheck": "ComputeStatusList",
 }
 _ASKS = {
     "telemetry": "The node's latest NodeTelemetry; error 503 before its first tick.",
+    "inventory": "The NodeInventory its latest NodeTelemetry names; error 503 before its "
+    "first tick.",
     "shards": "The latest ComputeStatus of each of the node's shards.",
     "recheck": "A tick now, answered with the statuses after it: one at a time and at most one "
     "a second, a request past that refused at once with error 429 saying when to ask again.",
@@ -304,7 +323,7 @@ def _service_channels(prefix: str) -> dict[str, Any]:
         "description": "The requester's inbox, named by the request's reply subject.",
         "messages": {
             m: {"$ref": f"#/components/messages/{m}"}
-            for m in ("NodeTelemetry", "ComputeStatusList", "ServiceError")
+            for m in ("NodeTelemetry", "NodeInventory", "ComputeStatusList", "ServiceError")
         },
     }
     return channels

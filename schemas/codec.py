@@ -13,7 +13,7 @@ from typing import Any, Literal, TypeVar
 
 import msgspec
 
-from .messages import MESSAGE_TYPES, SCHEMA_VERSION
+from .messages import MESSAGE_TYPES, SCHEMA_VERSION, NodeTelemetry
 
 T = TypeVar("T")
 
@@ -88,6 +88,19 @@ def _check_schema(said: object, type_: type[Any]) -> None:
             f"a {type_.__name__} of schema {version}, newer than this reader's "
             f"{SCHEMA_VERSION}: upgrade placewatch (docs/subjects.md, Changes)"
         )
+    oldest = OLDEST_READ.get(type_)
+    if oldest is not None and version < oldest[0]:
+        raise DecodeError(
+            f"a {type_.__name__} of schema {version}, which this reader no longer reads "
+            f"({oldest[1]} in schema {oldest[0]}): upgrade the placewatch that sent it "
+            "(docs/subjects.md, Changes)"
+        )
+
+
+OLDEST_READ: dict[type[Any], tuple[int, str]] = {
+    NodeTelemetry: (2, "telemetry was split into a NodeInventory and readings"),
+}
+"""The oldest schema of a message this reader decodes, and what changed then."""
 
 
 def value_headers(data: bytes) -> dict[str, str]:

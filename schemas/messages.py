@@ -24,7 +24,8 @@ from .subjects import MAX_NAME_BYTES
 
 SCHEMA_VERSION = 2
 """Bumped only when a change would mislead an old reader; sent as Placewatch-Schema. The
-changes are listed in docs/subjects.md: 2 wrote names outside the safe set one-to-one."""
+changes are listed in docs/subjects.md: 2 wrote names outside the safe set one-to-one, and
+split telemetry into a NodeInventory and lean readings."""
 
 Vendor = Literal["nvidia", "amd"]
 Activity = Literal["busy", "power"]
@@ -127,7 +128,7 @@ class SourceStatus(msgspec.Struct, frozen=True, kw_only=True, gc=False):
 
 
 class ShardBrief(msgspec.Struct, frozen=True, kw_only=True, gc=False):
-    """A shard's verdict as carried in telemetry; the full account is its ComputeStatus."""
+    """A shard's verdict in a NodeSample; the full account is its ComputeStatus."""
 
     shard: str
     verdict: Verdict
@@ -135,10 +136,12 @@ class ShardBrief(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     reason: str = ""
 
 
-class NodeTelemetry(msgspec.Struct, frozen=True, kw_only=True, gc=False):
-    """Everything one node saw in one interval, published on placewatch.telemetry.<node>."""
+class NodeSample(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """Everything one node saw in one interval, whole: what the worker samples, what
+    `placewatch sample --json` prints and what FleetView.sample() gives. Not a message: on
+    the wire it travels as a NodeInventory (what stays) and a NodeTelemetry (what changes),
+    which `placewatch.schemas.lean` splits it into and joins back."""
 
-    schema: int = SCHEMA_VERSION
     node: str
     session: str
     seq: NonNegative
@@ -151,8 +154,120 @@ class NodeTelemetry(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     dropped: NonNegative = 0
     """Samples not published since the last one that was (the bus was away)."""
     omitted: dict[str, NonNegative] = msgspec.field(default_factory=dict)
-    """What was left out so that the message fits the server's max payload: a list field's
-    path -> the entries left out, a text's -> the texts emptied ("gpus.processes": 512)."""
+    """What was left out so that the message fits the server's max payload (see
+    NodeTelemetry.omitted)."""
+    inventory: str = ""
+    """The id of the NodeInventory this sample's identity is in (empty until split)."""
+
+
+class GpuInfo(msgspec.Struct, frozen=True, kw_only=True, gc=False, omit_defaults=True):
+    """What a GPU is, as it stays from tick to tick: its part of a NodeInventory."""
+
+    index: NonNegative
+    vendor: Vendor
+    uuid: str | None = None
+    name: str | None = None
+    bus_id: str | None = None
+    memory_total_bytes: NonNegative | None = None
+    power_cap_w: float | None = None
+    mig_enabled: bool | None = None
+    mig: list[MigInstance] = msgspec.field(default_factory=list)
+    """Its MIG instances, without their memory used (that is a reading: mig_used_bytes)."""
+    temperature_sensor: str | None = None
+
+
+class HostInfo(msgspec.Struct, frozen=True, kw_only=True, gc=False, omit_defaults=True):
+    """What the host is: its part of a NodeInventory."""
+
+    cpu_count: int | None = None
+    memory_total_bytes: NonNegative | None = None
+
+
+class ProcessInfo(msgspec.Struct, frozen=True, kw_only=True, gc=False, omit_defaults=True):
+    """A GPU process, as it stays while it runs: its name and the shard it belongs to."""
+
+    name: str | None = None
+    shard: str | None = None
+
+
+class NodeInventory(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """What a node is, published on placewatch.inventory.<node> when its worker starts and
+    whenever it changes, and kept as the last value per node (the stream
+    PLACEWATCH_INVENTORY): its GPUs' identity and totals, MIG layout, host totals, and the
+    name and shard of each GPU process. Its `id` names its content: each NodeTelemetry says
+    which inventory its readings are of."""
+
+    schema: int = SCHEMA_VERSION
+    node: str
+    session: str
+    time: Time
+    id: str
+    """A digest of gpus, host and processes: equal content, equal id (across restarts)."""
+    gpus: list[GpuInfo] = msgspec.field(default_factory=list)
+    host: HostInfo | None = None
+    processes: dict[int, ProcessInfo] = msgspec.field(default_factory=dict)
+    """The GPU processes by pid."""
+    omitted: dict[str, NonNegative] = msgspec.field(default_factory=dict)
+    """What was left out so that the message fits the server's max payload."""
+
+
+class GpuReading(msgspec.Struct, frozen=True, kw_only=True, gc=False, omit_defaults=True):
+    """One GPU's readings at one tick. A reading the tool could not give is absent (null)."""
+
+    index: NonNegative
+    """Physical, as in the inventory's GpuInfo of the same index."""
+    utilization_pct: Percent | None = None
+    activity: Activity | None = None
+    """Which reading `utilization_pct` is: "busy" (the driver's busy time) or "power" (the
+    power draw as a share of the cap, where the busy figure says nothing)."""
+    memory_used_bytes: NonNegative | None = None
+    memory_free_bytes: NonNegative | None = None
+    foreign_bytes: NonNegative | None = None
+    """Memory held by processes of no shard."""
+    temperature_c: float | None = None
+    power_w: float | None = None
+    processes: dict[int, NonNegative | None] = msgspec.field(default_factory=dict)
+    """Pid -> the memory it holds on this GPU (null where the driver does not say)."""
+    mig_used_bytes: list[NonNegative | None] = msgspec.field(default_factory=list)
+    """Memory used in each MIG instance, in the inventory's order."""
+
+
+class HostReading(msgspec.Struct, frozen=True, kw_only=True, gc=False, omit_defaults=True):
+    """The host's readings at one tick."""
+
+    cpu_pct: Percent | None = None
+    memory_available_bytes: NonNegative | None = None
+    load_1m: float | None = None
+
+
+class ShardReading(msgspec.Struct, frozen=True, kw_only=True, gc=False, omit_defaults=True):
+    """A shard's verdict at one tick; why, and on which devices, is in its ComputeStatus."""
+
+    verdict: Verdict
+
+
+class NodeTelemetry(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """What one node read in one interval, published on placewatch.telemetry.<node>: the
+    readings of the inventory named by `inventory`, and each shard's verdict."""
+
+    schema: int = SCHEMA_VERSION
+    node: str
+    session: str
+    seq: NonNegative
+    time: Time
+    interval_s: float
+    inventory: str
+    """The id of the node's NodeInventory these readings are of."""
+    gpus: list[GpuReading] = msgspec.field(default_factory=list)
+    host: HostReading | None = None
+    shards: dict[str, ShardReading] = msgspec.field(default_factory=dict)
+    """Shard name -> its verdict."""
+    sources: list[SourceStatus] = msgspec.field(default_factory=list)
+    dropped: NonNegative = 0
+    """Samples not published since the last one that was (the bus was away)."""
+    omitted: dict[str, NonNegative] = msgspec.field(default_factory=dict)
+    """What was left out so that the message fits the server's max payload: a field's
+    path -> the entries left out ("gpus.processes": 512)."""
 
 
 class DeviceUse(msgspec.Struct, frozen=True, kw_only=True, gc=False):
@@ -252,6 +367,7 @@ class NodeLease(msgspec.Struct, frozen=True, kw_only=True, gc=False):
 
 MESSAGE_TYPES: tuple[type[msgspec.Struct], ...] = (
     NodeTelemetry,
+    NodeInventory,
     ComputeStatus,
     FallbackEvent,
     PlacementSpec,

@@ -2,9 +2,10 @@
 
 Each worker runs one instance of the NATS micro service `placewatch` (found
 through `$SRV.PING`, `$SRV.INFO` and `$SRV.STATS`, as `nats micro ls` does),
-its node in the metadata, with three endpoints under `<prefix>.service.<node>`:
+its node in the metadata, with four endpoints under `<prefix>.service.<node>`:
 
 - `telemetry`: the node's latest NodeTelemetry;
+- `inventory`: the NodeInventory it names (for a reader that has not got it yet);
 - `shards`: the latest ComputeStatus of each of its shards, a list;
 - `recheck`: a tick now, answered with the statuses after it.
 
@@ -32,7 +33,7 @@ from .codec import (
 from .messages import SCHEMA_VERSION, ComputeStatus
 
 NAME = "placewatch"
-ENDPOINTS = ("telemetry", "shards", "recheck")
+ENDPOINTS = ("telemetry", "inventory", "shards", "recheck")
 STATUS_LIST = "ComputeStatus[]"
 """The Placewatch-Type of a list of ComputeStatus, the `shards` and `recheck` replies."""
 
@@ -41,7 +42,8 @@ TOO_MANY = "429"
 """A recheck refused: one runs at a time and one a second, as HTTP's Too Many Requests."""
 FAILED = "500"
 ERROR_CODES = {
-    NO_SAMPLE_YET: "`telemetry` before the worker's first tick: ask again after an interval",
+    NO_SAMPLE_YET: "`telemetry` or `inventory` before the worker's first tick: ask again "
+    "after an interval",
     TOO_MANY: "`recheck` while one runs, or within a second of the last: the description "
     "says when to ask again",
     FAILED: "`recheck` whose tick failed: the worker's log says why",
@@ -51,7 +53,8 @@ HEADER_ERROR = "Nats-Service-Error"
 
 
 def endpoint(node: str, name: str, prefix: str = subjects.DEFAULT_PREFIX) -> str:
-    """The subject of one of a node's endpoints (`telemetry`, `shards`, `recheck`)."""
+    """The subject of one of a node's endpoints (`telemetry`, `inventory`, `shards`,
+    `recheck`)."""
     return f"{subjects.service(node, prefix)}.{name}"
 
 

@@ -23,7 +23,7 @@ class Stream:
 
     name: str
     kind: str
-    """"events" or "telemetry": which subjects of a prefix it takes."""
+    """"events", "telemetry" or "inventory": which subjects of a prefix it takes."""
     purpose: str
     duplicate_window_s: float | None = None
     max_msgs_per_subject: int | None = None
@@ -31,6 +31,8 @@ class Stream:
     def subjects(self, prefix: str = subjects.DEFAULT_PREFIX) -> list[str]:
         if self.kind == "events":
             return subjects.all_events(prefix)
+        if self.kind == "inventory":
+            return [subjects.all_inventory(prefix)]
         return [subjects.all_telemetry(prefix)]
 
     def command(self, prefix: str, storage: str, replicas: int) -> str:
@@ -87,11 +89,17 @@ TELEMETRY = Stream(
     "the latest sample of each node",
     max_msgs_per_subject=1,
 )
+INVENTORY = Stream(
+    subjects.STREAM_INVENTORY,
+    "inventory",
+    "the latest inventory of each node (its GPUs, host and GPU processes)",
+    max_msgs_per_subject=1,
+)
 PLACEMENTS = Bucket(subjects.BUCKET_PLACEMENTS, "placements, written by a control plane")
 COMPUTE = Bucket(subjects.BUCKET_COMPUTE, "the latest compute status of each shard", rollup=False)
 LEASES = Bucket(
     subjects.BUCKET_LEASES, "one live worker per node name: who holds each node", rollup=False
 )
 
-STREAMS = (EVENTS, TELEMETRY)
+STREAMS = (EVENTS, TELEMETRY, INVENTORY)
 BUCKETS = (PLACEMENTS, COMPUTE, LEASES)

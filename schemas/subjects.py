@@ -26,6 +26,7 @@ the bus look when no server is given."""
 
 STREAM_EVENTS = "PLACEWATCH_EVENTS"
 STREAM_TELEMETRY = "PLACEWATCH_TELEMETRY"
+STREAM_INVENTORY = "PLACEWATCH_INVENTORY"
 BUCKET_PLACEMENTS = "placewatch_placements"
 BUCKET_COMPUTE = "placewatch_compute"
 BUCKET_LEASES = "placewatch_leases"
@@ -90,6 +91,10 @@ def telemetry(node: str, prefix: str = DEFAULT_PREFIX) -> str:
     return f"{prefix}.telemetry.{token(node)}"
 
 
+def inventory(node: str, prefix: str = DEFAULT_PREFIX) -> str:
+    return f"{prefix}.inventory.{token(node)}"
+
+
 def compute(node: str, shard: str, prefix: str = DEFAULT_PREFIX) -> str:
     return f"{prefix}.compute.{token(node)}.{token(shard)}"
 
@@ -99,7 +104,8 @@ def fallback(node: str, shard: str, prefix: str = DEFAULT_PREFIX) -> str:
 
 
 def service(node: str, prefix: str = DEFAULT_PREFIX) -> str:
-    """The group of a node's micro service endpoints (`.telemetry`, `.shards`, `.recheck`)."""
+    """The group of a node's micro service endpoints (`.telemetry`, `.inventory`, `.shards`,
+    `.recheck`)."""
     return f"{prefix}.service.{token(node)}"
 
 
@@ -114,6 +120,10 @@ def inbox(node: str) -> str:
 
 def all_telemetry(prefix: str = DEFAULT_PREFIX) -> str:
     return f"{prefix}.telemetry.*"
+
+
+def all_inventory(prefix: str = DEFAULT_PREFIX) -> str:
+    return f"{prefix}.inventory.*"
 
 
 def all_compute(prefix: str = DEFAULT_PREFIX) -> str:

@@ -228,7 +228,11 @@ def _add_arguments(name: str, command: argparse.ArgumentParser) -> None:
     if name == "run":
         _run_arguments(command)
     elif name == "sample":
-        command.add_argument("--json", action="store_true", help="print a NodeTelemetry as JSON")
+        command.add_argument(
+            "--json",
+            action="store_true",
+            help="print the whole NodeSample (inventory and readings) as JSON",
+        )
     elif name == "doctor":
         from . import doctor
 

@@ -6,7 +6,8 @@ the pipeline it is:
 1. `read`: the GPUs and the host (NodeSampler, which knows nothing of shards);
 2. `judge`: the shard pass on those readings (ShardPass), each shard's engine
    log as EngineLogs last read it;
-3. `telemetry`: the NodeTelemetry of this tick, immutable once built.
+3. `sample`: the NodeSample of this tick, immutable once built (it travels split in two:
+   placewatch.schemas.lean).
 
 `take` runs the three for a one-off sample. EngineLogs' task must run for
 the pipeline to judge: `open_pipeline` runs it for a one-off use, and the
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from placewatch.schemas import NodeTelemetry
+from placewatch.schemas import NodeSample
 
 from .config import Settings
 from .gpu.registry import chains_for
@@ -45,9 +46,9 @@ def new_session() -> str:
 
 @dataclass(frozen=True)
 class Tick:
-    """One tick's result: the telemetry, and the shard pass it was built from."""
+    """One tick's result: the sample, and the shard pass it was built from."""
 
-    telemetry: NodeTelemetry
+    sample: NodeSample
     shards: ShardsView
 
 
@@ -100,8 +101,8 @@ class Pipeline:
         silent = [s.name for s in reading.sources if not s.ok]
         return await self.shards.judge(reading.gpus, reading.gpus_known, reading.started, silent)
 
-    def telemetry(self, reading: NodeReading, shards: ShardsView) -> NodeTelemetry:
-        telemetry = NodeTelemetry(
+    def sample(self, reading: NodeReading, shards: ShardsView) -> NodeSample:
+        sample = NodeSample(
             node=self.node,
             session=self.session,
             seq=self.seq,
@@ -113,13 +114,13 @@ class Pipeline:
             sources=[*reading.sources, *shards.problems],
         )
         self.seq += 1
-        return telemetry
+        return sample
 
     async def take(self) -> Tick:
         """One whole tick: read, judge, build."""
         reading = await self.read()
         shards = await self.judge(reading)
-        return Tick(self.telemetry(reading, shards), shards)
+        return Tick(self.sample(reading, shards), shards)
 
 
 @asynccontextmanager

@@ -30,7 +30,7 @@ from nats.aio.client import Client
 from placewatch.consumer.connection import connect
 from placewatch.consumer.heartbeat import check_folder
 from placewatch.consumer.lifecycle import drain, stop_on_signal
-from placewatch.schemas import ComputeStatus, FallbackEvent, subjects
+from placewatch.schemas import ComputeStatus, FallbackEvent, lean, subjects
 
 from .bus.lease import LeaseKeeper, node_lease
 from .bus.options import connect_options
@@ -160,7 +160,8 @@ async def _start_worker(
 
 
 class Worker:
-    """Sample, judge, build, flush events, publish telemetry: once a tick, in that order."""
+    """Sample, judge, build, flush events, publish inventory and telemetry: once a tick, in
+    that order."""
 
     def __init__(
         self,
@@ -181,14 +182,17 @@ class Worker:
     async def _tick(self) -> None:
         reading = await self.pipeline.read()  # 1. the GPUs and the host
         shards = await self.pipeline.judge(reading)  # 2. every shard, on those readings
-        telemetry = self.pipeline.telemetry(reading, shards)  # 3. the telemetry, built
-        self.latest.telemetry, self.latest.statuses = telemetry, shards.statuses
+        sample = self.pipeline.sample(reading, shards)  # 3. the sample, built
+        inventory, telemetry = lean.split(sample)
+        self.latest.inventory, self.latest.telemetry = inventory, telemetry
+        self.latest.statuses = shards.statuses
         changes = self.tracker.changes(shards.statuses, shards.gone)
         for change in changes:
             _log_change(change.message)
         self.outbox.add(changes)
         await self.outbox.flush()  # 4. the events, before the telemetry that tells of them
-        await self.publisher.telemetry(telemetry)  # 5. the telemetry
+        await self.publisher.inventory(inventory)  # 5. the inventory, when it changed
+        await self.publisher.telemetry(telemetry)  # 6. the telemetry, which names it
 
     async def run(
         self, interval: float, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED

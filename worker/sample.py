@@ -1,4 +1,5 @@
-"""`placewatch sample`: one tick's telemetry, no bus needed, as a table or as JSON."""
+"""`placewatch sample`: one tick's sample, no bus needed, as a table or as JSON (the whole
+NodeSample: inventory and readings together)."""
 
 from __future__ import annotations
 
@@ -7,29 +8,29 @@ import sys
 import anyio
 import msgspec
 
-from placewatch.schemas import NodeTelemetry
+from placewatch.schemas import NodeSample
 
 from .config import Settings
 from .pipeline import open_pipeline
 
 
 def main(settings: Settings, *, as_json: bool) -> int:
-    telemetry = anyio.run(take_one, settings, backend="asyncio")
+    sample = anyio.run(take_one, settings, backend="asyncio")
     if as_json:
-        sys.stdout.buffer.write(msgspec.json.format(msgspec.json.encode(telemetry), indent=2))
+        sys.stdout.buffer.write(msgspec.json.format(msgspec.json.encode(sample), indent=2))
         sys.stdout.write("\n")
     else:
-        print(describe(telemetry))
+        print(describe(sample))
     return 0
 
 
-async def take_one(settings: Settings) -> NodeTelemetry:
-    """The telemetry of one tick, as `placewatch run` would publish it first."""
+async def take_one(settings: Settings) -> NodeSample:
+    """The sample of one tick, as `placewatch run` would publish it first."""
     async with open_pipeline(settings) as pipeline:
-        return (await pipeline.take()).telemetry
+        return (await pipeline.take()).sample
 
 
-def describe(t: NodeTelemetry) -> str:
+def describe(t: NodeSample) -> str:
     """A sample as a person reads it at a terminal."""
     lines = [f"node {t.node}  {t.time:%Y-%m-%d %H:%M:%S} UTC"]
     if not t.gpus:

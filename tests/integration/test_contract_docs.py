@@ -112,12 +112,14 @@ def test_asyncapi_describes_the_subjects_headers_and_server() -> None:
     addresses = {name: c["address"] for name, c in doc["channels"].items()}
     assert addresses == {
         "telemetry": "placewatch.telemetry.{node}",
+        "inventory": "placewatch.inventory.{node}",
         "compute": "placewatch.compute.{node}.{shard}",
         "fallback": "placewatch.fallback.{node}.{shard}",
         "computeBucket": "$KV.placewatch_compute.{node}.{shard}",
         "placements": "$KV.placewatch_placements.{node}.{shard}",
         "leases": "$KV.placewatch_leases.{node}",
         "serviceTelemetry": "placewatch.service.{node}.telemetry",
+        "serviceInventory": "placewatch.service.{node}.inventory",
         "serviceShards": "placewatch.service.{node}.shards",
         "serviceRecheck": "placewatch.service.{node}.recheck",
         "serviceReply": None,
@@ -133,14 +135,14 @@ def test_asyncapi_describes_the_subjects_headers_and_server() -> None:
     assert actions["sendFallbackEvent"] == ("send", "#/channels/fallback")
     assert actions["receivePlacements"] == ("receive", "#/channels/placements")
     messages = doc["components"]["messages"]
-    for name in ("NodeTelemetry", "ComputeStatus", "FallbackEvent"):
+    for name in ("NodeTelemetry", "NodeInventory", "ComputeStatus", "FallbackEvent"):
         headers = messages[name]["headers"]
         assert headers["properties"]["Placewatch-Type"]["const"] == name
         assert headers["properties"]["Content-Type"]["enum"] == [
             "application/json",
             "application/msgpack",
         ]
-        event = name != "NodeTelemetry"
+        event = name not in ("NodeTelemetry", "NodeInventory")
         assert ("Nats-Msg-Id" in headers["required"]) is event
         assert messages[name]["payload"] == {"$ref": f"#/components/schemas/{name}"}
     assert doc["components"]["schemas"]["ComputeStatus"]["properties"]["verdict"]["enum"]
@@ -155,7 +157,8 @@ def test_asyncapi_headers_describe_what_encode_sends() -> None:
         if name in ("PlacementSpec", "NodeLease"):
             continue  # KV values, written without headers
         message = decode(payload.encode(), TYPES[name])
-        msg_id = None if name == "NodeTelemetry" else "gpu-07.llama-8b-a.d9eab6f1c983.1"
+        event = name not in ("NodeTelemetry", "NodeInventory")
+        msg_id = "gpu-07.llama-8b-a.d9eab6f1c983.1" if event else None
         _, headers = encode(message, msg_id=msg_id)
         schema = doc["components"]["messages"][name]["headers"]
         jsonschema.Draft7Validator(schema).validate(headers)
@@ -208,10 +211,12 @@ def test_subjects_md_names_every_subject_stream_bucket_and_header() -> None:
     text = (DOCS / "subjects.md").read_text()
     for name in (
         "placewatch.telemetry.<node>",
+        "placewatch.inventory.<node>",
         "placewatch.compute.<node>.<shard>",
         "placewatch.fallback.<node>.<shard>",
         subjects.STREAM_EVENTS,
         subjects.STREAM_TELEMETRY,
+        subjects.STREAM_INVENTORY,
         subjects.BUCKET_PLACEMENTS,
         subjects.BUCKET_COMPUTE,
         subjects.BUCKET_LEASES,

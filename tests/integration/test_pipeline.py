@@ -56,10 +56,10 @@ def test_each_take_reads_judges_and_builds_the_next_telemetry(
     pid = start(shard_procs, "a")
     smi.write("nvidia-smi", "query-compute-apps.csv", apps({pid: (GPU0, 2048)}))
     first, second = takes(settings(tmp_path, f'[[shard]]\nid = "a"\npid = {pid}\ngpus = [0]\n'), 2)
-    assert [t.telemetry.seq for t in (first, second)] == [0, 1]
-    telemetry = first.telemetry
+    assert [t.sample.seq for t in (first, second)] == [0, 1]
+    telemetry = first.sample
     assert (telemetry.node, telemetry.session, telemetry.interval_s) == ("n1", "s1", 1.0)
-    assert second.telemetry.session == "s1"
+    assert second.sample.session == "s1"
     assert [(s.name, s.ok, s.vendor) for s in telemetry.sources] == [("nvidia-smi", True, "nvidia")]
     assert [g.index for g in telemetry.gpus] == [0, 1]
     assert [(p.pid, p.used_bytes, p.shard) for p in telemetry.gpus[0].processes] == [
@@ -81,7 +81,7 @@ def test_an_engine_log_is_followed_for_the_verdict(
     (tick,) = takes(settings(tmp_path, shards), 1)
     (status,) = tick.shards.statuses
     assert (status.verdict, status.layers_offloaded, status.layers_total) == ("cpu_fallback", 0, 33)
-    assert [b.verdict for b in tick.telemetry.shards] == ["cpu_fallback"]
+    assert [b.verdict for b in tick.sample.shards] == ["cpu_fallback"]
 
 
 def test_without_a_gpu_tool_the_source_says_so_and_no_shard_is_judged(
@@ -90,23 +90,23 @@ def test_without_a_gpu_tool_the_source_says_so_and_no_shard_is_judged(
     monkeypatch.setenv("PATH", str(fake_gpu.bin))  # an empty bin/: no nvidia-smi
     pid = start(shard_procs, "a")
     (tick,) = takes(settings(tmp_path, f'[[shard]]\nid = "a"\npid = {pid}\ngpus = [0]\n'), 1)
-    assert tick.telemetry.gpus == []
-    assert [(s.name, s.ok, s.error) for s in tick.telemetry.sources] == [
+    assert tick.sample.gpus == []
+    assert [(s.name, s.ok, s.error) for s in tick.sample.sources] == [
         ("nvidia-smi", False, "nvidia-smi not found on PATH")
     ]
-    assert [(b.shard, b.verdict) for b in tick.telemetry.shards] == [("a", "unknown")]
+    assert [(b.shard, b.verdict) for b in tick.sample.shards] == [("a", "unknown")]
 
 
 def test_a_bad_shards_file_entry_is_listed_with_the_sources(
     smi: FakeGpuTools, tmp_path: Path
 ) -> None:
     (tick,) = takes(settings(tmp_path, '[[shard]]\nid = "x"\ncolour = "red"\n'), 1)
-    names = [(s.name, s.ok) for s in tick.telemetry.sources]
+    names = [(s.name, s.ok) for s in tick.sample.sources]
     assert names == [("nvidia-smi", True), ("shards-file", False)]
-    problem = tick.telemetry.sources[1].error
+    problem = tick.sample.sources[1].error
     assert problem is not None
     assert "shard #1: unknown key 'colour'" in problem
-    assert tick.telemetry.shards == []
+    assert tick.sample.shards == []
 
 
 def test_a_pipeline_without_a_session_makes_its_own(tmp_path: Path) -> None:

@@ -25,7 +25,6 @@ def test_sample_json_reports_gpus_with_exact_bytes_and_null_for_na(fake_gpu: Fak
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
     assert doc["node"] == "gpu-07"
-    assert doc["schema"] == 2
     assert [g["index"] for g in doc["gpus"]] == [0, 1]
     gpu0, gpu1 = doc["gpus"]
     assert gpu0["memory_used_bytes"] == 40960 * MiB
@@ -127,9 +126,9 @@ def test_schema_lists_every_message() -> None:
     done = run_placewatch("schema")
     assert done.returncode == 0
     defs = json.loads(done.stdout)["$defs"]
-    assert {"NodeTelemetry", "ComputeStatus", "FallbackEvent", "PlacementSpec", "GpuSample"} <= set(
-        defs
-    )
+    wire = {"NodeTelemetry", "NodeInventory", "GpuReading", "GpuInfo", "ProcessInfo"}
+    assert wire | {"ComputeStatus", "FallbackEvent", "PlacementSpec"} <= set(defs)
+    assert "NodeSample" not in defs  # the whole sample stays on the node
 
 
 def test_amd_activity_is_power_over_the_cap(fake_gpu: FakeGpuTools, tmp_path: Path) -> None:

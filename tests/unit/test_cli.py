@@ -69,7 +69,9 @@ def test_alerts_help_shows_durable_with_its_default(capsys: pytest.CaptureFixtur
 def test_each_command_has_its_own_flags_only(capsys: pytest.CaptureFixture[str]) -> None:
     _, sample, _ = exits(["sample", "--help"], capsys)
     _, run, _ = exits(["run", "--help"], capsys)
-    assert option_line(sample, "--json") == "--json                print a NodeTelemetry as JSON"
+    assert option_line(sample, "--json") == (
+        "--json                print the whole NodeSample (inventory and readings) as JSON"
+    )
     assert "--nats" not in sample and "--durable" not in sample
     assert option_line(run, "--no-create").startswith("--no-create")
     assert "--json" not in run and "--durable" not in run

@@ -111,7 +111,12 @@ def test_the_worker_writes_every_interval_within_one_to_ten_seconds(
 def telemetry(age_s: float, interval: float = 2.0) -> NodeTelemetry:
     now = datetime(2026, 11, 30, 6, 12, 3, tzinfo=UTC)
     return NodeTelemetry(
-        node="gpu-07", session="s", seq=9, time=now - timedelta(seconds=age_s), interval_s=interval
+        node="gpu-07",
+        session="s",
+        seq=9,
+        time=now - timedelta(seconds=age_s),
+        interval_s=interval,
+        inventory="0a1b2c3d4e5f",
     )
 
 

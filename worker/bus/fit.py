@@ -4,10 +4,10 @@ A server refuses a message whose headers and payload together exceed its
 `max_payload` (1 MiB by default, as INFO says). A status or telemetry that does
 not fit would otherwise be retried for ever and hold up everything behind it.
 So a message that would not fit is made smaller, one step at a time, largest
-part first: its long lists are cut (a list keeps its first entries; an engine's
-evidence its last) and, in telemetry, the shards' reasons emptied (each is in
-the shard's ComputeStatus). What was left out is said in the message itself,
-in `omitted` (field -> how many), so a reader knows it has less than all.
+part first: its long lists and maps are cut (a list keeps its first entries;
+an engine's evidence its last). What was left out is said in the message
+itself, in `omitted` (field -> how many), so a reader knows it has less than
+all.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from typing import Any
 
 import msgspec
 
-from placewatch.schemas import ComputeStatus, FallbackEvent, NodeTelemetry, encode
+from placewatch.schemas import ComputeStatus, FallbackEvent, NodeInventory, NodeTelemetry, encode
 from placewatch.schemas.codec import Encoding
 
-Message = ComputeStatus | FallbackEvent | NodeTelemetry
+Message = ComputeStatus | FallbackEvent | NodeTelemetry | NodeInventory
 
 REASON_KEPT = 400
 """Characters of a status's reason kept when it is cut, enough for what was seen and what to do."""
@@ -69,7 +69,11 @@ def fit(
 def _smaller(message: Message) -> Iterator[Any]:
     """The message, then smaller and smaller versions of it."""
     if isinstance(message, NodeTelemetry):
-        return _smaller_telemetry(message)
+        return _smaller_whole(
+            message, ("gpus.processes", "shards", "sources", "gpus.mig_used_bytes")
+        )
+    if isinstance(message, NodeInventory):
+        return _smaller_whole(message, ("processes", "gpus.mig"))
     if isinstance(message, FallbackEvent):
         return (msgspec.structs.replace(message, status=s) for s in _smaller_status(message.status))
     return _smaller_status(message)
@@ -108,46 +112,48 @@ def _smaller_status(status: ComputeStatus) -> Iterator[ComputeStatus]:
         )
 
 
-def _smaller_telemetry(telemetry: NodeTelemetry) -> Iterator[NodeTelemetry]:
-    yield telemetry
-    reasons = sum(1 for b in telemetry.shards if b.reason)
-    if reasons:
-        telemetry = msgspec.structs.replace(
-            telemetry,
-            shards=[msgspec.structs.replace(b, reason="") for b in telemetry.shards],
-            omitted=_left_out(telemetry.omitted, "shards.reason", reasons),
-        )
-        yield telemetry
+Whole = NodeTelemetry | NodeInventory
+
+
+def _smaller_whole(message: Whole, fields: tuple[str, ...]) -> Iterator[Whole]:
+    """The message, then with its longest list or map (of `fields`) halved, and again."""
+    yield message
     while True:
-        lists = {
-            "gpus.processes": sum(len(g.processes) for g in telemetry.gpus),
-            "shards": len(telemetry.shards),
-            "sources": len(telemetry.sources),
-            "gpus.mig": sum(len(g.mig) for g in telemetry.gpus),
-        }
-        field, length = max(lists.items(), key=lambda kv: kv[1])
+        lengths = {field: _length(message, field) for field in fields}
+        field, length = max(lengths.items(), key=lambda kv: kv[1])
         if length == 0:
             return
-        telemetry = _halve(telemetry, field)
-        yield telemetry
+        message = _halve(message, field)
+        yield message
 
 
-def _halve(telemetry: NodeTelemetry, field: str) -> NodeTelemetry:
-    """`telemetry` with the list `field` (in every GPU, for a GPU's lists) cut to half."""
+def _length(message: Whole, field: str) -> int:
+    if field.startswith("gpus."):
+        inner = field.removeprefix("gpus.")
+        return sum(len(getattr(g, inner)) for g in message.gpus)
+    return len(getattr(message, field))
+
+
+def _half(entries: Any) -> tuple[Any, int]:
+    """The first half of a list or a map, and how many entries that leaves out."""
+    keep = len(entries) // 2
+    if isinstance(entries, dict):
+        return dict(list(entries.items())[:keep]), len(entries) - keep
+    return entries[:keep], len(entries) - keep
+
+
+def _halve(message: Whole, field: str) -> Whole:
+    """`message` with the list or map `field` (in every GPU, for a GPU's) cut to half."""
     if field.startswith("gpus."):
         inner, gpus, cut = field.removeprefix("gpus."), [], 0
-        for gpu in telemetry.gpus:
-            entries = getattr(gpu, inner)
-            keep = len(entries) // 2
-            cut += len(entries) - keep
-            gpus.append(msgspec.structs.replace(gpu, **{inner: entries[:keep]}))
+        for gpu in message.gpus:
+            kept, left_out = _half(getattr(gpu, inner))
+            cut += left_out
+            gpus.append(msgspec.structs.replace(gpu, **{inner: kept}))
         return msgspec.structs.replace(
-            telemetry, gpus=gpus, omitted=_left_out(telemetry.omitted, field, cut)
+            message, gpus=gpus, omitted=_left_out(message.omitted, field, cut)
         )
-    entries = getattr(telemetry, field)
-    keep = len(entries) // 2
+    kept, left_out = _half(getattr(message, field))
     return msgspec.structs.replace(
-        telemetry,
-        **{field: entries[:keep]},
-        omitted=_left_out(telemetry.omitted, field, len(entries) - keep),
+        message, **{field: kept}, omitted=_left_out(message.omitted, field, left_out)
     )

@@ -1,21 +1,28 @@
-"""Publishing a node's telemetry with the contract's headers.
+"""Publishing a node's inventory and telemetry with the contract's headers.
 
 Telemetry is latest-value: while the server is away a sample is not
 buffered for replay (it would be stale when it arrived), it is counted, and
 the next sample that goes out says how many were dropped. A sample too large
 for the server's max payload goes out trimmed (bus/fit.py), saying so in
 `sources`, rather than never again.
+
+The inventory goes out when the worker starts, whenever it changes, and again every
+INVENTORY_REFRESH_S, so that a stream that lost it (a server without file storage) or a
+reader with no stream at all has it again within minutes; a reader that cannot wait asks
+the node's `inventory` endpoint.
 """
 
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 
 import msgspec
 import nats.errors
 from nats.aio.client import Client
 
-from placewatch.schemas import NodeTelemetry, SourceStatus, encode, subjects
+from placewatch.schemas import NodeInventory, NodeTelemetry, SourceStatus, encode, subjects
 from placewatch.schemas.codec import Encoding
 
 from .fit import fit
@@ -24,16 +31,55 @@ log = logging.getLogger(__name__)
 
 NOTE_ROOM = 512
 """Bytes kept free when telemetry is trimmed, for the source status that says so."""
+INVENTORY_REFRESH_S = 600.0
 
 
 class Publisher:
     """Publishes a node's messages; knows its prefix and encoding."""
 
-    def __init__(self, nc: Client, prefix: str, encoding: Encoding = "json") -> None:
+    def __init__(
+        self,
+        nc: Client,
+        prefix: str,
+        encoding: Encoding = "json",
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.nc = nc
         self.prefix = prefix
         self.encoding: Encoding = encoding
+        self.clock = clock
         self.dropped = 0
+        self.inventory_sent: tuple[str, float] | None = None
+        """The id of the inventory last published, and when."""
+
+    async def inventory(self, message: NodeInventory) -> bool:
+        """Publish the inventory if it changed, or was last sent INVENTORY_REFRESH_S ago;
+        True when it is out (now or before)."""
+        now = self.clock()
+        sent = self.inventory_sent
+        if sent is not None and sent[0] == message.id and now - sent[1] < INVENTORY_REFRESH_S:
+            return True
+        if not self.nc.is_connected:
+            return False
+        fitted = fit(message, self.nc.max_payload, self.encoding)
+        if fitted is None:
+            log.error(
+                "inventory not published: even trimmed it is larger than the server's "
+                "max_payload (%d bytes); raise max_payload in the server's configuration",
+                self.nc.max_payload,
+            )
+            return False
+        try:
+            await self.nc.publish(
+                subjects.inventory(message.node, self.prefix),
+                fitted.payload,
+                headers=fitted.headers,
+            )
+        except nats.errors.Error as exc:
+            log.warning("inventory not published: %s", exc)
+            return False
+        self.inventory_sent = (message.id, now)
+        return True
 
     async def telemetry(self, message: NodeTelemetry) -> bool:
         """Publish one sample now or drop it; True when it went out."""

@@ -1,7 +1,7 @@
 """A NATS micro service per worker, so `nats micro ls` lists the fleet's workers.
 
 The endpoints, their replies and errors are the contract's (placewatch.schemas.service):
-`telemetry`, `shards` and `recheck` under `<prefix>.service.<node>`. A recheck runs at
+`telemetry`, `inventory`, `shards` and `recheck` under `<prefix>.service.<node>`. A recheck runs at
 most one at a time and one a second (RecheckLimit); a request past that is refused at once
 with error 429. `nats micro stats placewatch` shows each worker's request counts, errors
 and latency.
@@ -22,9 +22,10 @@ from nats.micro import add_service
 from nats.micro.request import Request, ServiceError
 from nats.micro.service import Service
 
-from placewatch.schemas import ComputeStatus, NodeTelemetry, subjects
+from placewatch.schemas import ComputeStatus, NodeInventory, NodeTelemetry, subjects
 from placewatch.schemas.codec import Encoding
 from placewatch.schemas.service import (
+    ENDPOINTS,
     FAILED,
     NAME,
     NO_SAMPLE_YET,
@@ -84,6 +85,7 @@ class Latest:
     """What the endpoints answer with: the worker keeps it current."""
 
     def __init__(self) -> None:
+        self.inventory: NodeInventory | None = None
         self.telemetry: NodeTelemetry | None = None
         self.statuses: list[ComputeStatus] = []
 
@@ -151,17 +153,23 @@ async def start_service(
     )
     group = service.add_group(name=subjects.service(node, prefix))
 
-    async def telemetry(req: Request) -> None:
-        if latest.telemetry is None:
+    async def answer(req: Request, message: NodeTelemetry | NodeInventory | None) -> None:
+        if message is None:
             await req.respond_error(
                 NO_SAMPLE_YET, "no sample taken yet; ask again after one interval"
             )
             return
-        fitted = fit(latest.telemetry, nc.max_payload, encoding)
+        fitted = fit(message, nc.max_payload, encoding)
         if fitted is None:
             await req.respond_error(FAILED, "the sample is larger than the server's max_payload")
             return
         await req.respond(fitted.payload, headers=fitted.headers)
+
+    async def telemetry(req: Request) -> None:
+        await answer(req, latest.telemetry)
+
+    async def inventory(req: Request) -> None:
+        await answer(req, latest.inventory)
 
     def statuses() -> tuple[bytes, dict[str, str]]:
         return encode_statuses(latest.statuses, encoding)
@@ -172,9 +180,10 @@ async def start_service(
 
     rechecks = Rechecks(recheck, statuses)
     await group.add_endpoint(name="telemetry", handler=telemetry)
+    await group.add_endpoint(name="inventory", handler=inventory)
     await group.add_endpoint(name="shards", handler=shards)
     await group.add_endpoint(name="recheck", handler=rechecks.handle)
     log.info(
-        "micro service %s on %s.{telemetry,shards,recheck}", NAME, subjects.service(node, prefix)
+        "micro service %s on %s.{%s}", NAME, subjects.service(node, prefix), ",".join(ENDPOINTS)
     )
     return service

@@ -21,7 +21,7 @@ import json
 import nats.errors
 from nats.aio.client import Client
 
-from placewatch.schemas import encode, subjects
+from placewatch.schemas import NodeInventory, NodeTelemetry, encode, lean, subjects
 from placewatch.schemas.codec import HEADER_CONTENT_TYPE, HEADER_TYPE
 
 from ..config import Settings
@@ -49,18 +49,22 @@ def probe_headers() -> dict[str, str]:
 async def check_publish(
     nc: Client, errors: ServerErrors, settings: Settings, report: Report
 ) -> None:
-    """The size of a sample against max_payload, then the probe on the telemetry subject."""
+    """The size of a sample (inventory and telemetry) against max_payload, then the probe
+    on the telemetry subject."""
     subject = subjects.telemetry(settings.node, settings.prefix)
     async with open_pipeline(settings) as pipeline:
-        telemetry = (await pipeline.take()).telemetry
-    size = len(encode(telemetry, settings.encoding)[0])
-    if size > nc.max_payload:
-        report.fail(
-            PUBLISH,
-            f"a sample is {size} bytes, over the server's max_payload ({nc.max_payload})",
-            "raise max_payload in the server's config",
-        )
-        return
+        sample = (await pipeline.take()).sample
+    sizes = {}
+    for message in lean.split(sample):
+        sizes[type(message)] = size = len(encode(message, settings.encoding)[0])
+        if size > nc.max_payload:
+            report.fail(
+                PUBLISH,
+                f"a {type(message).__name__} is {size} bytes, over the server's max_payload "
+                f"({nc.max_payload})",
+                "raise max_payload in the server's config",
+            )
+            return
     seen = len(errors.seen)
     try:
         reply = await nc.request(
@@ -90,8 +94,9 @@ async def check_publish(
     report.ok(
         PUBLISH,
         f"{subject} allowed: a probe no consumer reads as telemetry went out ({kept}); a "
-        f"sample of {settings.node} ({count(len(telemetry.gpus), 'GPU')}, "
-        f"{count(len(telemetry.shards), 'shard')}) is {size} bytes, within max_payload",
+        f"sample of {settings.node} ({count(len(sample.gpus), 'GPU')}, "
+        f"{count(len(sample.shards), 'shard')}) is {sizes[NodeTelemetry]} bytes of telemetry "
+        f"and {sizes[NodeInventory]} of inventory, within max_payload",
     )
 
 

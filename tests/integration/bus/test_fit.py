@@ -40,9 +40,9 @@ def test_a_node_on_a_server_with_a_small_max_payload_still_says_everything(
             workers.append(Worker(*args, "--shards", str(shards), env=clean_env()))
             telemetry = sub.next(timeout=10).json()
         assert isinstance(telemetry, dict)
-        # 41 shard briefs do not fit: the reasons went first, then some of the briefs.
-        assert telemetry["omitted"]["shards.reason"] == 41
-        assert len(telemetry["shards"]) + telemetry["omitted"].get("shards", 0) == 41
+        # 41 shards' verdicts do not fit in what is left of 1536 bytes: some are cut.
+        assert telemetry["omitted"]["shards"] > 0
+        assert len(telemetry["shards"]) + telemetry["omitted"]["shards"] == 41
         (note,) = [s for s in telemetry["sources"] if s["name"] == "telemetry"]
         assert note["error"].startswith(f"trimmed to fit the server's max_payload ({MAX_PAYLOAD}")
 

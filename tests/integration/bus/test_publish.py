@@ -11,23 +11,46 @@ import msgspec
 import pytest
 from nats.aio.client import Client
 
-from placewatch.bus.publish import Publisher
+from placewatch.bus.publish import INVENTORY_REFRESH_S, Publisher
 from placewatch.consumer.connection import connect
-from placewatch.schemas import NodeTelemetry, ShardBrief, decode
+from placewatch.schemas import (
+    GpuProcess,
+    GpuSample,
+    NodeInventory,
+    NodeSample,
+    NodeTelemetry,
+    ShardReading,
+    decode,
+    lean,
+)
 
 from tests.conftest import NatsServer, until
 from tests.support.natsproto import Message, RawSubscriber
 
 
-def sample(seq: int, node: str = "rack 4.gpu 7", reason: str = "") -> NodeTelemetry:
+def sample(seq: int, node: str = "rack 4.gpu 7", shards: int = 1) -> NodeTelemetry:
     return NodeTelemetry(
         node=node,
         session="s1",
         seq=seq,
-        time=datetime(2026, 11, 30, 5, 0, seq, tzinfo=UTC),
+        time=datetime(2026, 11, 30, 5, 0, seq % 60, tzinfo=UTC),
         interval_s=2.0,
-        shards=[ShardBrief(shard="a", verdict="gpu", reason=reason)],
+        inventory="0a1b2c3d4e5f",
+        shards={f"shard-{n:06d}": ShardReading(verdict="gpu") for n in range(shards)},
     )
+
+
+def inventory(pids: tuple[int, ...] = (4242,)) -> NodeInventory:
+    gpu = GpuSample(index=0, uuid="GPU-1", processes=[GpuProcess(pid=p) for p in pids])
+    whole = NodeSample(
+        node="rack 4.gpu 7",
+        session="s1",
+        seq=0,
+        time=datetime(2026, 11, 30, 5, 0, tzinfo=UTC),
+        interval_s=2.0,
+        gpus=[gpu],
+    )
+    return lean.split(whole)[0]
 
 
 def connected(url: str, body: Callable[[Client], Awaitable[None]]) -> None:
@@ -97,21 +120,71 @@ def test_a_sample_larger_than_the_max_payload_goes_out_trimmed_saying_so(
 ) -> None:
     async def body(nc: Client) -> None:
         publisher = Publisher(nc, "placewatch")
-        too_big = sample(1, reason="x" * (nc.max_payload + 1))
+        too_big = sample(1, shards=40_000)  # 1.4 MB of JSON
         with RawSubscriber(nats_server.url, "placewatch.telemetry.*") as sub:
             assert await publisher.telemetry(too_big) is True
             await nc.flush()
             msg = await received(sub)
         assert len(msg.payload) < nc.max_payload
         got = decode(msg.payload, NodeTelemetry, msg.headers)
-        assert got.omitted == {"shards.reason": 1}
-        assert [b.reason for b in got.shards] == [""]
+        assert got.omitted == {"shards": 20_000}
+        assert list(got.shards) == [f"shard-{n:06d}" for n in range(20_000)]
         note = got.sources[-1]
         assert (note.name, note.ok) == ("telemetry", False)
         assert note.error == (
-            f"trimmed to fit the server's max_payload ({nc.max_payload} bytes): left out 1 "
-            "shards.reason; raise max_payload, or place fewer shards on this node"
+            f"trimmed to fit the server's max_payload ({nc.max_payload} bytes): left out 20000 "
+            "shards; raise max_payload, or place fewer shards on this node"
         )
         assert publisher.dropped == 0
+
+    connected(nats_server.url, body)
+
+
+def test_the_inventory_goes_out_when_it_changes_and_every_ten_minutes(
+    nats_server: NatsServer,
+) -> None:
+    now = [1000.0]
+
+    async def body(nc: Client) -> None:
+        publisher = Publisher(nc, "placewatch", clock=lambda: now[0])
+        first, started = inventory(), inventory((4242, 5151))
+        with RawSubscriber(nats_server.url, "placewatch.inventory.*") as sub:
+            assert await publisher.inventory(first) is True
+            now[0] += 2
+            assert await publisher.inventory(first) is True  # out already: not again
+            assert await publisher.inventory(started) is True  # a process started
+            now[0] += INVENTORY_REFRESH_S
+            assert await publisher.inventory(started) is True  # ten minutes on: again
+            await nc.flush()
+            got = [await received(sub) for _ in range(3)]
+            with pytest.raises(TimeoutError):
+                sub.next(0.3)
+        assert {m.subject for m in got} == {"placewatch.inventory.rack=204=2Egpu=207"}
+        assert {m.headers["Placewatch-Type"] for m in got} == {"NodeInventory"}
+        ids = [decode(m.payload, NodeInventory, m.headers).id for m in got]
+        assert ids == [first.id, started.id, started.id] and first.id != started.id
+        assert sorted(decode(got[1].payload, NodeInventory, got[1].headers).processes) == [
+            4242,
+            5151,
+        ]
+
+    connected(nats_server.url, body)
+
+
+def test_an_inventory_not_published_is_published_at_the_next_tick(
+    nats_server: NatsServer,
+) -> None:
+    async def body(nc: Client) -> None:
+        publisher = Publisher(nc, "placewatch")
+        await anyio.to_thread.run_sync(nats_server.stop)
+        await until(lambda: not nc.is_connected)
+        assert await publisher.inventory(inventory()) is False
+        await anyio.to_thread.run_sync(nats_server.start)
+        await until(lambda: nc.is_connected)
+        with RawSubscriber(nats_server.url, "placewatch.inventory.*") as sub:
+            assert await publisher.inventory(inventory()) is True
+            await nc.flush()
+            msg = await received(sub)
+        assert decode(msg.payload, NodeInventory, msg.headers) == inventory()
 
     connected(nats_server.url, body)

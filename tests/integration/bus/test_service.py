@@ -13,7 +13,7 @@ import anyio
 import nats
 import nats.aio.client
 
-from placewatch.schemas import NodeTelemetry, decode
+from placewatch.schemas import NodeInventory, NodeTelemetry, decode
 
 from tests.conftest import (
     FIXTURES,
@@ -60,13 +60,17 @@ def test_micro_service_lists_the_worker_and_answers_its_endpoints(
                     break
             telemetry = decode(reply.data, NodeTelemetry, reply.headers)
             assert telemetry.node == "n7"
-            assert [b.shard for b in telemetry.shards] == ["svc"]
+            assert list(telemetry.shards) == ["svc"]
+            answer = await nc.request("placewatch.service.n7.inventory", b"", timeout=1)
+            inventory = decode(answer.data, NodeInventory, answer.headers)
+            assert (inventory.node, inventory.id) == ("n7", telemetry.inventory)
 
             ping = json.loads((await nc.request("$SRV.PING.placewatch", b"", timeout=2)).data)
             assert ping["name"] == "placewatch"
             assert ping["metadata"]["node"] == "n7"
             info = json.loads((await nc.request("$SRV.INFO.placewatch", b"", timeout=2)).data)
             assert sorted(e["subject"] for e in info["endpoints"]) == [
+                "placewatch.service.n7.inventory",
                 "placewatch.service.n7.recheck",
                 "placewatch.service.n7.shards",
                 "placewatch.service.n7.telemetry",

@@ -10,10 +10,13 @@ from pathlib import Path
 
 import anyio
 import nats
+import nats.errors
 import pytest
+from nats.aio.client import Client
 
 from placewatch.consumer import FiringFallback, FleetView, Message
 from placewatch.schemas import ComputeStatus, encode, subjects
+from placewatch.schemas.service import endpoint
 
 from tests.conftest import ROOT, FakeGpuTools, NatsServer, Worker, until
 from tests.support.fleet_node import HOLDING_MIB, NODE, ShardNode
@@ -59,7 +62,7 @@ def test_a_gateway_that_starts_late_knows_the_fleet_at_once_then_follows_it(
         view = FleetView(nc, on_change=seen.append)
         try:
             await view.start()
-            t = view.telemetry(NODE)
+            t = view.sample(NODE)
             assert t is not None
             first_session = t.session
             assert [(g.index, g.name) for g in t.gpus] == [
@@ -68,6 +71,17 @@ def test_a_gateway_that_starts_late_knows_the_fleet_at_once_then_follows_it(
             ]
             assert [g.memory_free_bytes for g in t.gpus] == [40405 * MIB, 81365 * MIB]
             assert t.gpus[0].foreign_bytes == (40960 - HOLDING_MIB) * MIB
+            assert {b.shard: (b.verdict, b.pid) for b in t.shards} == {
+                "holding": ("gpu", node.holding),
+                "idle": ("cpu_fallback", node.idle),
+            }  # pids from the statuses
+            held = view.telemetry(NODE)
+            assert held is not None and held.inventory == t.inventory
+            inventory = view.inventory(NODE)
+            assert inventory is not None and inventory.id == t.inventory
+            assert inventory.gpus[0].uuid == t.gpus[0].uuid
+            kept = view.inventories[NODE]  # held compressed, as it came
+            assert kept.compressed and len(kept.data) < len(encode(inventory)[0])
             holding, idle = view.status(NODE, "holding"), view.status(NODE, "idle")
             assert holding is not None and holding.verdict == "gpu"
             assert idle is not None and idle.verdict == "cpu_fallback"
@@ -76,7 +90,7 @@ def test_a_gateway_that_starts_late_knows_the_fleet_at_once_then_follows_it(
             assert (firing.node, firing.shard, firing.verdict) == (NODE, "idle", "cpu_fallback")
             assert firing.reason.startswith("placed on GPU 1 but computing on the CPU")
             assert view.undecodable == 0
-            assert len(seen) == 3  # one sample, two statuses
+            assert len(seen) == 4  # an inventory, a telemetry, two statuses
 
             # The worker comes back, and the idle shard starts computing on its GPU.
             await anyio.to_thread.run_sync(node.start)
@@ -161,6 +175,57 @@ def test_a_server_without_jetstream_is_an_empty_fleet_not_an_error(tmp_path: Pat
                 await nc.close()
 
         anyio.run(scenario, backend="asyncio")
+    finally:
+        server.stop()
+
+
+async def ticked(nc: Client) -> None:
+    """Once the node's worker has ticked: its service answers with telemetry."""
+    with anyio.fail_after(15):
+        while True:
+            try:
+                reply = await nc.request(endpoint(NODE, "telemetry"), b"", timeout=1)
+            except nats.errors.Error:
+                reply = None
+            if reply is not None and not (reply.headers or {}).get("Nats-Service-Error-Code"):
+                return
+            await anyio.sleep(0.1)
+
+
+def test_a_view_that_missed_a_node_s_inventory_asks_the_node_for_it(
+    fake_gpu: FakeGpuTools,
+    shard_procs: dict[str, subprocess.Popen[bytes]],
+    workers: list[Worker],
+    tmp_path: Path,
+) -> None:
+    # No JetStream: the inventory the worker published at its start is kept nowhere.
+    server = NatsServer(tmp_path / "js", jetstream=False)
+    server.start()
+    node = ShardNode(server.url, fake_gpu, shard_procs, workers, tmp_path)
+    try:
+        node.start()
+
+        async def scenario() -> None:
+            nc = await nats.connect(server.url)
+            view = FleetView(nc, fill_timeout=1)
+            try:
+                await ticked(nc)  # the worker's inventory went out before the view started
+                await view.start()
+                await until(lambda: view.telemetry(NODE) is not None)
+                await until(lambda: view.sample(NODE) is not None)
+                joined = view.sample(NODE)
+                assert joined is not None
+                assert [g.name for g in joined.gpus] == ["NVIDIA A100-SXM4-80GB"] * 2
+                assert [(p.pid, p.shard) for p in joined.gpus[0].processes] == [
+                    (node.holding, "holding")
+                ]
+                assert view.undecodable == 0
+            finally:
+                await view.stop()
+                await nc.close()
+
+        anyio.run(scenario, backend="asyncio")
+        node.stop()
     finally:
         server.stop()
 

@@ -18,8 +18,9 @@ from placewatch.schemas import (
     ComputeStatus,
     FallbackEvent,
     GpuSample,
-    NodeTelemetry,
+    NodeSample,
     encode,
+    lean,
     subjects,
 )
 
@@ -65,7 +66,14 @@ async def publish_as_admin(url: str) -> None:
             )
         )
         kv = await js.create_key_value(bucket=subjects.BUCKET_COMPUTE)
-        t = NodeTelemetry(
+        await js.add_stream(
+            StreamConfig(
+                name=subjects.STREAM_INVENTORY,
+                subjects=[subjects.all_inventory()],
+                max_msgs_per_subject=1,
+            )
+        )
+        whole = NodeSample(
             node="gpu-07",
             session="s1",
             seq=0,
@@ -73,6 +81,9 @@ async def publish_as_admin(url: str) -> None:
             interval_s=2.0,
             gpus=[GpuSample(index=0, memory_free_bytes=1 << 30)],
         )
+        inventory, t = lean.split(whole)
+        payload, headers = encode(inventory)
+        await js.publish(subjects.inventory("gpu-07"), payload, headers=headers)
         payload, headers = encode(t)
         await js.publish(subjects.telemetry("gpu-07"), payload, headers=headers)
         status = ComputeStatus(

@@ -24,8 +24,11 @@ from placewatch.schemas import (
     ComputeStatus,
     GpuSample,
     HostSample,
+    NodeInventory,
+    NodeSample,
     NodeTelemetry,
     encode,
+    lean,
     subjects,
 )
 
@@ -88,8 +91,8 @@ def test_watch_exits_1_with_one_line_when_no_server_answers() -> None:
     assert "nothing answers there" in line
 
 
-def telemetry(node: str, time: datetime) -> NodeTelemetry:
-    return NodeTelemetry(
+def sample(node: str, time: datetime) -> NodeSample:
+    return NodeSample(
         node=node,
         session="s1",
         seq=3,
@@ -127,7 +130,7 @@ def test_frame_shows_each_gpu_and_marks_firing_fallbacks() -> None:
         node="edge-1", shard="llama", session="s1", time=WHEN, placed_gpus=[0], verdict="gpu"
     )
     fleet = Fleet(
-        nodes=[telemetry("edge-1", WHEN)],
+        nodes=[sample("edge-1", WHEN)],
         shards=[fine, fallen],
         firing=[
             FiringFallback(
@@ -160,7 +163,7 @@ def test_a_frame_holds_no_control_character_whatever_a_node_published() -> None:
         verdict="unknown",
         reason="\x1b[2J\u202egnp.exe\x9b",
     )
-    frame = render(Fleet(nodes=[telemetry("edge-1", WHEN)], shards=[hostile], firing=[]), WHEN)
+    frame = render(Fleet(nodes=[sample("edge-1", WHEN)], shards=[hostile], firing=[]), WHEN)
     assert all(line.isprintable() for line in frame.splitlines())
     assert "  shard q?]52;c;ZXZpbA==?  unknown  placed cpu  pid -  ?[2J?gnp.exe?" in frame
 
@@ -168,7 +171,7 @@ def test_a_frame_holds_no_control_character_whatever_a_node_published() -> None:
 def test_watch_into_a_pipe_appends_a_frame_per_change_and_stops_on_sigterm(
     nats_server: NatsServer,
 ) -> None:
-    async def publish(message: NodeTelemetry | ComputeStatus, subject: str) -> None:
+    async def publish(message: NodeTelemetry | NodeInventory | ComputeStatus, subject: str) -> None:
         nc = await nats.connect(nats_server.url)
         payload, headers = encode(message)
         await nc.publish(subject, payload, headers=headers)
@@ -205,7 +208,9 @@ def test_watch_into_a_pipe_appends_a_frame_per_change_and_stops_on_sigterm(
     try:
         wait_line("no nodes yet")
         now = datetime.now(UTC)
-        anyio.run(publish, telemetry("edge-2", now), subjects.telemetry("edge-2"))
+        inventory, latest = lean.split(sample("edge-2", now))
+        anyio.run(publish, inventory, subjects.inventory("edge-2"))
+        anyio.run(publish, latest, subjects.telemetry("edge-2"))
         wait_line("edge-2  seen")
         status = ComputeStatus(
             node="edge-2", shard="phi", session="s1", time=now, placed_gpus=[0], verdict="gpu"

@@ -60,7 +60,7 @@ def test_all_ok_against_a_real_server_with_nvidia_smi_and_an_engine(
     assert re.fullmatch(
         r"ok    publish permission: placewatch.telemetry.gpu-07 allowed: a probe no consumer "
         r"reads as telemetry went out \(no stream takes that subject; live subscribers got it\); "
-        r"a sample of gpu-07 \(2 GPUs, 0 shards\) is \d+ bytes, within max_payload",
+        r"a sample of gpu-07 \(2 GPUs, 0 shards\) is \d+ bytes of telemetry and \d+ of inventory, within max_payload",
         publish,
     ), publish
     # What a subscriber got is no node's telemetry: a consumer cannot read it as one.

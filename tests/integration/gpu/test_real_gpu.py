@@ -23,7 +23,16 @@ from nats.aio.msg import Msg
 from placewatch.gpu.nvidia_smi import NvidiaSmiSource
 from placewatch.gpu.nvml import NvmlSource
 from placewatch.probe import ProbeRunner
-from placewatch.schemas import ComputeStatus, FallbackEvent, GpuSample, NodeTelemetry, decode
+from placewatch.schemas import (
+    ComputeStatus,
+    FallbackEvent,
+    GpuSample,
+    NodeInventory,
+    NodeSample,
+    NodeTelemetry,
+    decode,
+    lean,
+)
 
 from tests.conftest import (
     SLEEP,
@@ -173,18 +182,24 @@ def test_the_worker_publishes_real_gpus_and_fires_for_the_shard_on_the_cpu(
 
 async def watch(
     url: str, argv: list[str]
-) -> tuple[list[NodeTelemetry], dict[str, str], list[FallbackEvent], str]:
-    """Subscribed first, then `placewatch run argv`: the telemetry that judges both shards,
-    their statuses and the fallback events, until there are all three or 30 s have passed;
-    and what the worker said."""
-    telemetry: list[NodeTelemetry] = []
+) -> tuple[list[NodeSample], dict[str, str], list[FallbackEvent], str]:
+    """Subscribed first, then `placewatch run argv`: the samples (inventory and telemetry
+    joined) that judge both shards, their statuses and the fallback events, until there are
+    all three or 30 s have passed; and what the worker said."""
+    telemetry: list[NodeSample] = []
+    inventories: dict[str, NodeInventory] = {}
     statuses: dict[str, str] = {}
     fallbacks: list[FallbackEvent] = []
 
+    async def on_inventory(msg: Msg) -> None:
+        inventory = decode(msg.data, NodeInventory, msg.headers)
+        inventories[inventory.id] = inventory
+
     async def on_telemetry(msg: Msg) -> None:
-        sample = decode(msg.data, NodeTelemetry, msg.headers)
-        if len(sample.shards) == 2 and "starting" not in {s.verdict for s in sample.shards}:
-            telemetry.append(sample)
+        read = decode(msg.data, NodeTelemetry, msg.headers)
+        verdicts = {s.verdict for s in read.shards.values()}
+        if len(read.shards) == 2 and "starting" not in verdicts:
+            telemetry.append(lean.join(inventories[read.inventory], read))
 
     async def on_status(msg: Msg) -> None:
         status = decode(msg.data, ComputeStatus, msg.headers)
@@ -195,6 +210,7 @@ async def watch(
 
     nc = await nats.connect(url)
     try:
+        await nc.subscribe("placewatch.inventory.gpu-node", cb=on_inventory)
         await nc.subscribe("placewatch.telemetry.gpu-node", cb=on_telemetry)
         await nc.subscribe("placewatch.compute.gpu-node.*", cb=on_status)
         await nc.subscribe("placewatch.fallback.gpu-node.*", cb=on_fallback)

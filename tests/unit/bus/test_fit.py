@@ -13,11 +13,14 @@ from placewatch.schemas import (
     FallbackEvent,
     GpuProcess,
     GpuSample,
+    NodeInventory,
+    NodeSample,
     NodeTelemetry,
     ShardBrief,
     SourceStatus,
     decode,
     encode,
+    lean,
 )
 
 WHEN = datetime(2026, 12, 1, 6, 0, tzinfo=UTC)
@@ -74,37 +77,55 @@ def test_a_fallback_event_is_cut_in_its_status() -> None:
     assert fitted.headers["Nats-Msg-Id"] == "gpu-07.llama.s.1.firing"
 
 
-def test_telemetry_of_many_shards_loses_their_reasons_first_then_lists() -> None:
-    telemetry = NodeTelemetry(
-        node="gpu-07",
-        session="s",
-        seq=1,
-        time=WHEN,
-        interval_s=2.0,
-        gpus=[
-            GpuSample(index=i, processes=[GpuProcess(pid=1000 + p) for p in range(64)])
-            for i in range(8)
-        ],
-        shards=[
-            ShardBrief(shard=f"shard-{n:04d}", verdict="unknown", reason="r" * 200)
-            for n in range(256)
-        ],
-        sources=[SourceStatus(name="nvml", ok=True)],
+def many() -> tuple[NodeInventory, NodeTelemetry]:
+    """A node of 8 GPUs, 64 processes on each, and 256 shards."""
+    return lean.split(
+        NodeSample(
+            node="gpu-07",
+            session="s",
+            seq=1,
+            time=WHEN,
+            interval_s=2.0,
+            gpus=[
+                GpuSample(
+                    index=i,
+                    processes=[
+                        GpuProcess(pid=1000 + 64 * i + p, used_bytes=1 << 30, name="/usr/bin/x")
+                        for p in range(64)
+                    ],
+                )
+                for i in range(8)
+            ],
+            shards=[ShardBrief(shard=f"shard-{n:04d}", verdict="unknown") for n in range(256)],
+            sources=[SourceStatus(name="nvml", ok=True)],
+        )
     )
-    reasons_gone = fit(telemetry, 60_000)
-    assert reasons_gone is not None
-    kept = decode(reasons_gone.payload, NodeTelemetry)
-    assert kept.omitted == {"shards.reason": 256}
-    assert len(kept.shards) == 256 and {b.reason for b in kept.shards} == {""}
+
+
+def test_telemetry_of_many_processes_and_shards_is_cut_in_its_longest_parts() -> None:
+    _, telemetry = many()
+    whole = fit(telemetry, 60_000)
+    assert whole is not None and not whole.trimmed
 
     tight = fit(telemetry, 6_000)
     assert tight is not None and size(tight.payload, tight.headers) <= 6_000
     kept = decode(tight.payload, NodeTelemetry)
-    assert kept.omitted["shards.reason"] == 256
     assert len(kept.shards) + kept.omitted["shards"] == 256
     shown = sum(len(g.processes) for g in kept.gpus)
     assert shown + kept.omitted["gpus.processes"] == 8 * 64
     assert [g.index for g in kept.gpus] == list(range(8))  # every GPU still there
+    assert list(kept.shards) == list(telemetry.shards)[: len(kept.shards)]  # the first kept
+    assert kept.inventory == telemetry.inventory
+
+
+def test_an_inventory_too_large_keeps_its_id_and_says_what_it_left_out() -> None:
+    inventory, _ = many()
+    tight = fit(inventory, 4_000)
+    assert tight is not None and size(tight.payload, tight.headers) <= 4_000
+    kept = decode(tight.payload, NodeInventory)
+    assert kept.id == inventory.id  # the content it names is the whole
+    assert len(kept.processes) + kept.omitted["processes"] == 8 * 64
+    assert [g.index for g in kept.gpus] == list(range(8))
 
 
 def test_a_limit_nothing_fits_in_is_none_not_a_loop() -> None:

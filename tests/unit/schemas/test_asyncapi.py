@@ -20,12 +20,14 @@ def test_channel_addresses_follow_the_prefix_and_buckets_keep_their_names() -> N
     channels = asyncapi_document("pw")["channels"]
     assert {name: c["address"] for name, c in channels.items()} == {
         "telemetry": "pw.telemetry.{node}",
+        "inventory": "pw.inventory.{node}",
         "compute": "pw.compute.{node}.{shard}",
         "fallback": "pw.fallback.{node}.{shard}",
         "computeBucket": "$KV.placewatch_compute.{node}.{shard}",
         "placements": "$KV.placewatch_placements.{node}.{shard}",
         "leases": "$KV.placewatch_leases.{node}",
         "serviceTelemetry": "pw.service.{node}.telemetry",
+        "serviceInventory": "pw.service.{node}.inventory",
         "serviceShards": "pw.service.{node}.shards",
         "serviceRecheck": "pw.service.{node}.recheck",
         "serviceReply": None,  # the requester's inbox
@@ -88,12 +90,14 @@ def test_operations_send_what_the_worker_publishes_and_receive_placements() -> N
     operations = asyncapi_document()["operations"]
     assert {name: (o["action"], o["channel"]["$ref"]) for name, o in operations.items()} == {
         "sendTelemetry": ("send", "#/channels/telemetry"),
+        "sendInventory": ("send", "#/channels/inventory"),
         "sendComputeStatus": ("send", "#/channels/compute"),
         "sendFallbackEvent": ("send", "#/channels/fallback"),
         "putComputeStatus": ("send", "#/channels/computeBucket"),
         "receivePlacements": ("receive", "#/channels/placements"),
         "sendNodeLease": ("send", "#/channels/leases"),
         "answerTelemetry": ("receive", "#/channels/serviceTelemetry"),
+        "answerInventory": ("receive", "#/channels/serviceInventory"),
         "answerShards": ("receive", "#/channels/serviceShards"),
         "answerRecheck": ("receive", "#/channels/serviceRecheck"),
     }

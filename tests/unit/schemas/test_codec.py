@@ -17,6 +17,7 @@ from placewatch.schemas import (
     GpuProcess,
     GpuSample,
     HostSample,
+    NodeSample,
     NodeTelemetry,
     ShardBrief,
     SourceStatus,
@@ -24,6 +25,7 @@ from placewatch.schemas import (
     decode_any,
     encode,
     json_schema,
+    lean,
     value_headers,
 )
 
@@ -31,7 +33,11 @@ WHEN = datetime(2026, 11, 30, 5, 0, 0, 123456, tzinfo=UTC)
 
 
 def telemetry() -> NodeTelemetry:
-    return NodeTelemetry(
+    return lean.split(sample())[1]
+
+
+def sample() -> NodeSample:
+    return NodeSample(
         node="gpu-01",
         session="abc123",
         seq=7,
@@ -85,9 +91,15 @@ def test_json_is_readable_with_rfc3339_utc_times_and_exact_bytes() -> None:
     payload, _ = encode(telemetry())
     doc = json.loads(payload)
     assert doc["time"] == "2026-11-30T05:00:00.123456Z"
-    assert doc["gpus"][0]["memory_total_bytes"] == 85899345920
-    assert doc["gpus"][0]["temperature_c"] is None
+    assert doc["gpus"][0] == {
+        "index": 0,
+        "utilization_pct": 37,
+        "activity": "busy",
+        "memory_used_bytes": 42949672960,
+        "processes": {"4242": 40802189312},
+    }  # a reading no tool gave is left out: temperature_c is null
     assert doc["schema"] == SCHEMA_VERSION
+    assert doc["shards"] == {"llama-a": {"verdict": "gpu"}}
 
 
 def test_event_carries_message_id() -> None:
@@ -136,7 +148,7 @@ def test_an_unknown_type_lists_the_ones_there_are() -> None:
         decode_any(b"{}", {})
     assert str(caught.value) == (
         "unknown Placewatch-Type '': expected one of "
-        "NodeTelemetry, ComputeStatus, FallbackEvent, PlacementSpec, NodeLease"
+        "NodeTelemetry, NodeInventory, ComputeStatus, FallbackEvent, PlacementSpec, NodeLease"
     )
 
 
@@ -161,23 +173,19 @@ def test_json_schema_names_every_message() -> None:
         {"$ref": f"#/$defs/{name}"}
         for name in (
             "NodeTelemetry",
+            "NodeInventory",
             "ComputeStatus",
             "FallbackEvent",
             "PlacementSpec",
             "NodeLease",
         )
     ]
-    fields = schema["$defs"]["GpuSample"]["properties"]
-    for name in (
-        "index",
-        "uuid",
-        "vendor",
-        "utilization_pct",
-        "activity",
-        "foreign_bytes",
-        "processes",
-    ):
-        assert name in fields
+    readings = schema["$defs"]["GpuReading"]["properties"]
+    for name in ("index", "utilization_pct", "activity", "foreign_bytes", "processes"):
+        assert name in readings
+    identity = schema["$defs"]["GpuInfo"]["properties"]
+    for name in ("index", "uuid", "vendor", "memory_total_bytes", "mig"):
+        assert name in identity
     assert set(schema["$defs"]["ComputeStatus"]["properties"]["verdict"]["enum"]) == {
         "starting", "gpu", "partial", "cpu_fallback", "misplaced", "cpu", "unknown", "gone",
     }  # fmt: skip

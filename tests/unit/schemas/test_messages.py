@@ -62,11 +62,13 @@ def test_a_gpu_with_no_readings_is_none_everywhere_not_zero() -> None:
 
 
 def test_telemetry_defaults_carry_the_schema_version_and_nothing_dropped() -> None:
-    telemetry = NodeTelemetry(node="n", session="s", seq=0, time=WHEN, interval_s=2.0)
+    telemetry = NodeTelemetry(
+        node="n", session="s", seq=0, time=WHEN, interval_s=2.0, inventory="0a1b2c3d4e5f"
+    )
     assert telemetry.schema == SCHEMA_VERSION == 2
     assert telemetry.dropped == 0
     assert (telemetry.gpus, telemetry.shards, telemetry.sources, telemetry.host) == (
-        [], [], [], None,
+        [], {}, [], None,
     )  # fmt: skip
 
 
@@ -106,9 +108,10 @@ def test_fallback_verdicts_are_the_three_of_a_shard_not_computing_on_its_gpus() 
     }  # fmt: skip
 
 
-def test_the_top_level_messages_are_the_five_a_header_can_name() -> None:
+def test_the_top_level_messages_are_the_six_a_header_can_name() -> None:
     assert [t.__name__ for t in MESSAGE_TYPES] == [
         "NodeTelemetry",
+        "NodeInventory",
         "ComputeStatus",
         "FallbackEvent",
         "PlacementSpec",

@@ -25,7 +25,7 @@ STATUSES = [
 
 
 def test_each_endpoint_is_under_the_nodes_token() -> None:
-    assert ENDPOINTS == ("telemetry", "shards", "recheck")
+    assert ENDPOINTS == ("telemetry", "inventory", "shards", "recheck")
     assert endpoint("gpu.07", "shards") == "placewatch.service.gpu=2E07.shards"
     assert endpoint("n", "recheck", prefix="pw") == "pw.service.n.recheck"
 

@@ -7,6 +7,7 @@ from placewatch.schemas.streams import (
     BUCKETS,
     COMPUTE,
     EVENTS,
+    INVENTORY,
     LEASES,
     PLACEMENTS,
     STREAMS,
@@ -76,7 +77,11 @@ def test_buckets_every_node_writes_take_no_rollup() -> None:
 
 
 def test_the_table_lists_each_stream_and_bucket_once() -> None:
-    assert [s.name for s in STREAMS] == ["PLACEWATCH_EVENTS", "PLACEWATCH_TELEMETRY"]
+    assert [s.name for s in STREAMS] == [
+        "PLACEWATCH_EVENTS",
+        "PLACEWATCH_TELEMETRY",
+        "PLACEWATCH_INVENTORY",
+    ]
     assert [b.name for b in BUCKETS] == [
         "placewatch_placements",
         "placewatch_compute",
@@ -84,3 +89,5 @@ def test_the_table_lists_each_stream_and_bucket_once() -> None:
     ]
     assert (EVENTS.duplicate_window_s, EVENTS.max_msgs_per_subject) == (300.0, None)
     assert (TELEMETRY.duplicate_window_s, TELEMETRY.max_msgs_per_subject) == (None, 1)
+    assert (INVENTORY.duplicate_window_s, INVENTORY.max_msgs_per_subject) == (None, 1)
+    assert INVENTORY.subjects("pw") == ["pw.inventory.*"]

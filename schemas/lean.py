@@ -1,0 +1,234 @@
+"""A NodeSample split into what stays (NodeInventory) and what changes (NodeTelemetry), and
+joined back.
+
+Most of a sample does not change between ticks: a GPU's uuid, name, bus id and totals, its
+MIG layout, the host's totals, the name and shard of each GPU process. Sent every tick, that
+was two thirds of a busy node's telemetry (11.5 KB of JSON for 8 GPUs, 64 processes and 16
+shards). So it travels in an inventory, published when it changes and kept as the last value
+per node, and each tick's telemetry carries readings and the inventory's id: 3.3 KB. Why a
+shard has its verdict is in its ComputeStatus, published when the verdict changes.
+
+`split` and `join` are exact inverses for what a NodeSample holds, except each shard's pid
+and reason, which `join` takes from the shards' ComputeStatus where it is given them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+
+import msgspec
+
+from .messages import (
+    ComputeStatus,
+    GpuInfo,
+    GpuProcess,
+    GpuReading,
+    GpuSample,
+    HostInfo,
+    HostReading,
+    HostSample,
+    NodeInventory,
+    NodeSample,
+    NodeTelemetry,
+    ProcessInfo,
+    ShardBrief,
+    ShardReading,
+)
+
+ID_BYTES = 6
+"""An inventory id is this many bytes of a BLAKE2b digest, in hex: a node has a handful of
+inventories in its life, and a reader only compares a telemetry's id with the latest."""
+
+_digest = msgspec.msgpack.Encoder()
+
+
+def split(sample: NodeSample) -> tuple[NodeInventory, NodeTelemetry]:
+    """The sample as the node's inventory and this tick's telemetry, which names it."""
+    gpus = [_info(g) for g in sample.gpus]
+    host = None if sample.host is None else _host_info(sample.host)
+    processes = {
+        p.pid: ProcessInfo(name=p.name, shard=p.shard) for g in sample.gpus for p in g.processes
+    }
+    inventory_id = identify(gpus, host, processes)
+    inventory = NodeInventory(
+        node=sample.node,
+        session=sample.session,
+        time=sample.time,
+        id=inventory_id,
+        gpus=gpus,
+        host=host,
+        processes=processes,
+    )
+    telemetry = NodeTelemetry(
+        node=sample.node,
+        session=sample.session,
+        seq=sample.seq,
+        time=sample.time,
+        interval_s=sample.interval_s,
+        inventory=inventory_id,
+        gpus=[_reading(g) for g in sample.gpus],
+        host=None if sample.host is None else _host_reading(sample.host),
+        shards={b.shard: ShardReading(verdict=b.verdict) for b in sample.shards},
+        sources=sample.sources,
+        dropped=sample.dropped,
+        omitted=sample.omitted,
+    )
+    return inventory, telemetry
+
+
+def identify(gpus: list[GpuInfo], host: HostInfo | None, processes: dict[int, ProcessInfo]) -> str:
+    """The id of an inventory's content: equal content, equal id, whoever computes it."""
+    content = _digest.encode((gpus, host, sorted(processes.items())))
+    return hashlib.blake2b(content, digest_size=ID_BYTES).hexdigest()
+
+
+class InventoryMismatch(ValueError):
+    """The telemetry names another inventory than the one given to join it with."""
+
+
+def join(
+    inventory: NodeInventory,
+    telemetry: NodeTelemetry,
+    statuses: Mapping[str, ComputeStatus] | None = None,
+) -> NodeSample:
+    """The sample the node split into these two; each shard's pid and reason from its
+    ComputeStatus in `statuses` (by shard name) where there is one.
+
+    Raises InventoryMismatch when the telemetry names another inventory (a reader holding an
+    older one waits for the newer, or asks the node for it)."""
+    if telemetry.inventory != inventory.id:
+        raise InventoryMismatch(
+            f"telemetry of {telemetry.node} seq {telemetry.seq} is of inventory "
+            f"{telemetry.inventory!r}, not {inventory.id!r}"
+        )
+    infos = {g.index: g for g in inventory.gpus}
+    statuses = statuses or {}
+    shards = []
+    for shard, reading in telemetry.shards.items():
+        status = statuses.get(shard)
+        pid, reason = (None, "") if status is None else (status.pid, status.reason)
+        shards.append(ShardBrief(shard=shard, verdict=reading.verdict, pid=pid, reason=reason))
+    return NodeSample(
+        node=telemetry.node,
+        session=telemetry.session,
+        seq=telemetry.seq,
+        time=telemetry.time,
+        interval_s=telemetry.interval_s,
+        gpus=[_gpu(infos.get(r.index), r, inventory.processes) for r in telemetry.gpus],
+        host=_host(inventory.host, telemetry.host),
+        shards=shards,
+        sources=telemetry.sources,
+        dropped=telemetry.dropped,
+        omitted={**inventory.omitted, **telemetry.omitted},
+        inventory=inventory.id,
+    )
+
+
+def _number(value: float | None) -> float | None:
+    """A whole number as an int: `40` is two bytes of JSON and one of msgpack, `40.0` four and
+    nine. A reader decoding it as a float gets 40.0."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def _info(g: GpuSample) -> GpuInfo:
+    return GpuInfo(
+        index=g.index,
+        uuid=g.uuid,
+        vendor=g.vendor,
+        name=g.name,
+        bus_id=g.bus_id,
+        memory_total_bytes=g.memory_total_bytes,
+        power_cap_w=g.power_cap_w,
+        mig_enabled=g.mig_enabled,
+        mig=[msgspec.structs.replace(m, memory_used_bytes=None) for m in g.mig],
+        temperature_sensor=g.temperature_sensor,
+    )
+
+
+def _reading(g: GpuSample) -> GpuReading:
+    processes: dict[int, int | None] = {}
+    for p in g.processes:  # one pid twice on a GPU (in two MIG instances): its sum
+        if p.pid in processes:
+            held, more = processes[p.pid], p.used_bytes
+            processes[p.pid] = None if held is None or more is None else held + more
+        else:
+            processes[p.pid] = p.used_bytes
+    return GpuReading(
+        index=g.index,
+        utilization_pct=_number(g.utilization_pct),
+        activity=g.activity,
+        memory_used_bytes=g.memory_used_bytes,
+        memory_free_bytes=g.memory_free_bytes,
+        foreign_bytes=g.foreign_bytes,
+        temperature_c=_number(g.temperature_c),
+        power_w=_number(g.power_w),
+        processes=processes,
+        mig_used_bytes=[m.memory_used_bytes for m in g.mig],
+    )
+
+
+def _gpu(info: GpuInfo | None, r: GpuReading, processes: Mapping[int, ProcessInfo]) -> GpuSample:
+    unknown = ProcessInfo()
+    listed = [
+        GpuProcess(
+            pid=pid,
+            used_bytes=used,
+            shard=processes.get(pid, unknown).shard,
+            name=processes.get(pid, unknown).name,
+        )
+        for pid, used in r.processes.items()
+    ]
+    mig = [] if info is None else info.mig
+    used = r.mig_used_bytes
+    return GpuSample(
+        index=r.index,
+        uuid=None if info is None else info.uuid,
+        vendor="nvidia" if info is None else info.vendor,
+        name=None if info is None else info.name,
+        bus_id=None if info is None else info.bus_id,
+        utilization_pct=r.utilization_pct,
+        activity=r.activity,
+        memory_total_bytes=None if info is None else info.memory_total_bytes,
+        memory_used_bytes=r.memory_used_bytes,
+        memory_free_bytes=r.memory_free_bytes,
+        foreign_bytes=r.foreign_bytes,
+        temperature_c=r.temperature_c,
+        power_w=r.power_w,
+        power_cap_w=None if info is None else info.power_cap_w,
+        processes=listed,
+        mig_enabled=None if info is None else info.mig_enabled,
+        mig=[
+            msgspec.structs.replace(m, memory_used_bytes=used[i] if i < len(used) else None)
+            for i, m in enumerate(mig)
+        ],
+        temperature_sensor=None if info is None else info.temperature_sensor,
+    )
+
+
+def _host_info(h: HostSample) -> HostInfo:
+    return HostInfo(cpu_count=h.cpu_count, memory_total_bytes=h.memory_total_bytes)
+
+
+def _host_reading(h: HostSample) -> HostReading:
+    return HostReading(
+        cpu_pct=_number(h.cpu_pct),
+        memory_available_bytes=h.memory_available_bytes,
+        load_1m=_number(h.load_1m),
+    )
+
+
+def _host(info: HostInfo | None, reading: HostReading | None) -> HostSample | None:
+    if info is None and reading is None:
+        return None
+    info = info or HostInfo()
+    reading = reading or HostReading()
+    return HostSample(
+        cpu_pct=reading.cpu_pct,
+        cpu_count=info.cpu_count,
+        memory_total_bytes=info.memory_total_bytes,
+        memory_available_bytes=reading.memory_available_bytes,
+        load_1m=reading.load_1m,
+    )

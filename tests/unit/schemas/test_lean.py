@@ -1,0 +1,244 @@
+"""A sample split into inventory and telemetry, joined back; their sizes; old readers."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import msgspec
+import pytest
+
+from bench.synthetic import node_sample
+from placewatch.schemas import (
+    ComputeStatus,
+    DecodeError,
+    GpuProcess,
+    GpuSample,
+    HostSample,
+    MigInstance,
+    NodeInventory,
+    NodeSample,
+    NodeTelemetry,
+    ShardBrief,
+    SourceStatus,
+    decode,
+    encode,
+    lean,
+)
+from placewatch.schemas.lean import InventoryMismatch
+
+WHEN = datetime(2026, 12, 1, 6, 0, 0, 250000, tzinfo=UTC)
+
+
+def sample(**changes: object) -> NodeSample:
+    """A node of an NVIDIA GPU in MIG mode and an AMD GPU, a shard on each."""
+    nvidia = GpuSample(
+        index=0,
+        uuid="GPU-5e1a",
+        name="NVIDIA A100-SXM4-80GB",
+        bus_id="00000000:07:00.0",
+        utilization_pct=None,
+        activity="busy",
+        memory_total_bytes=80 << 30,
+        memory_used_bytes=21 << 30,
+        memory_free_bytes=58 << 30,
+        foreign_bytes=0,
+        temperature_c=41.0,
+        power_w=88.25,
+        power_cap_w=400.0,
+        processes=[
+            GpuProcess(pid=4242, used_bytes=20 << 30, shard="llama-a", name="llama-server"),
+            GpuProcess(pid=4243, used_bytes=None, shard="llama-a", name="llama-server"),
+        ],
+        mig_enabled=True,
+        mig=[
+            MigInstance(gpu_instance_id=1, uuid="MIG-1", profile="3g.40gb", memory_used_bytes=9),
+            MigInstance(gpu_instance_id=2, uuid="MIG-2", profile="3g.40gb", memory_used_bytes=None),
+        ],
+    )
+    amd = GpuSample(
+        index=1,
+        uuid="GPU-0x1a2b",
+        vendor="amd",
+        name="AMD Instinct MI300X",
+        utilization_pct=97.0,
+        activity="busy",
+        memory_total_bytes=192 << 30,
+        memory_used_bytes=150 << 30,
+        temperature_c=61.5,
+        temperature_sensor="junction",
+        processes=[GpuProcess(pid=5151, used_bytes=149 << 30, shard="qwen-b", name="python3")],
+    )
+    whole = NodeSample(
+        node="gpu-07",
+        session="d9eab6f1c983",
+        seq=41,
+        time=WHEN,
+        interval_s=2.0,
+        gpus=[nvidia, amd],
+        host=HostSample(
+            cpu_pct=12.5, cpu_count=64, memory_total_bytes=1 << 40, memory_available_bytes=1 << 39
+        ),
+        shards=[
+            ShardBrief(shard="llama-a", verdict="gpu", pid=4242, reason="on GPU 0 as placed"),
+            ShardBrief(shard="qwen-b", verdict="partial", pid=5151, reason="17 of 33 layers"),
+        ],
+        sources=[SourceStatus(name="nvml", ok=True, latency_ms=1.2, vendor="nvidia")],
+        dropped=3,
+    )
+    return msgspec.structs.replace(whole, **changes)
+
+
+def statuses(s: NodeSample) -> dict[str, ComputeStatus]:
+    return {
+        b.shard: ComputeStatus(
+            node=s.node, shard=b.shard, session=s.session, time=s.time, pid=b.pid, reason=b.reason
+        )
+        for b in s.shards
+    }
+
+
+@pytest.mark.parametrize("encoding", ["json", "msgpack"])
+def test_split_then_join_through_the_wire_is_the_sample(encoding: str) -> None:
+    whole = sample()
+    inventory, telemetry = lean.split(whole)
+    sent = [encode(m, encoding) for m in (inventory, telemetry)]  # type: ignore[arg-type]
+    got_inventory = decode(sent[0][0], NodeInventory, sent[0][1])
+    got_telemetry = decode(sent[1][0], NodeTelemetry, sent[1][1])
+    joined = lean.join(got_inventory, got_telemetry, statuses(whole))
+    assert joined == msgspec.structs.replace(whole, inventory=inventory.id)
+    # Without the statuses the pids and reasons are unknown; everything else is whole.
+    bare = lean.join(got_inventory, got_telemetry)
+    assert [(b.shard, b.verdict, b.pid, b.reason) for b in bare.shards] == [
+        ("llama-a", "gpu", None, ""),
+        ("qwen-b", "partial", None, ""),
+    ]
+    assert bare.gpus == joined.gpus
+
+
+def test_what_stays_is_in_the_inventory_what_changes_in_the_telemetry() -> None:
+    inventory, telemetry = lean.split(sample())
+    assert [(g.index, g.uuid, g.vendor, g.memory_total_bytes) for g in inventory.gpus] == [
+        (0, "GPU-5e1a", "nvidia", 80 << 30),
+        (1, "GPU-0x1a2b", "amd", 192 << 30),
+    ]
+    assert [m.memory_used_bytes for m in inventory.gpus[0].mig] == [None, None]
+    assert {pid: (p.name, p.shard) for pid, p in inventory.processes.items()} == {
+        4242: ("llama-server", "llama-a"),
+        4243: ("llama-server", "llama-a"),
+        5151: ("python3", "qwen-b"),
+    }
+    assert telemetry.inventory == inventory.id and len(inventory.id) == 12
+    assert telemetry.gpus[0].processes == {4242: 20 << 30, 4243: None}
+    assert telemetry.gpus[0].mig_used_bytes == [9, None]
+    assert {k: v.verdict for k, v in telemetry.shards.items()} == {
+        "llama-a": "gpu",
+        "qwen-b": "partial",
+    }
+    assert telemetry.dropped == 3
+
+
+def test_the_inventory_id_follows_its_content_only() -> None:
+    first, _ = lean.split(sample())
+    later, _ = lean.split(
+        sample(session="0123456789ab", seq=900, time=WHEN + timedelta(hours=5), dropped=0)
+    )
+    assert later.id == first.id  # a restart, another tick: the same inventory
+    hotter = sample()
+    hotter = msgspec.structs.replace(
+        hotter, gpus=[msgspec.structs.replace(g, temperature_c=90.0) for g in hotter.gpus]
+    )
+    assert lean.split(hotter)[0].id == first.id  # a reading is not the inventory
+    started = sample()
+    gpu = started.gpus[1]
+    more = [*gpu.processes, GpuProcess(pid=6000, used_bytes=1, shard=None, name="python3")]
+    started = msgspec.structs.replace(
+        started, gpus=[started.gpus[0], msgspec.structs.replace(gpu, processes=more)]
+    )
+    assert lean.split(started)[0].id != first.id  # a process started
+    capped = sample()
+    capped = msgspec.structs.replace(
+        capped, gpus=[msgspec.structs.replace(capped.gpus[0], power_cap_w=300.0), capped.gpus[1]]
+    )
+    assert lean.split(capped)[0].id != first.id  # an operator set a power cap
+
+
+def test_one_pid_in_two_mig_instances_of_a_gpu_reads_as_its_sum() -> None:
+    gpu = GpuSample(
+        index=0, processes=[GpuProcess(pid=7, used_bytes=5), GpuProcess(pid=7, used_bytes=6)]
+    )
+    unknown = GpuSample(
+        index=1, processes=[GpuProcess(pid=8, used_bytes=5), GpuProcess(pid=8, used_bytes=None)]
+    )
+    _, telemetry = lean.split(sample(gpus=[gpu, unknown]))
+    assert [g.processes for g in telemetry.gpus] == [{7: 11}, {8: None}]
+
+
+def test_joining_with_another_inventory_says_which_it_needs() -> None:
+    inventory, telemetry = lean.split(sample())
+    other, _ = lean.split(sample(gpus=[]))
+    with pytest.raises(InventoryMismatch) as caught:
+        lean.join(other, telemetry)
+    assert str(caught.value) == (
+        f"telemetry of gpu-07 seq 41 is of inventory {inventory.id!r}, not {other.id!r}"
+    )
+
+
+def test_whole_numbers_travel_as_integers_and_read_back_as_floats() -> None:
+    _, telemetry = lean.split(sample())
+    payload, headers = encode(telemetry)
+    assert b'"temperature_c":41,' in payload and b'"power_w":88.25' in payload
+    back = decode(payload, NodeTelemetry, headers)
+    assert back.gpus[0].temperature_c == 41.0 and isinstance(back.gpus[0].temperature_c, float)
+
+
+def test_a_busy_node_s_telemetry_is_within_its_size_targets() -> None:
+    """8 GPUs, 64 processes, 16 shards: at most 4 KB of JSON and 2.5 KB of msgpack a tick,
+    where the whole sample was 11.5 KB of JSON (the message of schema 1)."""
+    whole = node_sample()
+    _, telemetry = lean.split(whole)
+    as_json, as_msgpack = encode(telemetry)[0], encode(telemetry, "msgpack")[0]
+    assert len(as_json) <= 4000 and len(as_msgpack) <= 2500, (len(as_json), len(as_msgpack))
+    assert len(msgspec.json.encode(whole)) > 11_000  # what every tick carried before
+    assert sum(len(g.processes) for g in telemetry.gpus) == 64 and len(telemetry.shards) == 16
+
+
+class FirstNodeTelemetry(msgspec.Struct, kw_only=True):
+    """NodeTelemetry as schema 1 defined it, as a reader built against schema 1 decodes it."""
+
+    schema: int = 1
+    node: str
+    session: str
+    seq: int
+    time: datetime
+    interval_s: float
+    gpus: list[GpuSample] = msgspec.field(default_factory=list)
+    host: HostSample | None = None
+    shards: list[ShardBrief] = msgspec.field(default_factory=list)
+    sources: list[SourceStatus] = msgspec.field(default_factory=list)
+    dropped: int = 0
+
+
+@pytest.mark.parametrize("gpus", [True, False])
+def test_a_reader_of_schema_1_fails_on_the_new_telemetry_never_reads_it_wrong(gpus: bool) -> None:
+    _, telemetry = lean.split(sample() if gpus else sample(gpus=[], shards=[]))
+    with pytest.raises(msgspec.ValidationError) as caught:
+        msgspec.json.decode(encode(telemetry)[0], type=FirstNodeTelemetry)
+    where = "$.gpus[0].processes" if gpus else "$.shards"
+    assert str(caught.value) == f"Expected `array`, got `object` - at `{where}`"
+    with pytest.raises(msgspec.ValidationError):
+        msgspec.msgpack.decode(encode(telemetry, "msgpack")[0], type=FirstNodeTelemetry)
+
+
+def test_this_reader_refuses_schema_1_telemetry_saying_why() -> None:
+    first = FirstNodeTelemetry(node="gpu-07", session="s", seq=1, time=WHEN, interval_s=2.0)
+    payload = msgspec.json.encode(first)
+    headers = {"Placewatch-Type": "NodeTelemetry", "Placewatch-Schema": "1"}
+    with pytest.raises(DecodeError) as caught:
+        decode(payload, NodeTelemetry, headers)
+    assert str(caught.value) == (
+        "a NodeTelemetry of schema 1, which this reader no longer reads (telemetry was split "
+        "into a NodeInventory and readings in schema 2): upgrade the placewatch that sent it "
+        "(docs/subjects.md, Changes)"
+    )
+    with pytest.raises(DecodeError, match=r"Expected `object`, got `array` - at `\$\.shards`"):
+        decode(payload, NodeTelemetry)  # no header: its payload cannot pass for schema 2
