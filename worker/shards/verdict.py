@@ -31,6 +31,9 @@ ADVICE_BUILD: dict[Backend, str] = {
 }
 """For a llama.cpp with no GPU backend: it has no libggml-cuda.so for ldd to check."""
 ADVICE_DOCTOR = "run `placewatch doctor` on this node"
+NO_GPU_LISTED = "lists no GPU device, only the CPU"
+"""What a llama.cpp whose `device_info` named only the CPU said (b11434 at `-lv 4`): ahead of
+its 0 offloaded layers, since it is why there were 0."""
 
 
 @dataclass
@@ -298,6 +301,8 @@ def _engine_says_cpu(case: _Case, ev: EngineEvidence) -> str | None:
     where = f"placed on {_gpu_list(case.placed)} but computing on the CPU"
     if ev.gpu_failed:
         return f"{where}: {engine} says {ev.gpu_failed!r}; {case.fix_backend()}, or {ADVICE_DOCTOR}"
+    if ev.no_gpu_listed:
+        return f"{where}: {engine} {NO_GPU_LISTED}; {case.fix_backend()}, or {ADVICE_DOCTOR}"
     if ev.layers_total and ev.layers_offloaded == 0:
         see = case.see_layers()
         return (

@@ -204,17 +204,13 @@ REAL_VERDICTS = {
         "its CUDA/ROCm libraries with ldd on libggml-cuda.so (or libggml-hip.so), run it with "
         f"-lv 4 to see where its layers go, or {DOCTOR}",
     ),
-    "lv4.log": (
-        "cpu_fallback",
-        f"{ON_CPU}: llama.cpp reports the CPU as its compute device; {DOCTOR}",
-    ),
+    # device_info lists only the CPU: why it offloaded 0 layers at -lv 5, named first
     **{
         name: (
             "cpu_fallback",
-            f"{ON_CPU}: llama.cpp offloaded 0 of 3 layers; check its -ngl / --n-gpu-layers and "
-            "that its GPU backend loaded",
+            f"{ON_CPU}: llama.cpp lists no GPU device, only the CPU; {GPU_BUILD}, or {DOCTOR}",
         )
-        for name in ("lv5.log", "verbose.log")
+        for name in ("lv4.log", "lv5.log", "verbose.log")
     },
     **{
         name: ("cpu_fallback", f"{ON_CPU}: llama.cpp says {NO_GPU}; {GPU_BUILD}, or {DOCTOR}")
@@ -260,6 +256,23 @@ def test_default_verbosity_without_gpu_tools_is_unknown_naming_the_flag_to_add()
         f"telemetry, or {DOCTOR}",
     )
     assert j.evidence == ()  # a verbosity alone is no finding to show
+
+
+def test_a_build_listing_no_gpu_device_is_told_so_before_its_zero_layers() -> None:
+    ev = EngineEvidence(
+        engine="llama.cpp", backend="CPU", layers_offloaded=0, layers_total=3,
+        no_gpu_listed=True, cpu_only_build=True, verbosity=5,
+    )  # fmt: skip
+    j = judge(obs([0], {0: GiB}, evidence=ev), GPUS)
+    assert (j.verdict, j.backend, j.layers_offloaded, j.layers_total) == (
+        "cpu_fallback",
+        "CPU",
+        0,
+        3,
+    )
+    assert j.reason == (
+        f"{ON_CPU}: llama.cpp lists no GPU device, only the CPU; {GPU_BUILD}, or {DOCTOR}"
+    )
 
 
 def test_default_verbosity_with_hidden_pids_is_unknown_naming_the_flag_to_add() -> None:

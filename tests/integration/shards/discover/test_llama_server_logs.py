@@ -110,9 +110,10 @@ def test_without_gpu_tools_the_engine_s_own_word_in_its_log_is_cpu_fallback(
     assert "`placewatch doctor`" in said["reason"]
     own = shards[f"llama-server-{log_file}"]
     assert own["verdict"] == "cpu_fallback", own
+    # the log file has no warning, but its device_info lists only the CPU
     assert own["reason"].startswith(
-        "asked for GPUs (-ngl 99) but computing on the CPU: llama.cpp reports the CPU as its "
-        "compute device; "
+        "asked for GPUs (-ngl 99) but computing on the CPU: llama.cpp lists no GPU device, only "
+        "the CPU; run a GPU build (e.g. -DGGML_CUDA=ON, "
     )
 
 
