@@ -220,8 +220,7 @@ if os.fork() == 0:  # DAEMONIZE: the engine's parent exits, and it is reparented
     os.replace(PID_FILE + ".tmp", PID_FILE)
     if DAEMONIZE:
         os._exit(0)
-    time.sleep(60)
-    os._exit(0)
+    os._exit(child.wait())  # its parent, until the test kills it
 time.sleep(60)
 """
 
