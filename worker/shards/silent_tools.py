@@ -4,16 +4,17 @@ Which GPUs such an engine meant to use, and what it holds on them, only the GPU 
 tell, so its verdict is `unknown` (verdict.py reads that from its `gpus_unknown`), never
 `cpu`. What the engine says of itself needs no GPU tool: llama.cpp b11434 built without a
 GPU backend prints "warning: no usable GPU found, --gpu-layers option will be ignored" on
-stderr for `-ngl 99`; an engine may say it offloaded 0 layers, or name the CPU as its
-compute device. That is a fallback by its own word, and fires as one. Its word that it
-offloaded layers says nothing of which GPUs hold them, so that leaves it `unknown`.
+stderr for `-ngl 99`, and at `-lv 4` lists no GPU among its devices; an engine may say it
+offloaded 0 layers, or name the CPU as its compute device. That is a fallback by its own
+word, and fires as one. Its word that it offloaded layers says nothing of which GPUs hold
+them, so that leaves it `unknown`.
 """
 
 from __future__ import annotations
 
 from .engine_log import EngineEvidence
 from .placements import Placement
-from .verdict import ADVICE_BUILD, ADVICE_DOCTOR, ADVICE_LIBS, Judgement
+from .verdict import ADVICE_BUILD, ADVICE_DOCTOR, ADVICE_LIBS, NO_GPU_LISTED, Judgement
 
 
 def engine_says_cpu(placement: Placement, evidence: EngineEvidence | None) -> Judgement | None:
@@ -44,6 +45,8 @@ def _cpu_word(ev: EngineEvidence) -> str | None:
     """What the engine said that puts it on the CPU, as the reason says it."""
     if ev.gpu_failed:
         return f"says {ev.gpu_failed!r}"
+    if ev.no_gpu_listed:
+        return NO_GPU_LISTED
     if ev.layers_total and ev.layers_offloaded == 0:
         return f"offloaded 0 of {ev.layers_total} layers"
     if ev.backend == "CPU":

@@ -31,6 +31,9 @@ ADVICE_BUILD: dict[Backend, str] = {
 }
 """For a llama.cpp with no GPU backend: it has no libggml-cuda.so for ldd to check."""
 ADVICE_DOCTOR = "run `placewatch doctor` on this node"
+NO_GPU_LISTED = "lists no GPU device, only the CPU"
+"""What a llama.cpp whose `device_info` named only the CPU said (b11434 at `-lv 4`): ahead of
+its 0 offloaded layers, since it is why there were 0."""
 
 
 @dataclass
@@ -87,6 +90,8 @@ class _Case:
         self.obs = obs
         self.spec = obs.placement.spec
         self.placed = set(self.spec.gpus)
+        self.said = obs.evidence
+        """Everything the engine's log said, its verbosity alone included."""
         self.ev = obs.evidence if obs.evidence is not None and obs.evidence.known else None
         self.floor = self.spec.min_gpu_bytes or 0
         uuids = {g.index: g.uuid for g in gpus}
@@ -98,6 +103,8 @@ class _Case:
         self.engine = (self.ev.engine if self.ev else None) or self.spec.engine or "the engine"
 
     def verdict(self, v: Verdict, reason: str, backend: Backend = "unknown") -> Judgement:
+        """The judgement, with the lines the engine's findings came from: a log that said only
+        its verbosity shows that line, which is why a reason names `-lv 4`."""
         ev = self.ev
         return Judgement(
             v,
@@ -106,7 +113,7 @@ class _Case:
             self.devices,
             ev.layers_offloaded if ev else None,
             ev.layers_total if ev else None,
-            tuple(ev.lines[-5:]) if ev else (),
+            tuple(self.said.lines[-5:]) if self.said else (),
         )
 
     def backend(self) -> Backend:
@@ -132,6 +139,11 @@ class _Case:
             f"{engine} runs at verbosity {said.verbosity}, which hides where its layers go: "
             f"{ADVICE_VERBOSITY}"
         )
+
+    def with_note(self, reason: str) -> str:
+        """`reason`, and the verbosity note where the engine's verbosity hides its load lines."""
+        note = self.verbosity_note()
+        return f"{reason}; {note}" if note else reason
 
     def fix_backend(self) -> str:
         """What to check when the engine says its GPU backend is missing or failed."""
@@ -168,7 +180,9 @@ def _before_evidence(case: _Case) -> Judgement | None:
     if obs.placement.gpus_unknown:
         return case.verdict(
             "unknown",
-            f"cannot tell which GPUs it was meant for: {obs.placement.gpus_unknown}",
+            case.with_note(
+                f"cannot tell which GPUs it was meant for: {obs.placement.gpus_unknown}"
+            ),
         )
     if not case.placed:
         why = f" ({obs.placement.cpu_on_purpose})" if obs.placement.cpu_on_purpose else ""
@@ -227,9 +241,13 @@ def _memory(case: _Case) -> Judgement:
     if not obs.gpus_known:
         return _without_gpu_tools(case)
     if inside == placed:
+        # Memory alone: a llama.cpp at 0 layers holds a CUDA compute buffer too, and only its
+        # load lines would tell, so a verbosity that hides them is named.
         return case.verdict(
             "gpu",
-            f"holds {_held_size(obs.held, placed)} on {_gpu_list(placed)} as placed",
+            case.with_note(
+                f"holds {_held_size(obs.held, placed)} on {_gpu_list(placed)} as placed"
+            ),
             case.backend(),
         )
     if inside:
@@ -298,6 +316,8 @@ def _engine_says_cpu(case: _Case, ev: EngineEvidence) -> str | None:
     where = f"placed on {_gpu_list(case.placed)} but computing on the CPU"
     if ev.gpu_failed:
         return f"{where}: {engine} says {ev.gpu_failed!r}; {case.fix_backend()}, or {ADVICE_DOCTOR}"
+    if ev.no_gpu_listed:
+        return f"{where}: {engine} {NO_GPU_LISTED}; {case.fix_backend()}, or {ADVICE_DOCTOR}"
     if ev.layers_total and ev.layers_offloaded == 0:
         see = case.see_layers()
         return (

@@ -39,6 +39,21 @@ def test_the_engine_saying_no_usable_gpu_is_cpu_fallback_by_its_own_word() -> No
     )
 
 
+def test_a_build_listing_no_gpu_device_is_cpu_fallback_told_to_run_a_gpu_build() -> None:
+    # b11434 at -lv 4 without -ngl: device_info names only the CPU, and no warning is printed
+    said = read_text(
+        "0.00.004.268 I cmn  common_param: device_info:\n"
+        "0.00.004.274 I cmn  common_param:   - CPU     : AMD EPYC (24105 MiB, 24105 MiB free)\n"
+    )
+    j = engine_says_cpu(UNTOLD, said)
+    assert j is not None and (j.verdict, j.backend) == ("cpu_fallback", "CPU")
+    assert j.reason.startswith(
+        "asked for GPUs (-ngl 99) but computing on the CPU: llama.cpp lists no GPU device, only "
+        "the CPU; run a GPU build (e.g. -DGGML_CUDA=ON, "
+    )
+    assert j.evidence == ("- CPU     : AMD EPYC (24105 MiB, 24105 MiB free)",)
+
+
 def test_an_engine_that_failed_its_gpu_backend_is_sent_to_its_libraries() -> None:
     said = EngineEvidence(
         engine="llama.cpp", gpu_failed="ggml_cuda_init: failed to initialize CUDA"

@@ -204,17 +204,13 @@ REAL_VERDICTS = {
         "its CUDA/ROCm libraries with ldd on libggml-cuda.so (or libggml-hip.so), run it with "
         f"-lv 4 to see where its layers go, or {DOCTOR}",
     ),
-    "lv4.log": (
-        "cpu_fallback",
-        f"{ON_CPU}: llama.cpp reports the CPU as its compute device; {DOCTOR}",
-    ),
+    # device_info lists only the CPU: why it offloaded 0 layers at -lv 5, named first
     **{
         name: (
             "cpu_fallback",
-            f"{ON_CPU}: llama.cpp offloaded 0 of 3 layers; check its -ngl / --n-gpu-layers and "
-            "that its GPU backend loaded",
+            f"{ON_CPU}: llama.cpp lists no GPU device, only the CPU; {GPU_BUILD}, or {DOCTOR}",
         )
-        for name in ("lv5.log", "verbose.log")
+        for name in ("lv4.log", "lv5.log", "verbose.log")
     },
     **{
         name: ("cpu_fallback", f"{ON_CPU}: llama.cpp says {NO_GPU}; {GPU_BUILD}, or {DOCTOR}")
@@ -259,7 +255,62 @@ def test_default_verbosity_without_gpu_tools_is_unknown_naming_the_flag_to_add()
         "layers go: run it with -lv 4 (or LLAMA_ARG_LOG_VERBOSITY=4); see `sources` in the "
         f"telemetry, or {DOCTOR}",
     )
-    assert j.evidence == ()  # a verbosity alone is no finding to show
+    # the line the reason rests on, though it says nothing of where the engine computes
+    assert j.evidence == (
+        "common_params_print_info: verbosity = 3 (adjust with the `-lv N` CLI arg)",
+    )
+    assert (j.layers_offloaded, j.layers_total, j.backend) == (None, None, "unknown")
+
+
+HIDDEN = (
+    "llama.cpp runs at verbosity 3, which hides where its layers go: run it with -lv 4 "
+    "(or LLAMA_ARG_LOG_VERBOSITY=4)"
+)
+
+
+def test_memory_alone_at_default_verbosity_is_gpu_naming_the_flag_that_would_confirm_it() -> None:
+    # a CUDA build at 0 layers holds a compute buffer too: only its load lines would tell
+    j = judge(obs([0], {0: GiB}, evidence=read_log(REAL / "default.log")), GPUS)
+    assert (j.verdict, j.backend) == ("gpu", "CUDA")
+    assert j.reason == f"holds 1.0 GiB on GPU 0 as placed; {HIDDEN}"
+    lv4 = EngineEvidence(engine="llama.cpp", verbosity=4)
+    assert (
+        judge(obs([0], {0: GiB}, evidence=lv4), GPUS).reason == "holds 1.0 GiB on GPU 0 as placed"
+    )
+
+
+def test_gpus_that_cannot_be_told_at_default_verbosity_name_the_flag_to_add() -> None:
+    placement = Placement(
+        PlacementSpec(id="llama-server-8080", pid=42), "discovered", gpus_unknown="no tool said"
+    )
+    j = judge(obs([], placement=placement, evidence=read_log(REAL / "default.log")), GPUS)
+    assert (j.verdict, j.reason) == (
+        "unknown",
+        f"cannot tell which GPUs it was meant for: no tool said; {HIDDEN}",
+    )
+    assert j.evidence == (
+        "common_params_print_info: verbosity = 3 (adjust with the `-lv N` CLI arg)",
+    )
+    assert judge(obs([], placement=placement), GPUS).reason == (
+        "cannot tell which GPUs it was meant for: no tool said"
+    )
+
+
+def test_a_build_listing_no_gpu_device_is_told_so_before_its_zero_layers() -> None:
+    ev = EngineEvidence(
+        engine="llama.cpp", backend="CPU", layers_offloaded=0, layers_total=3,
+        no_gpu_listed=True, cpu_only_build=True, verbosity=5,
+    )  # fmt: skip
+    j = judge(obs([0], {0: GiB}, evidence=ev), GPUS)
+    assert (j.verdict, j.backend, j.layers_offloaded, j.layers_total) == (
+        "cpu_fallback",
+        "CPU",
+        0,
+        3,
+    )
+    assert j.reason == (
+        f"{ON_CPU}: llama.cpp lists no GPU device, only the CPU; {GPU_BUILD}, or {DOCTOR}"
+    )
 
 
 def test_default_verbosity_with_hidden_pids_is_unknown_naming_the_flag_to_add() -> None:

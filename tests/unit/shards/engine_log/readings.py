@@ -53,6 +53,7 @@ class Reading:
     verbosity: int | None = None
     overrides: int | None = None
     cpu_only: bool = False
+    no_gpu_listed: bool = False
     known: bool = True
 
 
@@ -71,5 +72,6 @@ def reading(ev: EngineEvidence, failed: str | None) -> Reading:
         verbosity=ev.verbosity,
         overrides=ev.cpu_override_tensors,
         cpu_only=ev.cpu_only_build,
+        no_gpu_listed=ev.no_gpu_listed,
         known=ev.known,
     )

@@ -64,7 +64,8 @@ def test_a_reader_that_read_nothing_is_a_fresh_evidence() -> None:
 
 def test_the_working_state_has_every_field_of_the_value() -> None:
     names = [f.name for f in dataclasses.fields(EngineEvidence)]
-    assert [f.name for f in dataclasses.fields(EvidenceState)] == names
+    own = ["listing_devices"]  # where the reader is in a list; nothing said of the engine
+    assert [f.name for f in dataclasses.fields(EvidenceState) if f.name not in own] == names
 
 
 @pytest.mark.parametrize(

@@ -19,6 +19,8 @@ WITHOUT_GPU = "warning: one possible reason is that llama.cpp was compiled witho
 MAPPED = "load_tensors:   CPU_Mapped model buffer size =     0.46 MiB"
 LAST_LAYER = "load_tensors: layer   2 assigned to device CPU, is_swa = 0"
 DRY_RUN = "load_tensors:          CPU model buffer size =     0.00 MiB"
+CPU_LISTED = "- CPU     : AMD EPYC (24105 MiB, 24105 MiB free)"
+"""device_info's one entry on a CPU-only build: the CPU, which ggml lists last."""
 
 
 def said_verbosity(n: int) -> str:
@@ -28,22 +30,30 @@ def said_verbosity(n: int) -> str:
 REAL_READINGS: dict[str, tuple[Reading, tuple[str, ...]]] = {
     # default -lv 3: the verbosity, and nothing of devices, layers or weights
     "default.log": (Reading(LLAMA, verbosity=3, known=False), (said_verbosity(3),)),
-    # -lv 4: device_info lists only the CPU, one CPU_Mapped buffer, no offload line
+    # -lv 4: device_info lists only the CPU (no GPU to use), one CPU_Mapped buffer, no
+    # offload line
     "lv4.log": (
-        Reading(LLAMA, "CPU", gpu_bytes=0, cpu_bytes=TINY, verbosity=4),
-        (said_verbosity(4), MAPPED),
+        Reading(
+            LLAMA, "CPU", gpu_bytes=0, cpu_bytes=TINY, verbosity=4, cpu_only=True,
+            no_gpu_listed=True,
+        ),
+        (said_verbosity(4), CPU_LISTED, MAPPED),
     ),
     # -lv 5: --fit's dry run (a 0.00 MiB CPU buffer), then the load; layers 0..2 on the CPU
     "lv5.log": (
-        Reading(LLAMA, "CPU", layers=(0, 3), gpu_bytes=0, cpu_bytes=TINY, verbosity=5),
-        (said_verbosity(5), LAST_LAYER, DRY_RUN, LAST_LAYER, MAPPED),
+        Reading(
+            LLAMA, "CPU", layers=(0, 3), gpu_bytes=0, cpu_bytes=TINY, verbosity=5,
+            cpu_only=True, no_gpu_listed=True,
+        ),
+        (said_verbosity(5), CPU_LISTED, LAST_LAYER, DRY_RUN, LAST_LAYER, MAPPED),
     ),
     # -v: the same lines, at a verbosity of INT_MAX
     "verbose.log": (
         Reading(
-            LLAMA, "CPU", layers=(0, 3), gpu_bytes=0, cpu_bytes=TINY, verbosity=2147483647
+            LLAMA, "CPU", layers=(0, 3), gpu_bytes=0, cpu_bytes=TINY, verbosity=2147483647,
+            cpu_only=True, no_gpu_listed=True,
         ),
-        (said_verbosity(2147483647), LAST_LAYER, DRY_RUN, LAST_LAYER, MAPPED),
+        (said_verbosity(2147483647), CPU_LISTED, LAST_LAYER, DRY_RUN, LAST_LAYER, MAPPED),
     ),
     # -ngl 99 on a build without GPU offload: the warnings, then -lv 3's silence
     "ngl99.log": (
@@ -54,12 +64,13 @@ REAL_READINGS: dict[str, tuple[Reading, tuple[str, ...]]] = {
         Reading(LLAMA, "CPU", failed=NO_GPU, verbosity=3, cpu_only=True),
         (NO_GPU, WITHOUT_GPU, said_verbosity(3)),
     ),
-    # -ngl N -lv 4: the warnings (any N), then the host buffer
+    # -ngl N -lv 4: the warnings (any N), then device_info's CPU (said already), the host
+    # buffer
     **{
         name: (
             Reading(
                 LLAMA, "CPU", failed=NO_GPU, gpu_bytes=0, cpu_bytes=TINY, verbosity=4,
-                cpu_only=True,
+                cpu_only=True, no_gpu_listed=True,
             ),
             (NO_GPU, WITHOUT_GPU, said_verbosity(4), MAPPED),
         )
@@ -161,3 +172,42 @@ def test_a_cuda_build_whose_init_failed_is_no_cpu_only_build() -> None:
     )
     assert ev.gpu_failed == "ggml_cuda_init: failed to initialize CUDA: unknown error"
     assert (ev.gpu_backend, ev.cpu_only_build) == ("CUDA", False)
+
+
+DEVICE_INFO = "0.00.004.268 I cmn  common_param: device_info:\n"
+CPU_ENTRY = "0.00.004.274 I cmn  common_param:   - CPU     : AMD EPYC (24105 MiB, 24105 MiB free)\n"
+
+
+def test_a_device_list_that_reaches_the_cpu_naming_no_gpu_leaves_none_to_use() -> None:
+    ev = read_text(DEVICE_INFO + CPU_ENTRY)
+    assert (ev.no_gpu_listed, ev.cpu_only_build, ev.backend, ev.known) == (True, True, "CPU", True)
+    assert ev.lines == (CPU_LISTED,)
+
+
+def test_a_device_list_naming_a_gpu_before_the_cpu_has_a_gpu_to_use() -> None:
+    cuda = "0.00.004.270 I cmn  common_param:   - CUDA0   : NVIDIA L4 (22478 MiB, 22105 MiB free)\n"
+    ev = read_text(DEVICE_INFO + cuda + CPU_ENTRY)
+    assert (ev.no_gpu_listed, ev.cpu_only_build) == (False, False)
+    assert (ev.found_devices, ev.gpu_backend, ev.backend) == (("CUDA0",), "CUDA", "CUDA")
+
+
+def test_a_cuda_build_whose_init_failed_lists_only_the_cpu_and_is_no_cpu_only_build() -> None:
+    ev = read_text(
+        "ggml_cuda_init: failed to initialize CUDA: no CUDA-capable device is detected\n"
+        + DEVICE_INFO
+        + CPU_ENTRY
+    )
+    assert (ev.gpu_backend, ev.no_gpu_listed, ev.cpu_only_build) == ("CUDA", False, False)
+    assert ev.gpu_failed is not None and ev.gpu_failed.startswith("ggml_cuda_init: failed")
+
+
+def test_a_cpu_entry_outside_device_info_says_nothing() -> None:
+    assert read_text(CPU_ENTRY + DEVICE_INFO).no_gpu_listed is False
+
+
+def test_a_gpu_build_restarted_into_the_same_log_is_no_longer_without_a_gpu() -> None:
+    # a CPU-only build's list, then a CUDA build's appended to the same file (`>> log`)
+    cuda = "0.00.004.270 I cmn  common_param:   - CUDA0   : NVIDIA L4 (22478 MiB, 22105 MiB free)\n"
+    ev = read_text(DEVICE_INFO + CPU_ENTRY + DEVICE_INFO + cuda + CPU_ENTRY)
+    assert (ev.no_gpu_listed, ev.cpu_only_build) == (False, False)
+    assert (ev.found_devices, ev.gpu_backend) == (("CUDA0",), "CUDA")
