@@ -2,8 +2,11 @@
 
 A gateway that starts late must know the fleet at once, not after every node
 has published again, so `start()` first reads what the bus keeps: the last
-sample of each node in the stream PLACEWATCH_TELEMETRY and every shard's
-latest status in the KV bucket placewatch_compute. Live core subscriptions,
+sample of each node in the prefix's telemetry stream (PLACEWATCH_TELEMETRY) and
+every shard's latest status in its compute bucket (placewatch_compute). A view
+may take one of the partitions the servers' mapping spreads the nodes over
+(placewatch.schemas.partitions): then it holds that partition's nodes, live and
+from the stream; statuses are not partitioned. Live core subscriptions,
 made before that read, keep the view current; the newer message wins, by its
 `time`, whichever way it came. A fresh cluster (no stream, no bucket, or no
 JetStream at all) is simply an empty fleet.
@@ -33,12 +36,13 @@ from placewatch.schemas import (
     FallbackEvent,
     NodeTelemetry,
     decode,
+    partitions,
     subjects,
     value_headers,
 )
 from placewatch.schemas.codec import HEADER_CONTENT_TYPE
 from placewatch.schemas.messages import Verdict
-from placewatch.schemas.streams import COMPUTE, TELEMETRY
+from placewatch.schemas.streams import for_prefix
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +79,9 @@ class FleetView:
     """The latest NodeTelemetry per node and ComputeStatus per shard, from the bus.
 
     `nc` is a connected nats-py client the caller owns (and closes); `on_change`
-    is called with each message the view took, from the event loop.
+    is called with each message the view took, from the event loop. `partition`
+    of `partitions` (the N of the servers' mapping): that partition's nodes only;
+    neither: every node, whether the servers partition them or not.
     """
 
     def __init__(
@@ -83,11 +89,15 @@ class FleetView:
         nc: Client,
         prefix: str = subjects.DEFAULT_PREFIX,
         *,
+        partition: int | None = None,
+        partitions: int | None = None,
         on_change: Callable[[Message], object] | None = None,
         fill_timeout: float = FILL_TIMEOUT_S,
     ) -> None:
         self.nc = nc
         self.prefix = prefix
+        self.stores = for_prefix(prefix)
+        self.partition = _partition(partition, partitions)
         self.on_change = on_change
         self.fill_timeout = fill_timeout
         self.nodes: dict[str, NodeTelemetry] = {}
@@ -99,17 +109,14 @@ class FleetView:
 
     async def start(self) -> None:
         """Subscribe, then fill from the telemetry stream and the compute bucket."""
-        for subject in (
-            subjects.all_telemetry(self.prefix),
-            *subjects.all_events(self.prefix),
-        ):
+        telemetry = partitions.consumer_subject("telemetry", self.prefix, self.partition)
+        for subject in (telemetry, *subjects.all_events(self.prefix)):
             self._subs.append(await self.nc.subscribe(subject, cb=self._live))
         deadline = time.monotonic() + self.fill_timeout
-        for msg in await self._latest(
-            TELEMETRY.name, subjects.all_telemetry(self.prefix), deadline
-        ):
+        for msg in await self._latest(self.stores.telemetry.name, telemetry, deadline):
             self._hold(msg.data, msg.headers, NodeTelemetry)
-        for msg in await self._latest(COMPUTE.stream, subjects.kv_subject(COMPUTE.name), deadline):
+        compute = self.stores.compute
+        for msg in await self._latest(compute.stream, subjects.kv_subject(compute.name), deadline):
             headers = msg.headers or {}
             if headers.get(subjects.KV_OPERATION) in subjects.KV_DELETED:
                 continue
@@ -245,6 +252,19 @@ _KINDS: dict[str, type[NodeTelemetry] | type[ComputeStatus] | type[FallbackEvent
     "compute": ComputeStatus,
     "fallback": FallbackEvent,
 }
+
+
+def _partition(partition: int | None, count: int | None) -> int | None:
+    """The partition a view takes (None: all), or ValueError saying what to give."""
+    if partition is None and count is None:
+        return None
+    if partition is None or count is None:
+        raise ValueError(
+            f"FleetView(partition={partition}, partitions={count}): give both, the partition "
+            "and the N of the servers' mapping, or neither for every node"
+        )
+    partitions.check(partition, count)
+    return partition
 
 
 def _kv_headers(data: bytes, headers: Mapping[str, str]) -> Mapping[str, str]:

@@ -1,7 +1,8 @@
 """The durable JetStream consumer behind `placewatch alerts`: each fallback event delivered
 to a sink, and acknowledged once it was.
 
-A durable pull consumer on <prefix>.fallback.> in PLACEWATCH_EVENTS. An event
+A durable pull consumer on <prefix>.fallback.> in the prefix's events stream
+(PLACEWATCH_EVENTS). An event
 is acknowledged only after the sink took it (for a webhook, a 2xx); while the
 sink fails the event is retried with backoff and not acknowledged. The server
 keeps the consumer's position, so a restarted one resumes after the last event
@@ -24,7 +25,7 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from placewatch.schemas import DecodeError, FallbackEvent, decode, subjects
-from placewatch.schemas.streams import EVENTS
+from placewatch.schemas.streams import for_prefix
 
 from .sinks import Sink, WebhookSink
 from .webhook import DeliveryError
@@ -50,9 +51,10 @@ async def consume(
     """Deliver every fallback event, in stream order, for ever; `ready` is set once the
     consumer is bound (and, for Alertmanager, the firing alerts are known)."""
     js = nc.jetstream()
+    stream = for_prefix(prefix).events.name
     said = ""
     while True:
-        await _wait_for_stream(js)
+        await _wait_for_stream(js, stream)
         try:
             sub, floor = await _bind(js, prefix, durable)
             if isinstance(sink, WebhookSink) and sink.alertmanager:
@@ -67,7 +69,7 @@ async def consume(
         said = ""
         if ready is not None:
             ready.set()
-        log.info("delivering fallback events from %s (consumer %s)", EVENTS.name, durable)
+        log.info("delivering fallback events from %s (consumer %s)", stream, durable)
         try:
             await _deliver_all(sub, sink)
         except (nats.errors.Error, TimeoutError) as exc:
@@ -75,18 +77,18 @@ async def consume(
             await anyio.sleep(STREAM_POLL_S)
 
 
-async def _wait_for_stream(js: JetStreamContext) -> None:
+async def _wait_for_stream(js: JetStreamContext, stream: str) -> None:
     said = ""
     while True:
         try:
-            await js.stream_info(EVENTS.name)
+            await js.stream_info(stream)
             return
         except nats.js.errors.NotFoundError:
-            why = f"stream {EVENTS.name} does not exist yet; waiting for a worker to create it"
+            why = f"stream {stream} does not exist yet; waiting for a worker to create it"
         except (nats.errors.NoRespondersError, nats.js.errors.ServiceUnavailableError):
             why = "the server has no JetStream; waiting for it (nats-server -js)"
         except (nats.errors.Error, TimeoutError) as exc:
-            why = f"cannot read stream {EVENTS.name} ({exc}); retrying"
+            why = f"cannot read stream {stream} ({exc}); retrying"
         if why != said:
             log.warning("%s", why)
             said = why
@@ -98,11 +100,12 @@ async def _bind(
 ) -> tuple[JetStreamContext.PullSubscription, int]:
     """The durable consumer, created when missing; and the last stream sequence it acked."""
     wanted = subjects.all_fallback(prefix)
+    stream = for_prefix(prefix).events.name
     try:
-        info = await js.consumer_info(EVENTS.name, durable)
+        info = await js.consumer_info(stream, durable)
     except nats.js.errors.NotFoundError:
         info = await js.add_consumer(
-            EVENTS.name,
+            stream,
             ConsumerConfig(
                 durable_name=durable,
                 name=durable,
@@ -117,11 +120,11 @@ async def _bind(
     found = info.config.filter_subject
     if found != wanted:
         raise Conflict(
-            f"consumer {durable} exists on {EVENTS.name} with filter {found!r}, "
+            f"consumer {durable} exists on {stream} with filter {found!r}, "
             f"not {wanted!r}; pick another --durable or remove it "
-            f"(nats consumer rm {EVENTS.name} {durable})"
+            f"(nats consumer rm {stream} {durable})"
         )
-    sub = await js.pull_subscribe_bind(durable=durable, stream=EVENTS.name)
+    sub = await js.pull_subscribe_bind(durable=durable, stream=stream)
     floor = info.ack_floor.stream_seq if info.ack_floor is not None else 0
     return sub, floor
 
@@ -134,8 +137,9 @@ async def _replay(
     if floor <= 0:
         return
     name = f"placewatch-alerts-replay-{secrets.token_hex(6)}"
+    stream = for_prefix(prefix).events.name
     await js.add_consumer(
-        EVENTS.name,
+        stream,
         ConsumerConfig(
             name=name,
             deliver_policy=DeliverPolicy.ALL,
@@ -145,7 +149,7 @@ async def _replay(
             mem_storage=True,
         ),
     )
-    sub = await js.pull_subscribe_bind(stream=EVENTS.name, name=name)
+    sub = await js.pull_subscribe_bind(stream=stream, name=name)
     try:
         while True:
             try:

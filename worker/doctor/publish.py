@@ -21,7 +21,7 @@ import json
 import nats.errors
 from nats.aio.client import Client
 
-from placewatch.schemas import encode, subjects
+from placewatch.schemas import encode, partitions
 from placewatch.schemas.codec import HEADER_CONTENT_TYPE, HEADER_TYPE
 
 from ..config import Settings
@@ -50,7 +50,7 @@ async def check_publish(
     nc: Client, errors: ServerErrors, settings: Settings, report: Report
 ) -> None:
     """The size of a sample against max_payload, then the probe on the telemetry subject."""
-    subject = subjects.telemetry(settings.node, settings.prefix)
+    subject, mapped = partitions.node_subjects("telemetry", settings.node, settings.prefix)
     async with open_pipeline(settings) as pipeline:
         telemetry = (await pipeline.take()).telemetry
     size = len(encode(telemetry, settings.encoding)[0])
@@ -75,7 +75,8 @@ async def check_publish(
             report.fail(
                 PUBLISH,
                 f"the server refused a publish on {subject} ({refused})",
-                f"allow this user to publish on {subject} and this node's other subjects; "
+                f"allow this user to publish on {subject}, on {mapped} (the servers check a "
+                f"partitioned subject as mapped) and this node's other subjects; "
                 f"{LEAST_PRIVILEGE}",
             )
             return
