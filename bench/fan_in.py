@@ -309,13 +309,12 @@ async def make_streams(url: str) -> None:
     import nats
 
     from placewatch.bus.streams import StreamSettings, ensure_stream
-    from placewatch.schemas import subjects
     from placewatch.schemas.streams import INVENTORY, TELEMETRY
 
     nc = await nats.connect(url)
     try:
         for stream in (TELEMETRY, INVENTORY):
-            await ensure_stream(nc.jetstream(), stream, subjects.DEFAULT_PREFIX, StreamSettings())
+            await ensure_stream(nc.jetstream(), stream, StreamSettings())
     finally:
         await nc.close()
 

@@ -58,6 +58,7 @@ from placewatch.schemas import (  # noqa: E402
     decode_any,
     subjects,
 )
+from placewatch.schemas.streams import EVENTS  # noqa: E402
 
 NODE = "soak.node-1"
 LINGER = "300.25"
@@ -254,10 +255,10 @@ async def stored_events(url: str) -> list[ComputeStatus | FallbackEvent]:
     nc = await nats.connect(url)
     try:
         js = nc.jetstream()
-        info = await js.stream_info(subjects.STREAM_EVENTS)
+        info = await js.stream_info(EVENTS.name)
         found: list[ComputeStatus | FallbackEvent] = []
         for seq in range(info.state.first_seq, info.state.last_seq + 1):
-            msg = await js.get_msg(subjects.STREAM_EVENTS, seq)
+            msg = await js.get_msg(EVENTS.name, seq)
             message = decode_any(msg.data or b"", msg.headers or {})
             if isinstance(message, ComputeStatus | FallbackEvent):
                 found.append(message)

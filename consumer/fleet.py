@@ -4,8 +4,9 @@ A node publishes what it is (NodeInventory) when that changes, and what it reads
 (NodeTelemetry) every interval; the view holds the latest of each per node and joins them
 for its users (`sample()`, `snapshot()`). A gateway that starts late must know the fleet at
 once, not after every node has published again, so `start()` first reads what the bus
-keeps: the last telemetry and inventory of each node (the streams PLACEWATCH_TELEMETRY and
-PLACEWATCH_INVENTORY) and every shard's latest status (the KV bucket placewatch_compute).
+keeps: the last telemetry and inventory of each node (the prefix's streams,
+PLACEWATCH_TELEMETRY and PLACEWATCH_INVENTORY) and every shard's latest status (its KV bucket
+placewatch_compute).
 Live core subscriptions, made before that read, keep the view current; the newer message
 wins, by its `time`, whichever way it came. Telemetry that names an inventory the view does
 not hold (the stream lost it, or there is no stream) has the view ask the node's `inventory`
@@ -15,6 +16,10 @@ Held at fleet scale: each node's two messages are kept as the bytes they came in
 on arrival, decoded when asked for), so a view of 50,000 nodes holds a few KiB per node in
 objects the garbage collector need not walk. Decoded Structs of 8 GPUs and 64 processes
 took 27 KiB a node, and a full collection with 50,000 of them 0.6 s.
+
+A view may take one of the partitions the servers' mapping spreads the nodes over
+(placewatch.schemas.partitions): then it holds that partition's nodes' telemetry and
+inventories, live and from the streams; statuses are not partitioned.
 """
 
 from __future__ import annotations
@@ -44,12 +49,13 @@ from placewatch.schemas import (
     NodeTelemetry,
     decode,
     lean,
+    partitions,
     subjects,
 )
 from placewatch.schemas.codec import HEADER_CONTENT_TYPE
 from placewatch.schemas.messages import Verdict
 from placewatch.schemas.service import endpoint
-from placewatch.schemas.streams import COMPUTE, INVENTORY, TELEMETRY
+from placewatch.schemas.streams import for_prefix
 
 from .retained import kv_headers, last_per_subject
 
@@ -107,7 +113,9 @@ class FleetView:
     the bus.
 
     `nc` is a connected nats-py client the caller owns (and closes); `on_change`
-    is called with each message the view took, from the event loop.
+    is called with each message the view took, from the event loop. `partition`
+    of `partitions` (the N of the servers' mapping): that partition's nodes only;
+    neither: every node, whether the servers partition them or not.
     """
 
     def __init__(
@@ -115,11 +123,15 @@ class FleetView:
         nc: Client,
         prefix: str = subjects.DEFAULT_PREFIX,
         *,
+        partition: int | None = None,
+        partitions: int | None = None,
         on_change: Callable[[Message], object] | None = None,
         fill_timeout: float = FILL_TIMEOUT_S,
     ) -> None:
         self.nc = nc
         self.prefix = prefix
+        self.stores = for_prefix(prefix)
+        self.partition = _partition(partition, partitions)
         self.on_change = on_change
         self.fill_timeout = fill_timeout
         self.nodes: dict[str, Held] = {}
@@ -137,22 +149,17 @@ class FleetView:
     async def start(self) -> None:
         """Subscribe, then fill from the inventory and telemetry streams and the compute
         bucket."""
-        for subject in (
-            subjects.all_inventory(self.prefix),
-            subjects.all_telemetry(self.prefix),
-            *subjects.all_events(self.prefix),
-        ):
+        inventory = partitions.consumer_subject("inventory", self.prefix, self.partition)
+        telemetry = partitions.consumer_subject("telemetry", self.prefix, self.partition)
+        for subject in (inventory, telemetry, *subjects.all_events(self.prefix)):
             self._subs.append(await self.nc.subscribe(subject, cb=self._live))
         deadline = time.monotonic() + self.fill_timeout
-        for msg in await self._latest(
-            INVENTORY.name, subjects.all_inventory(self.prefix), deadline
-        ):
+        for msg in await self._latest(self.stores.inventory.name, inventory, deadline):
             self._hold(msg.data, msg.headers, NodeInventory)
-        for msg in await self._latest(
-            TELEMETRY.name, subjects.all_telemetry(self.prefix), deadline
-        ):
+        for msg in await self._latest(self.stores.telemetry.name, telemetry, deadline):
             self._hold(msg.data, msg.headers, NodeTelemetry)
-        for msg in await self._latest(COMPUTE.stream, subjects.kv_subject(COMPUTE.name), deadline):
+        compute = self.stores.compute
+        for msg in await self._latest(compute.stream, subjects.kv_subject(compute.name), deadline):
             headers = msg.headers or {}
             if headers.get(subjects.KV_OPERATION) in subjects.KV_DELETED:
                 continue
@@ -328,6 +335,19 @@ def _decode(held: Held, type_: type[Whole]) -> Whole:
     headers = None if held.content_type is None else {HEADER_CONTENT_TYPE: held.content_type}
     data = zlib.decompress(held.data) if held.compressed else held.data
     return decode(data, type_, headers)
+
+
+def _partition(partition: int | None, count: int | None) -> int | None:
+    """The partition a view takes (None: all), or ValueError saying what to give."""
+    if partition is None and count is None:
+        return None
+    if partition is None or count is None:
+        raise ValueError(
+            f"FleetView(partition={partition}, partitions={count}): give both, the partition "
+            "and the N of the servers' mapping, or neither for every node"
+        )
+    partitions.check(partition, count)
+    return partition
 
 
 def _left(deadline: float) -> float:

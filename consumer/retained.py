@@ -24,7 +24,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from placewatch.schemas import ComputeStatus, DecodeError, decode, subjects, value_headers
 from placewatch.schemas.codec import HEADER_CONTENT_TYPE
-from placewatch.schemas.streams import COMPUTE
+from placewatch.schemas.streams import for_prefix
 
 log = logging.getLogger(__name__)
 
@@ -100,14 +100,15 @@ async def last_per_subject(
 
 
 async def compute_statuses(
-    nc: Client, within: float, release: Release = unsubscribe
+    nc: Client, prefix: str, within: float, release: Release = unsubscribe
 ) -> list[ComputeStatus]:
-    """Every shard's latest status in the bucket placewatch_compute, all of them or
-    Incomplete; a value that is no ComputeStatus is logged and left out."""
+    """Every shard's latest status in the prefix's compute bucket (placewatch_compute), all
+    of them or Incomplete; a value that is no ComputeStatus is logged and left out."""
     found = []
-    subject = subjects.kv_subject(COMPUTE.name)
+    bucket = for_prefix(prefix).compute
+    subject = subjects.kv_subject(bucket.name)
     kept = await last_per_subject(
-        nc, COMPUTE.stream, subject, within, complete=True, release=release
+        nc, bucket.stream, subject, within, complete=True, release=release
     )
     for msg in kept:
         headers = msg.headers or {}
@@ -116,7 +117,7 @@ async def compute_statuses(
         try:
             found.append(decode(msg.data, ComputeStatus, kv_headers(msg.data, headers)))
         except DecodeError as exc:
-            log.warning("ignored %s in bucket %s: %s", msg.subject, COMPUTE.name, exc)
+            log.warning("ignored %s in bucket %s: %s", msg.subject, bucket.name, exc)
     return found
 
 

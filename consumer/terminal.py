@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import logging
 import sys
 from datetime import UTC, datetime
@@ -20,7 +21,7 @@ import anyio
 import msgspec
 from nats.aio.client import Client
 
-from placewatch.schemas import ComputeStatus, GpuSample, NodeSample
+from placewatch.schemas import ComputeStatus, GpuSample, NodeSample, partitions
 
 from .connection import Bus, Unreachable, connect_within, redact
 from .fleet import Fleet, FleetView
@@ -56,21 +57,59 @@ def add_arguments(watch: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help=f"with --once: take live messages this long before printing ({SETTLE_S:g})",
     )
+    watch.add_argument(
+        "--partition",
+        type=partition_argument,
+        metavar="P/N",
+        help="only the nodes of partition P of the N the servers' mapping makes (default: all)",
+    )
+
+
+def partition_argument(text: str) -> tuple[int, int]:
+    """`P/N` as (P, N), or an error argparse prints, saying what to give."""
+    p, _, n = text.partition("/")
+    try:
+        partition, count = int(p), int(n)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not P/N: give a partition and the N of the servers' partition "
+            "mapping, such as 2/4"
+        ) from None
+    try:
+        partitions.check(partition, count)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return partition, count
 
 
 def command(bus: Bus, args: argparse.Namespace) -> int:
     return main(
-        bus, once=args.once, as_json=args.json, wait=args.wait, quiet=args.log_level is None
+        bus,
+        once=args.once,
+        as_json=args.json,
+        wait=args.wait,
+        quiet=args.log_level is None,
+        partition=args.partition,
     )
 
 
-def main(bus: Bus, *, once: bool, as_json: bool, wait: float = SETTLE_S, quiet: bool = True) -> int:
-    """`placewatch watch`: 0, or 1 when no server answered."""
+def main(
+    bus: Bus,
+    *,
+    once: bool,
+    as_json: bool,
+    wait: float = SETTLE_S,
+    quiet: bool = True,
+    partition: tuple[int, int] | None = None,
+) -> int:
+    """`placewatch watch`: 0, or 1 when no server answered. `partition`: (P, N), the nodes of
+    one partition only."""
     if quiet:
         # The screen says how the connection fares; log lines would scroll it away.
         logging.getLogger("placewatch").setLevel(logging.ERROR)
     try:
-        anyio.run(_show_fleet, bus, once or as_json, as_json, wait, sys.stdout, backend="asyncio")
+        show = functools.partial(_show_fleet, partition=partition)
+        anyio.run(show, bus, once or as_json, as_json, wait, sys.stdout, backend="asyncio")
     except Unreachable as exc:
         print(f"placewatch: {exc}", file=sys.stderr)
         return 1
@@ -79,12 +118,21 @@ def main(bus: Bus, *, once: bool, as_json: bool, wait: float = SETTLE_S, quiet: 
     return 0
 
 
-async def _show_fleet(bus: Bus, once: bool, as_json: bool, wait: float, out: TextIO) -> None:
+async def _show_fleet(
+    bus: Bus,
+    once: bool,
+    as_json: bool,
+    wait: float,
+    out: TextIO,
+    *,
+    partition: tuple[int, int] | None = None,
+) -> None:
     nc = await connect_within(
         bus.servers, "placewatch watch", bus.options | {"inbox_prefix": INBOX}, CONNECT_TIMEOUT_S
     )
     changed = asyncio.Event()
-    view = FleetView(nc, bus.prefix, on_change=lambda _: changed.set())
+    p, n = partition or (None, None)
+    view = FleetView(nc, bus.prefix, partition=p, partitions=n, on_change=lambda _: changed.set())
     try:
         await view.start()
         if once:

@@ -4,7 +4,7 @@ Imports msgspec and the standard library only, so a gateway or an alerting
 service can depend on it without the worker's dependencies.
 """
 
-from . import lean, streams, subjects
+from . import lean, partitions, streams, subjects
 from .asyncapi import asyncapi_document
 from .codec import DecodeError, decode, decode_any, encode, json_schema, value_headers
 from .messages import (
@@ -66,6 +66,7 @@ __all__ = [
     "encode",
     "json_schema",
     "lean",
+    "partitions",
     "streams",
     "subjects",
     "value_headers",

@@ -22,6 +22,7 @@ from .codec import (
     MSGPACK,
 )
 from .messages import LEASE_INTERVALS, MESSAGE_TYPES, SCHEMA_VERSION
+from .streams import for_prefix
 
 ASYNCAPI_VERSION = "3.0.0"
 
@@ -80,7 +81,8 @@ def _info(prefix: str) -> dict[str, Any]:
         f"version, sent in the `{HEADER_SCHEMA}` header. Fields are added with defaults "
         "and never renamed; a decoder ignores fields it does not know. Sizes are bytes, "
         "times UTC RFC 3339, and a reading a tool could not give is null, never 0. "
-        f"The subject prefix (`{prefix}` here) is configurable.",
+        f"The subject prefix (`{prefix}` here) is configurable, and the names of the "
+        "streams and buckets follow it.",
         "license": {
             "name": "Apache-2.0",
             "url": "https://www.apache.org/licenses/LICENSE-2.0",
@@ -91,15 +93,18 @@ def _info(prefix: str) -> dict[str, Any]:
 def _channels(prefix: str) -> dict[str, Any]:
     node = {"node": {"$ref": "#/components/parameters/node"}}
     shard = {**node, "shard": {"$ref": "#/components/parameters/shard"}}
+    stores = for_prefix(prefix)
+    compute, placements, leases = stores.compute.name, stores.placements.name, stores.leases.name
     return {
         "telemetry": _channel(
             f"{prefix}.telemetry.{{node}}",
             "NodeTelemetry",
             node,
             "Every interval (2 s by default), as a core NATS message: telemetry is latest-value "
-            "and never replayed. The stream `PLACEWATCH_TELEMETRY` keeps the last message of "
+            f"and never replayed. The stream `{stores.telemetry.name}` keeps the last message of "
             "each node. Readings only: what they are readings of is in the NodeInventory its "
-            "`inventory` names.",
+            "`inventory` names. Where the servers partition the fleet, subscribers receive it "
+            f"as `{prefix}.telemetry.<partition>.{{node}}`.",
         ),
         "inventory": _channel(
             f"{prefix}.inventory.{{node}}",
@@ -107,8 +112,9 @@ def _channels(prefix: str) -> dict[str, Any]:
             node,
             "When the worker starts, whenever the node's inventory changes (a GPU process "
             "starts or ends, a power cap is set) and every 10 minutes, as a core NATS "
-            "message. The stream `PLACEWATCH_INVENTORY` keeps the last message of each node; "
-            "the node's `inventory` endpoint answers with it too.",
+            f"message. The stream `{stores.inventory.name}` keeps the last message of each node; "
+            "the node's `inventory` endpoint answers with it too. Where the servers partition "
+            f"the fleet, subscribers receive it as `{prefix}.inventory.<partition>.{{node}}`.",
         ),
         "compute": _channel(
             f"{prefix}.compute.{{node}}.{{shard}}",
@@ -116,7 +122,7 @@ def _channels(prefix: str) -> dict[str, Any]:
             shard,
             "When a shard's verdict is first known in a worker session and whenever its "
             "verdict, backend, device set, layer counts, process or container change. Stored "
-            "in the stream `PLACEWATCH_EVENTS`, deduplicated by `Nats-Msg-Id`.",
+            f"in the stream `{stores.events.name}`, deduplicated by `Nats-Msg-Id`.",
         ),
         "fallback": _channel(
             f"{prefix}.fallback.{{node}}.{{shard}}",
@@ -124,28 +130,28 @@ def _channels(prefix: str) -> dict[str, Any]:
             shard,
             "`firing` when a shard placed on GPUs enters `partial`, `cpu_fallback` or "
             "`misplaced`; `resolved` when it leaves it. Stored in the stream "
-            "`PLACEWATCH_EVENTS`, deduplicated by `Nats-Msg-Id`.",
+            f"`{stores.events.name}`, deduplicated by `Nats-Msg-Id`.",
         ),
         "computeBucket": _channel(
-            subjects.kv_subject(subjects.BUCKET_COMPUTE, "{node}.{shard}"),
+            subjects.kv_subject(compute, "{node}.{shard}"),
             "ComputeStatusEntry",
             shard,
-            f"The KV bucket `{subjects.BUCKET_COMPUTE}`, key `<node>.<shard>`: the latest "
+            f"The KV bucket `{compute}`, key `<node>.<shard>`: the latest "
             "ComputeStatus of each shard, for a consumer that starts late.",
         ),
         "placements": _channel(
-            subjects.kv_subject(subjects.BUCKET_PLACEMENTS, "{node}.{shard}"),
+            subjects.kv_subject(placements, "{node}.{shard}"),
             "PlacementSpec",
             shard,
-            f"The KV bucket `{subjects.BUCKET_PLACEMENTS}`, key `<node>.<shard>`: where a "
+            f"The KV bucket `{placements}`, key `<node>.<shard>`: where a "
             "control plane placed each shard. The worker watches its own node's keys; a put, "
             "update or delete takes effect on its next tick.",
         ),
         "leases": _channel(
-            subjects.kv_subject(subjects.BUCKET_LEASES, "{node}"),
+            subjects.kv_subject(leases, "{node}"),
             "NodeLease",
             node,
-            f"The KV bucket `{subjects.BUCKET_LEASES}`, key `<node>`: the worker that holds "
+            f"The KV bucket `{leases}`, key `<node>`: the worker that holds "
             "the node's name, refreshed every interval. One not refreshed for "
             f"{LEASE_INTERVALS} of its holder's intervals (by the server's timestamp of the "
             "entry) has expired; a second worker with the name exits while it is live.",

@@ -10,8 +10,10 @@ first rule replaced those characters with ``_``, which let ``a.b`` and ``a_b``
 share a subject and lose events: schema 2 changed it.) ``name()`` reads a
 token back.
 
-The streams and buckets these subjects are kept in are described in
-``streams.py``; a KV bucket's values travel on ``$KV.<bucket>.<key>``.
+The streams and buckets these subjects are kept in, and their names under a
+prefix, are described in ``streams.py``; a KV bucket's values travel on
+``$KV.<bucket>.<key>``. ``partitions.py`` has the per-node subjects as the
+servers' partition mapping rewrites them, and what subscribes to them.
 """
 
 from __future__ import annotations
@@ -23,13 +25,6 @@ DEFAULT_PORT = 4222
 LOCAL_URL = f"nats://127.0.0.1:{DEFAULT_PORT}"
 """Where `placewatch run` puts its embedded server by default, and where the commands that read
 the bus look when no server is given."""
-
-STREAM_EVENTS = "PLACEWATCH_EVENTS"
-STREAM_TELEMETRY = "PLACEWATCH_TELEMETRY"
-STREAM_INVENTORY = "PLACEWATCH_INVENTORY"
-BUCKET_PLACEMENTS = "placewatch_placements"
-BUCKET_COMPUTE = "placewatch_compute"
-BUCKET_LEASES = "placewatch_leases"
 
 MAX_NAME_BYTES = 128
 """The longest node or shard name, in bytes of UTF-8: its token is at most three times that,
@@ -116,14 +111,6 @@ def inbox(node: str) -> str:
 
 
 # --- what consumers subscribe to ----------------------------------------------------------
-
-
-def all_telemetry(prefix: str = DEFAULT_PREFIX) -> str:
-    return f"{prefix}.telemetry.*"
-
-
-def all_inventory(prefix: str = DEFAULT_PREFIX) -> str:
-    return f"{prefix}.inventory.*"
 
 
 def all_compute(prefix: str = DEFAULT_PREFIX) -> str:

@@ -129,7 +129,11 @@ def _schema(args: argparse.Namespace) -> int:
 
     from placewatch.schemas import asyncapi_document, json_schema
 
-    document = asyncapi_document(args.prefix) if args.asyncapi else json_schema()
+    try:
+        document = asyncapi_document(args.prefix) if args.asyncapi else json_schema()
+    except ValueError as exc:  # a prefix with no stream and bucket names
+        print(f"placewatch: --prefix: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
     print(json.dumps(document, indent=2))
     return 0
 

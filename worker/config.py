@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args, get_origin,
 import msgspec
 
 from placewatch.schemas.messages import MAX_INTERVAL_S
+from placewatch.schemas.streams import stem
 from placewatch.schemas.subjects import MAX_NAME_BYTES
 
 from .gpu import KFD_ROOT
@@ -185,6 +186,12 @@ def _check(layer: dict[str, Any], where: str, *, strict: bool) -> dict[str, Any]
     node = layer.get("node")
     if isinstance(node, str) and len(node.encode()) > MAX_NAME_BYTES:
         raise ConfigError(_explain(f"is {len(node.encode())} bytes of UTF-8 - at `$.node`", where))
+    prefix = layer.get("prefix")
+    if isinstance(prefix, str):
+        try:
+            stem(prefix)
+        except ValueError as exc:
+            raise ConfigError(_explain(f"{exc} - at `$.prefix`", where)) from None
     return layer
 
 

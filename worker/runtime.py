@@ -67,9 +67,10 @@ async def run(settings: Settings, out: TextIO) -> None:
         lease = LeaseKeeper(
             node_lease(settings.node, session, settings.interval),
             streams,
+            prefix=settings.prefix,
             takeover=settings.takeover,
         )
-        bucket = PlacementsBucket(settings.node)
+        bucket = PlacementsBucket(settings.node, prefix=settings.prefix)
         pipeline = Pipeline.from_settings(settings, session, bucket)
         nc: Client | None = None
         try:
@@ -279,7 +280,7 @@ async def _follow_placements(bucket: PlacementsBucket, nc: Client, streams: Stre
             log.log(
                 logging.DEBUG if why == said else logging.WARNING,
                 "cannot watch KV %s (%s); retrying in %g s, then at most every %g s",
-                subjects.BUCKET_PLACEMENTS,
+                bucket.bucket.name,
                 why,
                 delay,
                 RETRY_MOST_S,

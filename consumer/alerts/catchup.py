@@ -24,7 +24,7 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from placewatch.schemas import ComputeStatus, DecodeError, FallbackEvent, decode
-from placewatch.schemas.streams import EVENTS
+from placewatch.schemas.streams import for_prefix
 
 from ..retained import compute_statuses
 from .reconcile import Message
@@ -44,7 +44,7 @@ async def catch_up(
 ) -> None:
     """Teach `sink` what was posted (the messages up to `floor`) and what is true now."""
     await replay(nc.jetstream(), prefix, filters, floor, sink.learn)
-    statuses = await compute_statuses(nc, BUCKET_READ_S, release)
+    statuses = await compute_statuses(nc, prefix, BUCKET_READ_S, release)
     sink.seed(statuses)
     log.info("read %d shard statuses from the compute bucket", len(statuses))
 
@@ -60,8 +60,9 @@ async def replay(
     if floor <= 0:
         return
     name = f"placewatch-alerts-replay-{secrets.token_hex(6)}"
+    stream = for_prefix(prefix).events.name
     await js.add_consumer(
-        EVENTS.name,
+        stream,
         ConsumerConfig(
             name=name,
             deliver_policy=DeliverPolicy.ALL,
@@ -71,7 +72,7 @@ async def replay(
             mem_storage=True,
         ),
     )
-    sub = await js.pull_subscribe_bind(stream=EVENTS.name, name=name)
+    sub = await js.pull_subscribe_bind(stream=stream, name=name)
     try:
         while True:
             try:

@@ -1,7 +1,8 @@
 """The durable JetStream consumer behind `placewatch alerts`: each message delivered to a
 sink, and acknowledged once it was.
 
-A durable pull consumer in PLACEWATCH_EVENTS on <prefix>.fallback.>, and on
+A durable pull consumer in the prefix's events stream (PLACEWATCH_EVENTS) on
+<prefix>.fallback.>, and on
 <prefix>.compute.> too for a sink that follows statuses (Alertmanager's: a verdict that
 changes inside a firing fallback is only a status). One stream keeps both in the order
 the worker published them. A message is acknowledged only after the sink took it (for a
@@ -26,7 +27,7 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from placewatch.schemas import FallbackEvent, subjects
-from placewatch.schemas.streams import EVENTS
+from placewatch.schemas.streams import for_prefix
 
 from ..retained import Incomplete
 from .catchup import catch_up, decode_message, release
@@ -65,9 +66,10 @@ async def consume(
     """Deliver every message, in stream order, for ever; `ready` is set once the consumer
     is bound (and, for Alertmanager, what is firing now was posted)."""
     js = nc.jetstream()
+    stream = for_prefix(prefix).events.name
     said = ""
     while True:
-        await _wait_for_stream(js)
+        await _wait_for_stream(js, stream)
         sub = None
         try:
             try:
@@ -104,22 +106,24 @@ async def _deliver_from(
         await _until_delivered("what is firing now", sink.sync)
     if ready is not None:
         ready.set()
-    log.info("delivering fallback events from %s (consumer %s)", EVENTS.name, durable)
+    log.info(
+        "delivering fallback events from %s (consumer %s)", for_prefix(prefix).events.name, durable
+    )
     await _deliver_all(sub, prefix, sink)
 
 
-async def _wait_for_stream(js: JetStreamContext) -> None:
+async def _wait_for_stream(js: JetStreamContext, stream: str) -> None:
     said = ""
     while True:
         try:
-            await js.stream_info(EVENTS.name)
+            await js.stream_info(stream)
             return
         except nats.js.errors.NotFoundError:
-            why = f"stream {EVENTS.name} does not exist yet; waiting for a worker to create it"
+            why = f"stream {stream} does not exist yet; waiting for a worker to create it"
         except (nats.errors.NoRespondersError, nats.js.errors.ServiceUnavailableError):
             why = "the server has no JetStream; waiting for it (nats-server -js)"
         except (nats.errors.Error, TimeoutError) as exc:
-            why = f"cannot read stream {EVENTS.name} ({exc}); retrying"
+            why = f"cannot read stream {stream} ({exc}); retrying"
         if why != said:
             log.warning("%s", why)
             said = why
@@ -132,6 +136,7 @@ async def _bind(
     """The durable consumer, created when missing, its filter changed when it is one this
     command made for another format; and the last stream sequence it acknowledged."""
     wanted = filters(prefix, statuses)
+    stream = for_prefix(prefix).events.name
     config = ConsumerConfig(
         durable_name=durable,
         name=durable,
@@ -142,22 +147,22 @@ async def _bind(
         max_ack_pending=1,
     )
     try:
-        info = await js.consumer_info(EVENTS.name, durable)
+        info = await js.consumer_info(stream, durable)
     except nats.js.errors.NotFoundError:
-        info = await js.add_consumer(EVENTS.name, config)
+        info = await js.add_consumer(stream, config)
         log.info("created durable consumer %s on %s", durable, ", ".join(wanted))
     found = info.config.filter_subjects or [info.config.filter_subject or ">"]
     if sorted(found) != wanted:
         if sorted(found) != filters(prefix, not statuses):
             raise Conflict(
-                f"consumer {durable} exists on {EVENTS.name} with filter "
+                f"consumer {durable} exists on {stream} with filter "
                 f"{', '.join(found)!r}, not {', '.join(wanted)!r}; pick another --durable "
-                f"or remove it (nats consumer rm {EVENTS.name} {durable})"
+                f"or remove it (nats consumer rm {stream} {durable})"
             )
         # Made by this command for the other format: the position stays where it was.
-        info = await js.add_consumer(EVENTS.name, config)
+        info = await js.add_consumer(stream, config)
         log.info("consumer %s now follows %s", durable, ", ".join(wanted))
-    sub = await js.pull_subscribe_bind(durable=durable, stream=EVENTS.name)
+    sub = await js.pull_subscribe_bind(durable=durable, stream=stream)
     floor = info.ack_floor.stream_seq if info.ack_floor is not None else 0
     return sub, floor
 

@@ -19,6 +19,7 @@ from placewatch.schemas import (
     encode,
     subjects,
 )
+from placewatch.schemas.streams import COMPUTE, EVENTS, LEASES, PLACEMENTS, TELEMETRY, for_prefix
 
 from tests.conftest import ROOT, SHARED, run_placewatch
 
@@ -214,12 +215,11 @@ def test_subjects_md_names_every_subject_stream_bucket_and_header() -> None:
         "placewatch.inventory.<node>",
         "placewatch.compute.<node>.<shard>",
         "placewatch.fallback.<node>.<shard>",
-        subjects.STREAM_EVENTS,
-        subjects.STREAM_TELEMETRY,
-        subjects.STREAM_INVENTORY,
-        subjects.BUCKET_PLACEMENTS,
-        subjects.BUCKET_COMPUTE,
-        subjects.BUCKET_LEASES,
+        EVENTS.name,
+        TELEMETRY.name,
+        PLACEMENTS.name,
+        COMPUTE.name,
+        LEASES.name,
         "Content-Type",
         "Placewatch-Type",
         "Placewatch-Schema",
@@ -228,6 +228,31 @@ def test_subjects_md_names_every_subject_stream_bucket_and_header() -> None:
         "schema.json",
     ):
         assert f"`{name}" in text or f"({name})" in text, name
+
+
+def test_subjects_md_gives_the_names_of_each_prefix_as_for_prefix_makes_them() -> None:
+    text = (DOCS / "subjects.md").read_text()
+    table = text.split("<!-- names-per-prefix -->")[1].split("<!-- /names-per-prefix -->")[0]
+    rows = [line.split(" | ") for line in table.strip().splitlines()[2:]]
+    assert [r[0].removeprefix("| `").split("`")[0] for r in rows] == [
+        "placewatch",
+        "acme.pw",
+        "site-2.gpu",
+    ]
+    for prefix, streams, buckets in rows:
+        stores = for_prefix(prefix.removeprefix("| `").split("`")[0])
+        assert streams == ", ".join(f"`{s.name}`" for s in stores.streams)
+        assert buckets.removesuffix(" |") == ", ".join(f"`{b.name}`" for b in stores.buckets)
+
+
+def test_operations_md_creates_the_streams_and_buckets_as_the_worker_would() -> None:
+    text = (DOCS / "operations.md").read_text()
+    block = text.split("<!-- operator-creates -->\n```sh\n")[1].split("```")[0]
+    stores = for_prefix()
+    assert block.splitlines() == [
+        *(s.command("file", 3) for s in stores.streams),
+        *(b.command("file", 3) for b in stores.buckets),
+    ]
 
 
 def test_development_md_says_how_to_regenerate_the_documents() -> None:

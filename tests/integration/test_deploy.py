@@ -89,10 +89,13 @@ def test_three_nats_servers_with_jetstream_routed_into_one_cluster() -> None:
         assert flag(command, "cluster") == "nats://0.0.0.0:6222"
         routes = set(flag(command, "routes").split(","))
         assert routes == {f"nats://{other}:6222" for other in names if other != name}
-        (volume,) = service["volumes"]
+        volume, conf = service["volumes"]
         source, target = volume.split(":")
         assert target == flag(command, "store_dir")
         volumes.add(source)
+        # The partition mapping (compose/nats.conf), read-only, from the file beside it.
+        assert conf == f"./nats.conf:{flag(command, 'config')}:ro"
+        assert command[0] == "--config=/etc/nats/placewatch.conf"
     assert volumes == {f"{n}-data" for n in names} == set(compose()["volumes"])
 
 

@@ -13,11 +13,12 @@ from typing import Any
 
 import anyio
 import nats
+import pytest
 from nats.js.api import AckPolicy, ConsumerConfig
 
 from placewatch.bus.kvfollow import Values, follow
 from placewatch.bus.outbox import EventOutbox
-from placewatch.schemas import ComputeStatus, encode, subjects
+from placewatch.schemas import ComputeStatus, encode, partitions, subjects
 from placewatch.schemas import streams as contract
 
 from tests.conftest import ROOT, NatsServer, Worker, clean_env, run_placewatch, start
@@ -25,6 +26,8 @@ from tests.integration.test_security import create_streams_as_admin
 from tests.support.intruder import REFUSED, Intruder
 
 A, B = "gpu-07", "gpu-08"
+N = 4
+"""Partitions, where the servers map the telemetry."""
 SECRET = "s3cret-of-gpu-08"
 B_PLACEMENT = {
     "id": "llama",
@@ -93,6 +96,16 @@ async def wait_for_a_at_work(url: str) -> list[str]:
                 await anyio.sleep(0.2)
         reply = await nc.request(f"{subjects.service(A)}.shards", b"", timeout=3)
         return [s["shard"] for s in json.loads(reply.data)]
+    finally:
+        await nc.close()
+
+
+async def telemetry_kept(url: str) -> list[str]:
+    """The subjects the telemetry stream holds."""
+    nc = await nats.connect(url, user="admin", password="adminpw")
+    try:
+        info = await nc.jetstream().stream_info(contract.TELEMETRY.name, subjects_filter=">")
+        return sorted(info.state.subjects or {})
     finally:
         await nc.close()
 
@@ -184,7 +197,7 @@ async def own_keys(url: str) -> tuple[Values, list[str], Values]:
         await nc.close()
 
 
-async def intrude(url: str) -> Intruder:
+async def intrude(url: str, partitioned: bool) -> Intruder:
     me = await Intruder.connect(url, A, f"{A}pw")
     try:
         for bucket in KEYS:
@@ -199,7 +212,11 @@ async def intrude(url: str) -> Intruder:
         )
         await me.publish("write B's status", f"$KV.placewatch_compute.{B}.llama", b"{}")
         await me.publish("write B's lease", f"$KV.placewatch_leases.{B}", b"mine now")
-        await me.publish("publish as B", subjects.telemetry(B), b"{}")
+        as_b = partitions.mapped("telemetry", B, N)
+        await me.publish(
+            "publish as B", subjects.telemetry(B), b"{}", checked_as=as_b if partitioned else None
+        )
+        await me.publish("publish as B, straight into its partition", as_b, b"{}")
         own = f"$KV.placewatch_compute.{A}.mine"
         rollup = {"Nats-Rollup": "all"}
         await me.call(
@@ -247,10 +264,17 @@ EXPECTED = {
 """The tries the server itself turns down; every other is refused by the permissions."""
 
 
+@pytest.mark.parametrize("partitioned", [False, True], ids=["unmapped", "partitioned"])
 def test_a_node_reaches_its_own_keys_and_none_of_another_nodes(
-    tmp_path: Path, workers: list[Worker], shard_procs: dict[str, subprocess.Popen[bytes]]
+    tmp_path: Path,
+    workers: list[Worker],
+    shard_procs: dict[str, subprocess.Popen[bytes]],
+    partitioned: bool,
 ) -> None:
-    server = NatsServer(tmp_path / "js", config=two_nodes())
+    """With and without the servers' partition mapping (docs/operations.md, Partitions), which
+    the servers apply before they check a publish."""
+    mapping = partitions.server_config(subjects.DEFAULT_PREFIX, N) if partitioned else ""
+    server = NatsServer(tmp_path / "js", config=mapping + two_nodes())
     server.start()
     try:
         anyio.run(create_streams_as_admin, server.url, backend="asyncio")
@@ -278,7 +302,8 @@ def test_a_node_reaches_its_own_keys_and_none_of_another_nodes(
         assert "following KV placewatch_placements for placements gpu-07.>" in err
         assert "refused" not in err.lower() and "violation" not in err.lower(), err
 
-        me = anyio.run(intrude, server.url, backend="asyncio")
+        kept = anyio.run(telemetry_kept, server.url, backend="asyncio")
+        me = anyio.run(intrude, server.url, partitioned, backend="asyncio")
         after = anyio.run(nudge_as_admin, server.url, backend="asyncio")
         placements, statuses, lease = anyio.run(own_keys, server.url, backend="asyncio")
     finally:
@@ -288,8 +313,10 @@ def test_a_node_reaches_its_own_keys_and_none_of_another_nodes(
     for label, outcome in me.outcomes.items():
         expected = next((e for k, e in EXPECTED.items() if label.endswith(k)), REFUSED)
         assert outcome == expected, label
-    # 17 tries a bucket, one more on the leases, 3 subscriptions, 3 writes, the rollup.
-    assert len(me.outcomes) == 3 * 17 + 1 + 3 + 3 + 1
+    # 17 tries a bucket, one more on the leases, 3 subscriptions, 4 writes, the rollup.
+    assert len(me.outcomes) == 3 * 17 + 1 + 3 + 4 + 1
+    # A's telemetry was kept, under the subject the servers gave it.
+    assert kept == [partitions.mapped("telemetry", A, N) if partitioned else subjects.telemetry(A)]
     # Stream info, which a node needs to find the buckets, names the keys it holds, with
     # counts: which nodes and shards exist. Never a value.
     held = json.loads(info.removeprefix("answered: "))["state"]["subjects"]

@@ -55,7 +55,7 @@ async def create_streams_as_admin(url: str) -> None:
     try:
         js = nc.jetstream()
         for stream in contract.STREAMS:
-            await ensure_stream(js, stream, subjects.DEFAULT_PREFIX, StreamSettings())
+            await ensure_stream(js, stream, StreamSettings())
         for bucket in contract.BUCKETS:
             await ensure_bucket(js, bucket, StreamSettings())
     finally:

@@ -22,7 +22,8 @@ import nats.js.errors
 import psutil
 import pytest
 
-from placewatch.schemas import ComputeStatus, FallbackEvent, decode_any, subjects
+from placewatch.schemas import ComputeStatus, FallbackEvent, decode_any
+from placewatch.schemas.streams import EVENTS, PLACEMENTS
 
 from tests.conftest import (
     FIXTURES,
@@ -46,14 +47,14 @@ async def stream_events(url: str) -> list[Any]:
     try:
         js = nc.jetstream()
         try:
-            info = await js.stream_info(subjects.STREAM_EVENTS)
+            info = await js.stream_info(EVENTS.name)
         except nats.js.errors.NotFoundError:
             return []  # the worker has not created it yet
         found: list[Any] = []
         if not info.state.messages:
             return found
         for seq in range(info.state.first_seq, info.state.last_seq + 1):
-            msg = await js.get_msg(subjects.STREAM_EVENTS, seq)
+            msg = await js.get_msg(EVENTS.name, seq)
             found.append(decode_any(msg.data or b"", msg.headers or {}))
         return found
     finally:
@@ -236,7 +237,7 @@ def test_placements_bucket_is_watched_live(
             js = nc.jetstream()
             for _ in range(50):  # the worker creates the bucket when it starts
                 try:
-                    kv = await js.key_value(subjects.BUCKET_PLACEMENTS)
+                    kv = await js.key_value(PLACEMENTS.name)
                     break
                 except Exception:
                     await anyio.sleep(0.2)

@@ -19,6 +19,7 @@ import nats
 import nats.errors
 
 from placewatch.schemas import ComputeStatus, FallbackEvent, decode, decode_any, subjects
+from placewatch.schemas.streams import COMPUTE, EVENTS, TELEMETRY
 
 from tests.conftest import FIXTURES, GPU0, GPU1, FakeGpuTools, Worker, apps, start, wait_older_than
 
@@ -101,12 +102,12 @@ class ShardNode:
         nc = await nats.connect(self.url)
         try:
             js = nc.jetstream()
-            kv = await js.key_value(subjects.BUCKET_COMPUTE)
+            kv = await js.key_value(COMPUTE.name)
             verdicts = {}
             for shard in ("holding", "idle"):
                 entry = await kv.get(subjects.shard_key(NODE, shard))
                 verdicts[shard] = decode(entry.value or b"", ComputeStatus).verdict
-            await js.get_last_msg(subjects.STREAM_TELEMETRY, subjects.telemetry(NODE))
+            await js.get_last_msg(TELEMETRY.name, subjects.telemetry(NODE))
         except nats.errors.Error:
             return False
         finally:
@@ -119,10 +120,10 @@ async def fallback_events(url: str) -> list[FallbackEvent]:
     nc = await nats.connect(url)
     try:
         js = nc.jetstream()
-        info = await js.stream_info(subjects.STREAM_EVENTS)
+        info = await js.stream_info(EVENTS.name)
         found: list[FallbackEvent] = []
         for seq in range(info.state.first_seq, info.state.last_seq + 1):
-            msg = await js.get_msg(subjects.STREAM_EVENTS, seq)
+            msg = await js.get_msg(EVENTS.name, seq)
             event = decode_any(msg.data or b"", msg.headers or {})
             if isinstance(event, FallbackEvent):
                 found.append(event)

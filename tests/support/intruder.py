@@ -112,12 +112,17 @@ class Intruder:
         refused = any(wanted in e for e in self.errors[since:])
         return self._record(label, REFUSED if refused else "subscribed")
 
-    async def publish(self, label: str, subject: str, data: bytes) -> str:
+    async def publish(
+        self, label: str, subject: str, data: bytes, *, checked_as: str | None = None
+    ) -> str:
+        """A publish: refused, or published. `checked_as`: the subject the server checks and
+        names when it refuses, where its subject mapping rewrites `subject`."""
         since = len(self.errors)
         await self.nc.publish(subject, data)
         await self.nc.flush()
         await anyio.sleep(0.1)
-        return self._record(label, REFUSED if self._refused(subject, since) else "published")
+        refused = self._refused(checked_as or subject, since)
+        return self._record(label, REFUSED if refused else "published")
 
     def _record(self, label: str, outcome: str) -> str:
         self.outcomes[label] = outcome

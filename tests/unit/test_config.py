@@ -204,3 +204,39 @@ def test_settings_that_mean_nothing_are_refused_saying_what_to_give(
 def test_the_shortest_interval_and_a_long_node_name_are_taken() -> None:
     settings = load({"interval": 0.1, "node": "n" * 128}, environ={})
     assert (settings.interval, settings.node) == (0.1, "n" * 128)
+
+
+RULE = (
+    "cannot name streams and buckets: give a prefix of at most 64 characters, one or more "
+    "tokens joined by dots, each of lowercase letters a-z, digits and '-' (such as "
+    "'placewatch' or 'acme.pw'); docs/subjects.md, Streams and buckets"
+)
+
+
+def test_a_prefix_with_dots_is_taken() -> None:
+    assert load({"prefix": "acme.pw"}, environ={}).prefix == "acme.pw"
+
+
+def test_a_prefix_with_no_stream_names_is_refused_where_it_was_given(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load({"prefix": "Acme_PW"}, environ={})
+    assert str(caught.value) == f"--prefix: subject prefix 'Acme_PW' {RULE}"
+    with pytest.raises(ConfigError) as caught:
+        load({}, environ={"PLACEWATCH_PREFIX": "pw.>"})
+    assert (
+        str(caught.value) == f"environment variable PLACEWATCH_PREFIX: subject prefix 'pw.>' {RULE}"
+    )
+    config = tmp_path / "c.toml"
+    config.write_text('prefix = "acme..pw"\n')
+    with pytest.raises(ConfigError) as caught:
+        load({}, environ={}, config_path=str(config))
+    assert str(caught.value) == (
+        f"config file {config}: key 'prefix': subject prefix 'acme..pw' {RULE}"
+    )
+
+
+def test_cli_refuses_a_bad_prefix_with_exit_2_for_every_command() -> None:
+    for command in (["run"], ["watch", "--once"], ["alerts"], ["schema", "--asyncapi"]):
+        done = run_placewatch(*command, "--prefix", "acme_pw")
+        assert done.returncode == 2, (command, done.stderr)
+        assert done.stderr == f"placewatch: --prefix: subject prefix 'acme_pw' {RULE}\n"

@@ -1,4 +1,4 @@
-"""One live worker per node name: a lease in the KV bucket placewatch_leases.
+"""One live worker per node name: a lease in the prefix's leases bucket (placewatch_leases).
 
 Two workers given one node name publish over each other: the second one's
 first tick finds none of the first one's shards "placed or found since the
@@ -37,7 +37,7 @@ from nats.js import JetStreamContext
 from nats.js.kv import KV_MARKER_REASON, KeyValue
 
 from placewatch.schemas import LEASE_INTERVALS, DecodeError, NodeLease, decode, encode, subjects
-from placewatch.schemas.streams import LEASES
+from placewatch.schemas.streams import for_prefix
 
 from .kvfollow import EXPIRED
 from .outbox import JETSTREAM_RECHECK_S
@@ -170,10 +170,12 @@ class LeaseKeeper:
         lease: NodeLease,
         streams: StreamSettings,
         *,
+        prefix: str = subjects.DEFAULT_PREFIX,
         takeover: bool = False,
         clock: Callable[[], datetime] = now_utc,
     ) -> None:
         self.lease = lease
+        self.bucket = for_prefix(prefix).leases
         self.key = subjects.lease_key(lease.node)
         self.value = encode(lease)[0]
         self.streams = streams
@@ -226,7 +228,7 @@ class LeaseKeeper:
         waiting = "" if publishing else "nothing is published until it is taken; "
         while True:
             try:
-                self._kv = await ensure_bucket(js, LEASES, self.streams)
+                self._kv = await ensure_bucket(js, self.bucket, self.streams)
                 await self._write(js, 0, refreshing=False)
                 return True
             except (nats.js.errors.ServiceUnavailableError, nats.errors.NoRespondersError):
@@ -245,7 +247,7 @@ class LeaseKeeper:
                     log.warning(
                         "cannot take node %s's lease in KV %s yet (%s); %strying again every %g s",
                         self.lease.node,
-                        LEASES.name,
+                        self.bucket.name,
                         why,
                         waiting,
                         RETRY_S,
@@ -260,7 +262,7 @@ class LeaseKeeper:
             await anyio.sleep(self.lease.interval_s)
             try:
                 if self._kv is None:
-                    self._kv = await ensure_bucket(js, LEASES, self.streams)
+                    self._kv = await ensure_bucket(js, self.bucket, self.streams)
                 await self._write(js, self.revision or 0, refreshing=True)
             except nats.js.errors.NoStreamResponseError:
                 self._kv = None  # the bucket went away: made again on the next try
@@ -323,9 +325,9 @@ class LeaseKeeper:
         A direct get of the one key: its reply carries the server's time (Nats-Time-Stamp),
         which nats-py's KV get leaves out, and its subject names the key, so a node's
         credentials may read its own lease and no other (docs/operations.md)."""
-        subject = subjects.kv_subject(LEASES.name, self.key)
+        subject = subjects.kv_subject(self.bucket.name, self.key)
         try:
-            msg = await js.get_msg(LEASES.stream, subject=subject, direct=True)
+            msg = await js.get_msg(self.bucket.stream, subject=subject, direct=True)
         except nats.js.errors.NotFoundError:
             return None
         return holder_of(msg.seq or 0, msg.time or self.clock(), msg.data, msg.headers)

@@ -1,10 +1,10 @@
 """Compute statuses and fallback events: never lost, stored once.
 
-Events go to the JetStream stream PLACEWATCH_EVENTS with a Nats-Msg-Id, and
+Events go to the prefix's events stream (PLACEWATCH_EVENTS) with a Nats-Msg-Id, and
 wait in a bounded outbox until the stream acknowledges them, across
 disconnects; a retried publish inside the stream's duplicate window is
-stored once. The latest status of each shard is also put in the KV bucket
-placewatch_compute, for a consumer that starts late. Without JetStream (a
+stored once. The latest status of each shard is also put in the prefix's compute
+bucket (placewatch_compute), for a consumer that starts late. Without JetStream (a
 plain core server) events go out as core messages, and the worker says so
 once.
 """
@@ -28,7 +28,7 @@ from placewatch.schemas import (
     value_headers,
 )
 from placewatch.schemas.codec import Encoding
-from placewatch.schemas.streams import COMPUTE, EVENTS, STREAMS
+from placewatch.schemas.streams import for_prefix
 
 from ..shards.events import Outgoing
 from .fit import fit
@@ -61,6 +61,7 @@ class EventOutbox:
         self.nc = nc
         self.js = nc.jetstream(timeout=PUBLISH_TIMEOUT_S)
         self.prefix = prefix
+        self.stores = for_prefix(prefix)
         self.encoding: Encoding = encoding
         self.pending: deque[Outgoing] = deque()
         self.max_pending = max_pending
@@ -86,16 +87,16 @@ class EventOutbox:
     async def setup(self) -> None:
         """Create the streams and the compute bucket when missing (and allowed)."""
         try:
-            for stream in STREAMS:
-                await ensure_stream(self.js, stream, self.prefix, self.streams)
-            self._compute = await ensure_bucket(self.js, COMPUTE, self.streams)
+            for stream in self.stores.streams:
+                await ensure_stream(self.js, stream, self.streams)
+            self._compute = await ensure_bucket(self.js, self.stores.compute, self.streams)
         except (nats.js.errors.ServiceUnavailableError, nats.errors.NoRespondersError):
             self._no_jetstream()
         else:
             if self.core_only:
                 log.warning(
                     "the server has JetStream now: events go to the stream %s from here on",
-                    EVENTS.name,
+                    self.stores.events.name,
                 )
             self.core_only = False
         self._set_up = True
@@ -133,7 +134,7 @@ class EventOutbox:
         try:
             stopped = await follow(
                 self.nc,
-                COMPUTE.name,
+                self.stores.compute.name,
                 subjects.node_keys(node),
                 heartbeat=PREVIOUS_HEARTBEAT_S,
                 latest=found.update,
@@ -145,7 +146,7 @@ class EventOutbox:
                 "the statuses node %s's last session left in KV %s were not read (%s): a "
                 "fallback it left firing is not resolved by this session",
                 node,
-                COMPUTE.name,
+                self.stores.compute.name,
                 stopped,
             )
         statuses = []

@@ -33,11 +33,11 @@ class StreamSettings:
         return StorageType.MEMORY if self.storage == "memory" else StorageType.FILE
 
 
-def stream_config(stream: Stream, prefix: str, settings: StreamSettings) -> StreamConfig:
-    """The configuration the table gives `stream` under `prefix`."""
+def stream_config(stream: Stream, settings: StreamSettings) -> StreamConfig:
+    """The configuration the table gives `stream`."""
     config = StreamConfig(
         name=stream.name,
-        subjects=stream.subjects(prefix),
+        subjects=list(stream.subjects),
         storage=settings.storage_type,
         num_replicas=settings.replicas,
     )
@@ -49,19 +49,17 @@ def stream_config(stream: Stream, prefix: str, settings: StreamSettings) -> Stre
     return config
 
 
-async def ensure_stream(
-    js: JetStreamContext, stream: Stream, prefix: str, settings: StreamSettings
-) -> None:
+async def ensure_stream(js: JetStreamContext, stream: Stream, settings: StreamSettings) -> None:
     try:
         await js.stream_info(stream.name)
     except nats.js.errors.NotFoundError:
         if not settings.create:
             raise nats.js.errors.NotFoundError(
                 description=f"stream {stream.name} does not exist and --no-create is set; "
-                f"create it ({stream.command(prefix, settings.storage, settings.replicas)}) "
+                f"create it ({stream.command(settings.storage, settings.replicas)}) "
                 "or let the worker create it"
             ) from None
-        await js.add_stream(stream_config(stream, prefix, settings))
+        await js.add_stream(stream_config(stream, settings))
         log.info("created stream %s", stream.name)
 
 

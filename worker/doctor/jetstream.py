@@ -1,5 +1,5 @@
 """What this node's credentials may do on the server: JetStream, the streams and buckets of the
-contract (`placewatch.schemas.streams`), and publishing its telemetry (publish.py).
+contract under the prefix (`placewatch.schemas.streams`), and publishing its telemetry (publish.py).
 
 A request the credentials may not make comes back as a timeout or no
 responders, and the server's Permissions Violation only through the error
@@ -16,8 +16,8 @@ import nats.js.errors
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
-from placewatch.schemas import streams as contract
-from placewatch.schemas import subjects
+from placewatch.schemas import partitions, subjects
+from placewatch.schemas.streams import for_prefix
 
 from ..config import Settings
 from .publish import LEAST_PRIVILEGE, PUBLISH, check_publish
@@ -80,40 +80,50 @@ class _JetStreamChecks:
     async def streams(self) -> None:
         """The two streams the worker publishes events and telemetry to."""
         settings = self.settings
-        for stream in contract.STREAMS:
+        for stream in for_prefix(settings.prefix).streams:
             name = f"stream {stream.name}"
-            wanted = stream.subjects(settings.prefix)
             seen = len(self.errors.seen)
             try:
                 info = await self.js.stream_info(stream.name)
             except nats.js.errors.NotFoundError:
-                self._missing(
-                    name, stream.command(settings.prefix, settings.storage, settings.replicas)
-                )
+                self._missing(name, stream.command(settings.storage, settings.replicas))
                 continue
             except (nats.errors.Error, TimeoutError) as exc:
                 self._unanswered(name, f"$JS.API.STREAM.INFO.{stream.name}", exc, seen)
                 continue
             held = list(info.config.subjects or [])
-            lacking = [s for s in wanted if not any(subjects.covers(h, s) for h in held)]
-            if lacking:
+            lacking = [s for s in stream.subjects if not any(subjects.covers(h, s) for h in held)]
+            found = (
+                f"{count(info.state.messages, 'message')}, subjects {', '.join(held)}, "
+                f"R{info.config.num_replicas or 1}"
+            )
+            edit = (
+                f"add {', '.join(lacking)} to its subjects (nats stream edit {stream.name} "
+                f"--subjects '{','.join([*held, *lacking])}' -f)"
+            )
+            published = [s for s in lacking if s not in _mapped_forms(settings.prefix)]
+            if published:
                 self.report.fail(
                     name,
-                    f"takes {', '.join(held) or 'no subject'}, not {', '.join(lacking)}: this "
+                    f"takes {', '.join(held) or 'no subject'}, not {', '.join(published)}: this "
                     "worker's messages would not be stored",
-                    f"add {', '.join(lacking)} to its subjects (nats stream edit {stream.name})",
+                    edit,
                 )
-                continue
-            self.report.ok(
-                name,
-                f"{count(info.state.messages, 'message')}, subjects {', '.join(held)}, "
-                f"R{info.config.num_replicas or 1}",
-            )
+            elif lacking:
+                # A stream made before the partitions: what this worker publishes is kept
+                # until the servers' mapping is turned on, then nothing is.
+                self.report.ok(
+                    name,
+                    f"{found}; partitions would need {', '.join(lacking)} too: before the "
+                    f"servers' mapping is turned on, {edit}",
+                )
+            else:
+                self.report.ok(name, found)
 
     async def buckets(self) -> None:
         """The placements the worker reads and the compute statuses it keeps."""
         settings = self.settings
-        for bucket in contract.BUCKETS:
+        for bucket in for_prefix(settings.prefix).buckets:
             name = f"bucket {bucket.name}"
             seen = len(self.errors.seen)
             try:
@@ -152,3 +162,8 @@ class _JetStreamChecks:
             f"no answer to {api} ({said})",
             f"allow this user to publish on {api} and to subscribe to {inbox}.>; {LEAST_PRIVILEGE}",
         )
+
+
+def _mapped_forms(prefix: str) -> set[str]:
+    """The stream subjects only the servers' partition mapping publishes on."""
+    return {partitions.stream_subjects(kind, prefix)[1] for kind in partitions.PARTITIONED}

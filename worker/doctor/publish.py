@@ -21,7 +21,7 @@ import json
 import nats.errors
 from nats.aio.client import Client
 
-from placewatch.schemas import NodeInventory, NodeTelemetry, encode, lean, subjects
+from placewatch.schemas import NodeInventory, NodeTelemetry, encode, lean, partitions
 from placewatch.schemas.codec import HEADER_CONTENT_TYPE, HEADER_TYPE
 
 from ..config import Settings
@@ -51,7 +51,7 @@ async def check_publish(
 ) -> None:
     """The size of a sample (inventory and telemetry) against max_payload, then the probe
     on the telemetry subject."""
-    subject = subjects.telemetry(settings.node, settings.prefix)
+    subject, mapped = partitions.node_subjects("telemetry", settings.node, settings.prefix)
     async with open_pipeline(settings) as pipeline:
         sample = (await pipeline.take()).sample
     sizes = {}
@@ -79,7 +79,8 @@ async def check_publish(
             report.fail(
                 PUBLISH,
                 f"the server refused a publish on {subject} ({refused})",
-                f"allow this user to publish on {subject} and this node's other subjects; "
+                f"allow this user to publish on {subject}, on {mapped} (the servers check a "
+                f"partitioned subject as mapped) and this node's other subjects; "
                 f"{LEAST_PRIVILEGE}",
             )
             return

@@ -1,4 +1,4 @@
-"""Placements from the KV bucket placewatch_placements, watched live.
+"""Placements from the prefix's placements bucket (placewatch_placements), watched live.
 
 A control plane writes `<node>.<shard>` keys with a PlacementSpec as JSON;
 this worker watches its own node's keys, so a put, an update or a delete
@@ -15,7 +15,7 @@ import msgspec
 from nats.aio.client import Client
 
 from placewatch.schemas import PlacementSpec, subjects
-from placewatch.schemas.streams import PLACEMENTS
+from placewatch.schemas.streams import for_prefix
 
 from ..bus.kvfollow import Values, follow
 from ..bus.streams import StreamSettings, ensure_bucket
@@ -29,8 +29,11 @@ RESTART_PAUSE_S = 0.5
 
 
 class PlacementsBucket:
-    def __init__(self, node: str, heartbeat: float = HEARTBEAT_S) -> None:
+    def __init__(
+        self, node: str, *, prefix: str = subjects.DEFAULT_PREFIX, heartbeat: float = HEARTBEAT_S
+    ) -> None:
         self.node = node
+        self.bucket = for_prefix(prefix).placements
         self.heartbeat = heartbeat
         self.specs: dict[str, PlacementSpec] = {}
         self.problems: dict[str, str] = {}
@@ -41,13 +44,13 @@ class PlacementsBucket:
         """Keep `specs` current until cancelled: the latest values, then each change
         (placewatch.bus.kvfollow); a change that may have been missed makes it read the latest
         values afresh."""
-        await ensure_bucket(nc.jetstream(), PLACEMENTS, streams or StreamSettings())
+        await ensure_bucket(nc.jetstream(), self.bucket, streams or StreamSettings())
         keys = subjects.node_keys(self.node)
-        log.info("following KV %s for placements %s", PLACEMENTS.name, keys)
+        log.info("following KV %s for placements %s", self.bucket.name, keys)
         while True:
             reason = await follow(
                 nc,
-                PLACEMENTS.name,
+                self.bucket.name,
                 keys,
                 heartbeat=self.heartbeat,
                 latest=self._replace,
@@ -86,7 +89,7 @@ class PlacementsBucket:
     def _placement(self, key: str, value: bytes) -> PlacementSpec:
         """The placement a value gives, under the key it must have; ValueError says what is
         wrong."""
-        where = f"KV {PLACEMENTS.name} key {key}"
+        where = f"KV {self.bucket.name} key {key}"
         try:
             raw = msgspec.json.decode(value)
         except msgspec.DecodeError as exc:

@@ -22,7 +22,7 @@ from nats.aio.client import Client
 from placewatch.bus.lease import LeaseHeld, LeaseKeeper, node_lease
 from placewatch.bus.streams import StreamSettings, ensure_bucket
 from placewatch.schemas import ComputeStatus, NodeLease, decode, subjects
-from placewatch.schemas.streams import COMPUTE, LEASES
+from placewatch.schemas.streams import COMPUTE, LEASES, PLACEMENTS
 
 from tests.conftest import (
     FIXTURES,
@@ -322,7 +322,7 @@ async def make_all_but_the_leases_bucket(url: str) -> None:
     nc = await nats.connect(url)
     try:
         js = nc.jetstream()
-        for bucket in (subjects.BUCKET_PLACEMENTS, subjects.BUCKET_COMPUTE):
+        for bucket in (PLACEMENTS.name, COMPUTE.name):
             await js.create_key_value(bucket=bucket)
     finally:
         await nc.close()

@@ -15,7 +15,8 @@ import pytest
 from nats.aio.client import Client
 
 from placewatch.bus.outbox import EventOutbox
-from placewatch.schemas import ComputeStatus, decode, encode, subjects
+from placewatch.schemas import ComputeStatus, decode, encode
+from placewatch.schemas.streams import COMPUTE, EVENTS
 from placewatch.shards.events import EventTracker
 
 from tests.conftest import NatsServer, free_port
@@ -34,7 +35,7 @@ def status(verdict: str = "cpu_fallback") -> ComputeStatus:
 
 
 async def stored(nc: Client) -> int:
-    info = await nc.jetstream().stream_info(subjects.STREAM_EVENTS)
+    info = await nc.jetstream().stream_info(EVENTS.name)
     return int(info.state.messages)
 
 
@@ -62,13 +63,13 @@ def test_a_retried_publish_is_stored_once_and_the_status_kept_in_kv(
         outbox.add(items)  # the same events again, as a retry after a lost ack sends them
         assert await outbox.flush() == 2
         assert await stored(nc) == 2
-        info = await nc.jetstream().stream_info(subjects.STREAM_EVENTS)
+        info = await nc.jetstream().stream_info(EVENTS.name)
         assert info.config.duplicate_window >= 120
         assert set(info.config.subjects or []) == {
             "placewatch.compute.>",
             "placewatch.fallback.>",
         }
-        kv = await nc.jetstream().key_value(subjects.BUCKET_COMPUTE)
+        kv = await nc.jetstream().key_value(COMPUTE.name)
         entry = await kv.get("n1.s")
         assert entry.value is not None
         assert decode(entry.value, ComputeStatus).verdict == "cpu_fallback"
@@ -135,7 +136,7 @@ def test_previous_reads_this_nodes_latest_statuses_and_none_without_a_bucket(
     async def go(nc: Client) -> None:
         outbox = EventOutbox(nc)
         assert await outbox.previous("n1") == []  # a first start: no bucket yet
-        kv = await nc.jetstream().create_key_value(bucket=subjects.BUCKET_COMPUTE)
+        kv = await nc.jetstream().create_key_value(bucket=COMPUTE.name)
         for key, verdict in [("n1.a", "gpu"), ("n1.a", "cpu_fallback"), ("n1.b", "gpu")]:
             await kv.put(key, encode(msgspec.structs.replace(status(verdict), shard=key))[0])
         await kv.delete("n1.b")
@@ -144,9 +145,7 @@ def test_previous_reads_this_nodes_latest_statuses_and_none_without_a_bucket(
         found = await outbox.previous("n1")
         assert [(s.shard, s.verdict) for s in found] == [("n1.a", "cpu_fallback")]
         with anyio.fail_after(5):  # the server removes the reading consumer once idle
-            while (
-                await nc.jetstream().stream_info(f"KV_{subjects.BUCKET_COMPUTE}")
-            ).state.consumer_count:
+            while (await nc.jetstream().stream_info(f"KV_{COMPUTE.name}")).state.consumer_count:
                 await anyio.sleep(0.1)
 
     connected(nats_server.url, go)

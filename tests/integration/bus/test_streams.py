@@ -13,7 +13,7 @@ from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, StorageType, StreamConfig
 
 from placewatch.bus.streams import StreamSettings, ensure_bucket, ensure_stream
-from placewatch.schemas.streams import COMPUTE, EVENTS, PLACEMENTS, TELEMETRY
+from placewatch.schemas.streams import COMPUTE, EVENTS, PLACEMENTS, for_prefix
 
 from tests.conftest import NatsServer
 
@@ -32,14 +32,14 @@ def on_server(url: str, body: Callable[[JetStreamContext], Awaitable[None]]) -> 
 def test_missing_streams_are_created_as_the_table_says(nats_server: NatsServer) -> None:
     async def body(js: JetStreamContext) -> None:
         made = StreamSettings(storage="memory")
-        await ensure_stream(js, EVENTS, "pw", made)
-        await ensure_stream(js, TELEMETRY, "pw", made)
-        events = (await js.stream_info("PLACEWATCH_EVENTS")).config
+        await ensure_stream(js, for_prefix("pw").events, made)
+        await ensure_stream(js, for_prefix("pw").telemetry, made)
+        events = (await js.stream_info("PW_EVENTS")).config
         assert events.subjects == ["pw.compute.>", "pw.fallback.>"]
         assert (events.storage, events.num_replicas) == (StorageType.MEMORY, 1)
         assert events.duplicate_window == 300.0
-        telemetry = (await js.stream_info("PLACEWATCH_TELEMETRY")).config
-        assert telemetry.subjects == ["pw.telemetry.*"]
+        telemetry = (await js.stream_info("PW_TELEMETRY")).config
+        assert telemetry.subjects == ["pw.telemetry.*", "pw.telemetry.*.*"]
         assert (telemetry.max_msgs_per_subject, telemetry.discard) == (1, DiscardPolicy.OLD)
 
     on_server(nats_server.url, body)
@@ -48,7 +48,7 @@ def test_missing_streams_are_created_as_the_table_says(nats_server: NatsServer) 
 def test_an_existing_stream_is_kept_as_it_is(nats_server: NatsServer) -> None:
     async def body(js: JetStreamContext) -> None:
         await js.add_stream(StreamConfig(name="PLACEWATCH_EVENTS", subjects=["ops.compute.>"]))
-        await ensure_stream(js, EVENTS, "placewatch", StreamSettings())
+        await ensure_stream(js, EVENTS, StreamSettings())
         kept = (await js.stream_info("PLACEWATCH_EVENTS")).config
         assert kept.subjects == ["ops.compute.>"]
 
@@ -61,10 +61,10 @@ def test_with_no_create_a_missing_stream_names_the_command_to_make_it(
     async def body(js: JetStreamContext) -> None:
         settings = StreamSettings(create=False, replicas=3)
         with pytest.raises(nats.js.errors.NotFoundError) as caught:
-            await ensure_stream(js, EVENTS, "pw", settings)
+            await ensure_stream(js, for_prefix("pw").events, settings)
         assert caught.value.description == (
-            "stream PLACEWATCH_EVENTS does not exist and --no-create is set; create it "
-            "(nats stream add PLACEWATCH_EVENTS --subjects 'pw.compute.>,pw.fallback.>' "
+            "stream PW_EVENTS does not exist and --no-create is set; create it "
+            "(nats stream add PW_EVENTS --subjects 'pw.compute.>,pw.fallback.>' "
             "--storage file --replicas 3 --dupe-window 5m --defaults) "
             "or let the worker create it"
         )

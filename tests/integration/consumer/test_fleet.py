@@ -17,6 +17,7 @@ from nats.aio.client import Client
 from placewatch.consumer import FiringFallback, FleetView, Message
 from placewatch.schemas import ComputeStatus, encode, subjects
 from placewatch.schemas.service import endpoint
+from placewatch.schemas.streams import COMPUTE
 
 from tests.conftest import ROOT, FakeGpuTools, NatsServer, Worker, until
 from tests.support.fleet_node import HOLDING_MIB, NODE, ShardNode
@@ -258,7 +259,7 @@ def test_msgpack_bucket_values_are_read_and_deleted_keys_skipped(nats_server: Na
     async def scenario() -> None:
         nc = await nats.connect(nats_server.url)
         try:
-            kv = await nc.jetstream().create_key_value(bucket=subjects.BUCKET_COMPUTE)
+            kv = await nc.jetstream().create_key_value(bucket=COMPUTE.name)
             await kv.put(subjects.shard_key("n9", "a"), encode(kept, "msgpack")[0])
             await kv.put(subjects.shard_key("n9", "b"), encode(removed, "msgpack")[0])
             await kv.delete(subjects.shard_key("n9", "b"))

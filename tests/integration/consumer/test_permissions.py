@@ -23,6 +23,7 @@ from placewatch.schemas import (
     lean,
     subjects,
 )
+from placewatch.schemas.streams import COMPUTE, EVENTS, INVENTORY, TELEMETRY
 
 from tests.conftest import ROOT, NatsServer, clean_env, placewatch_cmd, run_placewatch
 from tests.support.http_endpoint import Endpoint
@@ -55,21 +56,19 @@ async def publish_as_admin(url: str) -> None:
     nc = await nats.connect(url, user="admin", password="adminpw")
     try:
         js = nc.jetstream()
-        await js.add_stream(
-            StreamConfig(name=subjects.STREAM_EVENTS, subjects=subjects.all_events())
-        )
+        await js.add_stream(StreamConfig(name=EVENTS.name, subjects=subjects.all_events()))
         await js.add_stream(
             StreamConfig(
-                name=subjects.STREAM_TELEMETRY,
-                subjects=[subjects.all_telemetry()],
+                name=TELEMETRY.name,
+                subjects=list(TELEMETRY.subjects),
                 max_msgs_per_subject=1,
             )
         )
-        kv = await js.create_key_value(bucket=subjects.BUCKET_COMPUTE)
+        kv = await js.create_key_value(bucket=COMPUTE.name)
         await js.add_stream(
             StreamConfig(
-                name=subjects.STREAM_INVENTORY,
-                subjects=[subjects.all_inventory()],
+                name=INVENTORY.name,
+                subjects=list(INVENTORY.subjects),
                 max_msgs_per_subject=1,
             )
         )
@@ -104,7 +103,7 @@ async def acknowledged(url: str) -> bool:
         js = nc.jetstream()
         with anyio.move_on_after(5):
             while True:
-                info = await js.consumer_info(subjects.STREAM_EVENTS, "placewatch-alerts")
+                info = await js.consumer_info(EVENTS.name, "placewatch-alerts")
                 if info.ack_floor is not None and info.ack_floor.stream_seq >= 1:
                     return True
                 await anyio.sleep(0.1)

@@ -77,8 +77,60 @@ def test_a_stream_that_does_not_take_every_nodes_subject_fails_with_the_edit_to_
     assert lines(done.stdout, "stream PLACEWATCH_TELEMETRY") == [
         "fail  stream PLACEWATCH_TELEMETRY: takes placewatch.telemetry.gpu-01, not "
         "placewatch.telemetry.*: this worker's messages would not be stored; next: add "
-        "placewatch.telemetry.* to its subjects (nats stream edit PLACEWATCH_TELEMETRY)"
+        "placewatch.telemetry.*, placewatch.telemetry.*.* to its subjects (nats stream edit "
+        "PLACEWATCH_TELEMETRY --subjects "
+        "'placewatch.telemetry.gpu-01,placewatch.telemetry.*,placewatch.telemetry.*.*' -f)"
     ]
+
+
+async def make_a_telemetry_stream_from_before_partitions(url: str) -> None:
+    nc = await nats.connect(url)
+    try:
+        await nc.jetstream().add_stream(
+            StreamConfig(name="ACME_PW_TELEMETRY", subjects=["acme.pw.telemetry.*"])
+        )
+    finally:
+        await nc.close()
+
+
+def test_a_prefix_s_own_streams_are_checked_and_one_from_before_partitions_says_what_they_need(
+    tmp_path: Path, fake_gpu: FakeGpuTools
+) -> None:
+    server = NatsServer(tmp_path / "js")
+    server.start()
+    try:
+        anyio.run(make_a_telemetry_stream_from_before_partitions, server.url)
+        fake_gpu.nvidia_smi(A100_GPUS)
+        done = run_placewatch(
+            "doctor",
+            "--nats",
+            server.url,
+            "--node",
+            "n1",
+            "--prefix",
+            "acme.pw",
+            env=fake_gpu.env(),
+        )
+    finally:
+        server.stop()
+    assert lines(done.stdout, "stream ACME_PW_EVENTS") + lines(
+        done.stdout, "stream ACME_PW_TELEMETRY"
+    ) == [
+        "ok    stream ACME_PW_EVENTS: not there yet: the worker creates it when it starts",
+        "ok    stream ACME_PW_TELEMETRY: 0 messages, subjects acme.pw.telemetry.*, R1; "
+        "partitions would need acme.pw.telemetry.*.* too: before the servers' mapping is "
+        "turned on, add acme.pw.telemetry.*.* to its subjects (nats stream edit "
+        "ACME_PW_TELEMETRY --subjects 'acme.pw.telemetry.*,acme.pw.telemetry.*.*' -f)",
+    ]
+    for bucket in ("acme_pw_placements", "acme_pw_compute", "acme_pw_leases"):
+        assert lines(done.stdout, f"bucket {bucket}") == [
+            f"ok    bucket {bucket}: not there yet: the worker creates it when it starts"
+        ]
+    (publish,) = lines(done.stdout, "publish permission")
+    assert publish.startswith(
+        "ok    publish permission: acme.pw.telemetry.n1 allowed: a probe no consumer reads as "
+        "telemetry went out (the stream ACME_PW_TELEMETRY refused to keep it"
+    )
 
 
 def test_a_refused_publish_and_missing_streams_under_no_create_say_what_to_do(
@@ -135,7 +187,8 @@ def test_all_ok_under_the_documented_least_privilege_with_streams_made_by_an_ope
         server.stop()
     assert done.returncode == 0, done.stdout
     assert lines(done.stdout, "stream PLACEWATCH_TELEMETRY") == [
-        "ok    stream PLACEWATCH_TELEMETRY: 0 messages, subjects placewatch.telemetry.*, R1"
+        "ok    stream PLACEWATCH_TELEMETRY: 0 messages, subjects placewatch.telemetry.*, "
+        "placewatch.telemetry.*.*, R1"
     ]
     assert lines(done.stdout, "bucket placewatch_placements") == [
         "ok    bucket placewatch_placements: 0 keys, history 1"

@@ -32,9 +32,7 @@ def test_doctor_shows_no_node_in_a_fleet_view_and_leaves_nothing_in_the_stream(
         nc = await nats.connect(nats_server.url)
         try:
             for stream in STREAMS:
-                await ensure_stream(
-                    nc.jetstream(), stream, subjects.DEFAULT_PREFIX, StreamSettings()
-                )
+                await ensure_stream(nc.jetstream(), stream, StreamSettings())
             view = FleetView(nc)  # live while doctor runs
             await view.start()
             done = await anyio.to_thread.run_sync(
@@ -83,7 +81,8 @@ def test_credentials_that_may_not_publish_on_the_subject_fail_it(
     assert lines(done.stdout, "publish permission") == [
         "fail  publish permission: the server refused a publish on placewatch.telemetry.n2 "
         '(permissions violation for publish to "placewatch.telemetry.n2"); next: allow this '
-        "user to publish on placewatch.telemetry.n2 and this node's other subjects; "
+        "user to publish on placewatch.telemetry.n2, on placewatch.telemetry.*.n2 (the servers "
+        "check a partitioned subject as mapped) and this node's other subjects; "
         "docs/operations.md (Least privilege) lists what a node's credentials need"
     ]
     assert ok.returncode == 0, ok.stdout

@@ -17,7 +17,6 @@ from nats.js.kv import KeyValue
 
 from placewatch import runtime
 from placewatch.bus.streams import StreamSettings
-from placewatch.schemas import subjects
 from placewatch.schemas.streams import PLACEMENTS
 from placewatch.shards.bucket import PlacementsBucket
 
@@ -45,7 +44,7 @@ def watching(
         admin = await nats.connect(url)
         node = await nats.connect(url, max_reconnect_attempts=-1, reconnect_time_wait=0.1)
         try:
-            kv = await admin.jetstream().create_key_value(bucket=subjects.BUCKET_PLACEMENTS)
+            kv = await admin.jetstream().create_key_value(bucket=PLACEMENTS.name)
             for key, value in written:
                 if value is None:
                     await kv.delete(key)

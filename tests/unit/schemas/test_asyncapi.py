@@ -16,16 +16,16 @@ def resolve(document: dict[str, Any], ref: str) -> Any:
     return node
 
 
-def test_channel_addresses_follow_the_prefix_and_buckets_keep_their_names() -> None:
+def test_channel_addresses_and_bucket_names_follow_the_prefix() -> None:
     channels = asyncapi_document("pw")["channels"]
     assert {name: c["address"] for name, c in channels.items()} == {
         "telemetry": "pw.telemetry.{node}",
         "inventory": "pw.inventory.{node}",
         "compute": "pw.compute.{node}.{shard}",
         "fallback": "pw.fallback.{node}.{shard}",
-        "computeBucket": "$KV.placewatch_compute.{node}.{shard}",
-        "placements": "$KV.placewatch_placements.{node}.{shard}",
-        "leases": "$KV.placewatch_leases.{node}",
+        "computeBucket": "$KV.pw_compute.{node}.{shard}",
+        "placements": "$KV.pw_placements.{node}.{shard}",
+        "leases": "$KV.pw_leases.{node}",
         "serviceTelemetry": "pw.service.{node}.telemetry",
         "serviceInventory": "pw.service.{node}.inventory",
         "serviceShards": "pw.service.{node}.shards",
@@ -35,6 +35,9 @@ def test_channel_addresses_follow_the_prefix_and_buckets_keep_their_names() -> N
     assert list(channels["telemetry"]["parameters"]) == ["node"]
     assert list(channels["leases"]["parameters"]) == ["node"]
     assert list(channels["fallback"]["parameters"]) == ["node", "shard"]
+    assert "The stream `PW_TELEMETRY`" in channels["telemetry"]["description"]
+    assert "`pw.telemetry.<partition>.{node}`" in channels["telemetry"]["description"]
+    assert "The KV bucket `pw_leases`" in channels["leases"]["description"]
 
 
 def test_the_default_prefix_is_placewatch_and_the_info_names_the_one_used() -> None:

