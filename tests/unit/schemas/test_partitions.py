@@ -44,6 +44,8 @@ def test_the_nsc_commands_give_the_same_mapping_to_an_account() -> None:
     assert nsc_commands("placewatch", 8, "PLACEWATCH") == (
         "nsc add mapping --account PLACEWATCH --from 'placewatch.telemetry.*' "
         "--to 'placewatch.telemetry.{{partition(8,1)}}.{{wildcard(1)}}'\n"
+        "nsc add mapping --account PLACEWATCH --from 'placewatch.inventory.*' "
+        "--to 'placewatch.inventory.{{partition(8,1)}}.{{wildcard(1)}}'\n"
     )
 
 
@@ -74,8 +76,12 @@ def test_the_mapped_subject_of_a_node() -> None:
 
 def test_streams_take_both_forms_and_consumers_all_or_one_partition() -> None:
     assert stream_subjects("telemetry") == ("placewatch.telemetry.*", "placewatch.telemetry.*.*")
+    assert stream_subjects("inventory", "acme.pw") == (
+        "acme.pw.inventory.*",
+        "acme.pw.inventory.*.*",
+    )
     # A kind the mapping does not partition has the published form only.
-    assert stream_subjects("inventory", "acme.pw") == ("acme.pw.inventory.*",)
+    assert stream_subjects("health", "acme.pw") == ("acme.pw.health.*",)
     assert consumer_subject("telemetry") == "placewatch.telemetry.>"
     assert consumer_subject("telemetry", "acme.pw", 3) == "acme.pw.telemetry.3.*"
     assert consumer_subject("inventory", "pw", 0) == "pw.inventory.0.*"

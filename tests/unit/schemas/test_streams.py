@@ -37,6 +37,7 @@ def test_the_default_prefix_keeps_every_name_it_always_had() -> None:
     assert names("placewatch") == [
         "PLACEWATCH_EVENTS",
         "PLACEWATCH_TELEMETRY",
+        "PLACEWATCH_INVENTORY",
         "placewatch_placements",
         "placewatch_compute",
         "placewatch_leases",
@@ -45,16 +46,18 @@ def test_the_default_prefix_keeps_every_name_it_always_had() -> None:
     assert (
         for_prefix().events,
         for_prefix().telemetry,
+        for_prefix().inventory,
         for_prefix().placements,
         for_prefix().compute,
         for_prefix().leases,
-    ) == (EVENTS, TELEMETRY, PLACEMENTS, COMPUTE, LEASES)
+    ) == (EVENTS, TELEMETRY, INVENTORY, PLACEMENTS, COMPUTE, LEASES)
 
 
 def test_another_prefix_names_its_own_streams_and_buckets_with_each_dot_an_underscore() -> None:
     assert names("acme.pw") == [
         "ACME_PW_EVENTS",
         "ACME_PW_TELEMETRY",
+        "ACME_PW_INVENTORY",
         "acme_pw_placements",
         "acme_pw_compute",
         "acme_pw_leases",
@@ -62,6 +65,7 @@ def test_another_prefix_names_its_own_streams_and_buckets_with_each_dot_an_under
     assert names("site-2.gpu") == [
         "SITE-2_GPU_EVENTS",
         "SITE-2_GPU_TELEMETRY",
+        "SITE-2_GPU_INVENTORY",
         "site-2_gpu_placements",
         "site-2_gpu_compute",
         "site-2_gpu_leases",
