@@ -34,7 +34,7 @@ from placewatch.schemas import (
     subjects,
 )
 from placewatch.schemas.partitions import mapped, nsc_commands, partition_of, server_config
-from placewatch.schemas.streams import TELEMETRY, for_prefix
+from placewatch.schemas.streams import INVENTORY, TELEMETRY, for_prefix
 
 from tests.conftest import ROOT, NatsServer, clean_env, placewatch_cmd, run_placewatch, until
 from tests.support.fallback_events import FIRING, RESOLVED
@@ -125,8 +125,8 @@ async def publish_fleet(url: str, seq: int, prefix: str = subjects.DEFAULT_PREFI
     """Every node's sample, through the worker's own publisher (its encoder and subject)."""
     nc = await nats.connect(url)
     try:
-        publisher = Publisher(nc, prefix)
         for i, node in enumerate(NODES):
+            publisher = Publisher(nc, prefix)  # each node's worker has its own
             inventory, telemetry = lean.split(sample(node, seq + i))
             assert await publisher.inventory(inventory)
             assert await publisher.telemetry(telemetry)
@@ -339,7 +339,8 @@ def test_watch_shows_the_nodes_of_one_partition(tmp_path: Path) -> None:
     async def fill() -> None:
         nc = await nats.connect(server.url)
         try:
-            await ensure_stream(nc.jetstream(), TELEMETRY, StreamSettings(storage="memory"))
+            for stream in (TELEMETRY, INVENTORY):
+                await ensure_stream(nc.jetstream(), stream, StreamSettings(storage="memory"))
         finally:
             await nc.close()
         await publish_fleet(server.url, 0)
