@@ -12,13 +12,8 @@ from pathlib import Path
 
 import msgspec
 
-from placewatch.gpu.nvidia_smi import (
-    APP_FIELDS,
-    GPU_FIELDS,
-    attach_processes,
-    parse_compute_apps,
-    parse_gpus,
-)
+from placewatch.gpu.nvidia_smi import APP_FIELDS, GPU_FIELDS
+from placewatch.gpu.nvidia_smi_csv import attach_processes, parse_compute_apps, parse_gpus
 from placewatch.schemas import HostSample, NodeTelemetry, ShardBrief, SourceStatus
 
 GPU_HEADER = (
