@@ -77,6 +77,18 @@ class Measured(NamedTuple):
     last: NodeTelemetry
 
 
+async def telemetry_from(proc: psutil.Process, seen: anyio.Event) -> None:
+    """Until `seen` is set by the worker's telemetry; NoTelemetry if it exits first or a
+    minute goes by."""
+    with anyio.move_on_after(60):
+        while not seen.is_set():
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                raise NoTelemetry("the worker exited before its first telemetry")
+            await anyio.sleep(0.1)
+    if not seen.is_set():
+        raise NoTelemetry("no telemetry from the worker within 60 s")
+
+
 async def measure(url: str, pid: int, seconds: float) -> Measured:
     """RSS samples, CPU seconds, wall seconds, telemetry messages seen, wakes, from the first
     message on, and the last message."""
@@ -92,13 +104,7 @@ async def measure(url: str, pid: int, seconds: float) -> Measured:
 
     await nc.subscribe("placewatch.telemetry.*", cb=count)
     proc = psutil.Process(pid)
-    with anyio.move_on_after(60):
-        while not first.is_set():
-            if proc.status() == psutil.STATUS_ZOMBIE:
-                raise NoTelemetry("the worker exited before its first telemetry")
-            await anyio.sleep(0.1)
-    if not first.is_set():
-        raise NoTelemetry("no telemetry from the worker within 60 s")
+    await telemetry_from(proc, first)
     before = proc.cpu_times()
     woken = wakes(pid)
     started = time.monotonic()

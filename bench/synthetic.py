@@ -12,13 +12,8 @@ from pathlib import Path
 
 import msgspec
 
-from placewatch.gpu.nvidia_smi import (
-    APP_FIELDS,
-    GPU_FIELDS,
-    attach_processes,
-    parse_compute_apps,
-    parse_gpus,
-)
+from placewatch.gpu.nvidia_smi import APP_FIELDS, GPU_FIELDS
+from placewatch.gpu.nvidia_smi_csv import attach_processes, parse_compute_apps, parse_gpus
 from placewatch.schemas import (
     HostSample,
     NodeInventory,
@@ -63,6 +58,14 @@ def query_apps_of(holders: list[tuple[int, int]]) -> str:
     return "\n".join(rows) + "\n"
 
 
+def counted(answer: str) -> str:
+    """A `--query-gpu` answer with `count` first, as nvidia-smi prints it when asked for it."""
+    header, *rows = answer.splitlines()
+    return "".join(
+        f"{line}\n" for line in [f"count, {header}", *(f"{len(rows)}, {r}" for r in rows)]
+    )
+
+
 def write_fake_nvidia_smi(where: Path, gpus: int, apps: str, *, python: str | None = None) -> Path:
     """A bin/ folder whose nvidia-smi prints the answers in nvidia-smi's exact format.
 
@@ -71,10 +74,20 @@ def write_fake_nvidia_smi(where: Path, gpus: int, apps: str, *, python: str | No
     interpreter started bare (`-I -S`) reading the answer instead: a dynamically
     linked program that maps a few MB of shared code and reads files, as
     nvidia-smi does with libnvidia-ml before it talks to the driver.
+
+    Both loop as nvidia-smi does when the GPU query has `--loop-ms=N` (the worker's
+    looping query, which asks for `count` first): the header once, then the rows every
+    N ms, the answer read again for each pass. The `sh` tool runs `cat` and `sleep` for
+    each pass; the interpreter reads the file and sleeps in process, as nvidia-smi reads
+    the driver's library in process, without its reads of each GPU.
     """
     assert set(GPU_FIELDS) <= {c.split(" [")[0] for c in GPU_HEADER.split(", ")}
     assert set(APP_FIELDS) - {"used_memory"} <= {c.split(" [")[0] for c in APPS_HEADER.split(", ")}
-    (where / "gpu.csv").write_text(query_gpu(gpus))
+    answer = query_gpu(gpus)
+    (where / "gpu.csv").write_text(answer)
+    header, rows = counted(answer).split("\n", 1)
+    (where / "gpu-count-header.csv").write_text(header + "\n")
+    (where / "gpu-count-rows.csv").write_text(rows)
     (where / "apps.csv").write_text(apps)
     bin_dir = where / "bin"
     bin_dir.mkdir(exist_ok=True)
@@ -82,16 +95,31 @@ def write_fake_nvidia_smi(where: Path, gpus: int, apps: str, *, python: str | No
     if python is None:
         tool.write_text(
             "#!/bin/sh\n"
-            f'case "$*" in *--query-gpu=*) exec cat "{where}/gpu.csv";; '
+            'case "$*" in *--query-gpu=*--loop-ms=*)\n'
+            "  ms=${*##*--loop-ms=}; ms=${ms%% *}\n"
+            "  s=$((ms / 1000)).$(printf %03d $((ms % 1000)))\n"
+            f'  cat "{where}/gpu-count-header.csv"\n'
+            f'  while cat "{where}/gpu-count-rows.csv"; do sleep "$s"; done;;\n'
+            f'*--query-gpu=*) exec cat "{where}/gpu.csv";;\n'
             f'*--query-compute-apps=*) exec cat "{where}/apps.csv";; esac\nexit 2\n'
         )
     else:
         tool.write_text(
             f"#!{python} -IS\n"
-            "import sys\n"
+            "import sys, time\n"
             "args = ' '.join(sys.argv[1:])\n"
-            f"name = 'gpu.csv' if '--query-gpu=' in args else 'apps.csv'\n"
-            f"sys.stdout.write(open({str(where)!r} + '/' + name).read())\n"
+            f"where = {str(where)!r}\n"
+            "if '--loop-ms=' not in args:\n"
+            "    name = 'gpu.csv' if '--query-gpu=' in args else 'apps.csv'\n"
+            "    sys.stdout.write(open(where + '/' + name).read())\n"
+            "    sys.exit(0)\n"
+            "seconds = int(args.split('--loop-ms=')[1].split()[0]) / 1000\n"
+            "sys.stdout.write(open(where + '/gpu-count-header.csv').read())\n"
+            "while True:\n"
+            "    with open(where + '/gpu-count-rows.csv') as rows:\n"
+            "        sys.stdout.write(rows.read())\n"
+            "    sys.stdout.flush()\n"
+            "    time.sleep(seconds)\n"
         )
     tool.chmod(0o755)
     return bin_dir

@@ -67,8 +67,10 @@ from placewatch.gpu.nvidia_smi import TOOL as NVIDIA_SMI  # noqa: E402
 from placewatch.gpu.nvidia_smi import (  # noqa: E402
     NvidiaSmiSource,
     apps_query_argv,
-    attach_processes,
     gpu_query_argv,
+)
+from placewatch.gpu.nvidia_smi_csv import (  # noqa: E402
+    attach_processes,
     parse_compute_apps,
     parse_gpus,
 )

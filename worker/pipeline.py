@@ -86,7 +86,9 @@ class Pipeline:
             discovery=settings.discover,
             logs=EngineLogs(),
         )
-        chains = chains_for(settings.probe_timeout, settings.kfd_root, settings.gpu_sources)
+        chains = chains_for(
+            settings.probe_timeout, settings.kfd_root, settings.gpu_sources, settings.interval
+        )
         sampler = NodeSampler(chains, HostSampler())
         return cls(settings.node, settings.interval, sampler, shards, session=session)
 

@@ -60,6 +60,19 @@ POLL_S = 0.01
 
 
 @dataclass(frozen=True)
+class Child:
+    """A tool started by `ProbeRunner.start`: its process, a descriptor readable once it
+    exits (None without pidfd), and what each pipe has given so far, by descriptor."""
+
+    proc: subprocess.Popen[bytes]
+    pidfd: int | None
+    out: bytearray
+    err: bytearray
+    pipes: dict[int, bytearray]
+    """stdout's and stderr's descriptors, to `out` and `err`; a pipe at its end is dropped."""
+
+
+@dataclass(frozen=True)
 class ProbeResult:
     """A tool's output, or why there is none. `error` is None when it ran and exited 0."""
 
@@ -89,7 +102,7 @@ class ProbeRunner:
         proc = self._stuck.get(tool)
         if proc is None:
             return None
-        if not _has_exited(proc.pid):  # our child: its pid is not reused until this reaps it
+        if not has_exited(proc.pid):  # our child: its pid is not reused until this reaps it
             return proc.pid
         # Its group was killed at the timeout; whatever of it was stuck beside the
         # tool goes now, while the tool, unreaped, still holds the group's id.
@@ -127,9 +140,11 @@ class ProbeRunner:
             self._in_flight.discard(tool)
         return result(stdout, error)
 
-    async def _run(self, tool: str, argv: list[str]) -> tuple[str, str | None]:
+    def start(self, tool: str, argv: Sequence[str]) -> Child | str:
+        """`argv` started in a session of its own, its pipes ready to read without blocking;
+        or why it could not start."""
         try:
-            proc = subprocess.Popen(  # noqa: ASYNC220 - returns once the tool is exec'd
+            proc = subprocess.Popen(  # returns once the tool is exec'd
                 argv,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
@@ -137,24 +152,28 @@ class ProbeRunner:
                 start_new_session=True,
             )
         except OSError as exc:
-            return "", f"{tool} could not start: {exc.strerror or exc}"
+            return f"{tool} could not start: {exc.strerror or exc}"
         assert proc.stdout is not None and proc.stderr is not None
         out, err = bytearray(), bytearray()
         pipes = {proc.stdout.fileno(): out, proc.stderr.fileno(): err}
         for fd in pipes:
             os.set_blocking(fd, False)
-        pidfd = _pidfd(proc.pid)
+        return Child(proc, open_pidfd(proc.pid), out, err, pipes)
+
+    async def _run(self, tool: str, argv: list[str]) -> tuple[str, str | None]:
+        child = self.start(tool, argv)
+        if isinstance(child, str):
+            return "", child
+        proc, out, err = child.proc, child.out, child.err
         exited = False
         try:
             with anyio.move_on_after(self.timeout_s):
-                await _read_until_exit(proc.pid, pidfd, pipes)
+                await _read_until_exit(proc.pid, child.pidfd, child.pipes)
                 exited = True
             if exited:
-                await _read_left(pipes)
+                await read_left(child.pipes)
         finally:
-            await self._end(tool, proc, pidfd, exited)
-            proc.stdout.close()
-            proc.stderr.close()
+            await self.end(tool, child, exited)
         if not exited:
             return "", f"{tool} timed out after {self.timeout_s:g} s and was killed"
         stdout = out.decode(errors="replace")
@@ -164,10 +183,10 @@ class ProbeRunner:
             return stdout, f"{tool} exited {proc.returncode}: {detail}"
         return stdout, None
 
-    async def _end(
-        self, tool: str, proc: subprocess.Popen[bytes], pidfd: int | None, exited: bool
-    ) -> None:
-        """Kill the tool's whole group, then reap the tool; remember it if it does not die."""
+    async def end(self, tool: str, child: Child, exited: bool) -> None:
+        """Kill the tool's whole group, then reap the tool and close its pipes; remember it if
+        it does not die. `exited`: the tool was seen to exit (not reaped yet)."""
+        proc, pidfd = child.proc, child.pidfd
         try:
             # start_new_session made the tool the leader of its own group; until it
             # is reaped, its pid (the group's id) cannot be given to another process,
@@ -181,6 +200,9 @@ class ProbeRunner:
         finally:
             if pidfd is not None:
                 os.close(pidfd)
+            for pipe in (proc.stdout, proc.stderr):
+                if pipe is not None:
+                    pipe.close()
         if proc.returncode is None:
             log.warning(
                 "%s (pid %d) survived SIGKILL (uninterruptible sleep in the driver?); "
@@ -199,29 +221,29 @@ async def _read_until_exit(pid: int, pidfd: int | None, pipes: dict[int, bytearr
     open. Pipes at their end or past the cap are dropped from `pipes`.
     """
     while True:
-        _read_ready(pipes)
+        read_ready(pipes)
         if pidfd is not None:
-            if pidfd in await _readable([*pipes, pidfd]):
+            if pidfd in await readable([*pipes, pidfd]):
                 return
-        elif _has_exited(pid):
+        elif has_exited(pid):
             return
         else:
             with anyio.move_on_after(POLL_S):
-                await _readable(pipes)
+                await readable(pipes)
 
 
-async def _read_left(pipes: dict[int, bytearray]) -> None:
+async def read_left(pipes: dict[int, bytearray]) -> None:
     """Once the tool has exited: what is left in its pipes, for GRACE_S at most."""
-    _read_ready(pipes)
+    read_ready(pipes)
     if not pipes:  # the usual case: both at their end already
         return
     with anyio.move_on_after(GRACE_S):
         while pipes:
-            await _readable(pipes)
-            _read_ready(pipes)
+            await readable(pipes)
+            read_ready(pipes)
 
 
-def _read_ready(pipes: dict[int, bytearray]) -> None:
+def read_ready(pipes: dict[int, bytearray]) -> None:
     """Read a chunk from each pipe that has one; a pipe at its end is dropped, a runaway one cut."""
     for fd, into in list(pipes.items()):
         try:
@@ -234,7 +256,7 @@ def _read_ready(pipes: dict[int, bytearray]) -> None:
             into.extend(chunk)
 
 
-def _pidfd(pid: int) -> int | None:
+def open_pidfd(pid: int) -> int | None:
     """A descriptor that is readable once `pid` has exited; None before Linux 5.3 or in a
     sandbox that refuses pidfd_open."""
     try:
@@ -243,7 +265,7 @@ def _pidfd(pid: int) -> int | None:
         return None
 
 
-def _has_exited(pid: int) -> bool:
+def has_exited(pid: int) -> bool:
     """Whether our child `pid` has exited, without reaping it (WNOWAIT)."""
     try:
         return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
@@ -257,10 +279,10 @@ async def _exited(proc: subprocess.Popen[bytes], pidfd: int | None) -> None:
         if pidfd is None:
             await anyio.sleep(POLL_S)  # nothing to wait on but the exit
         else:
-            await _readable([pidfd])
+            await readable([pidfd])
 
 
-async def _readable(fds: Collection[int]) -> set[int]:
+async def readable(fds: Collection[int]) -> set[int]:
     """Until any of `fds` is readable (a pidfd is once its process exits); those that are.
 
     One future for all of them on the running loop (the worker runs on

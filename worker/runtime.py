@@ -154,6 +154,7 @@ async def _start_worker(
         settings.interval,
         session,
     )
+    await tg.start(pipeline.sampler.run)
     if pipeline.logs is not None:
         await tg.start(pipeline.logs.run)
         tg.start_soon(_tick_on_new_evidence, pipeline.logs, worker)

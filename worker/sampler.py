@@ -6,9 +6,11 @@ import time
 from dataclasses import dataclass
 
 import anyio
+from anyio.abc import TaskStatus
 
 from placewatch.schemas import GpuSample, HostSample, SourceStatus
 
+from .gpu import LoopingSource
 from .gpu.registry import VendorChain
 from .host import HostSampler
 
@@ -33,6 +35,17 @@ class NodeSampler:
     def __init__(self, chains: list[VendorChain], host: HostSampler) -> None:
         self.chains = chains
         self.host = host
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """The GPU sources' own tasks (a tool kept running that loops by itself), for as long
+        as the worker runs. Without this, as in `placewatch sample`, each tool runs once a
+        tick."""
+        async with anyio.create_task_group() as tg:
+            for chain in self.chains:
+                for source in chain.candidates:
+                    if isinstance(source, LoopingSource):
+                        await tg.start(source.run)
+            task_status.started()
 
     async def sample(self) -> NodeReading:
         started = time.monotonic()

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from placewatch.gpu.nvidia_smi import attach_processes, parse_compute_apps, parse_gpus
+from placewatch.gpu.nvidia_smi_csv import attach_processes, parse_compute_apps, parse_gpus
 from placewatch.schemas import GpuSample
 
 T = TypeVar("T")

@@ -15,6 +15,15 @@ message on stderr and exit with CODE; a file named `exit` holds the same, printe
 returned after the answer (a tool that printed what it could, then failed). A file named
 `linger` makes the tool first start `sleep 300` in the background, holding its stdout and
 stderr open after it exits, as a stand-in tool with `sleep 300 &` in it does.
+
+A `--query-*` with `--loop-ms=N` (`-lms N`, `--loop=S`, `-l S`) loops as nvidia-smi does:
+the header once, then every N ms a pass of the answer's rows, the file read again for each
+pass (a compute-apps answer without rows prints nothing for a pass). Before each pass it
+looks for two faults, each acted on once (the file is removed): `loop-hang` stops printing
+and hangs as `hang` does, `loop-crash` holds "CODE MESSAGE" to print the message on stderr
+and exit with CODE. While a file named `loop-hold` exists, a looping tool that starts prints
+nothing yet (a driver slow to open its GPUs). A file named `refuse-loop` makes it refuse the
+loop option, as a build that does not know it would.
 """
 
 import os
@@ -36,24 +45,71 @@ def answer_file(tool: str, args: list[str]) -> str:
     return "output.txt"
 
 
+def loop_seconds(args: list[str]) -> float | None:
+    """The interval of a looping query, or None for a query that runs once."""
+    for i, arg in enumerate(args):
+        for flag, scale in (("--loop-ms", 1000), ("-lms", 1000), ("--loop", 1), ("-l", 1)):
+            if arg.startswith(flag + "="):
+                return float(arg.split("=", 1)[1]) / scale
+            if arg == flag and i + 1 < len(args):
+                return float(args[i + 1]) / scale
+    return None
+
+
+def hang(here: Path) -> None:
+    """Stuck, deaf to SIGTERM, and with a child of its own: only killing the whole process
+    group leaves nothing behind."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+    with open(here / "calls.log", "a") as calls:
+        calls.write(f"{child.pid} child of {os.getpid()}\n")
+    while True:
+        time.sleep(3600)
+
+
+def taken(path: Path) -> bool:
+    """Whether the fault file was there; it is removed, so that it strikes once."""
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def loop(here: Path, answer: Path, seconds: float) -> int:
+    """Print the answer's header once, then its rows every `seconds`, as nvidia-smi loops."""
+    header_printed = False
+    while (here / "loop-hold").exists():
+        time.sleep(0.02)
+    while True:
+        if taken(here / "loop-hang"):
+            hang(here)
+        crash = here / "loop-crash"
+        if crash.exists():
+            code, _, message = crash.read_text().partition(" ")
+            taken(crash)
+            print(message.strip(), file=sys.stderr, flush=True)
+            return int(code)
+        lines = answer.read_text().splitlines() if answer.exists() else []
+        rows = lines[1:] if header_printed else lines
+        header_printed = header_printed or bool(lines)
+        if rows:
+            sys.stdout.write("".join(line + "\n" for line in rows))
+            sys.stdout.flush()
+        time.sleep(seconds)
+
+
 def main() -> int:
     tool, args = sys.argv[1], sys.argv[2:]
     here = Path(os.environ["FAKE_GPU_DIR"]) / tool
     with open(here / "calls.log", "a") as calls:
         calls.write(f"{os.getpid()} {' '.join(args)}\n")
     if (here / "hang").exists():
-        # Stuck, deaf to SIGTERM, and with a child of its own: only killing the
-        # whole process group leaves nothing behind.
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
-        with open(here / "calls.log", "a") as calls:
-            calls.write(f"{child.pid} child\n")
-        while True:
-            time.sleep(3600)
+        hang(here)
     if (here / "linger").exists():
         child = subprocess.Popen(["sleep", "300"])  # inherits stdout and stderr
         with open(here / "calls.log", "a") as calls:
-            calls.write(f"{child.pid} child\n")
+            calls.write(f"{child.pid} child of {os.getpid()}\n")
     if (here / "fail").exists():
         code, _, message = (here / "fail").read_text().partition(" ")
         print(message.strip(), file=sys.stderr)
@@ -63,6 +119,12 @@ def main() -> int:
         print('Field "mig.mode.current" is not a valid field to query.', file=sys.stderr)
         return 2
     path = here / answer_file(tool, args)
+    seconds = loop_seconds(args)
+    if seconds is not None and any(a.startswith("--query-") for a in args):
+        if (here / "refuse-loop").exists():
+            print("Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.")
+            return 2
+        return loop(here, path, seconds)
     if not path.exists():
         print("No devices were found", file=sys.stderr)
         return 6

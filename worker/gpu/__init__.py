@@ -11,7 +11,9 @@ from __future__ import annotations
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Protocol
+from typing import ClassVar, Protocol, runtime_checkable
+
+from anyio.abc import TaskStatus
 
 from placewatch.schemas import GpuSample, SourceStatus
 from placewatch.schemas.messages import Vendor
@@ -24,10 +26,12 @@ KFD_ROOT = Path("/sys/class/kfd/kfd")
 
 @dataclass(frozen=True)
 class SourceOptions:
-    """What a source may be built with: the runner of its tool, the KFD tree to read."""
+    """What a source may be built with: the runner of its tool, the KFD tree to read, and the
+    interval a tool that loops by itself repeats at (None: no tool loops)."""
 
     runner: ProbeRunner
     kfd_root: Path = KFD_ROOT
+    interval_s: float | None = None
 
 
 class GpuSource(Protocol):
@@ -43,6 +47,15 @@ class GpuSource(Protocol):
 
     async def sample(self) -> tuple[list[GpuSample], SourceStatus]:
         """This tick's GPUs and how the probe went; never raises for bad tool output."""
+        ...
+
+
+@runtime_checkable
+class LoopingSource(Protocol):
+    """A source with a task of its own: a tool kept running that loops by itself."""
+
+    async def run(self, *, task_status: TaskStatus[None] = ...) -> None:
+        """Its child, kept while its readings are wanted; `sample` reads once without it."""
         ...
 
 

@@ -49,10 +49,14 @@ NAMES: tuple[str, ...] = tuple(source.name for source in SOURCES)
 
 
 def default_chains(
-    runner: ProbeRunner, kfd_root: str | Path = KFD_ROOT, sources: Collection[str] = NAMES
+    runner: ProbeRunner,
+    kfd_root: str | Path = KFD_ROOT,
+    sources: Collection[str] = NAMES,
+    interval_s: float | None = None,
 ) -> list[VendorChain]:
-    """A chain for each vendor with a source among `sources`, in the vendor's order."""
-    options = SourceOptions(runner, Path(kfd_root))
+    """A chain for each vendor with a source among `sources`, in the vendor's order; with
+    `interval_s`, a tool that loops by itself repeats at it where its source's task runs."""
+    options = SourceOptions(runner, Path(kfd_root), interval_s)
     chains: dict[Vendor, VendorChain] = {}
     for source in SOURCES:
         if source.name in sources:
@@ -62,10 +66,13 @@ def default_chains(
 
 
 def chains_for(
-    probe_timeout: float, kfd_root: str | Path, sources: Collection[str]
+    probe_timeout: float,
+    kfd_root: str | Path,
+    sources: Collection[str],
+    interval_s: float | None = None,
 ) -> list[VendorChain]:
-    """The chains of the GPU sources named, with that tool timeout and KFD tree."""
-    return default_chains(ProbeRunner(probe_timeout), kfd_root, sources)
+    """The chains of the GPU sources named, with that tool timeout, KFD tree and interval."""
+    return default_chains(ProbeRunner(probe_timeout), kfd_root, sources, interval_s)
 
 
 class VendorChain:

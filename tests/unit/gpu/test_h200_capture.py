@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from placewatch.gpu.nvidia_smi import (
+from placewatch.gpu.nvidia_smi_csv import (
     attach_processes,
     parse_compute_apps,
     parse_gpus,

@@ -9,7 +9,7 @@ import anyio
 import msgspec
 import pytest
 
-from placewatch.gpu.nvidia_smi import attach_processes, parse_compute_apps, parse_gpus
+from placewatch.gpu.nvidia_smi_csv import attach_processes, parse_compute_apps, parse_gpus
 from placewatch.gpu.nvml import NvmlSource, ProcessLists, load, read_gpus
 from placewatch.schemas import GpuProcess, GpuSample
 

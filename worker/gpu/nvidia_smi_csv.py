@@ -1,0 +1,217 @@
+"""nvidia-smi's CSV answers (`--query-gpu`, `--query-compute-apps`), parsed; pure.
+
+Columns are read by header name, never by position: the header echoes each
+field's canonical name with its unit (ask for `used_memory` and the column
+reads `used_gpu_memory [MiB]`), a driver may add or rename fields, and
+`--format=csv,nounits` strips units from the values only. Checked against
+captures from drivers 465 to 610 (Linux and Windows) in ../shared/corpus.
+Nothing here raises on bad text: what cannot be read is left out or None.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from dataclasses import dataclass
+
+import msgspec
+
+from placewatch.schemas import GpuProcess, GpuSample
+
+from . import values
+
+GPU_KEYS = {"index", "uuid", "name", "pci.bus_id", "memory.total", "memory.used"}
+"""Columns of which a `--query-gpu` table has at least one."""
+_HEADER = re.compile(r"^(?P<name>[^\[]+?)\s*(?:\[(?P<unit>[^\]]*)\])?$")
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    unit: str | None
+
+
+@dataclass(frozen=True)
+class ComputeApp:
+    gpu_uuid: str | None
+    pid: int
+    name: str | None
+    used_bytes: int | None
+
+
+def attach_mig(gpus: list[GpuSample], from_xml: list[GpuSample]) -> list[GpuSample]:
+    """MIG instances read from the XML, put on the CSV's GPUs by UUID."""
+    instances = {g.uuid: g.mig for g in from_xml if g.uuid and g.mig}
+    return [
+        msgspec.structs.replace(g, mig=instances[g.uuid]) if g.uuid in instances else g
+        for g in gpus
+    ]
+
+
+def parse_table(text: str) -> tuple[list[Column], list[list[str]]]:
+    """The header columns and rows of a CSV query; empty when there is no header."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        return [], []
+    reader = csv.reader(io.StringIO("\n".join(lines)), skipinitialspace=True)
+    try:
+        header, *rows = list(reader)
+    except csv.Error:
+        return [], []
+    columns = []
+    for cell in header:
+        match = _HEADER.match(cell.strip())
+        if match is None:
+            columns.append(Column(cell.strip(), None))
+        else:
+            columns.append(Column(match["name"].strip(), match["unit"]))
+    # A line of one cell under a header of several is a message among the rows ("Unable to
+    # determine the device handle for GPU0000:3B:00.0: Unknown Error"), not a row.
+    rows = [row for row in rows if len(row) > 1 or len(columns) == 1]
+    return columns, [_fit(columns, row) for row in rows]
+
+
+def _fit(columns: list[Column], row: list[str]) -> list[str]:
+    """A row with as many cells as the header.
+
+    nvidia-smi does not quote, so a process name holding ", " (a Windows path)
+    spills into the next cells: those are joined back into `process_name`.
+    """
+    extra = len(row) - len(columns)
+    names = [c.name for c in columns] if extra > 0 else []
+    if "process_name" in names:
+        at = names.index("process_name")
+        row = [*row[:at], ", ".join(row[at : at + extra + 1]), *row[at + extra + 1 :]]
+    if len(row) < len(columns):
+        row = row + [""] * (len(columns) - len(row))
+    return [cell.strip() for cell in row[: len(columns)]]
+
+
+class _Fields:
+    """Where each field is in one table: a field's name differs across driver versions, so
+    each lookup lists its aliases, and is worked out once per table, not once per row."""
+
+    def __init__(self, columns: list[Column]) -> None:
+        self._positions = {c.name: (i, c.unit) for i, c in enumerate(columns)}
+
+    def at(self, *names: str) -> list[tuple[int, str | None]]:
+        """The column and header unit of each of `names` the table has, in that order."""
+        return [self._positions[n] for n in names if n in self._positions]
+
+
+def _cell(cells: list[str], at: list[tuple[int, str | None]]) -> tuple[str | None, str | None]:
+    """The first non-missing cell among the columns `at`, with its header unit."""
+    for i, unit in at:
+        if not values.is_missing(cells[i]):
+            return cells[i], unit
+    return None, None
+
+
+def _text(cells: list[str], at: list[tuple[int, str | None]]) -> str | None:
+    return _cell(cells, at)[0]  # cells are stripped, and _cell() skips missing ones
+
+
+def _number(cells: list[str], at: list[tuple[int, str | None]]) -> float | None:
+    return values.number(_cell(cells, at)[0])
+
+
+def _bytes(cells: list[str], at: list[tuple[int, str | None]]) -> int | None:
+    cell, unit = _cell(cells, at)
+    return values.to_bytes(cell, unit or "MiB")
+
+
+def parse_gpus(text: str) -> list[GpuSample]:
+    """GPUs from a `--query-gpu` CSV, with or without units; never raises."""
+    columns, rows = parse_table(text)
+    if not {c.name for c in columns} & GPU_KEYS:
+        return []  # not a query-gpu table: an error message, or another tool's output
+    f = _Fields(columns)
+    index_at, uuid_at = f.at("index"), f.at("uuid", "gpu_uuid")
+    name_at, bus_at = f.at("name", "gpu_name"), f.at("pci.bus_id", "gpu_bus_id")
+    util_at, temp_at = f.at("utilization.gpu"), f.at("temperature.gpu")
+    used_at, free_at = f.at("memory.used"), f.at("memory.free")
+    total_at, reserved_at = f.at("memory.total"), f.at("memory.reserved")
+    power_at = f.at("power.draw", "power.draw.instant", "power.draw.average")
+    cap_at, mig_at = f.at("enforced.power.limit", "power.limit"), f.at("mig.mode.current")
+    gpus = []
+    for position, cells in enumerate(rows):
+        index = values.integer(_cell(cells, index_at)[0])
+        used = _bytes(cells, used_at)
+        free = _bytes(cells, free_at)
+        total = _bytes(cells, total_at)
+        if total is None and used is not None and free is not None:
+            # Some queries leave out memory.total; it is reserved + used + free.
+            total = used + free + (_bytes(cells, reserved_at) or 0)
+        # MIG-enabled GPUs report [N/A] here: the tool cannot tell.
+        utilization = values.percent(_cell(cells, util_at)[0])
+        gpus.append(
+            GpuSample(
+                index=index if index is not None and index >= 0 else position,
+                uuid=_text(cells, uuid_at),
+                vendor="nvidia",
+                name=_text(cells, name_at),
+                bus_id=_text(cells, bus_at),
+                utilization_pct=utilization,
+                activity="busy" if utilization is not None else None,
+                memory_total_bytes=total,
+                memory_used_bytes=used,
+                memory_free_bytes=free,
+                temperature_c=_number(cells, temp_at),
+                power_w=_number(cells, power_at),
+                power_cap_w=_number(cells, cap_at),
+                mig_enabled=_mig_mode(_text(cells, mig_at)),
+            )
+        )
+    return gpus
+
+
+def _mig_mode(value: str | None) -> bool | None:
+    if value is None:
+        return None
+    return {"enabled": True, "disabled": False}.get(value.lower())
+
+
+def parse_compute_apps(text: str) -> list[ComputeApp]:
+    """Processes from a `--query-compute-apps` CSV; rows without a pid are skipped."""
+    columns, rows = parse_table(text)
+    if "pid" not in {c.name for c in columns}:
+        return []
+    f = _Fields(columns)
+    pid_at, uuid_at = f.at("pid"), f.at("gpu_uuid", "uuid")
+    name_at, used_at = f.at("process_name", "name"), f.at("used_gpu_memory", "used_memory")
+    apps = []
+    for cells in rows:
+        pid = values.integer(_cell(cells, pid_at)[0])
+        if pid is None or pid < 0:
+            continue
+        apps.append(
+            ComputeApp(
+                gpu_uuid=_text(cells, uuid_at),
+                pid=pid,
+                name=_text(cells, name_at),
+                # WDDM (Windows) drivers print [N/A] for every process.
+                used_bytes=_bytes(cells, used_at),
+            )
+        )
+    return apps
+
+
+def is_apps_table(text: str) -> bool:
+    """Whether `text` holds a --query-compute-apps table, its rows however many."""
+    columns, _ = parse_table(text)
+    return any(c.name == "pid" for c in columns)
+
+
+def attach_processes(gpus: list[GpuSample], apps: list[ComputeApp]) -> list[GpuSample]:
+    """Each GPU with the processes the compute-apps query lists on it, matched by UUID."""
+    by_uuid: dict[str, list[GpuProcess]] = {g.uuid: [] for g in gpus if g.uuid}
+    for app in apps:
+        if app.gpu_uuid in by_uuid:
+            by_uuid[app.gpu_uuid].append(
+                GpuProcess(pid=app.pid, used_bytes=app.used_bytes, name=app.name)
+            )
+    return [
+        msgspec.structs.replace(g, processes=by_uuid[g.uuid]) if g.uuid in by_uuid else g
+        for g in gpus
+    ]
