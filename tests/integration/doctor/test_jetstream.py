@@ -22,7 +22,9 @@ def test_a_server_without_jetstream_fails_it_and_skips_the_streams(
     server.start()
     try:
         fake_gpu.nvidia_smi(A100_GPUS)
-        done = run_placewatch("doctor", "--nats", server.url, "--node", "n1", env=fake_gpu.env())
+        done = run_placewatch(
+            "doctor", "--nats", server.url, "--node", "n1", "--no-discover", env=fake_gpu.env()
+        )
     finally:
         server.stop()
     assert done.returncode == 1
