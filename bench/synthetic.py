@@ -127,7 +127,8 @@ def write_fake_nvidia_smi(where: Path, gpus: int, apps: str, *, python: str | No
 
 def node_sample(node: str = "gpu-node-0001", gpus: int = 8, shards: int = 16) -> NodeSample:
     """A busy node's sample: `gpus` GPUs with 4 processes per shard (each attributed to its
-    shard), the host, the shards' briefs and the source's status."""
+    shard, with what it ran since the last read), the host, the shards' briefs (with their
+    SM use and requests served) and the source's status."""
     per_shard = 4
     holders = [
         (s % gpus, 40000 + s * per_shard + k) for s in range(shards) for k in range(per_shard)
@@ -139,7 +140,12 @@ def node_sample(node: str = "gpu-node-0001", gpus: int = 8, shards: int = 16) ->
     found = [
         msgspec.structs.replace(
             g,
-            processes=[msgspec.structs.replace(p, shard=owner[p.pid]) for p in g.processes],
+            processes=[
+                msgspec.structs.replace(
+                    p, shard=owner[p.pid], sm_pct=30 + p.pid % 61, mem_pct=5 + p.pid % 37
+                )
+                for p in g.processes
+            ],
             foreign_bytes=0,
         )
         for g in found
@@ -164,6 +170,8 @@ def node_sample(node: str = "gpu-node-0001", gpus: int = 8, shards: int = 16) ->
                 verdict="gpu",
                 pid=40000 + s * per_shard,
                 reason=f"holds 4.1 GiB on GPU {s % gpus} as placed",
+                sm_pct=min(100, 4 * (30 + s)),
+                requests=3 + s,
             )
             for s in range(shards)
         ],

@@ -8,6 +8,7 @@ from . import lean, partitions, streams, subjects
 from .asyncapi import asyncapi_document
 from .codec import DecodeError, decode, decode_any, encode, json_schema, value_headers
 from .messages import (
+    ACTIVITY_WINDOW_S,
     FALLBACK_VERDICTS,
     LEASE_INTERVALS,
     MESSAGE_TYPES,
@@ -35,6 +36,7 @@ from .messages import (
 )
 
 __all__ = [
+    "ACTIVITY_WINDOW_S",
     "FALLBACK_VERDICTS",
     "LEASE_INTERVALS",
     "MESSAGE_TYPES",

@@ -22,6 +22,10 @@ import msgspec
 
 from .subjects import MAX_NAME_BYTES
 
+ACTIVITY_WINDOW_S = 30.0
+"""The window ComputeStatus.sm_pct and .requests are taken over, and over which a shard
+serving requests with no GPU activity is judged to compute on the CPU."""
+
 SCHEMA_VERSION = 2
 """Bumped only when a change would mislead an old reader; sent as Placewatch-Schema. The
 changes are listed in docs/subjects.md: 2 wrote names outside the safe set one-to-one, and
@@ -55,6 +59,7 @@ ShardId = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_NAME_BYTES)]
 Pid = Annotated[int, msgspec.Meta(ge=1, le=PID_MAX)]
 GpuIndex = Annotated[int, msgspec.Meta(ge=0, le=1023)]
 Percent = Annotated[float, msgspec.Meta(ge=0, le=100)]
+WholePercent = Annotated[int, msgspec.Meta(ge=0, le=100)]
 Time = Annotated[datetime, msgspec.Meta(extra_json_schema={"format": "date-time"})]
 """A UTC time: an RFC 3339 string in JSON (`2026-11-30T06:12:03.120113Z`); in msgpack the
 timestamp extension type (-1), which msgpack libraries read as a time."""
@@ -67,6 +72,13 @@ class GpuProcess(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     used_bytes: NonNegative | None = None
     shard: str | None = None
     name: str | None = None
+    sm_pct: WholePercent | None = None
+    """The share of time the process ran kernels on the GPU's SMs since the last read, in
+    whole percent (NVML's per-process utilization samples, `nvidia-smi pmon`'s `sm`; on AMD,
+    amd-smi's gfx engine time where it is above 0). Null where the tool does not give it, and
+    on ticks where no shard placed on GPUs needs it."""
+    mem_pct: WholePercent | None = None
+    """The share of time the GPU's memory controller served the process (NVML, pmon `mem`)."""
 
 
 class MigInstance(msgspec.Struct, frozen=True, kw_only=True, gc=False):
@@ -134,6 +146,10 @@ class ShardBrief(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     verdict: Verdict
     pid: int | None = None
     reason: str = ""
+    sm_pct: WholePercent | None = None
+    """As ComputeStatus.sm_pct, at this tick."""
+    requests: NonNegative | None = None
+    """As ComputeStatus.requests, at this tick."""
 
 
 class NodeSample(msgspec.Struct, frozen=True, kw_only=True, gc=False):
@@ -244,6 +260,11 @@ class ShardReading(msgspec.Struct, frozen=True, kw_only=True, gc=False, omit_def
     """A shard's verdict at one tick; why, and on which devices, is in its ComputeStatus."""
 
     verdict: Verdict
+    sm_pct: WholePercent | None = None
+    """ComputeStatus.sm_pct at this tick, in whole percent; absent where no GPU tool gives
+    per-process activity. (Each process's own activity and the shard's request count stay
+    out of the telemetry, to keep it within its size: they are in the NodeSample and the
+    ComputeStatus.)"""
 
 
 class NodeTelemetry(msgspec.Struct, frozen=True, kw_only=True, gc=False):
@@ -306,6 +327,15 @@ class ComputeStatus(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     Podman name it), from the process's cgroup; None outside a container or when unseen."""
     pod_uid: str | None = None
     """The Kubernetes pod its process runs in (the pod's metadata.uid), from its cgroup."""
+    sm_pct: WholePercent | None = None
+    """How busy the shard keeps its busiest GPU: the share of time its processes ran kernels
+    on that GPU's SMs (summed over its processes, as DCGM's per-process SM utilization),
+    averaged over the reads of the last 30 s (ACTIVITY_WINDOW_S), in whole percent. Null where
+    no GPU tool gives per-process utilization."""
+    requests: NonNegative | None = None
+    """Requests the engine's own log shows running or finished in the last 30 s
+    (ACTIVITY_WINDOW_S); null until its log has shown one (no log, or an engine that does not
+    print them)."""
 
 
 class FallbackEvent(msgspec.Struct, frozen=True, kw_only=True, gc=False):

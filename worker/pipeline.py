@@ -97,7 +97,8 @@ class Pipeline:
         return self.shards.logs
 
     async def read(self) -> NodeReading:
-        return await self.sampler.sample()
+        """The GPUs and the host; what each GPU process ran, only while a shard needs it."""
+        return await self.sampler.sample(activity=self.shards.wants_activity)
 
     async def judge(self, reading: NodeReading) -> ShardsView:
         silent = [s.name for s in reading.sources if not s.ok]

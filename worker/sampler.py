@@ -10,7 +10,7 @@ from anyio.abc import TaskStatus
 
 from placewatch.schemas import GpuSample, HostSample, SourceStatus
 
-from .gpu import LoopingSource
+from .gpu import ActivityWanted, LoopingSource
 from .gpu.registry import VendorChain
 from .host import HostSampler
 
@@ -47,12 +47,14 @@ class NodeSampler:
                         await tg.start(source.run)
             task_status.started()
 
-    async def sample(self) -> NodeReading:
+    async def sample(self, activity: ActivityWanted = "no") -> NodeReading:
+        """The GPUs and the host; with `activity`, what each GPU process ran since the last
+        read, where the source can tell (a shard placed on GPUs needs it to be judged)."""
         started = time.monotonic()
         results: list[tuple[list[GpuSample], list[SourceStatus]]] = [([], [])] * len(self.chains)
 
         async def probe(i: int, chain: VendorChain) -> None:
-            results[i] = await chain.sample()
+            results[i] = await chain.sample(activity)
 
         # A node has one vendor's GPUs, or none: a task group only when two must wait.
         if sum(not chain.resting() for chain in self.chains) > 1:

@@ -37,19 +37,25 @@ nvmlMemory_v2 = 0x02000028
 
 
 class NVMLError(Exception):
-    pass
+    """As nvidia-ml-py's: `value` is the NVML return code (999, NVML_ERROR_UNKNOWN)."""
+
+    value = 999
 
 
 class NVMLError_NotSupported(NVMLError):
-    pass
+    value = 3
+
+
+class NVMLError_NotFound(NVMLError):
+    value = 6
 
 
 class NVMLError_FunctionNotFound(NVMLError):
-    pass
+    value = 13
 
 
 class NVMLError_GpuIsLost(NVMLError):
-    pass
+    value = 15
 
 
 @dataclass
@@ -87,6 +93,19 @@ class Pci:
 class Process:
     pid: int
     usedGpuMemory: int | None
+
+
+@dataclass
+class UtilizationSample:
+    """c_nvmlProcessUtilizationSample_t: what one process ran in one sample period, in
+    percent of it; timeStamp in microseconds (NVML's CPU timestamp)."""
+
+    pid: int
+    timeStamp: int
+    smUtil: int
+    memUtil: int = 0
+    encUtil: int = 0
+    decUtil: int = 0
 
 
 @dataclass
@@ -129,6 +148,13 @@ class FakeNvml:
         self.calls = 0
         self.failing = False  # set: every call fails, as when the driver stops answering
         self.lost: set[int] = set()  # GPUs fallen off the bus (Xid 79), by index
+        # Per-process utilization: the samples the driver holds, by GPU index; GPUs that
+        # answer NOT_SUPPORTED (a vGPU guest, before Maxwell); a driver without the v1 call
+        # (FUNCTION_NOT_FOUND: the v2 answers instead); the timestamps each read asked from.
+        self.samples: dict[int, list[UtilizationSample]] = {}
+        self.no_utilization: set[int] = set()
+        self.v1_gone = False
+        self.asked_since: list[tuple[int, int]] = []
 
     def _wait(self) -> None:
         self.calls += 1
@@ -204,6 +230,28 @@ class FakeNvml:
 
     def nvmlDeviceGetComputeInstanceId(self, h: Mig) -> int:
         return h.compute_instance_id
+
+    def nvmlDeviceGetProcessUtilization(self, h: Device, timeStamp: int) -> list[UtilizationSample]:
+        """Samples newer than `timeStamp`; NOT_FOUND when there are none, as the driver says
+        when no process ran since then."""
+        if self.v1_gone:
+            raise NVMLError_FunctionNotFound("Function Not Found")
+        return self._utilization(h, timeStamp)
+
+    def nvmlDeviceGetProcessesUtilizationInfo(
+        self, h: Device, timeStamp: int
+    ) -> list[UtilizationSample]:
+        return self._utilization(h, timeStamp)
+
+    def _utilization(self, h: Device, since: int) -> list[UtilizationSample]:
+        index = h.gpu.index
+        self.asked_since.append((index, since))
+        if h.mig or index in self.no_utilization:
+            raise NVMLError_NotSupported("Not Supported")
+        found = [s for s in self.samples.get(index, []) if s.timeStamp > since]
+        if not found:
+            raise NVMLError_NotFound("Not Found")
+        return found
 
     def nvmlDeviceGetComputeRunningProcesses(self, h: Device | Mig) -> list[Process]:
         if isinstance(h, Mig):

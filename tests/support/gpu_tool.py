@@ -5,7 +5,7 @@ answers from files under $FAKE_GPU_DIR/TOOL/, re-read on every call so a
 test can change what the "driver" reports while a worker runs:
 
 - nvidia-smi: `--query-gpu=...` -> query-gpu.csv, `--query-compute-apps=...`
-  -> query-compute-apps.csv, `-q -x` -> q.xml;
+  -> query-compute-apps.csv, `-q -x` -> q.xml, `pmon ...` -> pmon.txt;
 - any other tool: output.txt.
 
 A file named `refuse-csv` makes nvidia-smi reject CSV queries as an old
@@ -42,6 +42,8 @@ def answer_file(tool: str, args: list[str]) -> str:
             return "query-compute-apps.csv"
         if "-q" in args and "-x" in args:
             return "q.xml"
+        if args[:1] == ["pmon"]:
+            return "pmon.txt"
     return "output.txt"
 
 

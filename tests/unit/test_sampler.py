@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import anyio
 import psutil
 
+from placewatch.gpu import ActivityWanted
 from placewatch.gpu.registry import VendorChain
 from placewatch.host import HostSampler
 from placewatch.sampler import NodeReading, NodeSampler
@@ -28,7 +29,7 @@ class StandIn:
     def unavailable(self) -> str | None:
         return self.missing
 
-    async def sample(self) -> tuple[list[GpuSample], SourceStatus]:
+    async def sample(self, activity: ActivityWanted = "no") -> tuple[list[GpuSample], SourceStatus]:
         status = SourceStatus(
             name=self.name, ok=self.error is None, error=self.error, vendor=self.vendor
         )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Protocol, runtime_checkable
+from typing import ClassVar, Literal, Protocol, runtime_checkable
 
 from anyio.abc import TaskStatus
 
@@ -19,6 +19,11 @@ from placewatch.schemas import GpuSample, SourceStatus
 from placewatch.schemas.messages import Vendor
 
 from ..probe import ProbeRunner
+
+ActivityWanted = Literal["no", "in-process", "any"]
+"""How far a GPU read goes for what each process ran (GpuProcess.sm_pct, .mem_pct): not at
+all; only where it costs no tool run (NVML, microseconds); or through a tool run too
+(`nvidia-smi pmon`, `amd-smi process`: a whole spawn a tick)."""
 
 KFD_ROOT = Path("/sys/class/kfd/kfd")
 """The AMD KFD sysfs tree that per-process VRAM is read from."""
@@ -45,8 +50,10 @@ class GpuSource(Protocol):
         """Why this source cannot be used on this node (tool or library missing), else None."""
         ...
 
-    async def sample(self) -> tuple[list[GpuSample], SourceStatus]:
-        """This tick's GPUs and how the probe went; never raises for bad tool output."""
+    async def sample(self, activity: ActivityWanted = "no") -> tuple[list[GpuSample], SourceStatus]:
+        """This tick's GPUs and how the probe went; never raises for bad tool output. With
+        `activity`, what each listed process ran on its GPU too, where the source can tell
+        and as far as `activity` lets it go."""
         ...
 
 

@@ -26,7 +26,8 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
-from collections.abc import Mapping
+import time
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import anyio.to_thread
@@ -35,7 +36,8 @@ import msgspec
 from placewatch.schemas import GpuProcess, GpuSample, SourceStatus
 
 from ..probe import ProbeResult, ProbeRunner
-from . import KFD_ROOT, SourceOptions, ToolSource, kfd, values
+from . import KFD_ROOT, ActivityWanted, SourceOptions, ToolSource, kfd, values
+from .amd_smi_activity import EngineClock, attach_engine_time
 from .rocm_smi import load_json, power_activity
 
 TOOL = "amd-smi"
@@ -259,6 +261,19 @@ def parse_amd_smi_processes(text: str) -> list[tuple[int, int, int | None, str |
     is missing (older builds, a readable string such as "12.3 MB").
     """
     found: list[tuple[int, int, int | None, str | None]] = []
+    for index, pid, process in process_entries(text):
+        value, unit = _reading(
+            process,
+            ((("memory_usage",), ("vram_mem",)), ((), ("vram_mem", "mem_usage", "mem"))),
+        )
+        vram = values.to_bytes(value, unit or "B")
+        found.append((index, pid, vram, values.text(process.get("name"))))
+    return found
+
+
+def process_entries(text: str) -> Iterator[tuple[int, int, dict[str, object]]]:
+    """(GPU index, pid, the process's object) of every process in `amd-smi process --json`,
+    in any of its shapes (see parse_amd_smi_processes); never raises."""
     for position, item in enumerate(_items(load_json(text))):
         index = _index(item, position)
         entries = item.get("process_list", item.get("processes"))
@@ -269,16 +284,8 @@ def parse_amd_smi_processes(text: str) -> list[tuple[int, int, int | None, str |
             if not isinstance(info, dict):
                 continue
             pid = values.integer(info.get("pid"))
-            if pid is None or pid <= 0:
-                continue
-            process = {str(k): v for k, v in info.items()}
-            value, unit = _reading(
-                process,
-                ((("memory_usage",), ("vram_mem",)), ((), ("vram_mem", "mem_usage", "mem"))),
-            )
-            vram = values.to_bytes(value, unit or "B")
-            found.append((index, pid, vram, values.text(process.get("name"))))
-    return found
+            if pid is not None and pid > 0:
+                yield index, pid, {str(k): v for k, v in info.items()}
 
 
 def attach_amd_smi_processes(
@@ -311,31 +318,39 @@ class AmdSmiSource(ToolSource):
         self._kfd_root = Path(kfd_root)
         self._metric_args: tuple[str, ...] = METRIC_ARGS
         self._tried_all = False
+        self._clock = EngineClock()
 
     @classmethod
     def build(cls, options: SourceOptions) -> AmdSmiSource:
         return cls(options.runner, kfd_root=options.kfd_root)
 
-    async def sample(self) -> tuple[list[GpuSample], SourceStatus]:
+    async def sample(self, activity: ActivityWanted = "no") -> tuple[list[GpuSample], SourceStatus]:
+        """The metric, the processes (KFD, else `amd-smi process`), and where `activity` is
+        "any" and a GPU lists processes, their gfx engine time from `amd-smi process`
+        (amd_smi_activity.py): one more run where KFD gives the processes."""
         result, gpus = await self._metric()
         if not gpus:
             error = _no_gpus(self._tool, result)
             return [], self._status(result.latency_ms, error, result.stuck)
         tree = await anyio.to_thread.run_sync(kfd.read_kfd, self._kfd_root)
+        listed: ProbeResult | None = None
         if tree.gpus:
-            return kfd.attach_kfd_processes(gpus, tree), self._status(
-                result.latency_ms, stuck=result.stuck
-            )
-        # No KFD tree to read (a container without /sys/class/kfd): ask amd-smi.
-        listed = await self._runner.run([self._tool, *PROCESS_ARGS])
-        latency = result.latency_ms + listed.latency_ms
-        stuck = result.stuck or listed.stuck
-        if listed.error is not None and load_json(listed.stdout) is None:
-            return gpus, self._status(
-                latency, f"GPU readings only, no processes: {listed.error}", stuck
-            )
-        processes = parse_amd_smi_processes(listed.stdout)
-        return attach_amd_smi_processes(gpus, processes), self._status(latency, stuck=stuck)
+            gpus = kfd.attach_kfd_processes(gpus, tree)
+        else:
+            # No KFD tree to read (a container without /sys/class/kfd): ask amd-smi.
+            listed = await self._runner.run([self._tool, *PROCESS_ARGS])
+            if listed.error is not None and load_json(listed.stdout) is None:
+                latency, stuck = result.latency_ms + listed.latency_ms, result.stuck or listed.stuck
+                error = f"GPU readings only, no processes: {listed.error}"
+                return gpus, self._status(latency, error, stuck)
+            gpus = attach_amd_smi_processes(gpus, parse_amd_smi_processes(listed.stdout))
+        if activity == "any" and any(g.processes for g in gpus):
+            listed = listed or await self._runner.run([self._tool, *PROCESS_ARGS])
+            entries = process_entries(listed.stdout)
+            gpus = attach_engine_time(gpus, self._clock, entries, time.monotonic())
+        runs = [result] if listed is None else [result, listed]
+        latency = sum(r.latency_ms for r in runs)
+        return gpus, self._status(latency, stuck=any(r.stuck for r in runs))
 
     async def _metric(self) -> tuple[ProbeResult, list[GpuSample]]:
         # amd-smi may exit non-zero over one unsupported reading and still print

@@ -35,7 +35,7 @@ from placewatch.schemas import GpuSample, SourceStatus
 
 from ..probe import ProbeRunner
 from ..tool_loop import RESTART_FIRST_S, RESTART_MOST_S
-from . import SourceOptions, ToolSource
+from . import ActivityWanted, SourceOptions, ToolSource
 from .nvidia_smi_csv import (
     ComputeApp,
     attach_mig,
@@ -45,9 +45,15 @@ from .nvidia_smi_csv import (
     parse_gpus,
 )
 from .nvidia_smi_loop import GpuQueryLoop, Pass
+from .nvidia_smi_pmon import attach_pmon, parse_pmon, pmon_argv
 from .nvidia_smi_xml import parse_xml
 
 log = logging.getLogger(__name__)
+
+# `nvidia-smi pmon -s u -d N` loops by itself as the GPU query does, but is not kept
+# running: a child sampling every second on every node, for an answer needed only while a
+# shard placed on GPUs serves (only then can it change a verdict); NVML, where it loads,
+# gives the same samples in process. So pmon runs once (`-c 1`) on a tick that needs it.
 
 APPS_MAX_AGE_S = 30.0
 """While the GPU readings stay the same, how long the processes last read are kept."""
@@ -147,6 +153,7 @@ class NvidiaSmiSource(ToolSource):
         self._apps_for: tuple[tuple[str | None, int | None], ...] | None = None
         self._apps_at = 0.0
         self._mig: list[GpuSample] | None = None
+        self._pmon_said: str | None = None
 
     @classmethod
     def build(cls, options: SourceOptions) -> NvidiaSmiSource:
@@ -159,7 +166,25 @@ class NvidiaSmiSource(ToolSource):
             return
         await self.loop.run(task_status=task_status)
 
-    async def sample(self) -> tuple[list[GpuSample], SourceStatus]:
+    async def sample(self, activity: ActivityWanted = "no") -> tuple[list[GpuSample], SourceStatus]:
+        """The GPU readings (the loop's latest pass, else the queries once), and where
+        `activity` is "any" and a GPU lists processes, `nvidia-smi pmon -c 1` for what each
+        ran: one run of its own, made only while a shard placed on GPUs serves (see above)."""
+        gpus, status = await self._readings()
+        if activity != "any" or not any(g.processes for g in gpus):
+            return gpus, status
+        result = await self._runner.run(pmon_argv(self._tool))
+        if not result.ok and result.error != self._pmon_said:
+            # The readings stand without it: the processes' activity is left unknown.
+            log.warning("%s pmon failed (%s); process activity is not read", TOOL, result.error)
+        self._pmon_said = result.error
+        latency = round((status.latency_ms or 0.0) + result.latency_ms, 3)
+        status = msgspec.structs.replace(
+            status, latency_ms=latency, degraded=status.degraded or result.stuck
+        )
+        return attach_pmon(gpus, parse_pmon(result.stdout)), status
+
+    async def _readings(self) -> tuple[list[GpuSample], SourceStatus]:
         if self._xml_only:
             return await self._sample_xml()
         loop = self.loop

@@ -27,7 +27,8 @@ import anyio.to_thread
 from placewatch.schemas import GpuProcess, GpuSample, MigInstance, SourceStatus
 from placewatch.schemas.messages import Vendor
 
-from . import SourceOptions
+from . import ActivityWanted, SourceOptions
+from .process_activity import IDLE, Usage, attach_usage
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +62,12 @@ def load() -> tuple[Any, str | None]:
     return pynvml, None
 
 
-def read_gpus(nvml: Any, lists: ProcessLists | None = None) -> tuple[list[GpuSample], list[str]]:
+def read_gpus(
+    nvml: Any, lists: ProcessLists | None = None, utilization: ProcessUtilization | None = None
+) -> tuple[list[GpuSample], list[str]]:
     """Every GPU as NVML sees it, and why any cannot be read at all; a reading NVML refuses
-    is None. Blocking.
+    is None. With `utilization`, what each listed process ran since the last read, too.
+    Blocking.
 
     A GPU the driver lost (Xid 79, fallen off the bus) refuses even its handle: it is
     listed by its index alone, and the others are read as usual.
@@ -77,7 +81,13 @@ def read_gpus(nvml: Any, lists: ProcessLists | None = None) -> tuple[list[GpuSam
             problems.append(f"GPU {index}: {exc}")
             gpus.append(GpuSample(index=index, vendor="nvidia"))
             continue
-        gpus.append(_read_gpu(nvml, index, handle, lists))
+        gpu = _read_gpu(nvml, index, handle, lists)
+        # NVML gives no per-process utilization on a MIG GPU (NOT_SUPPORTED): not asked.
+        if utilization is not None and gpu.processes and not gpu.mig_enabled:
+            usage = utilization.read(nvml, index, handle)
+            if usage is not None:
+                gpu = attach_usage(gpu, usage, IDLE)
+        gpus.append(gpu)
     return gpus, problems
 
 
@@ -204,6 +214,70 @@ class ProcessLists:
         return records[: count.value]
 
 
+NVML_ERROR_NOT_FOUND = 6
+NVML_ERROR_FUNCTION_NOT_FOUND = 13
+
+
+class ProcessUtilization:
+    """What each process ran on each GPU since the last read, from NVML's samples.
+
+    The driver keeps per-process samples (the share of each sample period, 1/6 s to 1 s by
+    product, that the process had kernels on the SMs, and that the memory controller served
+    it) and hands back those newer than the timestamp it is given, one record per process
+    that ran and none for a process that did not (NVML API reference, R550 to R590). A read
+    with no sample since that timestamp fails with NVML_ERROR_NOT_FOUND: nothing ran, which
+    is a reading of 0 for every process, not an error. The newest timestamp seen is kept per
+    GPU, so each read covers the time since the one before; the first covers what the driver
+    still holds. A GPU that cannot say (NOT_SUPPORTED: MIG, a vGPU guest, before Maxwell)
+    gives no reading.
+
+    nvidia-ml-py binds the call as nvmlDeviceGetProcessUtilization (records of
+    c_nvmlProcessUtilizationSample_t: pid, timeStamp, smUtil, memUtil, encUtil, decUtil);
+    a driver without it (FUNCTION_NOT_FOUND) is asked through
+    nvmlDeviceGetProcessesUtilizationInfo (R550 and later, records with the same fields).
+    One read at a time touches it, as ProcessLists.
+    """
+
+    def __init__(self) -> None:
+        self.last_seen: dict[int, int] = {}
+        self._call = "nvmlDeviceGetProcessUtilization"
+
+    def read(self, nvml: Any, index: int, handle: Any) -> dict[int, Usage] | None:
+        """pid -> (SM %, memory %) of the processes that ran on GPU `index` since the last
+        read (a process left out ran nothing), or None where NVML cannot tell. Blocking."""
+        try:
+            records = self._records(nvml, handle, self.last_seen.get(index, 0))
+        except nvml.NVMLError as exc:
+            code = getattr(exc, "value", None)
+            # The bindings raise NVMLError(SUCCESS) for an empty answer to the sizing call.
+            return {} if code in (NVML_ERROR_NOT_FOUND, 0) else None
+        except (AttributeError, TypeError):  # bindings without the call, or a broken record
+            return None
+        return self._usage(index, records)
+
+    def _records(self, nvml: Any, handle: Any, since: int) -> Any:
+        try:
+            return getattr(nvml, self._call)(handle, since)
+        except nvml.NVMLError as exc:
+            v2 = "nvmlDeviceGetProcessesUtilizationInfo"
+            if getattr(exc, "value", None) != NVML_ERROR_FUNCTION_NOT_FOUND or self._call == v2:
+                raise
+            if not hasattr(nvml, v2):
+                raise
+            self._call = v2
+            return getattr(nvml, v2)(handle, since)
+
+    def _usage(self, index: int, records: Any) -> dict[int, Usage]:
+        sums: dict[int, tuple[float, float, int]] = {}
+        newest = self.last_seen.get(index, 0)
+        for record in records or []:
+            sm, mem, n = sums.get(int(record.pid), (0.0, 0.0, 0))
+            sums[int(record.pid)] = (sm + record.smUtil, mem + record.memUtil, n + 1)
+            newest = max(newest, int(record.timeStamp))
+        self.last_seen[index] = newest
+        return {pid: (sm / n, mem / n) for pid, (sm, mem, n) in sums.items()}
+
+
 def _processes(nvml: Any, infos: Any) -> list[GpuProcess]:
     found = []
     for info in infos or []:
@@ -241,6 +315,7 @@ class NvmlSource:
         self.timeout_s = timeout_s
         self._reading: threading.Event | None = None  # set when the last read returned
         self._lists = ProcessLists()  # touched by one read at a time: a stuck one blocks the next
+        self._utilization = ProcessUtilization()  # the same
 
     @classmethod
     def build(cls, options: SourceOptions) -> NvmlSource:
@@ -251,7 +326,9 @@ class NvmlSource:
             self._nvml, self._why_not = load()
         return self._why_not if self._nvml is None else None
 
-    async def sample(self) -> tuple[list[GpuSample], SourceStatus]:
+    async def sample(self, activity: ActivityWanted = "no") -> tuple[list[GpuSample], SourceStatus]:
+        """This tick's GPUs; unless `activity` is "no", what each process ran since the last
+        read too (in the same worker thread as the rest: NVML answers in microseconds)."""
         started = time.perf_counter()
 
         def status(error: str | None = None, degraded: bool = False) -> SourceStatus:
@@ -277,10 +354,11 @@ class NvmlSource:
         done = threading.Event()
         self._reading = done
         nvml, lists = self._nvml, self._lists
+        utilization = self._utilization if activity != "no" else None
 
         def read() -> tuple[list[GpuSample], list[str]]:
             try:
-                return read_gpus(nvml, lists)
+                return read_gpus(nvml, lists, utilization)
             finally:
                 done.set()
 

@@ -20,7 +20,7 @@ from placewatch.schemas import GpuSample, SourceStatus
 from placewatch.schemas.messages import Vendor
 
 from ..probe import ProbeRunner
-from . import KFD_ROOT, GpuSource, SourceOptions
+from . import KFD_ROOT, ActivityWanted, GpuSource, SourceOptions
 from .amd_smi import AmdSmiSource
 from .nvidia_smi import NvidiaSmiSource
 from .nvml import NvmlSource
@@ -97,11 +97,13 @@ class VendorChain:
         again."""
         return self.current is None and self.absent and self._clock() < self._absent_until
 
-    async def sample(self) -> tuple[list[GpuSample], list[SourceStatus]]:
+    async def sample(
+        self, activity: ActivityWanted = "no"
+    ) -> tuple[list[GpuSample], list[SourceStatus]]:
         statuses: list[SourceStatus] = []
         failed: GpuSource | None = None
         if self.current is not None:
-            gpus, status = await self.current.sample()
+            gpus, status = await self.current.sample(activity)
             if status.ok or gpus:
                 return gpus, [status]
             log.warning(
@@ -124,7 +126,7 @@ class VendorChain:
                     SourceStatus(name=candidate.name, ok=False, error=why, vendor=self.vendor)
                 )
                 continue
-            gpus, status = await candidate.sample()
+            gpus, status = await candidate.sample(activity)
             if status.ok or gpus:
                 if self.current is not candidate:
                     log.info("reading %s GPUs through %s", self.vendor, candidate.name)

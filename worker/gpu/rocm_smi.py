@@ -31,7 +31,7 @@ import anyio.to_thread
 from placewatch.schemas import GpuSample, SourceStatus
 
 from ..probe import ProbeResult, ProbeRunner
-from . import KFD_ROOT, SourceOptions, ToolSource, kfd, values
+from . import KFD_ROOT, ActivityWanted, SourceOptions, ToolSource, kfd, values
 
 TOOL = "rocm-smi"
 
@@ -227,7 +227,9 @@ class RocmSmiSource(ToolSource):
     def build(cls, options: SourceOptions) -> RocmSmiSource:
         return cls(options.runner, kfd_root=options.kfd_root)
 
-    async def sample(self) -> tuple[list[GpuSample], SourceStatus]:
+    async def sample(self, activity: ActivityWanted = "no") -> tuple[list[GpuSample], SourceStatus]:
+        """The cards and their KFD processes. `activity` changes nothing: rocm-smi's JSON has
+        no per-process utilization (its --showpids CU occupancy is a text table)."""
         result = await self._runner.run([self._tool, *ROCM_SMI_ARGS])
         # rocm-smi exits non-zero when one of the asked readings is unsupported on
         # the card, and still prints the others: what it printed is used.

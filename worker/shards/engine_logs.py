@@ -14,9 +14,10 @@ docs/benchmarks.md).
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeAlias
 
 import anyio
 import anyio.to_thread
@@ -27,11 +28,14 @@ from .engine_log import EngineEvidence, LogTail
 
 if TYPE_CHECKING:
     from .engine_log.read import EvidenceReader
+    from .engine_log.serving import Serving, ServingLog
 
 LOG_POLL_S = 0.2
 
 Evidence = Mapping[str, EngineEvidence]
 """Shard id -> what its engine's log says so far."""
+Requests: TypeAlias = "Mapping[str, Serving]"
+"""Shard id -> the requests its engine's log showed."""
 
 
 def _reader() -> EvidenceReader:
@@ -42,20 +46,34 @@ def _reader() -> EvidenceReader:
     return EvidenceReader()
 
 
+def _serving() -> ServingLog:
+    """The requests of one log, its patterns compiled with the first log followed too."""
+    from .engine_log.serving import ServingLog  # noqa: PLC0415
+
+    return ServingLog()
+
+
 @dataclass
 class _Followed:
     tail: LogTail
     reader: EvidenceReader = field(default_factory=_reader)
+    serving: ServingLog = field(default_factory=_serving)
     generation: int = 0
+    polled: bool = False
+    """The log was read once: what it held then is history (serving.py)."""
 
     def update(self) -> bool:
-        """Read what the log added; True when its evidence changed. Blocking."""
+        """Read what the log added; True when its evidence changed (the requests it runs are
+        no news worth a tick of their own). Blocking."""
         before = self.reader.snapshot()
         lines = self.tail.poll()
         if self.tail.generation != self.generation:  # another run of the engine, from the top
             self.reader, self.generation = _reader(), self.tail.generation
+            self.serving = _serving()
+        at, history, self.polled = time.monotonic(), not self.polled, True
         for line in lines:
             self.reader.read(line)
+            self.serving.read(line, at, history)
         return self.reader.snapshot() != before
 
 
@@ -74,6 +92,9 @@ class EngineLogs:
         self._asks: MemoryObjectSendStream[_Ask] | None = None
         changes_send, self._changes = anyio.create_memory_object_stream[None](1)
         self._changes_send = changes_send
+        self.serving: Requests = {}
+        """The requests each followed log showed, as of the last `read` (set with its
+        answer, on the event loop)."""
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         asks_send, asks = anyio.create_memory_object_stream[_Ask]()
@@ -89,6 +110,7 @@ class EngineLogs:
                 if ask is not None:
                     with ask.reply:
                         evidence = {sid: f.reader.snapshot() for sid, f in followed.items()}
+                        self.serving = {sid: f.serving.snapshot() for sid, f in followed.items()}
                         with contextlib.suppress(anyio.BrokenResourceError):  # asker cancelled
                             ask.reply.send_nowait(evidence)
                 elif changed:

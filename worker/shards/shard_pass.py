@@ -21,6 +21,8 @@ import anyio.to_thread
 
 from placewatch.schemas import ComputeStatus, GpuSample, ShardBrief, SourceStatus
 
+from ..gpu import ActivityWanted
+from .activity import Activity, ActivityWindows, Read, shard_usage
 from .attribution import Held, ProcTable, attribute, owner, unseen_holders
 from .discovered import DiscoveryWalks
 from .engine_log import EngineEvidence
@@ -58,7 +60,14 @@ class ShardsView:
     @property
     def briefs(self) -> list[ShardBrief]:
         return [
-            ShardBrief(shard=s.shard, verdict=s.verdict, pid=s.pid, reason=s.reason)
+            ShardBrief(
+                shard=s.shard,
+                verdict=s.verdict,
+                pid=s.pid,
+                reason=s.reason,
+                sm_pct=s.sm_pct,
+                requests=s.requests,
+            )
             for s in self.statuses
         ]
 
@@ -107,6 +116,24 @@ class ShardPass:
         self._owners: dict[int, str | None] = {}
         self._owners_for: dict[int, str] = {}
         self._logs_wanted: dict[str, str] = {}
+        self.windows = ActivityWindows()
+
+    @property
+    def wants_activity(self) -> ActivityWanted:
+        """How far the next GPU read should go for what each process ran: through a tool run
+        ("any") while a shard placed on GPUs serves (its log shows a request in the window:
+        only then can activity change its verdict); in process only (NVML) while one merely
+        runs, for its sm_pct; not at all without one."""
+        judged = [
+            sid for sid, t in self.tracked.items() if t.pid and t.ready and t.placement.spec.gpus
+        ]
+        if not judged:
+            return "no"
+        serving = self.logs.serving if self.logs is not None else {}
+        since = time.monotonic() - self.windows.window_s
+        if any(sid in serving and serving[sid].since(since) for sid in judged):
+            return "any"
+        return "in-process"
 
     async def judge(
         self,
@@ -141,8 +168,15 @@ class ShardPass:
         self._failed_reads = 0 if gpus_known else self._failed_reads + 1
         seen = self._attribute(gpus, gpus_known, exited)
         now, at = datetime.now(UTC), time.monotonic() if read_at is None else read_at
+        activity = self._activity(seen, at)
         statuses = [
-            self._compute_status(sid, t, self._judge_one(sid, t, seen, evidence.get(sid), at), now)
+            self._compute_status(
+                sid,
+                t,
+                self._judge_one(sid, t, seen, evidence.get(sid), at, activity.get(sid)),
+                now,
+                activity.get(sid),
+            )
             for sid, t in sorted(self.tracked.items())
         ]
         return ShardsView(
@@ -152,8 +186,34 @@ class ShardPass:
             problems=problems,
         )
 
-    def _judge_one(
-        self, sid: str, t: Tracked, seen: _Attributed, evidence: EngineEvidence | None, at: float
+    def _activity(self, seen: _Attributed, at: float) -> dict[str, Activity]:
+        """What each shard's processes ran on its GPUs while its engine served; a tick whose
+        GPU tools did not answer adds no read."""
+        usage = shard_usage(seen.gpus) if seen.gpus_known else {}
+        serving = self.logs.serving if self.logs is not None else {}
+        now = time.monotonic()
+        self.windows.forget(set(self.tracked))
+        found = {}
+        for sid, t in self.tracked.items():
+            sm, mem = usage.get(sid, ({}, {}))
+            found[sid] = self.windows.observe(
+                sid,
+                pid=t.pid,
+                read=Read(at, sm, mem) if seen.gpus_known else None,
+                serving=serving.get(sid),
+                placed=set(t.placement.spec.gpus),
+                now=now,
+            )
+        return found
+
+    def _judge_one(  # noqa: PLR0917 - one shard's every input, named at the one call
+        self,
+        sid: str,
+        t: Tracked,
+        seen: _Attributed,
+        evidence: EngineEvidence | None,
+        at: float,
+        activity: Activity | None = None,
     ) -> Judgement:
         """One shard's verdict. Nothing about one shard stops the others: an error checking or
         judging it makes it `unknown`, saying what went wrong. While the GPU tools fail, the
@@ -170,6 +230,7 @@ class ShardPass:
             held=seen.held.get(sid, {}),
             hidden=seen.unseen,
             evidence=evidence,
+            activity=activity,
         )
         try:
             judged = judge(obs, seen.gpus)
@@ -334,7 +395,9 @@ class ShardPass:
             guessed = t.placement.origin == "discovered"
             t.ready = answer == "ok" or (guessed and answer == "unreachable" and graced)
 
-    def _compute_status(self, sid: str, t: Tracked, j: Judgement, now: datetime) -> ComputeStatus:
+    def _compute_status(
+        self, sid: str, t: Tracked, j: Judgement, now: datetime, activity: Activity | None
+    ) -> ComputeStatus:
         return ComputeStatus(
             node=self.node,
             shard=sid,
@@ -352,6 +415,8 @@ class ShardPass:
             stale=j.stale,
             container_id=t.container.container_id,
             pod_uid=t.container.pod_uid,
+            sm_pct=activity.sm_pct if activity else None,
+            requests=activity.requests if activity else None,
         )
 
     def _gone_status(self, placement: Placement, now: datetime) -> ComputeStatus:

@@ -14,9 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import cast
 
-from placewatch.schemas import DeviceUse, GpuSample
+from placewatch.schemas import ACTIVITY_WINDOW_S, DeviceUse, GpuSample
 from placewatch.schemas.messages import Backend, Verdict
 
+from .activity import Activity, IdleServing
 from .engine_log import EngineEvidence
 from .placements import Placement
 
@@ -51,6 +52,8 @@ class Observation:
     hidden: dict[int, str] = field(default_factory=dict)
     """GPU index -> why memory there may belong to processes this worker cannot see."""
     evidence: EngineEvidence | None = None
+    activity: Activity | None = None
+    """What its processes ran on its GPUs while its engine served (activity.py)."""
 
 
 @dataclass(frozen=True)
@@ -78,9 +81,13 @@ def _size(n: int | None) -> str:
 
 def judge(obs: Observation, gpus: list[GpuSample]) -> Judgement:
     """The verdict: first what decides before any evidence (gone, meant for the CPU, not ready),
-    then the engine's own word, then the memory its processes hold."""
+    then the engine's own word, then the memory its processes hold; a `gpu` verdict stands
+    only if its processes did something on its GPUs while its engine served."""
     case = _Case(obs, gpus)
-    return _before_evidence(case) or _engine_word(case) or _memory(case)
+    judged = _before_evidence(case) or _engine_word(case) or _memory(case)
+    if judged.verdict == "gpu":
+        return _idle_while_serving(case) or judged
+    return judged
 
 
 class _Case:
@@ -308,6 +315,36 @@ def _nothing_held(case: _Case) -> Judgement:
         f"placed on {_gpu_list(placed)} but computing on the CPU: its processes hold no memory "
         f"there{floor_note}, so its GPU backend did not load; {checks}, or {ADVICE_DOCTOR}",
         "CPU",
+    )
+
+
+def _idle_while_serving(case: _Case) -> Judgement | None:
+    """Memory held, or the engine's word, but nothing run on its GPUs while it served."""
+    activity = case.obs.activity
+    idle = activity.idle_serving if activity is not None else None
+    if idle is None:
+        return None
+    return case.verdict("cpu_fallback", _idle_reason(case, idle), "CPU")
+
+
+def _idle_reason(case: _Case, idle: IdleServing) -> str:
+    engine = idle.engine or case.engine
+    n = idle.requests
+    timed = f" ({idle.busy_s:.1f} s by its own timing)" if idle.busy_s is not None else ""
+    gpus = _gpu_list(list(idle.gpus))
+    held = _held_size(case.obs.held, set(idle.gpus))
+    see = case.see_layers()
+    advice = (
+        "check its -ngl / --n-gpu-layers and that its GPU backend loaded"
+        + (f" ({see})" if see else "")
+        if engine == "llama.cpp"
+        else f"check that its GPU backend loaded ({case.fix_backend()})"
+    )
+    return (
+        f"placed on {gpus} but computing on the CPU: {engine} served {n} "
+        f"request{'' if n == 1 else 's'} within {ACTIVITY_WINDOW_S:.0f} s{timed} while its "
+        f"processes showed 0% SM on {gpus} at all {idle.reads} reads taken meanwhile; the "
+        f"{held} it holds there is not computing; {advice}, or {ADVICE_DOCTOR}"
     )
 
 

@@ -3,8 +3,11 @@
 Skipped wherever no NVIDIA driver answers (CI, a laptop). The shards are
 real processes: `cuda_holder.py` takes memory on GPU 0 through the driver,
 and a plain sleeping interpreter placed on the same GPU is the engine that
-came up on the CPU. Nothing here is faked: the tool, the library and the
-processes the driver lists are the node's own.
+came up on the CPU. `cuda_holder.py --busy` runs kernels on the GPU, where the
+plain holder only holds its buffer: the driver's per-process samples tell them
+apart. Nothing here is faked: the tool, the library and the processes the
+driver lists are the node's own (only an engine's request lines are written
+by the test, in llama-server's format).
 """
 
 from __future__ import annotations
@@ -20,8 +23,10 @@ import nats
 import pytest
 from nats.aio.msg import Msg
 
+from placewatch.config import Settings
 from placewatch.gpu.nvidia_smi import NvidiaSmiSource
 from placewatch.gpu.nvml import NvmlSource
+from placewatch.pipeline import Pipeline
 from placewatch.probe import ProbeRunner
 from placewatch.schemas import (
     ComputeStatus,
@@ -82,6 +87,25 @@ def holder() -> Iterator[int]:
     assert proc.stdout is not None
     try:
         assert proc.stdout.readline().strip() == "ready", "cuda_holder did not take its memory"
+        yield proc.pid
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+
+
+@pytest.fixture
+def busy_holder() -> Iterator[int]:
+    """A process holding HOLD_MIB on GPU 0 and running kernels there without pause: its pid."""
+    proc = subprocess.Popen(
+        [sys.executable, str(HOLDER), "--mib", str(HOLD_MIB), "--busy"],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    assert proc.stdout is not None
+    try:
+        assert proc.stdout.readline().strip() == "ready", "cuda_holder --busy did not start"
         yield proc.pid
     finally:
         proc.kill()
@@ -225,3 +249,93 @@ async def watch(
     finally:
         await nc.close()
     return telemetry, statuses, fallbacks, said
+
+
+def read_activity(source: NvmlSource | NvidiaSmiSource) -> dict[int, float | None]:
+    """pid -> SM % on GPU 0, from a read 1.5 s after a first one (NVML's covers the time
+    between; pmon's its last second)."""
+
+    async def twice() -> list[GpuSample]:
+        await source.sample("any")
+        await anyio.sleep(1.5)
+        gpus, status = await source.sample("any")
+        assert status.ok, status.error
+        return gpus
+
+    gpus = anyio.run(twice)
+    return {p.pid: p.sm_pct for p in gpus[0].processes}
+
+
+def test_nvml_shows_the_busy_holder_running_and_the_idle_one_not(
+    holder: int, busy_holder: int
+) -> None:
+    found = read_activity(NvmlSource())
+    busy, idle = found[busy_holder], found[holder]
+    assert busy is not None and busy > 0, found
+    assert idle == 0.0, found
+
+
+def test_pmon_shows_the_busy_holder_running_and_the_idle_one_not(
+    holder: int, busy_holder: int
+) -> None:
+    found = read_activity(NvidiaSmiSource(ProbeRunner()))
+    busy, idle = found[busy_holder], found[holder]
+    assert busy is not None and busy > 0, found
+    # pmon prints `-` for a process without a sample; beside a busy one the GPU is busy,
+    # so that says nothing (None), or pmon printed a 0.
+    assert idle in (0.0, None), found
+
+
+def test_pmon_reads_an_idle_holder_on_an_otherwise_idle_gpu_as_zero(holder: int) -> None:
+    assert read_activity(NvidiaSmiSource(ProbeRunner()))[holder] == 0.0
+
+
+LAUNCH = "0.02.031.619 I slot launch_slot_: id  0 | task 0 | processing task, is_child = 0"
+
+
+def serve(pid: int, sources: str, where: Path) -> ComputeStatus:
+    """The status of a shard of `pid` placed on GPU 0 whose engine's log says a request is
+    running, after 5 s of ticks 0.7 s apart."""
+    log = where / "engine.log"
+    log.write_text(LAUNCH + "\n")
+    shards = where / "shards.toml"
+    shards.write_text(f'[[shard]]\nid = "s"\npid = {pid}\ngpus = [0]\nlog_path = "{log}"\n')
+    settings = Settings(
+        node="gpu-node", shards=str(shards), grace=0.0, discover=False, gpu_sources=[sources]
+    )
+    pipeline = Pipeline.from_settings(settings)
+
+    async def ticks() -> ComputeStatus:
+        assert pipeline.logs is not None
+        async with anyio.create_task_group() as tg:
+            await tg.start(pipeline.logs.run)
+            tick = await pipeline.take()  # the log's lines are history: running from here
+            for _ in range(7):
+                await anyio.sleep(0.7)
+                tick = await pipeline.take()
+            tg.cancel_scope.cancel()
+        (status,) = tick.shards.statuses
+        return status
+
+    return anyio.run(ticks)
+
+
+@pytest.mark.parametrize("sources", ["nvml", "nvidia-smi"])
+def test_a_serving_shard_whose_gpu_runs_nothing_is_a_fallback(
+    sources: str, holder: int, tmp_path: Path
+) -> None:
+    """It holds 512 MiB on GPU 0, so memory alone says `gpu`; its engine says a request is
+    running; its process runs nothing there."""
+    status = serve(holder, sources, tmp_path)
+    assert (status.verdict, status.backend) == ("cpu_fallback", "CPU"), status.reason
+    assert "showed 0% SM on GPU 0" in status.reason
+    assert (status.sm_pct, status.requests) == (0.0, 1)
+
+
+@pytest.mark.parametrize("sources", ["nvml", "nvidia-smi"])
+def test_a_serving_shard_whose_gpu_runs_its_kernels_is_on_the_gpu(
+    sources: str, busy_holder: int, tmp_path: Path
+) -> None:
+    status = serve(busy_holder, sources, tmp_path)
+    assert status.verdict == "gpu", status.reason
+    assert status.sm_pct is not None and status.sm_pct > 0

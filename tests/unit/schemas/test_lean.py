@@ -79,7 +79,14 @@ def sample(**changes: object) -> NodeSample:
             cpu_pct=12.5, cpu_count=64, memory_total_bytes=1 << 40, memory_available_bytes=1 << 39
         ),
         shards=[
-            ShardBrief(shard="llama-a", verdict="gpu", pid=4242, reason="on GPU 0 as placed"),
+            ShardBrief(
+                shard="llama-a",
+                verdict="gpu",
+                pid=4242,
+                reason="on GPU 0 as placed",
+                sm_pct=87,
+                requests=4,
+            ),
             ShardBrief(shard="qwen-b", verdict="partial", pid=5151, reason="17 of 33 layers"),
         ],
         sources=[SourceStatus(name="nvml", ok=True, latency_ms=1.2, vendor="nvidia")],
@@ -91,7 +98,13 @@ def sample(**changes: object) -> NodeSample:
 def statuses(s: NodeSample) -> dict[str, ComputeStatus]:
     return {
         b.shard: ComputeStatus(
-            node=s.node, shard=b.shard, session=s.session, time=s.time, pid=b.pid, reason=b.reason
+            node=s.node,
+            shard=b.shard,
+            session=s.session,
+            time=s.time,
+            pid=b.pid,
+            reason=b.reason,
+            requests=b.requests,
         )
         for b in s.shards
     }
@@ -106,11 +119,11 @@ def test_split_then_join_through_the_wire_is_the_sample(encoding: str) -> None:
     got_telemetry = decode(sent[1][0], NodeTelemetry, sent[1][1])
     joined = lean.join(got_inventory, got_telemetry, statuses(whole))
     assert joined == msgspec.structs.replace(whole, inventory=inventory.id)
-    # Without the statuses the pids and reasons are unknown; everything else is whole.
+    # Without the statuses the pids, reasons and requests are unknown; the rest is whole.
     bare = lean.join(got_inventory, got_telemetry)
-    assert [(b.shard, b.verdict, b.pid, b.reason) for b in bare.shards] == [
-        ("llama-a", "gpu", None, ""),
-        ("qwen-b", "partial", None, ""),
+    assert [(b.shard, b.verdict, b.pid, b.reason, b.sm_pct, b.requests) for b in bare.shards] == [
+        ("llama-a", "gpu", None, "", 87, None),
+        ("qwen-b", "partial", None, "", None, None),
     ]
     assert bare.gpus == joined.gpus
 
@@ -135,6 +148,30 @@ def test_what_stays_is_in_the_inventory_what_changes_in_the_telemetry() -> None:
         "qwen-b": "partial",
     }
     assert telemetry.dropped == 3
+
+
+def test_a_shard_s_sm_use_travels_each_process_s_activity_stays_in_the_sample() -> None:
+    busy = sample()
+    nvidia = busy.gpus[0]
+    ran = [msgspec.structs.replace(p, sm_pct=61, mem_pct=9) for p in nvidia.processes]
+    busy = msgspec.structs.replace(
+        busy, gpus=[msgspec.structs.replace(nvidia, processes=ran), busy.gpus[1]]
+    )
+    inventory, telemetry = lean.split(busy)
+    payload = encode(telemetry)[0]
+    assert b'"llama-a":{"verdict":"gpu","sm_pct":87}' in payload
+    assert b'"qwen-b":{"verdict":"partial"}' in payload  # nothing more where nothing is known
+    assert b"mem_pct" not in payload and b"requests" not in payload
+    assert lean.split(busy)[0].id == lean.split(sample())[0].id  # a reading, not the inventory
+    joined = lean.join(inventory, decode(payload, NodeTelemetry), statuses(busy))
+    assert [(p.pid, p.sm_pct, p.mem_pct) for p in joined.gpus[0].processes] == [
+        (4242, None, None),
+        (4243, None, None),
+    ]
+    assert [(b.shard, b.sm_pct, b.requests) for b in joined.shards] == [
+        ("llama-a", 87, 4),
+        ("qwen-b", None, None),
+    ]
 
 
 def test_the_inventory_id_follows_its_content_only() -> None:
@@ -192,14 +229,17 @@ def test_whole_numbers_travel_as_integers_and_read_back_as_floats() -> None:
 
 
 def test_a_busy_node_s_telemetry_is_within_its_size_targets() -> None:
-    """8 GPUs, 64 processes, 16 shards: at most 4 KB of JSON and 2.5 KB of msgpack a tick,
-    where the whole sample was 11.5 KB of JSON (the message of schema 1)."""
+    """8 GPUs, 64 processes, 16 shards, each process's activity read and each shard's SM use
+    and requests known: at most 4 KB of JSON and 2.5 KB of msgpack a tick, where the whole
+    sample was 11.5 KB of JSON (the message of schema 1)."""
     whole = node_sample()
     _, telemetry = lean.split(whole)
     as_json, as_msgpack = encode(telemetry)[0], encode(telemetry, "msgpack")[0]
     assert len(as_json) <= 4000 and len(as_msgpack) <= 2500, (len(as_json), len(as_msgpack))
     assert len(msgspec.json.encode(whole)) > 11_000  # what every tick carried before
     assert sum(len(g.processes) for g in telemetry.gpus) == 64 and len(telemetry.shards) == 16
+    assert all(p.sm_pct is not None for g in whole.gpus for p in g.processes)
+    assert all(s.sm_pct is not None for s in telemetry.shards.values())
 
 
 class FirstNodeTelemetry(msgspec.Struct, kw_only=True):
