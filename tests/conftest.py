@@ -23,6 +23,8 @@ from placewatch.config import GPU_SOURCES
 from placewatch.embedded import find_binary
 from placewatch.gpu import nvml
 
+from tests.support.gpu_tool import APPS_BASE
+
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 FAKE_TOOL = Path(__file__).resolve().parent / "support" / "gpu_tool.py"
@@ -115,6 +117,8 @@ class FakeGpuTools:
         self.data = root / "data"
         self.bin.mkdir(parents=True)
         self.data.mkdir(parents=True)
+        self._fresh: set[str] = set()
+        """Tools whose GPU answer was written after their processes' answer."""
 
     def install(self, tool: str) -> Path:
         (self.data / tool).mkdir(exist_ok=True)
@@ -138,14 +142,17 @@ class FakeGpuTools:
     def write(self, tool: str, name: str, content: Path | str) -> None:
         text = content.read_text() if isinstance(content, Path) else content
         target = self.data / tool / name
-        gpus = self.data / tool / "query-gpu.csv"
-        if name == "query-compute-apps.csv" and target.exists() and gpus.exists():
-            # As on a real GPU: a process that starts or ends moves its GPU's used memory,
-            # which is what tells the worker's looping query to list the processes again.
-            self.write(tool, gpus.name, follow_apps(gpus.read_text(), target.read_text(), text))
-        tmp = target.with_suffix(".tmp")
-        tmp.write_text(text)
-        tmp.replace(target)
+        if name == "query-compute-apps.csv" and tool in self._fresh:
+            # The processes the GPUs' answer was written with: from now on the fake tool
+            # moves each GPU's used memory by what its processes' memory moved since
+            # (tests/support/gpu_tool.py), as on a real GPU, where a process that starts
+            # or ends is what tells the worker's looping query to list them again.
+            _replace(self.data / tool / APPS_BASE, text)
+            self._fresh.discard(tool)
+        elif name == "query-gpu.csv":
+            (self.data / tool / APPS_BASE).unlink(missing_ok=True)
+            self._fresh.add(tool)
+        _replace(target, text)
 
     def hang(self, tool: str) -> None:
         (self.install(tool) / "hang").write_text("")
@@ -275,39 +282,11 @@ SLEEP = "import time; time.sleep(120)"
 PARENT = f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {SLEEP!r}]); time.sleep(120)"
 
 
-def _mib_by_gpu(compute_apps: str) -> dict[str, int]:
-    """Each GPU's (by uuid) MiB held by the processes of a compute-apps answer."""
-    lines = [line.split(", ") for line in compute_apps.splitlines() if line.strip()]
-    if not lines or "gpu_uuid" not in lines[0] or "used_gpu_memory [MiB]" not in lines[0]:
-        return {}
-    uuid, used = lines[0].index("gpu_uuid"), lines[0].index("used_gpu_memory [MiB]")
-    held: dict[str, int] = {}
-    for row in lines[1:]:
-        if len(row) == len(lines[0]) and row[used].isdigit():
-            held[row[uuid]] = held.get(row[uuid], 0) + int(row[used])
-    return held
-
-
-def follow_apps(query_gpu: str, before: str, after: str) -> str:
-    """The query-gpu answer with each GPU's used and free memory moved by what its
-    processes' memory moved from `before` to `after` (compute-apps answers)."""
-    old, new = _mib_by_gpu(before), _mib_by_gpu(after)
-    lines = query_gpu.splitlines()
-    if not lines:
-        return query_gpu
-    header = lines[0].split(", ")
-    if not {"uuid", "memory.used [MiB]", "memory.free [MiB]"} <= set(header):
-        return query_gpu
-    uuid, used, free = (header.index(h) for h in ("uuid", "memory.used [MiB]", "memory.free [MiB]"))
-    out = [lines[0]]
-    for line in lines[1:]:
-        row = line.split(", ")
-        moved = new.get(row[uuid], 0) - old.get(row[uuid], 0) if len(row) == len(header) else 0
-        if moved and row[used].isdigit() and row[free].isdigit():
-            row[used] = str(int(row[used]) + moved)
-            row[free] = str(max(int(row[free]) - moved, 0))
-        out.append(", ".join(row))
-    return "\n".join(out) + "\n"
+def _replace(target: Path, text: str) -> None:
+    """Write `text` to `target` at once: a tool reading it sees the old or the new."""
+    tmp = target.with_suffix(".tmp")
+    tmp.write_text(text)
+    tmp.replace(target)
 
 
 def apps(holders: dict[int, tuple[str, int]]) -> str:

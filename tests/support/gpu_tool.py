@@ -33,6 +33,9 @@ import sys
 import time
 from pathlib import Path
 
+APPS_BASE = "apps-base.csv"
+"""The compute-apps answer the GPU answer was written with."""
+
 
 def answer_file(tool: str, args: list[str]) -> str:
     if tool == "nvidia-smi":
@@ -78,6 +81,51 @@ def taken(path: Path) -> bool:
     return True
 
 
+def _mib_by_gpu(compute_apps: str) -> dict[str, int]:
+    """Each GPU's (by uuid) MiB held by the processes of a compute-apps answer."""
+    lines = [line.split(", ") for line in compute_apps.splitlines() if line.strip()]
+    if not lines or "gpu_uuid" not in lines[0] or "used_gpu_memory [MiB]" not in lines[0]:
+        return {}
+    uuid, used = lines[0].index("gpu_uuid"), lines[0].index("used_gpu_memory [MiB]")
+    held: dict[str, int] = {}
+    for row in lines[1:]:
+        if len(row) == len(lines[0]) and row[used].isdigit():
+            held[row[uuid]] = held.get(row[uuid], 0) + int(row[used])
+    return held
+
+
+def follow_apps(query_gpu: str, before: str, after: str) -> str:
+    """The query-gpu answer with each GPU's used and free memory moved by what its
+    processes' memory moved from `before` to `after` (compute-apps answers)."""
+    old, new = _mib_by_gpu(before), _mib_by_gpu(after)
+    lines = query_gpu.splitlines()
+    if not lines:
+        return query_gpu
+    header = lines[0].split(", ")
+    if not {"uuid", "memory.used [MiB]", "memory.free [MiB]"} <= set(header):
+        return query_gpu
+    uuid, used, free = (header.index(h) for h in ("uuid", "memory.used [MiB]", "memory.free [MiB]"))
+    out = [lines[0]]
+    for line in lines[1:]:
+        row = line.split(", ")
+        moved = new.get(row[uuid], 0) - old.get(row[uuid], 0) if len(row) == len(header) else 0
+        if moved and row[used].isdigit() and row[free].isdigit():
+            row[used] = str(int(row[used]) + moved)
+            row[free] = str(max(int(row[free]) - moved, 0))
+        out.append(", ".join(row))
+    return "\n".join(out) + "\n"
+
+
+def answer_text(here: Path, answer: Path) -> str:
+    """The answer as written; a GPU query's with each GPU's memory moved with its processes
+    since it was written (APPS_BASE), so that both answers change at one write."""
+    text = answer.read_text()
+    base, now = here / APPS_BASE, here / "query-compute-apps.csv"
+    if answer.name == "query-gpu.csv" and base.exists() and now.exists():
+        return follow_apps(text, base.read_text(), now.read_text())
+    return text
+
+
 def loop(here: Path, answer: Path, seconds: float) -> int:
     """Print the answer's header once, then its rows every `seconds`, as nvidia-smi loops."""
     header_printed = False
@@ -92,7 +140,7 @@ def loop(here: Path, answer: Path, seconds: float) -> int:
             taken(crash)
             print(message.strip(), file=sys.stderr, flush=True)
             return int(code)
-        lines = answer.read_text().splitlines() if answer.exists() else []
+        lines = answer_text(here, answer).splitlines() if answer.exists() else []
         rows = lines[1:] if header_printed else lines
         header_printed = header_printed or bool(lines)
         if rows:
@@ -130,7 +178,7 @@ def main() -> int:
     if not path.exists():
         print("No devices were found", file=sys.stderr)
         return 6
-    sys.stdout.write(path.read_text())
+    sys.stdout.write(answer_text(here, path))
     if (here / "exit").exists():
         code, _, message = (here / "exit").read_text().partition(" ")
         print(message.strip(), file=sys.stderr)

@@ -6,9 +6,10 @@ mapped to the GPU's physical index by its UUID.
 In the worker the GPU query loops by itself (`--loop-ms`, nvidia_smi_loop.py): one
 long-lived child instead of a spawn a tick, the tick taking its latest complete pass.
 The compute-apps query cannot loop usefully: a GPU without processes prints no row, so a
-pass with none is silent and cannot be told from a hung loop. It is run once when a pass
-shows any GPU's used memory changed (a process that starts or ends allocates or frees
-memory, a CUDA context alone hundreds of MiB) and at least every APPS_MAX_AGE_S, which
+pass with none is silent and cannot be told from a hung loop. It is run, with the GPU
+query once beside it for a consistent pair, when a pass shows any GPU's used memory
+changed (a process that starts or ends allocates or frees memory, a CUDA context alone
+hundreds of MiB) and at least every APPS_MAX_AGE_S, which
 bounds the one change this misses: a process that ends while another takes exactly its
 memory on the same GPU within one interval. Without the loop (`placewatch sample`, a tool
 that refuses `--loop-ms`, a loop that hung or exited until it gives a reading again), both
@@ -219,7 +220,13 @@ class NvidiaSmiSource(ToolSource):
         return await self._with_processes(gpus, partly, gpu_result.latency_ms, reuse=False)
 
     async def _sample_pass(self, latest: Pass) -> tuple[list[GpuSample], SourceStatus]:
-        """The loop's latest pass, with the processes read again only when it shows a change."""
+        """The loop's latest pass, with the processes it had (read again when they are old).
+        When the pass shows a change, both queries run afresh instead: the pass may be most
+        of an interval older than a process list read now, and a process that ended in
+        between would leave its memory in the pass with no process to hold it (foreign
+        memory, one tick of `unknown`)."""
+        if self._apps_for is not None and _memory(list(latest.gpus)) != self._apps_for:
+            return await self._sample_once()
         said = [f"{TOOL} printed {m!r}; the GPUs it printed are read" for m in latest.said[:1]]
         return await self._with_processes(list(latest.gpus), said, 0.0, reuse=True)
 

@@ -410,7 +410,8 @@ def telemetry_until(
 def gpu_readings(doc: dict[str, object]) -> list[tuple[object, ...]]:
     gpus = doc["gpus"]
     assert isinstance(gpus, list)
-    return [(g["index"], g["memory_used_bytes"], [p["pid"] for p in g["processes"]]) for g in gpus]
+    # Schema 2: each GPU's processes are a map of pid (a JSON object key) to bytes held.
+    return [(g["index"], g["memory_used_bytes"], [int(p) for p in g["processes"]]) for g in gpus]
 
 
 READ = [(0, 40960 * MiB, [4242, 4317]), (1, 0, [5120])]
