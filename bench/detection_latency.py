@@ -42,7 +42,7 @@ from nats.aio.msg import Msg
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.servers import nats_server, placewatch_cmd, worker_env  # noqa: E402
+from bench.servers import nats_server, worker_argv, worker_env  # noqa: E402
 from bench.synthetic import query_apps_of, query_gpu  # noqa: E402
 from placewatch.schemas import FallbackEvent, decode  # noqa: E402
 
@@ -144,15 +144,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, nats_server() as url:
         tools = FakeGpuTools(Path(tmp) / "fake-gpu")
         shard = Shard(tools, Path(tmp))
-        argv = [
-            *placewatch_cmd(),
-            "run",
-            "--nats",
+        argv = worker_argv(
             url,
-            "--node",
-            "bench",
-            "--interval",
-            str(args.interval),
+            args.interval,
             "--shards",
             str(shard.file),
             "--grace",
@@ -160,7 +154,7 @@ def main() -> None:
             "--no-discover",
             "--log-level",
             "warning",
-        ]
+        )
         env = tools.env(worker_env(tools.bin))
         with open(Path(tmp) / "worker.log", "w") as log:
             worker = subprocess.Popen(argv, env=env, stdout=log, stderr=log)

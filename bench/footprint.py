@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.rss_stages import rss as rss_split  # noqa: E402
 from bench.rss_stages import startup_pth  # noqa: E402
-from bench.servers import nats_server, node_env, placewatch_cmd, worker_env  # noqa: E402
+from bench.servers import nats_server, node_env, worker_argv, worker_env  # noqa: E402
 from bench.synthetic import query_apps, write_fake_nvidia_smi  # noqa: E402
 from placewatch.schemas import NodeTelemetry, decode  # noqa: E402
 
@@ -140,18 +140,12 @@ def main() -> None:
             env = node_env()
         else:
             env = worker_env(write_fake_nvidia_smi(Path(tmp), 8, query_apps(8, 64)))
-        argv = [
-            *placewatch_cmd(),
-            "run",
-            "--nats",
+        argv = worker_argv(
             url,
-            "--node",
-            "bench",
-            "--interval",
-            str(args.interval),
+            args.interval,
             "--log-level",
             "warning",
-        ]
+        )
         if args.gpu_sources:
             argv += ["--gpu-sources", args.gpu_sources]
         with open(Path(tmp) / "worker.log", "w") as log:

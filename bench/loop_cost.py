@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.footprint import NoTelemetry, telemetry_from  # noqa: E402
-from bench.servers import nats_server, node_env, placewatch_cmd, worker_env  # noqa: E402
+from bench.servers import nats_server, node_env, worker_argv, worker_env  # noqa: E402
 from bench.synthetic import query_apps_of, write_fake_nvidia_smi  # noqa: E402
 from bench.tick_cost import (  # noqa: E402
     GPUS,
@@ -200,15 +200,9 @@ def main() -> None:
         spawn = statistics.fmean(one_spawn(tool, args.spawns))
         if not args.real:
             calls = logging_tool(bin_dir)
-        argv = [
-            *placewatch_cmd(),
-            "run",
-            "--nats",
+        argv = worker_argv(
             url,
-            "--node",
-            "bench",
-            "--interval",
-            str(args.interval),
+            args.interval,
             "--gpu-sources",
             "nvidia-smi",
             "--shards",
@@ -216,7 +210,7 @@ def main() -> None:
             "--log-level",
             "warning",
             *(["--no-discover"] if args.no_discover else []),
-        ]
+        )
         with open(tmp / "worker.log", "w") as log:
             worker = subprocess.Popen(argv, env=env, stdout=log, stderr=log)
             try:

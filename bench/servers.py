@@ -67,6 +67,14 @@ def placewatch_cmd() -> list[str]:
     return [found] if found else [sys.executable, "-m", "placewatch"]
 
 
+def worker_argv(url: str, interval: float, *extra: str, node: str = "bench") -> list[str]:
+    """`placewatch run` on the bench's server as node `node`, a sample every `interval`."""
+    return [
+        *placewatch_cmd(), "run", "--nats", url, "--node", node, "--interval", str(interval),
+        *extra,
+    ]  # fmt: skip
+
+
 def node_env() -> dict[str, str]:
     """This environment without PLACEWATCH_* settings: the node's own GPU tools and driver."""
     return {k: v for k, v in os.environ.items() if not k.startswith("PLACEWATCH_")}

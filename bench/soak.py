@@ -46,7 +46,7 @@ from nats.aio.msg import Msg
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.servers import free_port, placewatch_cmd, worker_env  # noqa: E402
+from bench.servers import free_port, worker_argv, worker_env  # noqa: E402
 from bench.synthetic import query_apps_of, query_gpu  # noqa: E402
 from placewatch.embedded import find_binary  # noqa: E402
 from placewatch.schemas import (  # noqa: E402
@@ -393,11 +393,10 @@ async def soak(args: argparse.Namespace) -> Result:
         node = Node(Path(tmp) / "node")
         tool_bin = node.set_up()
         env = worker_env(tool_bin) | {"SOAK_DATA": str(node.data)}
-        argv = [
-            *placewatch_cmd(), "run", "--nats", server.url, "--node", NODE,
-            "--interval", str(args.interval), "--probe-timeout", "1", "--grace", "0",
-            "--no-discover", "--shards", str(node.shards),
-        ]  # fmt: skip
+        argv = worker_argv(
+            server.url, args.interval, "--probe-timeout", "1", "--grace", "0",
+            "--no-discover", "--shards", str(node.shards), node=NODE,
+        )  # fmt: skip
         log_file = Path(tmp) / "worker.log"
         telemetry, stop = Telemetry(), anyio.Event()
         with log_file.open("wb") as log_out:
