@@ -188,8 +188,13 @@ class FleetView:
         held, inventory = self.nodes.get(node), self.inventories.get(node)
         if held is None or inventory is None or held.inventory != inventory.inventory:
             return None
-        statuses = {s.shard: s for (n, _), s in self.shards.items() if n == node}
-        return lean.join(_decode(inventory, NodeInventory), _decode(held, NodeTelemetry), statuses)
+        telemetry = _decode(held, NodeTelemetry)
+        statuses = {
+            shard: status
+            for shard in telemetry.shards
+            if (status := self.shards.get((node, shard))) is not None
+        }  # the node's own, by key: not a walk of every shard of the fleet for each node
+        return lean.join(_decode(inventory, NodeInventory), telemetry, statuses)
 
     def status(self, node: str, shard: str) -> ComputeStatus | None:
         return self.shards.get((node, shard))
