@@ -1,9 +1,9 @@
 """What the doctor's tests share: fake llama.cpp builds, their outputs, the report's lines.
 
-The fake llama-server builds print what llama.cpp prints for `--list-devices`, in the
-formats of ../shared/corpus/engine-logs (llamacpp-*-list-devices-*.log for the device list,
-*load-backend*.log and the backend-failed fixture for a CUDA backend that did not load):
-the device list on stdout, ggml's own lines on stderr.
+The fake llama-server builds print what llama.cpp prints for `--list-devices`, written
+here as text (nothing is read from the corpus), in the formats its real logs show: the
+device list of a `--list-devices` run, the `load_backend` lines of a CUDA backend that did
+not load; the device list on stdout, ggml's own lines on stderr.
 """
 
 from __future__ import annotations
