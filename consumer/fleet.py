@@ -108,6 +108,23 @@ class Fleet(msgspec.Struct, frozen=True, kw_only=True):
     firing: list[FiringFallback]
 
 
+class Holdings(msgspec.Struct, frozen=True, gc=False):
+    """Each node's latest telemetry and inventory as a view held them at one moment: copies
+    of its dicts, whose Held values never change, so another thread (an HTTP server's)
+    may read them while the view goes on taking messages on the event loop."""
+
+    nodes: dict[str, Held]
+    inventories: dict[str, Held]
+
+    def telemetry(self, node: str) -> NodeTelemetry | None:
+        return _decoded(self.nodes.get(node), NodeTelemetry)
+
+    def sample(self, node: str) -> NodeSample | None:
+        """The node's telemetry joined with the inventory it names (no statuses: pids and
+        reasons empty); None until both are held."""
+        return _join(self.nodes.get(node), self.inventories.get(node), {})
+
+
 class FleetView:
     """The latest NodeTelemetry and NodeInventory per node and ComputeStatus per shard, from
     the bus.
@@ -185,11 +202,13 @@ class FleetView:
     def sample(self, node: str) -> NodeSample | None:
         """The node's latest telemetry joined with the inventory it names, and its shards'
         pids and reasons from their statuses; None until the view holds both."""
-        held, inventory = self.nodes.get(node), self.inventories.get(node)
-        if held is None or inventory is None or held.inventory != inventory.inventory:
-            return None
         statuses = {s.shard: s for (n, _), s in self.shards.items() if n == node}
-        return lean.join(_decode(inventory, NodeInventory), _decode(held, NodeTelemetry), statuses)
+        return _join(self.nodes.get(node), self.inventories.get(node), statuses)
+
+    def holdings(self) -> Holdings:
+        """What the view holds now, copied (a dict copy per kind: the Held values are
+        shared, never changed); call it on the event loop."""
+        return Holdings(dict(self.nodes), dict(self.inventories))
 
     def status(self, node: str, shard: str) -> ComputeStatus | None:
         return self.shards.get((node, shard))
@@ -326,6 +345,14 @@ def _content_type(headers: Mapping[str, str] | None) -> str | None:
     return None if headers is None else headers.get(HEADER_CONTENT_TYPE)
 
 
+def _join(
+    held: Held | None, inventory: Held | None, statuses: Mapping[str, ComputeStatus]
+) -> NodeSample | None:
+    if held is None or inventory is None or held.inventory != inventory.inventory:
+        return None
+    return lean.join(_decode(inventory, NodeInventory), _decode(held, NodeTelemetry), statuses)
+
+
 def _decoded(held: Held | None, type_: type[Whole]) -> Whole | None:
     return None if held is None else _decode(held, type_)
 
@@ -360,6 +387,7 @@ __all__ = [
     "Fleet",
     "FleetView",
     "Held",
+    "Holdings",
     "Message",
     "ShardKey",
 ]
