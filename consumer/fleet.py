@@ -30,7 +30,7 @@ import logging
 import time
 import zlib
 from collections.abc import Callable, Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TypeVar
 
 import msgspec
@@ -57,6 +57,8 @@ from placewatch.schemas.messages import Verdict
 from placewatch.schemas.service import endpoint
 from placewatch.schemas.streams import for_prefix
 
+from . import capacity
+from .capacity import GpuCandidate, StaleNode
 from .retained import kv_headers, last_per_subject
 
 log = logging.getLogger(__name__)
@@ -204,6 +206,21 @@ class FleetView:
         pids and reasons from their statuses; None until the view holds both."""
         statuses = {s.shard: s for (n, _), s in self.shards.items() if n == node}
         return _join(self.nodes.get(node), self.inventories.get(node), statuses)
+
+    def gpus_for(
+        self, nbytes: int, *, max_age: float | None = None, now: datetime | None = None
+    ) -> list[GpuCandidate]:
+        """The GPUs of live nodes that have `nbytes` free now, the most free first, each
+        with its sample's age (placewatch.consumer.capacity). `max_age`: seconds after
+        which a node's sample is stale (None: three of its intervals)."""
+        return capacity.gpus_for(self.holdings(), nbytes, now or _now(), max_age)
+
+    def stale(
+        self, max_age: float | None = None, *, now: datetime | None = None
+    ) -> list[StaleNode]:
+        """The nodes whose latest sample is older than `max_age` seconds (None: three of
+        their intervals), the oldest first."""
+        return capacity.stale(self.holdings(), now or _now(), max_age)
 
     def holdings(self) -> Holdings:
         """What the view holds now, copied (a dict copy per kind: the Held values are
@@ -375,6 +392,10 @@ def _partition(partition: int | None, count: int | None) -> int | None:
         )
     partitions.check(partition, count)
     return partition
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
 
 
 def _left(deadline: float) -> float:

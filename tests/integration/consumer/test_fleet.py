@@ -31,6 +31,7 @@ def test_consumer_package_imports_only_the_contract_and_nats() -> None:
     ours = {m for m in imported if m.split(".")[0] == "placewatch"}
     assert ours <= {"placewatch"} | {m for m in ours if m.startswith("placewatch.schemas")} | {
         "placewatch.consumer",
+        "placewatch.consumer.capacity",
         "placewatch.consumer.fleet",
         "placewatch.consumer.retained",
     }
