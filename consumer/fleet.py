@@ -30,7 +30,7 @@ import logging
 import time
 import zlib
 from collections.abc import Callable, Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TypeVar
 
 import msgspec
@@ -57,6 +57,8 @@ from placewatch.schemas.messages import Verdict
 from placewatch.schemas.service import endpoint
 from placewatch.schemas.streams import for_prefix
 
+from . import capacity
+from .capacity import GpuCandidate, StaleNode
 from .retained import kv_headers, last_per_subject
 
 log = logging.getLogger(__name__)
@@ -106,6 +108,23 @@ class Fleet(msgspec.Struct, frozen=True, kw_only=True):
     nodes: list[NodeSample]
     shards: list[ComputeStatus]
     firing: list[FiringFallback]
+
+
+class Holdings(msgspec.Struct, frozen=True, gc=False):
+    """Each node's latest telemetry and inventory as a view held them at one moment: copies
+    of its dicts, whose Held values never change, so another thread (an HTTP server's)
+    may read them while the view goes on taking messages on the event loop."""
+
+    nodes: dict[str, Held]
+    inventories: dict[str, Held]
+
+    def telemetry(self, node: str) -> NodeTelemetry | None:
+        return _decoded(self.nodes.get(node), NodeTelemetry)
+
+    def sample(self, node: str) -> NodeSample | None:
+        """The node's telemetry joined with the inventory it names (no statuses: pids and
+        reasons empty); None until both are held."""
+        return _join(self.nodes.get(node), self.inventories.get(node))
 
 
 class FleetView:
@@ -185,16 +204,31 @@ class FleetView:
     def sample(self, node: str) -> NodeSample | None:
         """The node's latest telemetry joined with the inventory it names, and its shards'
         pids and reasons from their statuses; None until the view holds both."""
-        held, inventory = self.nodes.get(node), self.inventories.get(node)
-        if held is None or inventory is None or held.inventory != inventory.inventory:
-            return None
-        telemetry = _decode(held, NodeTelemetry)
-        statuses = {
-            shard: status
-            for shard in telemetry.shards
-            if (status := self.shards.get((node, shard))) is not None
-        }  # the node's own, by key: not a walk of every shard of the fleet for each node
-        return lean.join(_decode(inventory, NodeInventory), telemetry, statuses)
+        return _join(
+            self.nodes.get(node),
+            self.inventories.get(node),
+            lambda shard: self.shards.get((node, shard)),  # by key: not every shard's walk
+        )
+
+    def gpus_for(
+        self, nbytes: int, *, max_age: float | None = None, now: datetime | None = None
+    ) -> list[GpuCandidate]:
+        """The GPUs of live nodes that have `nbytes` free now, the most free first, each
+        with its sample's age (placewatch.consumer.capacity). `max_age`: seconds after
+        which a node's sample is stale (None: three of its intervals)."""
+        return capacity.gpus_for(self.holdings(), nbytes, now or _now(), max_age)
+
+    def stale(
+        self, max_age: float | None = None, *, now: datetime | None = None
+    ) -> list[StaleNode]:
+        """The nodes whose latest sample is older than `max_age` seconds (None: three of
+        their intervals), the oldest first."""
+        return capacity.stale(self.holdings(), now or _now(), max_age)
+
+    def holdings(self) -> Holdings:
+        """What the view holds now, copied (a dict copy per kind: the Held values are
+        shared, never changed); call it on the event loop."""
+        return Holdings(dict(self.nodes), dict(self.inventories))
 
     def status(self, node: str, shard: str) -> ComputeStatus | None:
         return self.shards.get((node, shard))
@@ -331,6 +365,22 @@ def _content_type(headers: Mapping[str, str] | None) -> str | None:
     return None if headers is None else headers.get(HEADER_CONTENT_TYPE)
 
 
+def _join(
+    held: Held | None,
+    inventory: Held | None,
+    status_of: Callable[[str], ComputeStatus | None] = lambda _: None,
+) -> NodeSample | None:
+    """The telemetry joined with the inventory it names and its shards' statuses (pids and
+    reasons); None until both are held."""
+    if held is None or inventory is None or held.inventory != inventory.inventory:
+        return None
+    telemetry = _decode(held, NodeTelemetry)
+    statuses = {
+        shard: status for shard in telemetry.shards if (status := status_of(shard)) is not None
+    }
+    return lean.join(_decode(inventory, NodeInventory), telemetry, statuses)
+
+
 def _decoded(held: Held | None, type_: type[Whole]) -> Whole | None:
     return None if held is None else _decode(held, type_)
 
@@ -355,6 +405,10 @@ def _partition(partition: int | None, count: int | None) -> int | None:
     return partition
 
 
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
 def _left(deadline: float) -> float:
     return max(deadline - time.monotonic(), 0.1)
 
@@ -365,6 +419,7 @@ __all__ = [
     "Fleet",
     "FleetView",
     "Held",
+    "Holdings",
     "Message",
     "ShardKey",
 ]

@@ -1,7 +1,7 @@
 """The `placewatch` command: the node worker's commands and those that read the bus.
 
-`run`, `sample`, `doctor` and `health` are the node's (placewatch); `watch`
-and `alerts` read the bus (placewatch.consumer); `schema` prints the contract.
+`run`, `sample`, `doctor` and `health` are the node's (placewatch); `watch`,
+`alerts` and `exporter` read the bus (placewatch.consumer); `schema` prints the contract.
 Each command's module is imported only when that command runs, so that
 `placewatch sample` does not pay for the NATS client: a command whose
 module owns flags of its own (`doctor`, `watch`, `alerts`) adds them to its
@@ -106,6 +106,19 @@ def _alerts_command(settings: Settings, args: argparse.Namespace) -> int:
     return alerts.command(_bus(settings), args)
 
 
+def _exporter_command(settings: Settings, args: argparse.Namespace) -> int:
+    try:
+        from placewatch.consumer.exporter import serve
+    except ImportError as exc:  # prometheus_client is the `exporter` extra's
+        print(
+            f"placewatch: the exporter needs prometheus_client ({exc}); install "
+            "'placewatch[exporter]'",
+            file=sys.stderr,
+        )
+        return EXIT_CONFIG
+    return serve.command(_bus(settings), args)
+
+
 def _bus(settings: Settings) -> Any:
     """Where a command that reads the bus connects (a ConfigError is the caller's to say),
     with the heartbeat its connection keeps when given a health file."""
@@ -145,6 +158,7 @@ COMMANDS = {
     "health": _health_command,
     "watch": _watch_command,
     "alerts": _alerts_command,
+    "exporter": _exporter_command,
 }
 
 
@@ -177,6 +191,7 @@ def _parser(argv: Sequence[str]) -> argparse.ArgumentParser:
         "health": [reader, bus],
         "watch": [reader, bus],
         "alerts": [reader, bus],
+        "exporter": [reader, bus],
         "schema": [],
     }
     for name, (help_text, description) in HELP.items():
@@ -223,6 +238,14 @@ HELP = {
         "resolved, and re-posted after a restart). With no --nats, the embedded default "
         "nats://127.0.0.1:4222.",
     ),
+    "exporter": (
+        "serve the fleet on the bus as Prometheus metrics, with dcgm-exporter's names",
+        "Follow the bus (every node, one partition, or with --node one node) and serve "
+        "/metrics on --listen: GPU metrics under dcgm-exporter's names and labels, and "
+        "placewatch_* for shard verdicts, shard and foreign memory and node ages. A node "
+        "whose last sample is older than --stale-after leaves /metrics. With no --nats, the "
+        "embedded default nats://127.0.0.1:4222.",
+    ),
     "schema": ("print the JSON Schema of every message", None),
 }
 
@@ -253,6 +276,10 @@ def _add_arguments(name: str, command: argparse.ArgumentParser) -> None:
         from placewatch.consumer import alerts
 
         alerts.add_arguments(command)
+    elif name == "exporter":
+        from placewatch.consumer.exporter.options import add_arguments
+
+        add_arguments(command)
     elif name == "schema":
         command.add_argument(
             "--asyncapi", action="store_true", help="print the AsyncAPI 3.0.0 document instead"

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import ROOT, free_port
+from tests.support.ready import wait_ready
 
 BINARY = Path("/usr/bin/prometheus-alertmanager")
 AMTOOL = Path("/usr/bin/amtool")
@@ -74,19 +75,7 @@ class Alertmanager:
             stdout=subprocess.DEVNULL,
             stderr=(self.root / "alertmanager.log").open("ab"),
         )
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                log = (self.root / "alertmanager.log").read_text()
-                raise RuntimeError(f"alertmanager exited {self.proc.returncode}: {log}")
-            try:
-                with urllib.request.urlopen(f"{self.base}/-/ready", timeout=1) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError(f"alertmanager did not answer on {self.base} within 15 s")
+        wait_ready(self.proc, f"{self.base}/-/ready", self.root / "alertmanager.log", 15)
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -11,7 +11,7 @@ import pytest
 from placewatch import __version__
 from placewatch.cli import COMMANDS, HELP, main
 
-COMMAND_NAMES = ["run", "sample", "doctor", "health", "watch", "alerts", "schema"]
+COMMAND_NAMES = ["run", "sample", "doctor", "health", "watch", "alerts", "exporter", "schema"]
 
 
 @pytest.fixture(autouse=True)
@@ -82,7 +82,7 @@ def test_an_unknown_command_exits_2_naming_the_choices(capsys: pytest.CaptureFix
     assert (code, out) == (2, "")
     assert err.splitlines()[-1] == (
         "placewatch: error: argument COMMAND: invalid choice: 'frobnicate' "
-        "(choose from 'run', 'sample', 'doctor', 'health', 'watch', 'alerts', 'schema')"
+        "(choose from 'run', 'sample', 'doctor', 'health', 'watch', 'alerts', 'exporter', 'schema')"
     )
 
 

@@ -11,7 +11,6 @@ from pathlib import Path
 import anyio
 import nats
 import nats.errors
-import pytest
 from nats.aio.client import Client
 
 from placewatch.consumer import FiringFallback, FleetView, Message
@@ -25,17 +24,6 @@ from tests.support.fleet_node import HOLDING_MIB, NODE, ShardNode
 MIB = 1 << 20
 
 
-@pytest.fixture
-def node(
-    nats_server: NatsServer,
-    fake_gpu: FakeGpuTools,
-    shard_procs: dict[str, subprocess.Popen[bytes]],
-    workers: list[Worker],
-    tmp_path: Path,
-) -> ShardNode:
-    return ShardNode(nats_server.url, fake_gpu, shard_procs, workers, tmp_path)
-
-
 def test_consumer_package_imports_only_the_contract_and_nats() -> None:
     code = "import sys, placewatch.consumer; print('\\n'.join(sorted(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -43,6 +31,7 @@ def test_consumer_package_imports_only_the_contract_and_nats() -> None:
     ours = {m for m in imported if m.split(".")[0] == "placewatch"}
     assert ours <= {"placewatch"} | {m for m in ours if m.startswith("placewatch.schemas")} | {
         "placewatch.consumer",
+        "placewatch.consumer.capacity",
         "placewatch.consumer.fleet",
         "placewatch.consumer.retained",
     }

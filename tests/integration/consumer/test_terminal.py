@@ -12,11 +12,9 @@ import subprocess
 import threading
 import time
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import anyio
 import nats
-import pytest
 
 from placewatch.consumer import FiringFallback, Fleet
 from placewatch.consumer.terminal import render
@@ -33,9 +31,7 @@ from placewatch.schemas import (
 )
 
 from tests.conftest import (
-    FakeGpuTools,
     NatsServer,
-    Worker,
     clean_env,
     free_port,
     placewatch_cmd,
@@ -45,17 +41,6 @@ from tests.support.fleet_node import HOLDING_MIB, NODE, ShardNode
 
 MIB = 1 << 20
 WHEN = datetime(2026, 11, 30, 6, 0, tzinfo=UTC)
-
-
-@pytest.fixture
-def node(
-    nats_server: NatsServer,
-    fake_gpu: FakeGpuTools,
-    shard_procs: dict[str, subprocess.Popen[bytes]],
-    workers: list[Worker],
-    tmp_path: Path,
-) -> ShardNode:
-    return ShardNode(nats_server.url, fake_gpu, shard_procs, workers, tmp_path)
 
 
 def test_watch_once_json_shows_the_node_its_gpus_and_shards(node: ShardNode) -> None:

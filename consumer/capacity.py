@@ -1,0 +1,121 @@
+"""What a gateway asks before it places a shard: which GPUs can take N bytes now, and which
+nodes have gone quiet.
+
+Answers come from each node's latest sample as a view holds it, so each carries its age: a
+reading 1 s old says what a GPU has free now, one a minute old says what it had. A node
+whose last sample is older than `max_age` is stale: its GPUs are not offered, and `stale()`
+names it. By default that is three of the node's own intervals, as `placewatch watch` marks
+a node STALE and the exporter's `placewatch_node_up` turns 0.
+
+Free memory is what the GPU's tool reports free (`memory_free_bytes`; total minus used where
+a tool gives no free figure). Foreign memory (used by nothing of the node's shards: another
+tenant, a leaked process) is part of the used memory, so the free figure is already net of
+it; each answer carries it too, since foreign memory does not come back when a shard moves.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from placewatch.schemas import GpuSample
+
+if TYPE_CHECKING:  # fleet.py imports this module for FleetView.gpus_for and stale
+    from .fleet import Holdings
+
+STALE_INTERVALS = 3
+
+
+class GpuCandidate(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """A GPU that can take the bytes asked for, as of its node's latest sample."""
+
+    node: str
+    gpu: int
+    """Its index on the node (the vendor tool's PCI bus order)."""
+    uuid: str | None
+    name: str | None
+    free_bytes: int
+    foreign_bytes: int | None
+    total_bytes: int | None
+    age_s: float
+    """Seconds between the sample's time and now."""
+    time: datetime
+    """When the sample was taken, on the node's clock."""
+
+
+class StaleNode(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """A node whose latest sample is older than the limit asked for."""
+
+    node: str
+    age_s: float
+    time: datetime
+    limit_s: float
+    """The limit it is past: `max_age`, or three of its intervals."""
+
+
+def gpus_for(
+    holdings: Holdings, nbytes: int, now: datetime, max_age: float | None = None
+) -> list[GpuCandidate]:
+    """Every GPU of a live node with at least `nbytes` free, the most free first (then the
+    least foreign, then by node and index). A GPU whose free memory is unknown is left out."""
+    found: list[GpuCandidate] = []
+    for node in holdings.nodes:
+        sample = holdings.sample(node)
+        if sample is None:
+            continue
+        age = _age(sample.time, now)
+        if age > _limit(sample.interval_s, max_age):
+            continue
+        for g in sample.gpus:
+            free = _free(g)
+            if free is None or free < nbytes:
+                continue
+            found.append(
+                GpuCandidate(
+                    node=node,
+                    gpu=g.index,
+                    uuid=g.uuid,
+                    name=g.name,
+                    free_bytes=free,
+                    foreign_bytes=g.foreign_bytes,
+                    total_bytes=g.memory_total_bytes,
+                    age_s=age,
+                    time=sample.time,
+                )
+            )
+    found.sort(key=lambda c: (-c.free_bytes, c.foreign_bytes or 0, c.node, c.gpu))
+    return found
+
+
+def stale(holdings: Holdings, now: datetime, max_age: float | None = None) -> list[StaleNode]:
+    """Every node whose latest telemetry is older than `max_age` seconds (None: three of its
+    intervals), the oldest first."""
+    found = []
+    for node in holdings.nodes:
+        t = holdings.telemetry(node)
+        if t is None:
+            continue
+        age, limit = _age(t.time, now), _limit(t.interval_s, max_age)
+        if age > limit:
+            found.append(StaleNode(node=node, age_s=age, time=t.time, limit_s=limit))
+    found.sort(key=lambda s: (-s.age_s, s.node))
+    return found
+
+
+def _free(g: GpuSample) -> int | None:
+    if g.memory_free_bytes is not None:
+        return g.memory_free_bytes
+    if g.memory_total_bytes is None or g.memory_used_bytes is None:
+        return None
+    return max(g.memory_total_bytes - g.memory_used_bytes, 0)
+
+
+def _age(taken: datetime, now: datetime) -> float:
+    """Seconds since `taken`; 0 for a node whose clock is ahead."""
+    return max((now - taken).total_seconds(), 0.0)
+
+
+def _limit(interval_s: float, max_age: float | None) -> float:
+    return STALE_INTERVALS * interval_s if max_age is None else max_age

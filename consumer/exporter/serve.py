@@ -1,0 +1,102 @@
+"""`placewatch exporter`: serving the fleet on the bus as Prometheus metrics, on /metrics.
+
+A FleetView follows the bus (the whole fleet, one partition, or every node with one node
+served); prometheus_client's HTTP server answers each scrape in a thread of its own, which
+asks the event loop for the view's holdings (a copy of two dicts) and builds the metric
+families from them there, so nothing the view holds is touched from two threads and a
+scrape of a large fleet does not stall the view.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import threading
+from wsgiref.simple_server import WSGIServer
+
+import anyio
+import anyio.from_thread
+import anyio.lowlevel
+import anyio.to_thread
+from nats.aio.client import Client
+from prometheus_client import CollectorRegistry, start_http_server
+
+from placewatch.consumer.fleet import FleetView, Holdings
+from placewatch.schemas.streams import for_prefix
+
+from ..connection import Bus, connect
+from ..lifecycle import drain, stop_on_signal
+from .collector import FleetCollector
+from .options import Listen
+
+log = logging.getLogger(__name__)
+
+INBOX = "_INBOX.placewatch-exporter"
+"""Its replies' prefix (the view asks nodes for an inventory), so that its credentials may
+subscribe to its own only (docs/consumers.md)."""
+EXIT_LISTEN = 1
+EXIT_CONFIG = 2
+
+
+def command(bus: Bus, args: argparse.Namespace) -> int:
+    try:
+        for_prefix(bus.prefix)
+    except ValueError as exc:
+        print(f"placewatch: --prefix: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    try:
+        return anyio.run(_serve, bus, args, backend="asyncio")
+    except KeyboardInterrupt:
+        return 0
+
+
+async def _serve(bus: Bus, args: argparse.Namespace) -> int:
+    """Serve /metrics until SIGTERM or SIGINT: 0, or EXIT_LISTEN when it cannot listen."""
+    listen: Listen = args.listen
+    p, n = args.partition or (None, None)
+    holder: list[FleetView] = []
+    token = anyio.lowlevel.current_token()
+
+    def take() -> Holdings:
+        if not holder:
+            return Holdings({}, {})
+        return anyio.from_thread.run_sync(holder[0].holdings, token=token)
+
+    collector = FleetCollector(take, node=args.only_node, stale_after=args.stale_after)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    try:
+        server, thread = start_http_server(listen.port, listen.host, registry)
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        print(
+            f"placewatch: --listen {listen}: cannot serve there ({why}); give a free port "
+            "on an address of this host",
+            file=sys.stderr,
+        )
+        return EXIT_LISTEN
+    log.info("serving Prometheus metrics on http://%s/metrics", listen)
+    nc: Client | None = None
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(stop_on_signal, tg.cancel_scope)
+            options = bus.options | {"inbox_prefix": INBOX}
+            nc = await connect(bus.servers, "placewatch exporter", options)
+            view = FleetView(nc, bus.prefix, partition=p, partitions=n)
+            await view.start()
+            holder.append(view)
+            await anyio.sleep_forever()
+    finally:
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(_shut, server, thread)
+            if holder:
+                await holder[0].stop()
+        await drain(nc)
+    return 0
+
+
+def _shut(server: WSGIServer, thread: threading.Thread) -> None:
+    server.shutdown()
+    server.server_close()
+    thread.join()

@@ -1,0 +1,201 @@
+"""`placewatch exporter` as a process: a real worker publishes, the exporter serves /metrics,
+and a real Prometheus scrapes it and answers queries with the stand-in tools' values."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
+
+from tests.conftest import (
+    GPU0,
+    clean_env,
+    free_port,
+    placewatch_cmd,
+    run_placewatch,
+)
+from tests.support.fleet_node import HOLDING_MIB, NODE, ShardNode
+from tests.support.prometheus import Prometheus, dashboard_exprs
+
+MIB = 1 << 20
+
+
+class Exporter:
+    """`placewatch exporter` as a child process, stopped with SIGTERM."""
+
+    def __init__(self, url: str, *extra: str) -> None:
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen(
+            [
+                *placewatch_cmd(),
+                "exporter",
+                "--nats",
+                url,
+                "--listen",
+                f"127.0.0.1:{self.port}",
+                *extra,
+            ],
+            env=clean_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, self.proc.communicate()
+            try:
+                socket.create_connection(("127.0.0.1", self.port), 0.2).close()
+                return
+            except OSError:
+                time.sleep(0.05)
+        raise AssertionError("the exporter did not listen within 15 s")
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"{self.base}/metrics", timeout=5) as r:
+            return str(r.read().decode())
+
+    def wait_metrics(self, check: str, present: bool = True, timeout: float = 20) -> str:
+        deadline = time.monotonic() + timeout
+        while True:
+            text = self.metrics()
+            if (check in text) == present:
+                return text
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"/metrics {'lacks' if present else 'keeps'} {check!r}:\n{text}"
+                )
+            time.sleep(0.2)
+
+    def stop(self) -> tuple[int, str]:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        _, err = self.proc.communicate(timeout=10)
+        return self.proc.returncode, err
+
+
+def samples(text: str, name: str) -> list[Sample]:
+    return [s for f in text_string_to_metric_families(text) for s in f.samples if s.name == name]
+
+
+@pytest.fixture
+def exporters() -> Iterator[list[Exporter]]:
+    started: list[Exporter] = []
+    yield started
+    for e in started:
+        if e.proc.poll() is None:
+            e.proc.kill()
+            e.proc.communicate()
+
+
+def test_prometheus_scrapes_gpu_metrics_and_verdicts_with_the_tools_values(
+    node: ShardNode, exporters: list[Exporter], tmp_path: Path
+) -> None:
+    node.start()
+    node.wait_published()
+    exporter = Exporter(node.url)
+    exporters.append(exporter)
+    prometheus = Prometheus(tmp_path / "prometheus", [f"127.0.0.1:{exporter.port}"])
+    prometheus.start()
+    try:
+        # a100x2-query-gpu.csv: GPU 0 uses 40960 MiB of 81920, 37 %, 45 C, 212.34 W
+        (used,) = prometheus.wait_query(f'DCGM_FI_DEV_FB_USED{{UUID="{GPU0}"}}')
+        assert used["value"][1] == "40960"
+        assert used["metric"] | {"instance": "", "job": ""} == {
+            "__name__": "DCGM_FI_DEV_FB_USED",
+            "gpu": "0",
+            "UUID": GPU0,
+            "pci_bus_id": "00000000:07:00.0",
+            "device": "nvidia0",
+            "modelName": "NVIDIA A100-SXM4-80GB",
+            "Hostname": NODE,
+            "instance": "",
+            "job": "",
+        }
+        (power,) = prometheus.query(f'DCGM_FI_DEV_POWER_USAGE{{Hostname="{NODE}"}}')
+        assert float(power["value"][1]) == 212.34  # GPU 1 gave [N/A]: no sample
+        (foreign,) = prometheus.query('placewatch_gpu_foreign_bytes{gpu="0"}')
+        assert int(foreign["value"][1]) == (40960 - HOLDING_MIB) * MIB
+        verdicts = prometheus.wait_query("placewatch_shard_verdict == 1")
+        assert sorted((v["metric"]["shard"], v["metric"]["verdict"]) for v in verdicts) == [
+            ("holding", "gpu"),
+            ("idle", "cpu_fallback"),
+        ]
+        (held,) = prometheus.query("placewatch_shard_gpu_bytes")
+        assert (held["metric"]["shard"], held["metric"]["gpu"]) == ("holding", "0")
+        assert int(held["value"][1]) == HOLDING_MIB * MIB
+        (up,) = prometheus.query(f'placewatch_node_up{{node="{NODE}"}}')
+        assert up["value"][1] == "1"
+        # Every query of the Grafana dashboard parses and runs; the GPUs by verdict: GPU 0
+        # holds the shard in `gpu`, the shard in cpu_fallback holds nothing on GPU 1.
+        panels = dashboard_exprs()
+        for expr in (e for exprs in panels.values() for e in exprs):
+            prometheus.query(expr)
+        by_verdict = prometheus.query(panels["GPUs by verdict"][0])
+        assert [(v["metric"], v["value"][1]) for v in by_verdict] == [({"verdict": "gpu"}, "1")]
+        (fallback,) = prometheus.query(panels["Fallbacks"][0])
+        assert fallback["metric"]["shard"] == "idle"
+        # The shard gets memory on its GPU: the next scrapes say gpu, and the old series ends.
+        node.idle_on_gpu(True)
+        deadline = time.monotonic() + 20
+        while prometheus.query('placewatch_shard_verdict{shard="idle",verdict="gpu"}') == []:
+            assert time.monotonic() < deadline, prometheus.query("placewatch_shard_verdict")
+            time.sleep(0.5)
+        assert (
+            prometheus.query('placewatch_shard_verdict{shard="idle",verdict="cpu_fallback"}') == []
+        )
+    finally:
+        prometheus.stop()
+    node.stop()
+    code, err = exporter.stop()
+    assert code == 0, err
+    assert "Traceback" not in err
+
+
+def test_a_node_that_stops_sending_leaves_metrics_after_stale_after(
+    node: ShardNode, exporters: list[Exporter]
+) -> None:
+    node.start()
+    node.wait_published()
+    exporter = Exporter(node.url, "--stale-after", "3", "--node", NODE)
+    exporters.append(exporter)
+    text = exporter.wait_metrics(f'placewatch_node_up{{node="{NODE}"}} 1.0')
+    free = {s.labels["gpu"]: s.value for s in samples(text, "DCGM_FI_DEV_FB_FREE")}
+    assert free == {"0": 40405.0, "1": 81365.0}
+    node.stop()
+    text = exporter.wait_metrics(f'node="{NODE}"', present=False, timeout=15)
+    assert samples(text, "DCGM_FI_DEV_FB_USED") == []
+    assert "# TYPE DCGM_FI_DEV_FB_USED gauge" in text  # the family stays, empty
+    code, err = exporter.stop()
+    assert code == 0, err
+
+
+def test_a_bad_listen_address_exits_2_naming_it() -> None:
+    done = run_placewatch("exporter", "--listen", "localhost")
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert "--listen: 'localhost' is not HOST:PORT" in done.stderr.splitlines()[-1]
+
+
+def test_a_port_in_use_exits_1_with_one_line_naming_it() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        started = time.monotonic()
+        done = run_placewatch(
+            "exporter", "--listen", f"127.0.0.1:{port}", "--nats", f"nats://127.0.0.1:{free_port()}"
+        )
+    assert done.returncode == 1
+    assert time.monotonic() - started < 10
+    (line,) = done.stderr.splitlines()
+    assert line.startswith(f"placewatch: --listen 127.0.0.1:{port}: cannot serve there (")
+    assert "in use" in line

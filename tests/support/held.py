@@ -1,0 +1,72 @@
+"""A FleetView's holdings made from constructed NodeSamples, as the nodes would publish them:
+a node of two A100s (one reading every value, one few) and two shards."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from placewatch.consumer.fleet import Held, Holdings
+from placewatch.schemas import GpuProcess, GpuSample, NodeSample, ShardBrief, encode, lean
+from placewatch.schemas.codec import HEADER_CONTENT_TYPE, Encoding
+
+MIB = 1 << 20
+NOW = datetime(2026, 11, 30, 6, 0, tzinfo=UTC)
+UUID0 = "GPU-3f6c1a52-8e1b-4c2d-9a47-0b5d7e9f1a20"
+
+
+def node_sample(node: str, taken: datetime, interval_s: float = 2.0) -> NodeSample:
+    return NodeSample(
+        node=node,
+        session="s1",
+        seq=7,
+        time=taken,
+        interval_s=interval_s,
+        gpus=[
+            GpuSample(
+                index=0,
+                uuid=UUID0,
+                name="NVIDIA A100-SXM4-80GB",
+                bus_id="00000000:07:00.0",
+                utilization_pct=37.0,
+                memory_total_bytes=81920 * MIB,
+                memory_used_bytes=40960 * MIB + 5,  # not whole MiB: DCGM rounds down
+                memory_free_bytes=40405 * MIB,
+                foreign_bytes=10960 * MIB,
+                temperature_c=45.0,
+                power_w=212.34,
+                processes=[
+                    GpuProcess(pid=101, used_bytes=20000 * MIB, shard="llama"),
+                    GpuProcess(pid=102, used_bytes=10000 * MIB, shard="llama"),
+                    GpuProcess(pid=103, used_bytes=None, shard="qwen"),
+                    GpuProcess(pid=104, used_bytes=64 * MIB, shard=None),
+                ],
+            ),
+            GpuSample(
+                index=1,
+                uuid="GPU-9d2e",
+                name="NVIDIA A100-SXM4-80GB",
+                bus_id="00000000:0F:00.0",
+                memory_used_bytes=0,
+                memory_free_bytes=81365 * MIB,
+            ),
+        ],
+        shards=[
+            ShardBrief(shard="llama", verdict="gpu"),
+            ShardBrief(shard="qwen", verdict="cpu_fallback"),
+        ],
+    )
+
+
+def held(sample: NodeSample, encoding: Encoding = "json") -> tuple[Held, Held]:
+    inventory, telemetry = lean.split(sample)
+    t_data, t_headers = encode(telemetry, encoding)
+    i_data, i_headers = encode(inventory, encoding)
+    return (
+        Held(telemetry.time, telemetry.inventory, t_data, t_headers.get(HEADER_CONTENT_TYPE)),
+        Held(inventory.time, inventory.id, i_data, i_headers.get(HEADER_CONTENT_TYPE)),
+    )
+
+
+def holdings(*samples: NodeSample, encoding: Encoding = "json") -> Holdings:
+    pairs = {s.node: held(s, encoding) for s in samples}
+    return Holdings({n: t for n, (t, _) in pairs.items()}, {n: i for n, (_, i) in pairs.items()})

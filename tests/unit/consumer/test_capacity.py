@@ -1,0 +1,65 @@
+"""FleetView's placement question on constructed holdings: which GPUs can take N bytes now,
+ranked, each with its age; and which nodes went stale."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import msgspec
+
+from placewatch.consumer.capacity import gpus_for, stale
+from placewatch.consumer.fleet import Holdings
+from placewatch.schemas import GpuSample
+
+from tests.support.held import MIB, NOW, held, holdings, node_sample
+
+
+def test_gpus_that_can_take_the_bytes_the_most_free_first_with_their_age() -> None:
+    a = node_sample("a", NOW - timedelta(seconds=1))  # GPU 0: 40405 MiB free, GPU 1: 81365
+    b = node_sample("b", NOW - timedelta(seconds=3))
+    found = gpus_for(holdings(a, b), 40000 * MIB, NOW)
+    assert [(c.node, c.gpu, c.free_bytes // MIB, c.age_s) for c in found] == [
+        ("a", 1, 81365, 1.0),
+        ("b", 1, 81365, 3.0),
+        ("a", 0, 40405, 1.0),
+        ("b", 0, 40405, 3.0),
+    ]
+    assert found[2].foreign_bytes == 10960 * MIB
+    assert found[2].uuid == "GPU-3f6c1a52-8e1b-4c2d-9a47-0b5d7e9f1a20"
+    assert [(c.node, c.gpu) for c in gpus_for(holdings(a, b), 50000 * MIB, NOW)] == [
+        ("a", 1),
+        ("b", 1),
+    ]
+    assert gpus_for(holdings(a, b), 90000 * MIB, NOW) == []
+
+
+def test_a_stale_node_offers_no_gpu_and_is_named() -> None:
+    live = node_sample("live", NOW - timedelta(seconds=5))  # under 3 intervals of 2 s
+    late = node_sample("late", NOW - timedelta(seconds=7))
+    later = node_sample("later", NOW - timedelta(seconds=70))
+    content = holdings(live, late, later)
+    assert {c.node for c in gpus_for(content, 0, NOW)} == {"live"}
+    assert [(s.node, s.age_s, s.limit_s) for s in stale(content, NOW)] == [
+        ("later", 70.0, 6.0),
+        ("late", 7.0, 6.0),
+    ]
+    assert {c.node for c in gpus_for(content, 0, NOW, max_age=10)} == {"live", "late"}
+    assert [s.node for s in stale(content, NOW, max_age=10)] == ["later"]
+
+
+def test_free_is_total_minus_used_where_the_tool_gives_no_free_and_unknown_is_left_out() -> None:
+    s = node_sample("n", NOW)
+    gpus = [
+        GpuSample(index=0, memory_total_bytes=100 * MIB, memory_used_bytes=30 * MIB),
+        GpuSample(index=1, memory_used_bytes=30 * MIB),
+    ]
+    telemetry, inventory = held(msgspec.structs.replace(s, gpus=gpus))
+    found = gpus_for(Holdings({"n": telemetry}, {"n": inventory}), 1, NOW)
+    assert [(c.gpu, c.free_bytes) for c in found] == [(0, 70 * MIB)]
+
+
+def test_a_node_without_its_inventory_is_not_offered_but_can_be_stale() -> None:
+    telemetry, _ = held(node_sample("n", NOW - timedelta(seconds=30)))
+    content = Holdings({"n": telemetry}, {})
+    assert gpus_for(content, 0, NOW, max_age=60) == []
+    assert [s.node for s in stale(content, NOW)] == ["n"]
