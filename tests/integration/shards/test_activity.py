@@ -188,10 +188,10 @@ def test_a_real_llama_server_serving_while_its_gpu_shows_nothing_is_cpu_fallback
 
     def complete(n: int) -> None:
         # Seconds of work a request: the tiny model's 256-token context shifted as it fills.
-        query = {"prompt": f"the GPU is {n}", "n_predict": 3000, "ignore_eos": True}
+        query = {"prompt": f"the GPU is {n}", "n_predict": 20000, "ignore_eos": True}
         body = json.dumps(query).encode()
         ask = urllib.request.Request(f"http://127.0.0.1:{port}/completion", body)
-        with NO_PROXY.open(ask, timeout=30) as answer:
+        with NO_PROXY.open(ask, timeout=60) as answer:
             assert answer.status == 200
 
     async def scenario() -> None:
