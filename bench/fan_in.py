@@ -6,7 +6,7 @@ worker's streams PLACEWATCH_TELEMETRY and PLACEWATCH_INVENTORY (file
 storage, the last message per subject); `--no-stream` leaves JetStream out,
 core NATS only. The nodes are simulated by publisher processes on bare
 sockets: each node first publishes its NodeInventory, then each second its
-NodeTelemetry (8 GPUs, 64 processes, 16 shards: 3.5 KB of JSON, the
+NodeTelemetry (8 GPUs, 64 processes, 16 shards: 3.7 KB of JSON, the
 worker's headers), encoded once as a template with seq and time patched
 in; node j publishes at j/N into each second, so the load is spread evenly. The message time is stamped when the publisher sends
 it, and the consumer takes each message's age (the time its on_change sees

@@ -5,7 +5,7 @@ Most of a sample does not change between ticks: a GPU's uuid, name, bus id and t
 MIG layout, the host's totals, the name and shard of each GPU process. Sent every tick, that
 was two thirds of a busy node's telemetry (11.5 KB of JSON for 8 GPUs, 64 processes and 16
 shards). So it travels in an inventory, published when it changes and kept as the last value
-per node, and each tick's telemetry carries readings and the inventory's id: 3.3 KB. Why a
+per node, and each tick's telemetry carries readings and the inventory's id: 3.7 KB. Why a
 shard has its verdict is in its ComputeStatus, published when the verdict changes.
 
 `split` and `join` are exact inverses for what a NodeSample holds, except each shard's pid,
