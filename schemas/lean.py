@@ -181,6 +181,12 @@ def _reading(g: GpuSample) -> GpuReading:
         power_w=_number(g.power_w),
         processes=processes,
         mig_used_bytes=[m.memory_used_bytes for m in g.mig],
+        sm_clock_mhz=g.sm_clock_mhz,
+        memory_clock_mhz=g.memory_clock_mhz,
+        memory_util_pct=_number(g.memory_util_pct),
+        energy_j=_number(g.energy_j),
+        fan_pct=_number(g.fan_pct),
+        health=g.health,
     )
 
 
@@ -219,6 +225,12 @@ def _gpu(info: GpuInfo | None, r: GpuReading, processes: Mapping[int, ProcessInf
             for i, m in enumerate(mig)
         ],
         temperature_sensor=None if info is None else info.temperature_sensor,
+        sm_clock_mhz=r.sm_clock_mhz,
+        memory_clock_mhz=r.memory_clock_mhz,
+        memory_util_pct=r.memory_util_pct,
+        energy_j=r.energy_j,
+        fan_pct=r.fan_pct,
+        health=r.health,
     )
 
 

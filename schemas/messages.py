@@ -115,6 +115,73 @@ class GpuSample(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     mig: list[MigInstance] = msgspec.field(default_factory=list)
     temperature_sensor: str | None = None
     """Which sensor `temperature_c` is ("edge", "junction"; AMD datacenter cards have no edge)."""
+    sm_clock_mhz: NonNegative | None = None
+    """The SM clock now, in MHz."""
+    memory_clock_mhz: NonNegative | None = None
+    """The memory clock now, in MHz."""
+    memory_util_pct: Percent | None = None
+    """The share of time the memory controller was busy (DCGM's "mem copy utilization")."""
+    energy_j: float | None = None
+    """Energy the GPU consumed since the driver loaded, in joules (a counter)."""
+    fan_pct: Percent | None = None
+    """The fan's intended speed, as a share of its maximum; null on passively cooled GPUs."""
+    health: GpuHealth | None = None
+    """Its health as far as its tool tells; null where nothing of it was read."""
+
+
+class GpuHealth(msgspec.Struct, frozen=True, kw_only=True, gc=False, omit_defaults=True):
+    """What DCGM users watch a GPU's health by, as far as its tool tells: a reading left out
+    (null) is one the tool did not give. Counts are the driver's own; `problems` is
+    placewatch's judgement of them (worker/gpu/health.py)."""
+
+    healthy: bool = True
+    """False when a fatal condition is seen (`problems` says which): the GPU needs a reset
+    or a reboot, and nothing new should be placed on it."""
+    problems: list[str] = msgspec.field(default_factory=list)
+    """Why the GPU is unhealthy, each with what to do; empty while it is healthy."""
+    xid_errors: NonNegative | None = None
+    """Critical XID errors the driver reported since the worker started (NVML's event set;
+    no tool prints them). Null where no event set could be registered."""
+    last_xid: NonNegative | None = None
+    """The last of them, by its number (79: fallen off the bus)."""
+    last_xid_time: Time | None = None
+    """When the worker read it."""
+    fatal_xid: NonNegative | None = None
+    """The last of them that needs a GPU reset (worker/gpu/health.py: RESET_XIDS), kept
+    until the worker restarts: a later harmless XID does not hide it."""
+    ecc_corrected_volatile: NonNegative | None = None
+    """ECC errors corrected since the last driver load or GPU reset."""
+    ecc_uncorrected_volatile: NonNegative | None = None
+    """ECC errors not corrected since the last driver load or GPU reset."""
+    ecc_corrected_aggregate: NonNegative | None = None
+    """ECC errors corrected over the GPU's life (its inforom)."""
+    ecc_uncorrected_aggregate: NonNegative | None = None
+    """ECC errors not corrected over the GPU's life."""
+    retired_pages_sbe: NonNegative | None = None
+    """Memory pages retired for repeated single-bit errors (pre-A100 GPUs)."""
+    retired_pages_dbe: NonNegative | None = None
+    """Memory pages retired for double-bit errors (pre-A100 GPUs)."""
+    retired_pages_pending: bool | None = None
+    """A page retirement waits for the next driver load or reset."""
+    remapped_rows_correctable: NonNegative | None = None
+    """Memory rows remapped for correctable errors (A100 and later)."""
+    remapped_rows_uncorrectable: NonNegative | None = None
+    """Memory rows remapped for uncorrectable errors."""
+    remapped_rows_pending: bool | None = None
+    """A row remapping waits for a GPU reset."""
+    remapped_rows_failed: bool | None = None
+    """A row remapping failed: the GPU has no spare row left for a bad one."""
+    clock_events: list[str] = msgspec.field(default_factory=list)
+    """What holds the clocks down now (NVML's clock event reasons, once "throttle reasons"):
+    "gpu_idle", "applications_clocks_setting", "sw_power_cap", "hw_slowdown",
+    "hw_thermal_slowdown", "hw_power_brake_slowdown", "sw_thermal_slowdown", "sync_boost",
+    "display_clocks_setting"; on AMD, what amd-smi or rocm-smi names."""
+    pcie_gen: NonNegative | None = None
+    """The PCIe link's current generation (an idle GPU may step down)."""
+    pcie_width: NonNegative | None = None
+    """The PCIe link's current width in lanes."""
+    pcie_replays: NonNegative | None = None
+    """PCIe packets replayed since the driver loaded: a rising count is a bad link."""
 
 
 class HostSample(msgspec.Struct, frozen=True, kw_only=True, gc=False):
@@ -246,6 +313,18 @@ class GpuReading(msgspec.Struct, frozen=True, kw_only=True, gc=False, omit_defau
     """Pid -> the memory it holds on this GPU (null where the driver does not say)."""
     mig_used_bytes: list[NonNegative | None] = msgspec.field(default_factory=list)
     """Memory used in each MIG instance, in the inventory's order."""
+    sm_clock_mhz: NonNegative | None = None
+    """The SM clock now, in MHz."""
+    memory_clock_mhz: NonNegative | None = None
+    """The memory clock now, in MHz."""
+    memory_util_pct: Percent | None = None
+    """The share of time the memory controller was busy (DCGM's "mem copy utilization")."""
+    energy_j: float | None = None
+    """Energy the GPU consumed since the driver loaded, in joules (a counter)."""
+    fan_pct: Percent | None = None
+    """The fan's intended speed, as a share of its maximum; null on passively cooled GPUs."""
+    health: GpuHealth | None = None
+    """Its health as far as its tool tells; null where nothing of it was read."""
 
 
 class HostReading(msgspec.Struct, frozen=True, kw_only=True, gc=False, omit_defaults=True):
@@ -336,6 +415,9 @@ class ComputeStatus(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """Requests the engine's own log shows running or finished in the last 30 s
     (ACTIVITY_WINDOW_S); null until its log has shown one (no log, or an engine that does not
     print them)."""
+    unhealthy_gpus: list[int] = msgspec.field(default_factory=list)
+    """The GPUs it holds memory on that are unhealthy (GpuHealth.healthy false); the reason
+    says why. The verdict stays where the shard computes."""
 
 
 class FallbackEvent(msgspec.Struct, frozen=True, kw_only=True, gc=False):

@@ -10,7 +10,7 @@ from anyio.abc import TaskStatus
 
 from placewatch.schemas import GpuSample, HostSample, SourceStatus
 
-from .gpu import ActivityWanted, LoopingSource
+from .gpu import ActivityWanted, LoopingSource, health
 from .gpu.registry import VendorChain
 from .host import HostSampler
 
@@ -69,7 +69,10 @@ class NodeSampler:
             host = self.host.sample()
         else:
             host = await anyio.to_thread.run_sync(self.host.sample)
-        gpus = sorted((g for found, _ in results for g in found), key=lambda g: (g.vendor, g.index))
+        gpus = sorted(
+            (health.assess(g) for found, _ in results for g in found),
+            key=lambda g: (g.vendor, g.index),
+        )
         # A vendor with no tool on this node is noise in every sample; it is
         # listed only when no vendor has one, to say what is missing.
         present = [
