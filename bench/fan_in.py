@@ -17,13 +17,21 @@ For each N of the ladder: a fresh consumer, a warm-up, a measured window;
 the ladder stops at the first N whose p99 age reaches 1 s or that drops
 anything, or at --max.
 
+With `--partitions P` the server runs the partition mapping (placewatch.schemas.partitions,
+as compose/nats.conf does) and P consumer processes each take one partition with
+FleetView(partition=p, partitions=P), as a fleet too big for one consumer is read: each
+prints its own row (its nodes, its p99, its CPU a message), and a step passes when every
+partition does. On this 2-core machine the P consumers share the cores with the server and
+the publishers, so the total held says little; what a partition costs does.
+
     python bench/fan_in.py [--max N] [--ladder N,N,...] [--publishers P]
-                           [--warmup S] [--measure S] [--no-stream]
+                           [--warmup S] [--measure S] [--no-stream] [--partitions P]
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import resource
@@ -31,6 +39,7 @@ import select
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -156,11 +165,17 @@ def publish(url: str, *, nodes: int, index: int, count: int, start: float, secon
 # ---- the consumer process: a FleetView, measured ----
 
 
-async def consume(url: str, nodes: int, warmup: float, measure: float) -> dict[str, Any]:
+async def consume(
+    url: str, nodes: int, warmup: float, measure: float, *, partition: int | None, partitions: int
+) -> dict[str, Any]:
     import nats
 
     from placewatch.consumer import FleetView, Message
     from placewatch.schemas import NodeTelemetry
+    from placewatch.schemas.partitions import partition_of
+
+    if partition is not None:  # the nodes the mapping puts in this partition
+        nodes = sum(partition_of(node_name(j), partitions) == partition for j in range(nodes))
 
     problems = {"slow_consumer": 0, "disconnected": 0, "errors": 0}
     state = {"measuring": False, "gaps": 0, "received": 0}
@@ -192,7 +207,13 @@ async def consume(url: str, nodes: int, warmup: float, measure: float) -> dict[s
             if before is not None and message.seq > before + 1:
                 state["gaps"] += message.seq - before - 1
 
-    view = FleetView(nc, on_change=on_change, fill_timeout=1.0)
+    view = FleetView(
+        nc,
+        on_change=on_change,
+        fill_timeout=1.0,
+        partition=partition,
+        partitions=None if partition is None else partitions,
+    )
     await view.start()
     print("ready", flush=True)
     await first.wait()
@@ -214,6 +235,8 @@ async def consume(url: str, nodes: int, warmup: float, measure: float) -> dict[s
         return ages[min(len(ages) - 1, int(p * len(ages)))] if ages else float("nan")
 
     return {
+        "partition": partition,
+        "nodes": nodes,
         "received": state["received"],
         "rate": state["received"] / wall,
         "p50": pct(0.50),
@@ -240,29 +263,32 @@ def the_server() -> psutil.Process:
     return next(c for c in psutil.Process().children() if "nats-server" in c.name())
 
 
-def step(url: str, server: psutil.Process, nodes: int, args: argparse.Namespace) -> dict[str, Any]:
+def step(
+    url: str, server: psutil.Process, nodes: int, args: argparse.Namespace
+) -> list[dict[str, Any]]:
+    """One N: each consumer's result (one a partition, or one for the whole fleet)."""
     publishers, warmup, measure = args.publishers, args.warmup, args.measure
     me = [sys.executable, str(Path(__file__).resolve())]
-    consumer = subprocess.Popen(
-        [
-            *me,
-            "--consumer",
-            url,
-            "--nodes",
-            str(nodes),
-            "--warmup",
-            str(warmup),
-            "--measure",
-            str(measure),
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert consumer.stdout is not None
+    takes = [str(p) for p in range(args.partitions)] if args.partitions else ["all"]
+    consumers = [
+        subprocess.Popen(
+            [
+                *me,
+                *("--consumer", url, "--nodes", str(nodes)),
+                *("--warmup", str(warmup), "--measure", str(measure)),
+                *("--partition", take, "--partitions", str(args.partitions or 1)),
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for take in takes
+    ]
     pubs: list[subprocess.Popen[str]] = []
     try:
-        if consumer.stdout.readline().strip() != "ready":
-            raise RuntimeError("the consumer did not start")
+        for consumer in consumers:
+            assert consumer.stdout is not None
+            if consumer.stdout.readline().strip() != "ready":
+                raise RuntimeError("a consumer did not start")
         server_cpu = cpu_seconds(server)
         start = time.time() + 2.0  # the publishers build their templates meanwhile
         seconds = int(warmup + measure + 3)
@@ -279,20 +305,25 @@ def step(url: str, server: psutil.Process, nodes: int, args: argparse.Namespace)
                     text=True,
                 )
             )
-        result: dict[str, Any] = json.loads(consumer.stdout.readline())
-        consumer.wait(30)
+        results: list[dict[str, Any]] = []
+        for consumer in consumers:
+            assert consumer.stdout is not None
+            results.append(json.loads(consumer.stdout.readline()))
+            consumer.wait(30)
         sent = late = 0.0
         for p in pubs:
             out, _ = p.communicate(timeout=seconds + 30)
             said = json.loads(out)
             sent += said["sent"]
             late = max(late, said["late_max_s"])
-        result["publisher_late_max_s"] = late
-        result["server_us"] = (cpu_seconds(server) - server_cpu) / max(sent, 1) * 1e6
-        result["consumer_us"] = result["cpu_pct"] / 100 / max(result["rate"], 1) * 1e6
-        return result
+        server_us = (cpu_seconds(server) - server_cpu) / max(sent, 1) * 1e6
+        for result in results:
+            result["publisher_late_max_s"] = late
+            result["server_us"] = server_us
+            result["consumer_us"] = result["cpu_pct"] / 100 / max(result["rate"], 1) * 1e6
+        return results
     finally:
-        for p in [consumer, *pubs]:
+        for p in [*consumers, *pubs]:
             if p.poll() is None:
                 p.kill()
                 p.wait()
@@ -305,7 +336,8 @@ def dropped(r: dict[str, Any]) -> int:
 
 
 async def make_streams(url: str) -> None:
-    """The streams as the worker makes them where it may (file storage, one replica)."""
+    """The streams as the worker makes them where it may (file storage, one replica): they
+    take the mapped subjects too, so they serve partitioned views as they are deployed."""
     import nats
 
     from placewatch.bus.streams import StreamSettings, ensure_stream
@@ -321,39 +353,50 @@ async def make_streams(url: str) -> None:
 
 def ladder(args: argparse.Namespace) -> None:
     from bench.servers import nats_server
+    from placewatch.schemas.partitions import server_config
 
     steps = [int(n) for n in args.ladder.split(",")] if args.ladder else list(LADDER)
     steps = [n for n in steps if n <= args.max]
+    views = f"{args.partitions} FleetViews, one a partition" if args.partitions else "one FleetView"
     print(
-        f"fan-in: 8-GPU nodes at 1 Hz into one FleetView, {args.publishers} publisher "
+        f"fan-in: 8-GPU nodes at 1 Hz into {views}, {args.publishers} publisher "
         f"processes, {args.warmup:g} s warm-up, {args.measure:g} s measured per step, "
         f"{'core NATS only' if args.no_stream else 'the telemetry and inventory streams on'} "
         f"(load {os.getloadavg()[0]:.2f} at start)"
     )
     print(
-        f"{'nodes':>6}{'msgs/s':>9}{'p50 age':>9}{'p99 age':>9}{'max age':>9}{'dropped':>9}"
-        f"{'consumer CPU':>14}{'us/msg':>8}{'server us/msg':>15}{'pub late':>10}  ok"
+        f"{'nodes':>6}{'part':>5}{'held':>7}{'msgs/s':>9}{'p50 age':>9}{'p99 age':>9}"
+        f"{'max age':>9}{'dropped':>9}{'consumer CPU':>14}{'us/msg':>8}{'server us/msg':>15}"
+        f"{'pub late':>10}  ok"
     )
     best = 0
-    with nats_server(jetstream=not args.no_stream) as url:
-        if not args.no_stream:
-            anyio.run(make_streams, url, backend="asyncio")
-        server = the_server()
-        for nodes in steps:
-            r = step(url, server, nodes, args)
-            ok = r["p99"] < 1.0 and dropped(r) == 0
-            print(
-                f"{nodes:>6}{r['rate']:>9.0f}{r['p50'] * 1e3:>7.0f}ms{r['p99'] * 1e3:>7.0f}ms"
-                f"{r['max'] * 1e3:>7.0f}ms{dropped(r):>9}{r['cpu_pct']:>13.0f}%"
-                f"{r['consumer_us']:>8.1f}{r['server_us']:>15.1f}"
-                f"{r['publisher_late_max_s'] * 1e3:>8.0f}ms  {'yes' if ok else 'no'}",
-                flush=True,
-            )
-            if not ok:
-                detail = {k: r[k] for k in ("gaps", "slow_consumer", "disconnected")}
-                print(f"        drops: {detail}, silent nodes {r['silent_nodes']}")
-                break
-            best = nodes
+    with tempfile.TemporaryDirectory() as where:
+        config = Path(where) / "nats.conf"
+        config.write_text(server_config("placewatch", args.partitions) if args.partitions else "")
+        with nats_server("-c", str(config), jetstream=not args.no_stream) as url:
+            if not args.no_stream:
+                anyio.run(make_streams, url, backend="asyncio")
+            server = the_server()
+            for nodes in steps:
+                results = step(url, server, nodes, args)
+                ok = all(r["p99"] < 1.0 and dropped(r) == 0 for r in results)
+                for r in results:
+                    part = "all" if r["partition"] is None else r["partition"]
+                    print(
+                        f"{nodes:>6}{part:>5}{r['nodes']:>7}{r['rate']:>9.0f}"
+                        f"{r['p50'] * 1e3:>7.0f}ms{r['p99'] * 1e3:>7.0f}ms"
+                        f"{r['max'] * 1e3:>7.0f}ms{dropped(r):>9}{r['cpu_pct']:>13.0f}%"
+                        f"{r['consumer_us']:>8.1f}{r['server_us']:>15.1f}"
+                        f"{r['publisher_late_max_s'] * 1e3:>8.0f}ms"
+                        f"  {'yes' if r['p99'] < 1.0 and dropped(r) == 0 else 'no'}",
+                        flush=True,
+                    )
+                if not ok:
+                    for r in results:
+                        detail = {k: r[k] for k in ("gaps", "slow_consumer", "disconnected")}
+                        print(f"        drops: {detail}, silent nodes {r['silent_nodes']}")
+                    break
+                best = nodes
     print(
         f"largest N with p99 age under 1 s and nothing dropped: {best} "
         f"({best / TARGET_NODES:.2f} of the {TARGET_NODES} target; load {os.getloadavg()[0]:.2f})"
@@ -370,6 +413,13 @@ def main() -> None:
     parser.add_argument(
         "--no-stream", action="store_true", help="core NATS only: no telemetry stream"
     )
+    parser.add_argument(
+        "--partitions",
+        type=int,
+        default=0,
+        help="run the servers' partition mapping with P partitions, one FleetView each",
+    )
+    parser.add_argument("--partition", help=argparse.SUPPRESS)
     parser.add_argument("--consumer", metavar="URL", help=argparse.SUPPRESS)
     parser.add_argument("--publisher", metavar="URL", help=argparse.SUPPRESS)
     parser.add_argument("--nodes", type=int, help=argparse.SUPPRESS)
@@ -379,8 +429,10 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.consumer:
+        partition = None if args.partition in (None, "all") else int(args.partition)
+        view = functools.partial(consume, partition=partition, partitions=args.partitions)
         result = anyio.run(
-            consume, args.consumer, args.nodes, args.warmup, args.measure, backend="asyncio"
+            view, args.consumer, args.nodes, args.warmup, args.measure, backend="asyncio"
         )
         print(json.dumps(result), flush=True)
     elif args.publisher:
