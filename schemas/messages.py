@@ -257,6 +257,10 @@ class GpuInfo(msgspec.Struct, frozen=True, kw_only=True, gc=False, omit_defaults
     mig: list[MigInstance] = msgspec.field(default_factory=list)
     """Its MIG instances, without their memory used (that is a reading: mig_used_bytes)."""
     temperature_sensor: str | None = None
+    health: GpuHealth | None = None
+    """Its health as far as its tool tells, without its clock events (those are a reading:
+    GpuReading.clock_events): the counts change rarely, and when they do, a new inventory
+    is published. Null where nothing of it was read."""
 
 
 class HostInfo(msgspec.Struct, frozen=True, kw_only=True, gc=False, omit_defaults=True):
@@ -323,8 +327,12 @@ class GpuReading(msgspec.Struct, frozen=True, kw_only=True, gc=False, omit_defau
     """Energy the GPU consumed since the driver loaded, in joules (a counter)."""
     fan_pct: Percent | None = None
     """The fan's intended speed, as a share of its maximum; null on passively cooled GPUs."""
-    health: GpuHealth | None = None
-    """Its health as far as its tool tells; null where nothing of it was read."""
+    clock_events: list[str] = msgspec.field(default_factory=list)
+    """GpuHealth.clock_events at this tick: what holds the clocks down now."""
+    problems: list[str] = msgspec.field(default_factory=list)
+    """GpuHealth.problems at this tick: why the GPU is unhealthy, left out while it is
+    healthy. The rest of its health (counts that change rarely) is in the inventory's
+    GpuInfo, so that a healthy fleet does not send them every tick."""
 
 
 class HostReading(msgspec.Struct, frozen=True, kw_only=True, gc=False, omit_defaults=True):

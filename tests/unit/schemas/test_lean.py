@@ -11,6 +11,7 @@ from bench.synthetic import node_sample
 from placewatch.schemas import (
     ComputeStatus,
     DecodeError,
+    GpuHealth,
     GpuProcess,
     GpuSample,
     HostSample,
@@ -282,3 +283,83 @@ def test_this_reader_refuses_schema_1_telemetry_saying_why() -> None:
     )
     with pytest.raises(DecodeError, match=r"Expected `object`, got `array` - at `\$\.shards`"):
         decode(payload, NodeTelemetry)  # no header: its payload cannot pass for schema 2
+
+
+HEALTHY = GpuHealth(
+    xid_errors=0,
+    ecc_corrected_volatile=0,
+    ecc_uncorrected_volatile=0,
+    ecc_corrected_aggregate=0,
+    ecc_uncorrected_aggregate=0,
+    remapped_rows_correctable=0,
+    remapped_rows_uncorrectable=0,
+    remapped_rows_pending=False,
+    remapped_rows_failed=False,
+    pcie_gen=5,
+    pcie_width=16,
+    pcie_replays=0,
+)
+"""A healthy H200's health as NVML reads it: every count zero."""
+
+
+def with_health(whole: NodeSample, health: GpuHealth, **readings: object) -> NodeSample:
+    gpus = [msgspec.structs.replace(g, health=health, **readings) for g in whole.gpus]
+    return msgspec.structs.replace(whole, gpus=gpus)
+
+
+def test_a_healthy_gpu_s_counts_travel_in_the_inventory_not_every_tick() -> None:
+    plain = node_sample()
+    healthy = with_health(plain, HEALTHY)
+    (inventory, telemetry), (bare_inventory, bare_telemetry) = (
+        lean.split(healthy),
+        lean.split(plain),
+    )
+    assert encode(telemetry)[0] == encode(bare_telemetry)[0].replace(
+        bare_telemetry.inventory.encode(), telemetry.inventory.encode()
+    )
+    assert inventory.id != bare_inventory.id
+    assert all(g.health == HEALTHY for g in inventory.gpus)
+    assert lean.join(inventory, telemetry).gpus[0].health == HEALTHY
+
+
+def test_an_unhealthy_gpu_is_named_in_the_telemetry_itself() -> None:
+    sick = msgspec.structs.replace(
+        HEALTHY,
+        healthy=False,
+        fatal_xid=79,
+        last_xid=79,
+        xid_errors=1,
+        problems=["XID 79 (GPU has fallen off the bus): reset the GPU"],
+        clock_events=["hw_slowdown"],
+    )
+    whole = node_sample()
+    whole = msgspec.structs.replace(
+        whole, gpus=[msgspec.structs.replace(whole.gpus[0], health=sick), *whole.gpus[1:]]
+    )
+    inventory, telemetry = lean.split(whole)
+    payload = encode(telemetry)[0]
+    assert payload.count(b'"problems":["XID 79 (GPU has fallen off the bus)') == 1
+    assert payload.count(b'"clock_events":["hw_slowdown"]') == 1
+    assert inventory.gpus[0].health is not None and inventory.gpus[0].health.clock_events == []
+    assert lean.join(inventory, telemetry).gpus[0].health == sick
+
+
+def test_what_the_dcgm_readings_add_to_a_busy_node_s_telemetry() -> None:
+    """The clocks, memory utilization and energy of 8 GPUs, read every tick: 89 bytes of
+    JSON and 71 of msgpack a GPU on the message of the size targets above, which they
+    take over them (docs/benchmarks.md, Fleet scale). The health counts cost nothing a
+    tick."""
+    plain = lean.split(node_sample())[1]
+    read = lean.split(
+        with_health(
+            node_sample(),
+            HEALTHY,
+            sm_clock_mhz=1980,
+            memory_clock_mhz=3201,
+            memory_util_pct=12.0,
+            energy_j=81_234_567.891,
+        )
+    )[1]
+    added_json = len(encode(read)[0]) - len(encode(plain)[0])
+    added_msgpack = len(encode(read, "msgpack")[0]) - len(encode(plain, "msgpack")[0])
+    assert (added_json, added_msgpack) == (8 * 89, 8 * 71)
