@@ -15,6 +15,7 @@ import msgspec
 from placewatch.gpu.nvidia_smi import APP_FIELDS, GPU_FIELDS
 from placewatch.gpu.nvidia_smi_csv import attach_processes, parse_compute_apps, parse_gpus
 from placewatch.schemas import (
+    GpuHealth,
     HostSample,
     NodeInventory,
     NodeSample,
@@ -125,10 +126,32 @@ def write_fake_nvidia_smi(where: Path, gpus: int, apps: str, *, python: str | No
     return bin_dir
 
 
-def node_sample(node: str = "gpu-node-0001", gpus: int = 8, shards: int = 16) -> NodeSample:
+HEALTHY = GpuHealth(
+    xid_errors=0,
+    ecc_corrected_volatile=0,
+    ecc_uncorrected_volatile=0,
+    ecc_corrected_aggregate=0,
+    ecc_uncorrected_aggregate=0,
+    remapped_rows_correctable=0,
+    remapped_rows_uncorrectable=0,
+    remapped_rows_pending=False,
+    remapped_rows_failed=False,
+    pcie_gen=5,
+    pcie_width=16,
+    pcie_replays=0,
+)
+"""A healthy H200's health as NVML reads it: every count zero, the link at 5.0 x16."""
+
+
+def node_sample(
+    node: str = "gpu-node-0001", gpus: int = 8, shards: int = 16, *, readings: bool = True
+) -> NodeSample:
     """A busy node's sample: `gpus` GPUs with 4 processes per shard (each attributed to its
     shard, with what it ran since the last read), the host, the shards' briefs (with their
-    SM use and requests served) and the source's status."""
+    SM use and requests served) and the source's status. With `readings`, each GPU's
+    health and the readings DCGM users watch (clocks, memory utilization, energy), as
+    NVML gives them on an H200; without, the message the fleet-scale size targets were set
+    on."""
     per_shard = 4
     holders = [
         (s % gpus, 40000 + s * per_shard + k) for s in range(shards) for k in range(per_shard)
@@ -150,6 +173,18 @@ def node_sample(node: str = "gpu-node-0001", gpus: int = 8, shards: int = 16) ->
         )
         for g in found
     ]
+    if readings:
+        found = [
+            msgspec.structs.replace(
+                g,
+                sm_clock_mhz=1980,
+                memory_clock_mhz=3201,
+                memory_util_pct=float(10 + g.index),
+                energy_j=81_234_567.891 + g.index,
+                health=HEALTHY,
+            )
+            for g in found
+        ]
     return NodeSample(
         node=node,
         session="5f1c9a2e7b3d",

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import msgspec
 import pytest
 
-from bench.synthetic import node_sample
+from bench.synthetic import HEALTHY, node_sample
 from placewatch.schemas import (
     ComputeStatus,
     DecodeError,
@@ -233,7 +233,7 @@ def test_a_busy_node_s_telemetry_is_within_its_size_targets() -> None:
     """8 GPUs, 64 processes, 16 shards, each process's activity read and each shard's SM use
     and requests known: at most 4 KB of JSON and 2.5 KB of msgpack a tick, where the whole
     sample was 11.5 KB of JSON (the message of schema 1)."""
-    whole = node_sample()
+    whole = node_sample(readings=False)
     _, telemetry = lean.split(whole)
     as_json, as_msgpack = encode(telemetry)[0], encode(telemetry, "msgpack")[0]
     assert len(as_json) <= 4000 and len(as_msgpack) <= 2500, (len(as_json), len(as_msgpack))
@@ -285,30 +285,13 @@ def test_this_reader_refuses_schema_1_telemetry_saying_why() -> None:
         decode(payload, NodeTelemetry)  # no header: its payload cannot pass for schema 2
 
 
-HEALTHY = GpuHealth(
-    xid_errors=0,
-    ecc_corrected_volatile=0,
-    ecc_uncorrected_volatile=0,
-    ecc_corrected_aggregate=0,
-    ecc_uncorrected_aggregate=0,
-    remapped_rows_correctable=0,
-    remapped_rows_uncorrectable=0,
-    remapped_rows_pending=False,
-    remapped_rows_failed=False,
-    pcie_gen=5,
-    pcie_width=16,
-    pcie_replays=0,
-)
-"""A healthy H200's health as NVML reads it: every count zero."""
-
-
 def with_health(whole: NodeSample, health: GpuHealth, **readings: object) -> NodeSample:
     gpus = [msgspec.structs.replace(g, health=health, **readings) for g in whole.gpus]
     return msgspec.structs.replace(whole, gpus=gpus)
 
 
 def test_a_healthy_gpu_s_counts_travel_in_the_inventory_not_every_tick() -> None:
-    plain = node_sample()
+    plain = node_sample(readings=False)
     healthy = with_health(plain, HEALTHY)
     (inventory, telemetry), (bare_inventory, bare_telemetry) = (
         lean.split(healthy),
@@ -332,7 +315,7 @@ def test_an_unhealthy_gpu_is_named_in_the_telemetry_itself() -> None:
         problems=["XID 79 (GPU has fallen off the bus): reset the GPU"],
         clock_events=["hw_slowdown"],
     )
-    whole = node_sample()
+    whole = node_sample(readings=False)
     whole = msgspec.structs.replace(
         whole, gpus=[msgspec.structs.replace(whole.gpus[0], health=sick), *whole.gpus[1:]]
     )
@@ -349,17 +332,9 @@ def test_what_the_dcgm_readings_add_to_a_busy_node_s_telemetry() -> None:
     JSON and 71 of msgpack a GPU on the message of the size targets above, which they
     take over them (docs/benchmarks.md, Fleet scale). The health counts cost nothing a
     tick."""
-    plain = lean.split(node_sample())[1]
-    read = lean.split(
-        with_health(
-            node_sample(),
-            HEALTHY,
-            sm_clock_mhz=1980,
-            memory_clock_mhz=3201,
-            memory_util_pct=12.0,
-            energy_j=81_234_567.891,
-        )
-    )[1]
+    plain = lean.split(node_sample(readings=False))[1]
+    read = lean.split(node_sample())[1]
     added_json = len(encode(read)[0]) - len(encode(plain)[0])
     added_msgpack = len(encode(read, "msgpack")[0]) - len(encode(plain, "msgpack")[0])
     assert (added_json, added_msgpack) == (8 * 89, 8 * 71)
+    assert all(g.sm_clock_mhz == 1980 and g.energy_j for g in read.gpus)
