@@ -9,13 +9,19 @@ NVMLError_NotSupported, as NVML does.
 from __future__ import annotations
 
 import ctypes
+import re
 import threading
+import xml.etree.ElementTree as ET
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+import msgspec
+
 from placewatch.gpu.nvidia_smi_csv import attach_processes, parse_compute_apps, parse_gpus
-from placewatch.schemas import GpuSample
+from placewatch.gpu.nvml_health import CLOCK_EVENTS
+from placewatch.schemas import GpuHealth, GpuSample
 
 T = TypeVar("T")
 
@@ -31,9 +37,76 @@ def captured() -> list[GpuSample]:
     )
 
 
+def h200() -> list[GpuSample]:
+    """The project's real H200 (h200-*.csv and h200-q.xml, driver 580.159.04) with the
+    clocks and health `nvidia-smi -q` printed at the same moment, as NVML would answer
+    them: ECC on and no error, no page retirement (N/A: rows are remapped instead, as on
+    every GPU since A100), no row remapped, no clock event, PCIe gen 5 x16 with 3 replays,
+    no fan. nvidia-smi -q prints no energy counter: energy_j is None."""
+    (gpu,) = attach_processes(
+        parse_gpus((A100X2 / "h200-query-gpu.csv").read_text()),
+        parse_compute_apps((A100X2 / "h200-query-compute-apps.csv").read_text()),
+    )
+    xml = ET.parse(A100X2 / "h200-q.xml").find("gpu")
+    assert xml is not None
+
+    def number(path: str) -> int | None:
+        found = re.match(r"\d+", xml.findtext(path) or "")
+        return None if found is None else int(found[0])
+
+    def flag(path: str) -> bool | None:
+        return {"Yes": True, "No": False}.get(xml.findtext(path) or "")
+
+    def ecc(counter: str, names: tuple[str, ...]) -> int | None:
+        counts = [number(f"ecc_errors/{counter}/{name}") for name in names]
+        return None if None in counts else sum(c or 0 for c in counts)
+
+    corrected = ("sram_correctable", "dram_correctable")
+    uncorrected = ("sram_uncorrectable_parity", "sram_uncorrectable_secded", "dram_uncorrectable")
+    reasons = "clocks_event_reasons/clocks_event_reason_"
+    health = GpuHealth(
+        ecc_corrected_volatile=ecc("volatile", corrected),
+        ecc_uncorrected_volatile=ecc("volatile", uncorrected),
+        ecc_corrected_aggregate=ecc("aggregate", corrected),
+        ecc_uncorrected_aggregate=ecc("aggregate", uncorrected),
+        retired_pages_sbe=number("retired_pages/multiple_single_bit_retirement/retired_count"),
+        retired_pages_dbe=number("retired_pages/double_bit_retirement/retired_count"),
+        retired_pages_pending=flag("retired_pages/pending_retirement"),
+        remapped_rows_correctable=number("remapped_rows/remapped_row_corr"),
+        remapped_rows_uncorrectable=number("remapped_rows/remapped_row_unc"),
+        remapped_rows_pending=flag("remapped_rows/remapped_row_pending"),
+        remapped_rows_failed=flag("remapped_rows/remapped_row_failure"),
+        clock_events=[n for _, n in CLOCK_EVENTS if xml.findtext(reasons + n) == "Active"],
+        pcie_gen=number("pci/pci_gpu_link_info/pcie_gen/current_link_gen"),
+        pcie_width=number("pci/pci_gpu_link_info/link_widths/current_link_width"),
+        pcie_replays=number("pci/replay_counter"),
+    )
+    fan = number("fan_speed")
+    memory_util = number("utilization/memory_util")
+    return [
+        msgspec.structs.replace(
+            gpu,
+            sm_clock_mhz=number("clocks/sm_clock"),
+            memory_clock_mhz=number("clocks/mem_clock"),
+            memory_util_pct=None if memory_util is None else float(memory_util),
+            fan_pct=None if fan is None else float(fan),
+            health=health,
+        )
+    ]
+
+
 NVML_DEVICE_MIG_ENABLE = 1
 NVML_TEMPERATURE_GPU = 0
 nvmlMemory_v2 = 0x02000028
+NVML_CLOCK_SM = 1
+NVML_CLOCK_MEM = 2
+NVML_MEMORY_ERROR_TYPE_CORRECTED = 0
+NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
+NVML_VOLATILE_ECC = 0
+NVML_AGGREGATE_ECC = 1
+NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS = 0
+NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR = 1
+nvmlEventTypeXidCriticalError = 0x8
 
 
 class NVMLError(Exception):
@@ -52,6 +125,10 @@ class NVMLError_NotFound(NVMLError):
 
 class NVMLError_FunctionNotFound(NVMLError):
     value = 13
+
+
+class NVMLError_Timeout(NVMLError):
+    value = 10
 
 
 class NVMLError_GpuIsLost(NVMLError):
@@ -80,8 +157,11 @@ class MemoryV2:
 
 @dataclass
 class Utilization:
+    """nvmlUtilization_t. NVML gives both or neither; a capture may hold only `gpu`, and
+    the other is then None here, not a made-up 0."""
+
     gpu: int
-    memory: int = 0
+    memory: int | None = None
 
 
 @dataclass
@@ -125,6 +205,26 @@ class Device:
     mig: list[Mig] = field(default_factory=list)
 
 
+@dataclass
+class Event:
+    """c_nvmlEventData_t: `device` is the handle of the GPU it came from."""
+
+    device: Device
+    eventData: int
+    eventType: int = nvmlEventTypeXidCriticalError
+    gpuInstanceId: int = 0xFFFFFFFF
+    computeInstanceId: int = 0xFFFFFFFF
+
+
+@dataclass
+class EventSet:
+    """An nvmlEventSet_t: the GPUs registered on it and the events it holds, oldest first."""
+
+    registered: list[Device] = field(default_factory=list)
+    held: list[Event] = field(default_factory=list)
+    freed: bool = False
+
+
 class FakeNvml:
     """A capture's memory.used leaves out what the driver reserves for itself (nvidia-smi
     R510 and later: total = reserved + used + free), which NVML's v1 reading counts as used
@@ -134,6 +234,19 @@ class FakeNvml:
     NVML_DEVICE_MIG_ENABLE = NVML_DEVICE_MIG_ENABLE
     NVML_TEMPERATURE_GPU = NVML_TEMPERATURE_GPU
     nvmlMemory_v2 = nvmlMemory_v2
+    NVML_CLOCK_SM = NVML_CLOCK_SM
+    NVML_CLOCK_MEM = NVML_CLOCK_MEM
+    NVML_MEMORY_ERROR_TYPE_CORRECTED = NVML_MEMORY_ERROR_TYPE_CORRECTED
+    NVML_MEMORY_ERROR_TYPE_UNCORRECTED = NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+    NVML_VOLATILE_ECC = NVML_VOLATILE_ECC
+    NVML_AGGREGATE_ECC = NVML_AGGREGATE_ECC
+    NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS = (
+        NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS
+    )
+    NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR = (
+        NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR
+    )
+    nvmlEventTypeXidCriticalError = nvmlEventTypeXidCriticalError
 
     def __init__(
         self,
@@ -155,6 +268,14 @@ class FakeNvml:
         self.no_utilization: set[int] = set()
         self.v1_gone = False
         self.asked_since: list[tuple[int, int]] = []
+        # Health: how often each call was made, by name; a driver before R535 (no clock
+        # event reasons, only throttle reasons); GPUs that refuse XID events (GeForce, WSL);
+        # the event sets made and the timeout each wait was given, in ms.
+        self.asked: Counter[str] = Counter()
+        self.throttle_only = False
+        self.no_events: set[int] = set()
+        self.event_sets: list[EventSet] = []
+        self.waits: list[int] = []
 
     def _wait(self) -> None:
         self.calls += 1
@@ -188,7 +309,10 @@ class FakeNvml:
         return Pci(self._need(h.gpu.bus_id))
 
     def nvmlDeviceGetUtilizationRates(self, h: Device) -> Utilization:
-        return Utilization(round(self._need(h.gpu.utilization_pct)))
+        memory = h.gpu.memory_util_pct
+        return Utilization(
+            round(self._need(h.gpu.utilization_pct)), None if memory is None else round(memory)
+        )
 
     def nvmlDeviceGetMemoryInfo(self, h: Device | Mig, version: int = 0) -> Memory | MemoryV2:
         if version and not self.v2:
@@ -259,6 +383,111 @@ class FakeNvml:
         if h.mig:
             return []  # NVML lists a MIG GPU's processes per instance
         return [Process(p.pid, p.used_bytes) for p in h.gpu.processes]
+
+    # Health: each call counted in `asked`; what the GPU's sample lacks is NOT_SUPPORTED.
+
+    def _health(self, call: str, h: Device) -> GpuHealth:
+        self.asked[call] += 1
+        return self._need(h.gpu.health)
+
+    def nvmlDeviceGetClockInfo(self, h: Device, type: int) -> int:
+        self.asked["nvmlDeviceGetClockInfo"] += 1
+        g = h.gpu
+        return self._need(g.sm_clock_mhz if type == NVML_CLOCK_SM else g.memory_clock_mhz)
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, h: Device) -> int:
+        self.asked["nvmlDeviceGetTotalEnergyConsumption"] += 1
+        return round(self._need(h.gpu.energy_j) * 1000)
+
+    def nvmlDeviceGetFanSpeed(self, h: Device) -> int:
+        self.asked["nvmlDeviceGetFanSpeed"] += 1
+        return round(self._need(h.gpu.fan_pct))
+
+    def nvmlDeviceGetTotalEccErrors(self, h: Device, errorType: int, counterType: int) -> int:
+        health = self._health("nvmlDeviceGetTotalEccErrors", h)
+        counts = {
+            (NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_VOLATILE_ECC): health.ecc_corrected_volatile,
+            (
+                NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+                NVML_VOLATILE_ECC,
+            ): health.ecc_uncorrected_volatile,
+            (NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_AGGREGATE_ECC): health.ecc_corrected_aggregate,
+            (NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_AGGREGATE_ECC): (
+                health.ecc_uncorrected_aggregate
+            ),
+        }
+        return self._need(counts[errorType, counterType])
+
+    def nvmlDeviceGetRetiredPages(self, h: Device, sourceFilter: int) -> list[int]:
+        """The retired pages' addresses, as many as the sample counts."""
+        health = self._health("nvmlDeviceGetRetiredPages", h)
+        sbe = sourceFilter == NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS
+        count = self._need(health.retired_pages_sbe if sbe else health.retired_pages_dbe)
+        return [0x1000 * (n + 1) for n in range(count)]
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, h: Device) -> int:
+        health = self._health("nvmlDeviceGetRetiredPagesPendingStatus", h)
+        return int(self._need(health.retired_pages_pending))
+
+    def nvmlDeviceGetRemappedRows(self, h: Device) -> tuple[int, int, int, int]:
+        health = self._health("nvmlDeviceGetRemappedRows", h)
+        return (
+            self._need(health.remapped_rows_correctable),
+            self._need(health.remapped_rows_uncorrectable),
+            int(self._need(health.remapped_rows_pending)),
+            int(self._need(health.remapped_rows_failed)),
+        )
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h: Device) -> int:
+        if self.throttle_only:
+            self.asked["nvmlDeviceGetCurrentClocksEventReasons"] += 1
+            raise NVMLError_FunctionNotFound("Function Not Found")
+        return self._reasons("nvmlDeviceGetCurrentClocksEventReasons", h)
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, h: Device) -> int:
+        return self._reasons("nvmlDeviceGetCurrentClocksThrottleReasons", h)
+
+    def _reasons(self, call: str, h: Device) -> int:
+        names = self._health(call, h).clock_events
+        return sum(bit for bit, name in CLOCK_EVENTS if name in names)
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, h: Device) -> int:
+        return self._need(self._health("nvmlDeviceGetCurrPcieLinkGeneration", h).pcie_gen)
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, h: Device) -> int:
+        return self._need(self._health("nvmlDeviceGetCurrPcieLinkWidth", h).pcie_width)
+
+    def nvmlDeviceGetPcieReplayCounter(self, h: Device) -> int:
+        return self._need(self._health("nvmlDeviceGetPcieReplayCounter", h).pcie_replays)
+
+    # XID events: `xid` stands in for the driver reporting one.
+
+    def nvmlEventSetCreate(self) -> EventSet:
+        self.event_sets.append(EventSet())
+        return self.event_sets[-1]
+
+    def nvmlDeviceRegisterEvents(self, h: Device, eventTypes: int, eventSet: EventSet) -> None:
+        assert eventTypes == nvmlEventTypeXidCriticalError
+        if h.gpu.index in self.no_events:
+            raise NVMLError_NotSupported("Not Supported")
+        eventSet.registered.append(h)
+
+    def nvmlEventSetWait_v2(self, eventSet: EventSet, timeoutms: int) -> Event:
+        """The oldest event held; NVMLError_Timeout when none (at once: no clock here)."""
+        self.waits.append(timeoutms)
+        if not eventSet.held:
+            raise NVMLError_Timeout("Timeout")
+        return eventSet.held.pop(0)
+
+    def nvmlEventSetFree(self, eventSet: EventSet) -> None:
+        eventSet.freed = True
+
+    def xid(self, index: int, xid: int) -> None:
+        """The driver reports critical XID `xid` on GPU `index`, to every set it is on."""
+        device = self.devices[index]
+        for event_set in self.event_sets:
+            if any(d is device for d in event_set.registered):
+                event_set.held.append(Event(device, xid))
 
 
 class ProcessRecord(ctypes.Structure):

@@ -8,7 +8,8 @@ PCI bus order, the same physical index nvidia-smi prints.
 NVML calls block in the driver and can hang there like nvidia-smi does, so
 a tick's reads run in a worker thread with a timeout; a thread that does not
 come back is abandoned and no new read starts until it does (the source
-reads degraded meanwhile).
+reads degraded meanwhile). Health counts and XID events are read through
+nvml_health.py, in the same thread.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from placewatch.schemas import GpuProcess, GpuSample, MigInstance, SourceStatus
 from placewatch.schemas.messages import Vendor
 
 from . import ActivityWanted, SourceOptions
+from .nvml_health import Refusals, XidEvents, read_health
 from .process_activity import IDLE, Usage, attach_usage
 
 log = logging.getLogger(__name__)
@@ -63,25 +65,42 @@ def load() -> tuple[Any, str | None]:
 
 
 def read_gpus(
-    nvml: Any, lists: ProcessLists | None = None, utilization: ProcessUtilization | None = None
+    nvml: Any,
+    lists: ProcessLists | None = None,
+    utilization: ProcessUtilization | None = None,
+    refusals: Refusals | None = None,
+    xids: XidEvents | None = None,
 ) -> tuple[list[GpuSample], list[str]]:
     """Every GPU as NVML sees it, and why any cannot be read at all; a reading NVML refuses
-    is None. With `utilization`, what each listed process ran since the last read, too.
-    Blocking.
+    is None. With `utilization`, what each listed process ran since the last read, too;
+    with `refusals`, the calls a GPU refused for good are not asked again; with `xids`,
+    each GPU's critical XIDs since the first read. Blocking.
 
     A GPU the driver lost (Xid 79, fallen off the bus) refuses even its handle: it is
-    listed by its index alone, and the others are read as usual.
+    listed by its index alone, with the XIDs it had (79 among them), and the others are
+    read as usual.
     """
     lists = lists or ProcessLists()
+    refusals = refusals or Refusals()
     gpus, problems = [], []
+    handles: dict[int, Any] = {}
+    lost: dict[int, str] = {}
     for index in range(nvml.nvmlDeviceGetCount()):
         try:
-            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            handles[index] = nvml.nvmlDeviceGetHandleByIndex(index)
         except nvml.NVMLError as exc:
-            problems.append(f"GPU {index}: {exc}")
-            gpus.append(GpuSample(index=index, vendor="nvidia"))
+            lost[index] = str(exc)
+    if xids is not None:
+        xids.start(nvml, handles)
+        xids.drain(nvml)
+    for index in sorted([*handles, *lost]):
+        if index in lost:
+            problems.append(f"GPU {index}: {lost[index]}")
+            health = None if xids is None else xids.attach(index, None)
+            gpus.append(GpuSample(index=index, vendor="nvidia", health=health))
             continue
-        gpu = _read_gpu(nvml, index, handle, lists)
+        handle = handles[index]
+        gpu = _read_gpu(nvml, index, handle, lists, refusals=refusals, xids=xids)
         # NVML gives no per-process utilization on a MIG GPU (NOT_SUPPORTED): not asked.
         if utilization is not None and gpu.processes and not gpu.mig_enabled:
             usage = utilization.read(nvml, index, handle)
@@ -91,18 +110,31 @@ def read_gpus(
     return gpus, problems
 
 
-def _read_gpu(nvml: Any, index: int, handle: Any, lists: ProcessLists) -> GpuSample:
+def _read_gpu(
+    nvml: Any,
+    index: int,
+    handle: Any,
+    lists: ProcessLists,
+    *,
+    refusals: Refusals,
+    xids: XidEvents | None,
+) -> GpuSample:
     def ask(call: str | Callable[..., Any], *args: Any) -> Any:
         try:
             return (getattr(nvml, call) if isinstance(call, str) else call)(*args)
         except nvml.NVMLError:
             return None
 
+    def once(call: str, *args: Any) -> Any:  # not asked again once refused for good
+        return refusals.ask(nvml, index, call, handle, *args)
+
     memory = _memory(nvml, handle, ask)
     utilization = ask("nvmlDeviceGetUtilizationRates", handle)
     pci = ask("nvmlDeviceGetPciInfo", handle)
     power_mw = ask("nvmlDeviceGetPowerUsage", handle)
     cap_mw = ask("nvmlDeviceGetEnforcedPowerLimit", handle)
+    energy_mj = once("nvmlDeviceGetTotalEnergyConsumption")
+    fan = once("nvmlDeviceGetFanSpeed")
     mode = ask("nvmlDeviceGetMigMode", handle)
     mig_enabled = None if mode is None else mode[0] == nvml.NVML_DEVICE_MIG_ENABLE
     processes = _processes(nvml, ask(lists.read, nvml, handle))
@@ -112,6 +144,7 @@ def _read_gpu(nvml: Any, index: int, handle: Any, lists: ProcessLists) -> GpuSam
         instances, mig_processes = _mig(nvml, handle, ask, lists)
         processes += mig_processes
     util = None if utilization is None else _pct(utilization.gpu)
+    health = read_health(nvml, index, handle, refusals)
     return GpuSample(
         index=index,
         uuid=_str(ask("nvmlDeviceGetUUID", handle)),
@@ -129,6 +162,13 @@ def _read_gpu(nvml: Any, index: int, handle: Any, lists: ProcessLists) -> GpuSam
         processes=processes,
         mig_enabled=mig_enabled,
         mig=instances,
+        sm_clock_mhz=_whole(once("nvmlDeviceGetClockInfo", nvml.NVML_CLOCK_SM)),
+        memory_clock_mhz=_whole(once("nvmlDeviceGetClockInfo", nvml.NVML_CLOCK_MEM)),
+        memory_util_pct=None if utilization is None else _pct(utilization.memory),
+        energy_j=None if energy_mj is None else energy_mj / 1000,
+        # NVML: "may exceed 100% in certain cases" (a share of the noise-tolerance maximum).
+        fan_pct=None if _float(fan) is None else min(float(fan), 100.0),
+        health=health if xids is None else xids.attach(index, health),
     )
 
 
@@ -299,6 +339,10 @@ def _float(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) else None
 
 
+def _whole(value: Any) -> int | None:
+    return value if isinstance(value, int) and value >= 0 else None
+
+
 def _pct(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) and 0 <= value <= 100 else None
 
@@ -316,6 +360,8 @@ class NvmlSource:
         self._reading: threading.Event | None = None  # set when the last read returned
         self._lists = ProcessLists()  # touched by one read at a time: a stuck one blocks the next
         self._utilization = ProcessUtilization()  # the same
+        self._refusals = Refusals()  # the same
+        self._xids = XidEvents()  # the same; its event set lives as long as the worker
 
     @classmethod
     def build(cls, options: SourceOptions) -> NvmlSource:
@@ -353,12 +399,12 @@ class NvmlSource:
             )
         done = threading.Event()
         self._reading = done
-        nvml, lists = self._nvml, self._lists
+        nvml, lists, refusals, xids = self._nvml, self._lists, self._refusals, self._xids
         utilization = self._utilization if activity != "no" else None
 
         def read() -> tuple[list[GpuSample], list[str]]:
             try:
-                return read_gpus(nvml, lists, utilization)
+                return read_gpus(nvml, lists, utilization, refusals, xids)
             finally:
                 done.set()
 

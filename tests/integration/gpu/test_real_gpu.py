@@ -149,6 +149,33 @@ def test_nvml_and_nvidia_smi_read_the_same_gpus() -> None:
         assert abs(reserve(a) - reserve(b)) <= 2 << 20, (reserve(a), reserve(b))
 
 
+def test_nvml_reads_clocks_and_health_from_the_driver() -> None:
+    source = NvmlSource()
+    first, again = read(source), read(source)  # the second drains the XID event set
+    ecc = smi_query("ecc.mode.current")
+    for gpu, mode in zip(again, ecc, strict=True):
+        assert gpu.sm_clock_mhz is not None and gpu.sm_clock_mhz > 0, gpu
+        assert gpu.memory_clock_mhz is not None and gpu.memory_clock_mhz > 0, gpu
+        assert gpu.memory_util_pct is not None and 0 <= gpu.memory_util_pct <= 100
+        assert gpu.health is not None, gpu
+        assert gpu.health.pcie_gen is None or 1 <= gpu.health.pcie_gen <= 6
+        if mode == "Enabled":
+            assert gpu.health.ecc_uncorrected_aggregate is not None, gpu.health
+        # A registered GPU counts from 0; one that refuses the event set has none.
+        assert gpu.health.xid_errors in (None, 0) or gpu.health.last_xid is not None
+    assert [g.uuid for g in first] == [g.uuid for g in again]
+
+
+def smi_query(field: str) -> list[str]:
+    out = subprocess.run(
+        ["nvidia-smi", f"--query-gpu={field}", "--format=csv,noheader"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return [line.strip() for line in out.stdout.splitlines() if line.strip()]
+
+
 def test_a_process_holding_gpu_memory_is_listed_by_both_sources(holder: int) -> None:
     for source in (NvmlSource(), NvidiaSmiSource(ProbeRunner())):
         held = holding(read(source), holder)
