@@ -9,7 +9,8 @@ test can change what the "driver" reports while a worker runs:
 - any other tool: output.txt.
 
 A file named `refuse-csv` makes nvidia-smi reject CSV queries as an old
-driver does. A file named `hang` makes the tool ignore SIGTERM and sleep for ever (a tool
+driver does; a file named `unknown-fields` (one field a line) makes it reject a query that
+asks for any of them, naming the first as a driver does, and answer every other. A file named `hang` makes the tool ignore SIGTERM and sleep for ever (a tool
 stuck in the driver); a file named `fail` holds "CODE MESSAGE" to print the
 message on stderr and exit with CODE; a file named `exit` holds the same, printed and
 returned after the answer (a tool that printed what it could, then failed). A file named
@@ -168,6 +169,13 @@ def main() -> int:
         # What an old driver says of a field it does not know.
         print('Field "mig.mode.current" is not a valid field to query.', file=sys.stderr)
         return 2
+    unknown = here / "unknown-fields"
+    asked = [f for a in args if a.startswith("--query-") for f in a.split("=", 1)[1].split(",")]
+    refused = set(unknown.read_text().split()) if unknown.exists() else set()
+    for field in asked:
+        if field in refused:
+            print(f'Field "{field}" is not a valid field to query.', file=sys.stderr)
+            return 2
     path = here / answer_file(tool, args)
     seconds = loop_seconds(args)
     if seconds is not None and any(a.startswith("--query-") for a in args):

@@ -20,6 +20,17 @@ Old drivers refuse fields they do not know (a 2017-era driver has no
 `nvidia-smi -q -x` instead, which every driver prints, and keeps to it. The
 XML is also the only place nvidia-smi lists MIG instances, so it is read
 beside the CSV on a node with MIG enabled, as often as the processes.
+
+The health fields asked for are the ones every driver that knows `mig.mode.current` (the
+query's oldest requirement, R450) also knows: clocks, ECC totals, retired pages, the clock
+event mask by its old name `clocks_throttle_reasons.active` (R535 and later accept it and
+print the header as `clocks_event_reasons.active`) and `pcie.link.gen.current` (recent
+drivers call it deprecated beside `gpucurrent`, and still answer it). `remapped_rows.*`
+is left out: the `--help-query-gpu` of R535 lists no such field (rows are remapped there
+only through `--query-remapped-rows`), and the 590+ captures are the first with it, so
+asking for it would make every node on an older driver refuse the whole query and fall
+back to `-q -x` each tick: no looping query, and a far heavier read. Remapped rows (A100
+and later) come from NVML, or from the XML where the source reads that.
 """
 
 from __future__ import annotations
@@ -74,6 +85,20 @@ GPU_FIELDS = (
     "power.draw",
     "enforced.power.limit",
     "mig.mode.current",
+    "clocks.sm",
+    "clocks.mem",
+    "utilization.memory",
+    "fan.speed",
+    "ecc.errors.corrected.volatile.total",
+    "ecc.errors.uncorrected.volatile.total",
+    "ecc.errors.corrected.aggregate.total",
+    "ecc.errors.uncorrected.aggregate.total",
+    "retired_pages.single_bit_ecc.count",
+    "retired_pages.double_bit.count",
+    "retired_pages.pending",
+    "clocks_throttle_reasons.active",
+    "pcie.link.gen.current",
+    "pcie.link.width.current",
 )
 APP_FIELDS = ("gpu_uuid", "pid", "process_name", "used_memory")
 

@@ -6,6 +6,15 @@ reads `used_gpu_memory [MiB]`), a driver may add or rename fields, and
 `--format=csv,nounits` strips units from the values only. Checked against
 captures from drivers 465 to 610 (Linux and Windows) in ../shared/corpus.
 Nothing here raises on bad text: what cannot be read is left out or None.
+
+Health (GpuHealth) is read from whichever of its columns a table has; `healthy` and
+`problems` are left to health.py. Names moved between drivers: the clock event columns
+print as `clocks_throttle_reasons.*` through R470 (RTX 2080 SUPER at 465 and 471) and as
+`clocks_event_reasons.*` from R535 (every 590+ capture), whichever name was asked; the
+mask (`.active`) is read first, the per-reason "Active" columns where a table has no mask.
+`pcie.link.gen.current` (every driver) is read before `pcie.link.gen.gpucurrent` (recent
+drivers, which call `current` deprecated): both are the link's current generation, equal
+in every capture, and `current` is what the XML's `<current_link_gen>` prints too.
 """
 
 from __future__ import annotations
@@ -17,9 +26,10 @@ from dataclasses import dataclass
 
 import msgspec
 
-from placewatch.schemas import GpuProcess, GpuSample
+from placewatch.schemas import GpuHealth, GpuProcess, GpuSample
 
 from . import values
+from .clock_events import CLOCK_EVENT_BITS, active, clock_event_names, parse_mask
 
 GPU_KEYS = {"index", "uuid", "name", "pci.bus_id", "memory.total", "memory.used"}
 """Columns of which a `--query-gpu` table has at least one."""
@@ -121,6 +131,56 @@ def _bytes(cells: list[str], at: list[tuple[int, str | None]]) -> int | None:
     return values.to_bytes(cell, unit or "MiB")
 
 
+class _HealthColumns:
+    """Where one table's health readings are, each with its aliases across drivers."""
+
+    def __init__(self, f: _Fields) -> None:
+        self.sm = f.at("clocks.current.sm", "clocks.sm")
+        self.mem_clock = f.at("clocks.current.memory", "clocks.mem")
+        self.mem_util, self.fan = f.at("utilization.memory"), f.at("fan.speed")
+        self.counts = {
+            f"ecc_{kind}_{span}": f.at(f"ecc.errors.{kind}.{span}.total")
+            for kind in ("corrected", "uncorrected")
+            for span in ("volatile", "aggregate")
+        }
+        self.counts |= {
+            "retired_pages_sbe": f.at("retired_pages.single_bit_ecc.count", "retired_pages.sbe"),
+            "retired_pages_dbe": f.at("retired_pages.double_bit.count", "retired_pages.dbe"),
+            "remapped_rows_correctable": f.at("remapped_rows.correctable"),
+            "remapped_rows_uncorrectable": f.at("remapped_rows.uncorrectable"),
+            "pcie_gen": f.at("pcie.link.gen.current", "pcie.link.gen.gpucurrent"),
+            "pcie_width": f.at("pcie.link.width.current"),
+        }
+        self.flags = {
+            "retired_pages_pending": f.at("retired_pages.pending"),
+            "remapped_rows_pending": f.at("remapped_rows.pending"),
+            "remapped_rows_failed": f.at("remapped_rows.failure"),
+        }
+        self.mask = f.at("clocks_event_reasons.active", "clocks_throttle_reasons.active")
+        self.reasons = {
+            name: f.at(f"clocks_event_reasons.{name}", f"clocks_throttle_reasons.{name}")
+            for name in CLOCK_EVENT_BITS.values()
+        }
+
+    def health(self, cells: list[str]) -> GpuHealth | None:
+        """The health readings of one row; None when the row has none of them."""
+        counts = {k: values.count(_cell(cells, at)[0]) for k, at in self.counts.items()}
+        flags = {k: values.flag(_cell(cells, at)[0]) for k, at in self.flags.items()}
+        events = self._clock_events(cells)
+        if events is None and all(v is None for v in (*counts.values(), *flags.values())):
+            return None
+        return msgspec.structs.replace(GpuHealth(clock_events=events or []), **counts, **flags)
+
+    def _clock_events(self, cells: list[str]) -> list[str] | None:
+        mask = parse_mask(_cell(cells, self.mask)[0])
+        if mask is not None:
+            return clock_event_names(mask)
+        states = {name: active(_cell(cells, at)[0]) for name, at in self.reasons.items()}
+        if all(state is None for state in states.values()):
+            return None
+        return [name for name, state in states.items() if state]  # in the mask's bit order
+
+
 def parse_gpus(text: str) -> list[GpuSample]:
     """GPUs from a `--query-gpu` CSV, with or without units; never raises."""
     columns, rows = parse_table(text)
@@ -134,6 +194,7 @@ def parse_gpus(text: str) -> list[GpuSample]:
     total_at, reserved_at = f.at("memory.total"), f.at("memory.reserved")
     power_at = f.at("power.draw", "power.draw.instant", "power.draw.average")
     cap_at, mig_at = f.at("enforced.power.limit", "power.limit"), f.at("mig.mode.current")
+    health = _HealthColumns(f)
     gpus = []
     for position, cells in enumerate(rows):
         index = values.integer(_cell(cells, index_at)[0])
@@ -161,6 +222,11 @@ def parse_gpus(text: str) -> list[GpuSample]:
                 power_w=_number(cells, power_at),
                 power_cap_w=_number(cells, cap_at),
                 mig_enabled=_mig_mode(_text(cells, mig_at)),
+                sm_clock_mhz=values.count(_cell(cells, health.sm)[0]),
+                memory_clock_mhz=values.count(_cell(cells, health.mem_clock)[0]),
+                memory_util_pct=values.percent(_cell(cells, health.mem_util)[0]),
+                fan_pct=values.percent(_cell(cells, health.fan)[0]),
+                health=health.health(cells),
             )
         )
     return gpus

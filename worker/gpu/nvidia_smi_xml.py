@@ -20,6 +20,23 @@ between versions:
   a driver add them. `<gpu_util>` is N/A on a MIG-enabled GPU (A100 at 510
   and 535).
 
+Health (GpuHealth; `healthy` and `problems` are left to health.py):
+
+- ECC counts: `<volatile>`/`<aggregate>` hold `<single_bit>`/`<double_bit>` with a
+  `<total>` (v7 to v11 on Kepler to Volta), then `<sram_correctable>`,
+  `<sram_uncorrectable>`, `<dram_correctable>`, `<dram_uncorrectable>` (v11 on T4 and A100
+  at 510/515, v12), the SRAM uncorrectable count split into `_parity` and `_secded` from
+  570: the parts a schema splits are summed, corrected and uncorrected apart;
+- `<retired_pages>` (pre-A100 GPUs; `<pending_blacklist>` is the older name of
+  `<pending_retirement>`), `<remapped_rows>` (from 460; the A100 captures at 510 and 535
+  print it as `N/A` in MIG mode);
+- the clock event reasons, one element each, in `<clocks_throttle_reasons>` through 525
+  and `<clocks_event_reasons>` from 535 (clock_events.py has their names);
+- the PCIe link's `<current_link_gen>`, `<current_link_width>` ("16x") and
+  `<replay_counter>`, which the CSV query does not give.
+
+No capture (352.99 to 595.84) prints the energy counter: it comes from NVML only.
+
 The XML spells a missing value without brackets (`N/A`, `Requested
 functionality has been deprecated`); values.is_missing reads every spelling.
 """
@@ -28,13 +45,25 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from placewatch.schemas import GpuProcess, GpuSample, MigInstance
+import msgspec
+
+from placewatch.schemas import GpuHealth, GpuProcess, GpuSample, MigInstance
 
 from . import values
+from .clock_events import CLOCK_EVENT_BITS, active
 
 _POWER_SECTIONS = ("power_readings", "gpu_power_readings")
 _POWER_DRAW = ("power_draw", "average_power_draw", "instant_power_draw")
 _POWER_CAP = ("enforced_power_limit", "current_power_limit", "power_limit")
+_ECC_CORRECTED = ("single_bit/total", "sram_correctable", "dram_correctable")
+_ECC_UNCORRECTED = (
+    "double_bit/total",
+    "sram_uncorrectable",
+    "sram_uncorrectable_parity",
+    "sram_uncorrectable_secded",
+    "dram_uncorrectable",
+)
+_CLOCK_EVENT_PREFIXES = ("clocks_event_reason_", "clocks_throttle_reason_")
 
 
 def parse_xml(text: str) -> list[GpuSample]:
@@ -75,7 +104,74 @@ def _gpu_sample(index: int, gpu: ET.Element) -> GpuSample:
         processes=_processes(gpu),
         mig_enabled=_mig_mode(gpu.findtext("mig_mode/current_mig")),
         mig=[_mig_device(device) for device in gpu.findall("mig_devices/mig_device")],
+        sm_clock_mhz=values.count(gpu.findtext("clocks/sm_clock")),
+        memory_clock_mhz=values.count(gpu.findtext("clocks/mem_clock")),
+        memory_util_pct=values.percent(gpu.findtext("utilization/memory_util")),
+        fan_pct=values.percent(gpu.findtext("fan_speed")),
+        health=_health(gpu),
     )
+
+
+def _health(gpu: ET.Element) -> GpuHealth | None:
+    """The health readings of one `<gpu>`; None when it prints none of them."""
+    link = "pci/pci_gpu_link_info/"
+    counts = {
+        "ecc_corrected_volatile": _sum(gpu.find("ecc_errors/volatile"), _ECC_CORRECTED),
+        "ecc_uncorrected_volatile": _sum(gpu.find("ecc_errors/volatile"), _ECC_UNCORRECTED),
+        "ecc_corrected_aggregate": _sum(gpu.find("ecc_errors/aggregate"), _ECC_CORRECTED),
+        "ecc_uncorrected_aggregate": _sum(gpu.find("ecc_errors/aggregate"), _ECC_UNCORRECTED),
+        "retired_pages_sbe": values.count(
+            gpu.findtext("retired_pages/multiple_single_bit_retirement/retired_count")
+        ),
+        "retired_pages_dbe": values.count(
+            gpu.findtext("retired_pages/double_bit_retirement/retired_count")
+        ),
+        "remapped_rows_correctable": values.count(gpu.findtext("remapped_rows/remapped_row_corr")),
+        "remapped_rows_uncorrectable": values.count(gpu.findtext("remapped_rows/remapped_row_unc")),
+        "pcie_gen": values.count(gpu.findtext(link + "pcie_gen/current_link_gen")),
+        "pcie_width": values.count(gpu.findtext(link + "link_widths/current_link_width")),
+        "pcie_replays": values.count(gpu.findtext("pci/replay_counter")),
+    }
+    pending = values.flag(gpu.findtext("retired_pages/pending_retirement"))
+    if pending is None:
+        pending = values.flag(gpu.findtext("retired_pages/pending_blacklist"))
+    flags = {
+        "retired_pages_pending": pending,
+        "remapped_rows_pending": values.flag(gpu.findtext("remapped_rows/remapped_row_pending")),
+        "remapped_rows_failed": values.flag(gpu.findtext("remapped_rows/remapped_row_failure")),
+    }
+    events = _clock_events(gpu)
+    if events is None and all(v is None for v in (*counts.values(), *flags.values())):
+        return None
+    return msgspec.structs.replace(GpuHealth(clock_events=events or []), **counts, **flags)
+
+
+def _sum(section: ET.Element | None, parts: tuple[str, ...]) -> int | None:
+    """The sum of the `parts` a section prints; None when it prints none of them."""
+    if section is None:
+        return None
+    found = [values.count(section.findtext(part)) for part in parts]
+    read = [n for n in found if n is not None]
+    return sum(read) if read else None
+
+
+def _clock_events(gpu: ET.Element) -> list[str] | None:
+    """The active clock event reasons, in nvml.h's bit order; None when none is printed."""
+    section = gpu.find("clocks_event_reasons")
+    if section is None:
+        section = gpu.find("clocks_throttle_reasons")
+    if section is None:
+        return None
+    states: dict[str, bool] = {}
+    for element in section:
+        for prefix in _CLOCK_EVENT_PREFIXES:
+            if element.tag.startswith(prefix):
+                state = active(element.text)
+                if state is not None:
+                    states[element.tag.removeprefix(prefix)] = state
+    if not states:
+        return None
+    return [name for name in CLOCK_EVENT_BITS.values() if states.get(name)]
 
 
 def _memory(element: ET.Element) -> tuple[int | None, int | None, int | None]:

@@ -126,3 +126,23 @@ def text(value: object) -> str | None:
     if not isinstance(value, str) or is_missing(value):
         return None
     return value.strip()
+
+
+_LARGEST_COUNT = (1 << 63) - 1
+
+
+def count(value: object) -> int | None:
+    """A whole count or clock from `value` ("3", "1980 MHz", "16x"); None when it is
+    negative, missing, or past what a 64-bit counter holds."""
+    result = number(value)
+    if result is None or not 0 <= result <= _LARGEST_COUNT:
+        return None
+    whole = round(result)
+    return whole if whole <= _LARGEST_COUNT else None
+
+
+def flag(value: object) -> bool | None:
+    """A yes/no reading as nvidia-smi prints it ("Yes", "No"); None for anything else."""
+    if not isinstance(value, str):
+        return None
+    return {"yes": True, "no": False}.get(value.strip().lower())

@@ -41,6 +41,27 @@ def test_a_driver_that_refuses_the_csv_query_is_read_through_its_xml(smi: FakeGp
     assert calls[1:] == ["-q -x", "-q -x"], "the CSV query was tried again"
 
 
+def test_health_readings_reach_the_sample_from_the_csv_query(smi: FakeGpuTools) -> None:
+    smi.nvidia_smi(OWN / "a100x2-query-gpu-health.csv")
+    gpus, status = sample(NvidiaSmiSource(ProbeRunner()))
+    assert status.ok, status.error
+    assert [g.sm_clock_mhz for g in gpus] == [1410, 210]
+    assert [g.health.ecc_uncorrected_volatile if g.health else None for g in gpus] == [0, 2]
+    assert gpus[1].health is not None
+    assert gpus[1].health.clock_events == ["gpu_idle", "hw_thermal_slowdown"]
+
+
+def test_a_driver_without_a_health_field_is_read_through_its_xml(smi: FakeGpuTools) -> None:
+    smi.write("nvidia-smi", "unknown-fields", "clocks_throttle_reasons.active\n")
+    smi.write("nvidia-smi", "query-gpu.csv", OWN / "a100x2-query-gpu-health.csv")
+    smi.write("nvidia-smi", "q.xml", OWN / "h200-q.xml")
+    (gpu,), status = sample(NvidiaSmiSource(ProbeRunner()))
+    assert status.ok, status.error
+    assert gpu.name == "NVIDIA H200"
+    assert gpu.health is not None
+    assert (gpu.health.remapped_rows_pending, gpu.health.pcie_replays) == (False, 3)
+
+
 def test_a_mig_gpu_gets_its_instances_from_the_xml(smi: FakeGpuTools) -> None:
     smi.write("nvidia-smi", "query-gpu.csv", OWN / "h100-mig-query-gpu.csv")
     smi.write("nvidia-smi", "query-compute-apps.csv", OWN / "h100-mig-query-compute-apps.csv")
