@@ -19,8 +19,8 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from placewatch.gpu.clock_events import CLOCK_EVENT_BITS
 from placewatch.gpu.nvidia_smi_csv import attach_processes, parse_compute_apps, parse_gpus
-from placewatch.gpu.nvml_health import CLOCK_EVENTS
 from placewatch.schemas import GpuHealth, GpuSample
 
 T = TypeVar("T")
@@ -76,7 +76,9 @@ def h200() -> list[GpuSample]:
         remapped_rows_uncorrectable=number("remapped_rows/remapped_row_unc"),
         remapped_rows_pending=flag("remapped_rows/remapped_row_pending"),
         remapped_rows_failed=flag("remapped_rows/remapped_row_failure"),
-        clock_events=[n for _, n in CLOCK_EVENTS if xml.findtext(reasons + n) == "Active"],
+        clock_events=[
+            n for n in CLOCK_EVENT_BITS.values() if xml.findtext(reasons + n) == "Active"
+        ],
         pcie_gen=number("pci/pci_gpu_link_info/pcie_gen/current_link_gen"),
         pcie_width=number("pci/pci_gpu_link_info/link_widths/current_link_width"),
         pcie_replays=number("pci/replay_counter"),
@@ -449,7 +451,7 @@ class FakeNvml:
 
     def _reasons(self, call: str, h: Device) -> int:
         names = self._health(call, h).clock_events
-        return sum(bit for bit, name in CLOCK_EVENTS if name in names)
+        return sum(bit for bit, name in CLOCK_EVENT_BITS.items() if name in names)
 
     def nvmlDeviceGetCurrPcieLinkGeneration(self, h: Device) -> int:
         return self._need(self._health("nvmlDeviceGetCurrPcieLinkGeneration", h).pcie_gen)

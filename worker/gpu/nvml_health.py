@@ -29,6 +29,7 @@ import msgspec
 
 from placewatch.schemas import GpuHealth
 
+from .clock_events import clock_event_names
 from .health import RESET_XIDS
 
 log = logging.getLogger(__name__)
@@ -37,21 +38,6 @@ NVML_ERROR_NOT_SUPPORTED = 3
 NVML_ERROR_TIMEOUT = 10
 NVML_ERROR_FUNCTION_NOT_FOUND = 13
 REFUSED_FOR_GOOD = (NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_FUNCTION_NOT_FOUND)
-
-CLOCK_EVENTS: tuple[tuple[int, str], ...] = (
-    (0x1, "gpu_idle"),
-    (0x2, "applications_clocks_setting"),
-    (0x4, "sw_power_cap"),
-    (0x8, "hw_slowdown"),
-    (0x10, "sync_boost"),
-    (0x20, "sw_thermal_slowdown"),
-    (0x40, "hw_thermal_slowdown"),
-    (0x80, "hw_power_brake_slowdown"),
-    (0x100, "display_clocks_setting"),
-)
-"""nvmlClocksEventReason* bits (nvml.h; the same as the older nvmlClocksThrottleReason*,
-checked against nvidia-ml-py 13.615) by the names GpuHealth.clock_events gives them. Bits
-not listed (board limit, reliability: newer drivers) are left out."""
 
 MAX_EVENTS_A_READ = 1024
 """Events drained at most in one read: a driver that never says "no more" cannot hold a
@@ -124,7 +110,7 @@ def clock_events(reasons: Any) -> list[str]:
     """The names of the clock event reasons set in NVML's bitmask; none for no reading."""
     if not isinstance(reasons, int):
         return []
-    return [name for bit, name in CLOCK_EVENTS if reasons & bit]
+    return clock_event_names(reasons)
 
 
 def _count(value: Any) -> int | None:

@@ -16,9 +16,9 @@ import msgspec
 import pytest
 
 from placewatch.gpu import health
+from placewatch.gpu.clock_events import CLOCK_EVENT_BITS
 from placewatch.gpu.nvml import NvmlSource, read_gpus
 from placewatch.gpu.nvml_health import (
-    CLOCK_EVENTS,
     Refusals,
     XidEvents,
     Xids,
@@ -115,7 +115,7 @@ def test_counts_the_driver_gives_are_read_as_they_are() -> None:
 
 
 def test_clock_event_bits_are_nvml_h_s() -> None:
-    assert clock_events(0x1FF) == [name for _, name in CLOCK_EVENTS]
+    assert clock_events(0x1FF) == [name for name in CLOCK_EVENT_BITS.values()]
     assert clock_events(0x4 | 0x40) == ["sw_power_cap", "hw_thermal_slowdown"]
     assert clock_events(0) == []
     assert clock_events(0x200 | 0x400) == []  # board limit, reliability: not named
@@ -132,7 +132,7 @@ def test_clock_event_bits_are_nvml_h_s() -> None:
         "hw_power_brake_slowdown": "HwPowerBrakeSlowdown",
         "display_clocks_setting": "DisplayClockSetting",
     }
-    for bit, name in CLOCK_EVENTS:
+    for bit, name in CLOCK_EVENT_BITS.items():
         assert getattr(pynvml, f"nvmlClocksEventReason{spelled[name]}") == bit
         assert getattr(pynvml, f"nvmlClocksThrottleReason{spelled[name]}") == bit
 
