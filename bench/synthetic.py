@@ -27,8 +27,17 @@ from placewatch.schemas import (
 
 GPU_HEADER = (
     "index, uuid, name, pci.bus_id, utilization.gpu [%], memory.total [MiB], memory.used [MiB], "
-    "memory.free [MiB], temperature.gpu, power.draw [W], enforced.power.limit [W], mig.mode.current"
+    "memory.free [MiB], temperature.gpu, power.draw [W], enforced.power.limit [W], "
+    "mig.mode.current, clocks.current.sm [MHz], clocks.current.memory [MHz], "
+    "utilization.memory [%], fan.speed [%], ecc.errors.corrected.volatile.total, "
+    "ecc.errors.uncorrected.volatile.total, ecc.errors.corrected.aggregate.total, "
+    "ecc.errors.uncorrected.aggregate.total, retired_pages.single_bit_ecc.count, "
+    "retired_pages.double_bit.count, retired_pages.pending, clocks_event_reasons.active, "
+    "pcie.link.gen.current, pcie.link.width.current"
 )
+"""GPU_FIELDS as a driver of 2026 (590) echoes them (the names it prefers, with units)."""
+HEALTH_CELLS = "1980, 2619, 5, [N/A], 0, 0, 0, 0, [N/A], [N/A], [N/A], 0x0000000000000000, 5, 16"
+"""A healthy H100's: no ECC errors, no page retirement (remapped rows instead), no fan."""
 APPS_HEADER = "gpu_uuid, pid, process_name, used_gpu_memory [MiB]"
 
 
@@ -42,7 +51,8 @@ def query_gpu(gpus: int, used_mib: int | None = None) -> str:
         used = 20000 + 997 * i if used_mib is None else used_mib
         rows.append(
             f"{i}, {uuid(i)}, NVIDIA H100 80GB HBM3, 00000000:{0x18 + 0x10 * i:02X}:00.0, "
-            f"{(13 * i) % 100}, 81559, {used}, {81559 - used - 478}, {40 + i}, {300.0 + i:.2f}, 700.00, Disabled"
+            f"{(13 * i) % 100}, 81559, {used}, {81559 - used - 478}, {40 + i}, {300.0 + i:.2f}, 700.00, Disabled, "
+            + HEALTH_CELLS
         )
     return "\n".join(rows) + "\n"
 
@@ -173,18 +183,21 @@ def node_sample(
         )
         for g in found
     ]
-    if readings:
-        found = [
-            msgspec.structs.replace(
-                g,
-                sm_clock_mhz=1980,
-                memory_clock_mhz=3201,
-                memory_util_pct=float(10 + g.index),
-                energy_j=81_234_567.891 + g.index,
-                health=HEALTHY,
-            )
-            for g in found
-        ]
+    found = [
+        msgspec.structs.replace(
+            g,
+            sm_clock_mhz=1980,
+            memory_clock_mhz=3201,
+            memory_util_pct=float(10 + g.index),
+            energy_j=81_234_567.891 + g.index,
+            health=HEALTHY,
+        )
+        if readings
+        else msgspec.structs.replace(
+            g, sm_clock_mhz=None, memory_clock_mhz=None, memory_util_pct=None, health=None
+        )
+        for g in found
+    ]
     return NodeSample(
         node=node,
         session="5f1c9a2e7b3d",
