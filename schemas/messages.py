@@ -182,6 +182,12 @@ class GpuHealth(msgspec.Struct, frozen=True, kw_only=True, gc=False, omit_defaul
     """The PCIe link's current width in lanes."""
     pcie_replays: NonNegative | None = None
     """PCIe packets replayed since the driver loaded: a rising count is a bad link."""
+    recovery_action: str | None = None
+    """What the driver itself says the GPU needs to recover (NVML's GPU recovery action,
+    nvidia-smi's `gpu_recovery_action` from R570, its `reset_required` and
+    `drain_and_reset_recommended` before): "none", "reset", "reboot", "drain_p2p",
+    "drain_and_reset", ... Anything but "none" makes the GPU unhealthy, whatever happened
+    before the worker started."""
 
 
 class HostSample(msgspec.Struct, frozen=True, kw_only=True, gc=False):

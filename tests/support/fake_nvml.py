@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from placewatch.gpu import recovery
 from placewatch.gpu.clock_events import CLOCK_EVENT_BITS
 from placewatch.gpu.nvidia_smi_csv import attach_processes, parse_compute_apps, parse_gpus
 from placewatch.schemas import GpuHealth, GpuSample
@@ -76,6 +77,7 @@ def h200() -> list[GpuSample]:
         remapped_rows_uncorrectable=number("remapped_rows/remapped_row_unc"),
         remapped_rows_pending=flag("remapped_rows/remapped_row_pending"),
         remapped_rows_failed=flag("remapped_rows/remapped_row_failure"),
+        recovery_action=(xml.findtext("gpu_recovery_action") or "").lower() or None,
         clock_events=[
             n for n in CLOCK_EVENT_BITS.values() if xml.findtext(reasons + n) == "Active"
         ],
@@ -115,6 +117,22 @@ class NVMLError(Exception):
     """As nvidia-ml-py's: `value` is the NVML return code (999, NVML_ERROR_UNKNOWN)."""
 
     value = 999
+
+
+@dataclass(frozen=True)
+class FieldNumber:
+    """c_nvmlValue_t, as far as an unsigned int reads it."""
+
+    uiVal: int
+
+
+@dataclass(frozen=True)
+class FieldValue:
+    """c_nvmlFieldValue_t: the field asked, NVML's return for it, and its value."""
+
+    fieldId: int
+    nvmlReturn: int
+    value: FieldNumber
 
 
 class NVMLError_NotSupported(NVMLError):
@@ -461,6 +479,19 @@ class FakeNvml:
 
     def nvmlDeviceGetPcieReplayCounter(self, h: Device) -> int:
         return self._need(self._health("nvmlDeviceGetPcieReplayCounter", h).pcie_replays)
+
+    def nvmlDeviceGetFieldValues(self, h: Device, fieldIds: tuple[int, ...]) -> list[FieldValue]:
+        """Only the GPU recovery action; a field the GPU's sample lacks answers
+        NOT_SUPPORTED inside the call, which itself succeeds, as NVML does."""
+        self.asked["nvmlDeviceGetFieldValues"] += 1
+        action = None if h.gpu.health is None else h.gpu.health.recovery_action
+        codes = {name: code for code, name in recovery.ACTIONS.items()}
+        return [
+            FieldValue(field, 0, FieldNumber(codes[action]))
+            if field == recovery.FIELD_GPU_RECOVERY_ACTION and action in codes
+            else FieldValue(field, NVMLError_NotSupported.value, FieldNumber(0))
+            for field in fieldIds
+        ]
 
     # XID events: `xid` stands in for the driver reporting one.
 

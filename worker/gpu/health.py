@@ -10,6 +10,8 @@ reboot before it computes right again, each named with what to do:
   it; the aggregate count stays for the GPU's life and does not alone make it unhealthy);
 - a failed row remapping, or a row remapping or page retirement still pending (the bad
   memory stays in use until the GPU is reset).
+- a recovery the driver itself asks for (GpuHealth.recovery_action: a reset, a reboot, a
+  drain), which also covers what happened before the worker started.
 
 Corrected errors, replays and clock events are readings, not faults: alert rules watch
 their rates (docs/prometheus/placewatch-rules.yml). Pure: no I/O.
@@ -42,6 +44,18 @@ counted, not a GPU fault."""
 
 RESET = "reset the GPU (nvidia-smi -r, with nothing running on it) or reboot the node"
 
+RECOVERY: dict[str, str] = {
+    "reset": RESET,
+    "reboot": "reboot the node",
+    "system_reboot": "reboot the node",
+    "bus_reset": "reset the GPU's PCIe bus or reboot the node",
+    "drain_p2p": "stop its peer-to-peer work, then reset it",
+    "drain_and_reset": "drain its work, then " + RESET,
+    "recover_imex_domain": "recover its IMEX domain (nvidia-imex)",
+}
+"""What to do for each recovery action the driver asks for (nvml.h's
+nvmlDeviceGpuRecoveryAction_t, by the words nvidia-smi prints)."""
+
 
 def problems(health: GpuHealth, vendor: str = "nvidia") -> list[str]:
     """The fatal conditions `health` shows, each with what to do; empty when none."""
@@ -49,6 +63,12 @@ def problems(health: GpuHealth, vendor: str = "nvidia") -> list[str]:
     if health.fatal_xid is not None:
         what = RESET_XIDS.get(health.fatal_xid, "needs a GPU reset")
         found.append(f"XID {health.fatal_xid} ({what}): {RESET}")
+    action = health.recovery_action
+    if action is not None and action != "none":
+        found.append(
+            f"the driver asks for a GPU recovery ({action}): "
+            + RECOVERY.get(action, "see the driver's documentation of this recovery action")
+        )
     reset = RESET if vendor == "nvidia" else "reset the GPU (amd-smi reset -G) or reboot"
     if health.ecc_uncorrected_volatile:
         found.append(

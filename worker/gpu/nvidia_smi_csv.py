@@ -28,7 +28,7 @@ import msgspec
 
 from placewatch.schemas import GpuHealth, GpuProcess, GpuSample
 
-from . import values
+from . import recovery, values
 from .clock_events import CLOCK_EVENT_BITS, active, clock_event_names, parse_mask
 
 GPU_KEYS = {"index", "uuid", "name", "pci.bus_id", "memory.total", "memory.used"}
@@ -156,6 +156,9 @@ class _HealthColumns:
             "remapped_rows_pending": f.at("remapped_rows.pending"),
             "remapped_rows_failed": f.at("remapped_rows.failure"),
         }
+        self.action = f.at("gpu_recovery_action")
+        self.reset = f.at("reset_status.reset_required")
+        self.drain = f.at("reset_status.drain_and_reset_recommended")
         self.mask = f.at("clocks_event_reasons.active", "clocks_throttle_reasons.active")
         self.reasons = {
             name: f.at(f"clocks_event_reasons.{name}", f"clocks_throttle_reasons.{name}")
@@ -166,10 +169,21 @@ class _HealthColumns:
         """The health readings of one row; None when the row has none of them."""
         counts = {k: values.count(_cell(cells, at)[0]) for k, at in self.counts.items()}
         flags = {k: values.flag(_cell(cells, at)[0]) for k, at in self.flags.items()}
+        # "None" is the action's word, not a missing cell: read before _cell() would skip it.
+        said = next((cells[i] for i, _ in self.action), None)
+        action = recovery.from_words(said) or recovery.from_flags(
+            values.flag(_cell(cells, self.reset)[0]), values.flag(_cell(cells, self.drain)[0])
+        )
         events = self._clock_events(cells)
-        if events is None and all(v is None for v in (*counts.values(), *flags.values())):
+        if (
+            events is None
+            and action is None
+            and all(v is None for v in (*counts.values(), *flags.values()))
+        ):
             return None
-        return msgspec.structs.replace(GpuHealth(clock_events=events or []), **counts, **flags)
+        return msgspec.structs.replace(
+            GpuHealth(clock_events=events or [], recovery_action=action), **counts, **flags
+        )
 
     def _clock_events(self, cells: list[str]) -> list[str] | None:
         mask = parse_mask(_cell(cells, self.mask)[0])

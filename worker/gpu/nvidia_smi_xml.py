@@ -49,7 +49,7 @@ import msgspec
 
 from placewatch.schemas import GpuHealth, GpuProcess, GpuSample, MigInstance
 
-from . import values
+from . import recovery, values
 from .clock_events import CLOCK_EVENT_BITS, active
 
 _POWER_SECTIONS = ("power_readings", "gpu_power_readings")
@@ -135,7 +135,14 @@ def _health(gpu: ET.Element) -> GpuHealth | None:
     pending = values.flag(gpu.findtext("retired_pages/pending_retirement"))
     if pending is None:
         pending = values.flag(gpu.findtext("retired_pages/pending_blacklist"))
+    action = recovery.from_words(gpu.findtext("gpu_recovery_action"))
+    if action is None:
+        action = recovery.from_flags(
+            values.flag(gpu.findtext("gpu_reset_status/reset_required")),
+            values.flag(gpu.findtext("gpu_reset_status/drain_and_reset_recommended")),
+        )
     flags = {
+        "recovery_action": action,
         "retired_pages_pending": pending,
         "remapped_rows_pending": values.flag(gpu.findtext("remapped_rows/remapped_row_pending")),
         "remapped_rows_failed": values.flag(gpu.findtext("remapped_rows/remapped_row_failure")),

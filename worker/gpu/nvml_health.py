@@ -29,6 +29,7 @@ import msgspec
 
 from placewatch.schemas import GpuHealth
 
+from . import recovery
 from .clock_events import clock_event_names
 from .health import RESET_XIDS
 
@@ -67,6 +68,10 @@ class Refusals:
                 refused.add(key)
             return None
 
+    def refuse(self, index: int, call: str, *args: Any) -> None:
+        """Ask `call(handle, *args)` of GPU `index` no more: it answered, refusing inside."""
+        self.refused.setdefault(index, set()).add((call, *args))
+
 
 def read_health(nvml: Any, index: int, handle: Any, refusals: Refusals) -> GpuHealth | None:
     """GPU `index`'s health counts, XIDs apart; None where NVML gave none of them."""
@@ -102,8 +107,24 @@ def read_health(nvml: Any, index: int, handle: Any, refusals: Refusals) -> GpuHe
         pcie_gen=_count(ask("nvmlDeviceGetCurrPcieLinkGeneration")),
         pcie_width=_count(ask("nvmlDeviceGetCurrPcieLinkWidth")),
         pcie_replays=_count(ask("nvmlDeviceGetPcieReplayCounter")),
+        recovery_action=_recovery_action(nvml, index, handle, refusals),
     )
     return None if health == GpuHealth() and reasons is None else health
+
+
+def _recovery_action(nvml: Any, index: int, handle: Any, refusals: Refusals) -> str | None:
+    """The recovery the driver asks for (R570 and later), by its field value: a field a
+    driver does not know answers inside the call, which itself succeeds."""
+    fields = (recovery.FIELD_GPU_RECOVERY_ACTION,)
+    answer = refusals.ask(nvml, index, "nvmlDeviceGetFieldValues", handle, fields)
+    if not answer:
+        return None
+    field = answer[0]
+    if field.nvmlReturn != 0:
+        if field.nvmlReturn in REFUSED_FOR_GOOD:
+            refusals.refuse(index, "nvmlDeviceGetFieldValues", fields)
+        return None
+    return recovery.from_code(field.value.uiVal)
 
 
 def clock_events(reasons: Any) -> list[str]:

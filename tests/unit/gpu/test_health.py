@@ -113,3 +113,23 @@ def test_health_and_readings_survive_the_lean_split_and_join(encoding: str) -> N
     ]
     assert (back.gpus[0].sm_clock_mhz, back.gpus[0].memory_clock_mhz) == (1980, 2619)
     assert (back.gpus[0].memory_util_pct, back.gpus[0].energy_j) == (12, 5.5e6)
+
+
+@pytest.mark.parametrize(
+    ("action", "said"),
+    [
+        ("reset", "the driver asks for a GPU recovery (reset): reset the GPU (nvidia-smi -r"),
+        ("reboot", "the driver asks for a GPU recovery (reboot): reboot the node"),
+        ("drain_p2p", "the driver asks for a GPU recovery (drain_p2p): stop its peer-to-peer"),
+        ("action_9", "the driver asks for a GPU recovery (action_9): see the driver's"),
+    ],
+)
+def test_a_recovery_the_driver_asks_for_is_a_problem(action: str, said: str) -> None:
+    judged = assess(gpu(recovery_action=action))
+    assert judged.health is not None and judged.health.healthy is False
+    assert [p[: len(said)] for p in judged.health.problems] == [said]
+
+
+def test_no_recovery_asked_for_is_healthy() -> None:
+    judged = assess(gpu(recovery_action="none"))
+    assert judged.health is not None and judged.health.problems == []

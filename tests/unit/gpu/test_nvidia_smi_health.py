@@ -303,13 +303,17 @@ HEALTH_COLUMNS = [
     "clocks_throttle_reasons.gpu_idle",
     "pcie.link.gen.current",
     "pcie.link.width.current",
+    "gpu_recovery_action",
+    "reset_status.reset_required",
 ]
 CELL = st.one_of(
     st.text(alphabet=st.characters(blacklist_characters=',\n\r"\x00'), max_size=24),
     st.integers(min_value=-(1 << 70), max_value=1 << 70).map(str),
     st.floats(allow_nan=True, allow_infinity=True).map(str),
     st.integers(min_value=0, max_value=(1 << 64) - 1).map(lambda n: f"0x{n:016X}"),
-    st.sampled_from(["Yes", "No", "Active", "Not Active", "[N/A]", "16x", "-1", "1e308"]),
+    st.sampled_from(
+        ["Yes", "No", "Active", "Not Active", "[N/A]", "16x", "-1", "1e308", "None", "Reset"]
+    ),
 )
 
 
@@ -338,6 +342,9 @@ XML_ELEMENTS = [
     "pci/pci_gpu_link_info/pcie_gen/current_link_gen",
     "pci/pci_gpu_link_info/link_widths/current_link_width",
     "pci/replay_counter",
+    "gpu_recovery_action",
+    "gpu_reset_status/reset_required",
+    "gpu_reset_status/drain_and_reset_recommended",
 ]
 
 

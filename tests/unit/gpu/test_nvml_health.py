@@ -60,6 +60,7 @@ def test_the_h200_reads_its_clocks_ecc_remapped_rows_and_pcie() -> None:
         pcie_gen=5,
         pcie_width=16,
         pcie_replays=3,
+        recovery_action="none",
     )
     # Page retirement is N/A on the H200 (rows are remapped instead): None, not 0.
     assert gpu.health.retired_pages_sbe is None and gpu.health.retired_pages_pending is None
@@ -281,3 +282,32 @@ def test_an_events_device_is_matched_by_the_address_its_handle_holds() -> None:
 
     xids.drain(OneEvent([]))
     assert xids.xids[3].fatal == 79
+
+
+def test_a_recovery_the_driver_asks_for_makes_the_gpu_unhealthy() -> None:
+    (base,) = h200()
+    assert base.health is not None
+    asks = msgspec.structs.replace(
+        base, health=msgspec.structs.replace(base.health, recovery_action="drain_and_reset")
+    )
+    (gpu,) = read(FakeNvml([asks]), Refusals(), XidEvents(clock=lambda: WHEN))
+    judged = health.assess(gpu).health
+    assert judged is not None and judged.recovery_action == "drain_and_reset"
+    assert judged.problems == [
+        "the driver asks for a GPU recovery (drain_and_reset): drain its work, then reset the "
+        "GPU (nvidia-smi -r, with nothing running on it) or reboot the node"
+    ]
+
+
+def test_a_driver_without_the_recovery_field_is_not_asked_for_it_again() -> None:
+    (base,) = h200()
+    assert base.health is not None
+    older = msgspec.structs.replace(
+        base, health=msgspec.structs.replace(base.health, recovery_action=None)
+    )
+    nvml, refusals = FakeNvml([older]), Refusals()
+    events = XidEvents(clock=lambda: WHEN)
+    for _ in range(3):
+        (gpu,) = read(nvml, refusals, events)
+        assert gpu.health is not None and gpu.health.recovery_action is None
+    assert nvml.asked["nvmlDeviceGetFieldValues"] == 1
