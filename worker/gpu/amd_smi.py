@@ -8,7 +8,7 @@ The same reading comes in several shapes across amd-smi versions:
 - a reading is bare (`"gfx_activity": 72`), a string with its unit
   (`"72 %"`), or value-wrapped (`{"value": 72, "unit": "%"}`);
 - readings sit in blocks (`usage`, `power`, `temperature`, `mem_usage`) or
-  flat on the GPU, as in `amd-smi metric --csv`.
+  flat on the GPU, as in `amd-smi metric --csv` (amd_smi_fields.py finds them).
 
 Each GPU's index is its top-level `"gpu"` key: nested blocks carry their own
 `gpu` keys (the XGMI link matrix lists every peer), so no deeper one is read.
@@ -18,7 +18,10 @@ Any output with per-GPU items works: `amd-smi list` and `xgmi` give bus ids
 `amd-smi metric` prints no power cap (MI300X, AMDSMI 26.0.2), so its
 activity is usually the busy percentage; power over cap, as rocm-smi gives
 it, is used wherever a cap is present. MI300X has no edge sensor: its
-temperature is the junction (amd-smi calls it `hotspot`).
+temperature is the junction (amd-smi calls it `hotspot`). Clocks, the
+memory controller's busy share, energy and the fan come from the `clock`,
+`usage`, `energy` and `fan` blocks; ECC, PCIe and throttle counts are read by
+amd_smi_health.py.
 """
 
 from __future__ import annotations
@@ -38,19 +41,25 @@ from placewatch.schemas import GpuProcess, GpuSample, SourceStatus
 from ..probe import ProbeResult, ProbeRunner
 from . import KFD_ROOT, ActivityWanted, SourceOptions, ToolSource, kfd, values
 from .amd_smi_activity import EngineClock, attach_engine_time
+from .amd_smi_fields import Spec, count, number, reading, text
+from .amd_smi_health import read_health
 from .rocm_smi import load_json, power_activity
 
 TOOL = "amd-smi"
 
-# Only the blocks that are read: a full `metric` also walks ECC, PCIe and XGMI
-# counters, which takes seconds on an 8-GPU MI300X node. Every flag is in the
-# amd-smi of ROCm 6.2 (its --help); a build that refuses one gets the full form.
-METRIC_ARGS = ("metric", "--usage", "--power", "--temperature", "--mem-usage", "--json")
+# Only the blocks that are read. Not --pcie: its bandwidth reading makes amdgpu wait a second
+# per GPU (sysfs pcie_bw), 8 s a tick on an 8-GPU MI300X node, so the PCIe link and replay
+# counts are read only where a full `metric` or a CSV prints them. Every flag is in the
+# amd-smi of ROCm 6.0 to 6.2 (its argument parser), but --ecc, --fan and --energy only on
+# bare-metal Linux: a build that refuses one (a VM guest) gets the basic blocks, and one
+# that refuses those the full form.
+METRIC_ARGS = (
+    "metric", "--usage", "--power", "--clock", "--temperature", "--mem-usage",
+    "--ecc", "--fan", "--energy", "--json",
+)  # fmt: skip
+METRIC_BASIC_ARGS = ("metric", "--usage", "--power", "--temperature", "--mem-usage", "--json")
 METRIC_ALL_ARGS = ("metric", "--json")
 PROCESS_ARGS = ("process", "--json")
-
-Block = tuple[str, ...]
-Spec = tuple[tuple[Block, tuple[str, ...]], ...]
 
 _POWER_NAMES = ("socket_power", "current_socket_power", "average_socket_power")
 POWER: Spec = ((("power",), _POWER_NAMES), ((), _POWER_NAMES))
@@ -77,6 +86,26 @@ NAME: Spec = (
 )
 BUS: Spec = (((), ("bdf",)), (("bus",), ("bdf",)))
 UUID: Spec = (((), ("uuid",)), (("asic",), ("uuid",)))
+# MI300X has a gfx clock per XCD (gfx_0..gfx_7, ROCm 6.1.2 on); ROCm 6.0-6.1.0 print one
+# `gfx` and one `MEM` clock, 6.0 as `cur_clk`. Flattened to CSV: gfx_0_clk, mem_0_clk.
+GFX_CLOCK: Spec = (
+    (("clock", "gfx_0"), ("clk",)),
+    (("clock", "gfx"), ("clk", "cur_clk")),
+    ((), ("gfx_0_clk",)),
+)
+MEM_CLOCK: Spec = (
+    (("clock", "mem_0"), ("clk",)),
+    (("clock", "MEM"), ("clk", "cur_clk")),
+    ((), ("mem_0_clk",)),
+)
+# umc_activity is the memory controller's busy share, as DCGM's memory utilization.
+MEMORY_BUSY: Spec = ((("usage",), ("umc_activity",)), ((), ("umc_activity",)))
+ENERGY: Spec = ((("energy",), ("total_energy_consumption",)), ((), ("total_energy_consumption",)))
+_JOULES_PER_UNIT = {"J": 1.0, "mJ": 1e-3, "uJ": 1e-6}
+# The fan's share of its maximum speed. Flattened, `usage` is the fan's only when its block
+# was printed (its `rpm` is beside it): the engine block's own name is `usage` too.
+FAN: Spec = ((("fan",), ("usage",)),)
+FAN_FLAT: Spec = (((), ("usage",)),)
 # amd-smi's `hotspot` is the sensor rocm-smi calls junction.
 SENSORS = (
     ("edge", ("edge", "temperature_edge")),
@@ -85,60 +114,36 @@ SENSORS = (
 )
 
 
-def _leaf(node: object) -> tuple[object, str | None]:
-    """A reading and its unit, from a bare or a value-wrapped reading."""
-    if isinstance(node, dict):
-        unit = node.get("unit")
-        return node.get("value"), unit if isinstance(unit, str) else None
-    return node, None
-
-
-def _reading(item: Mapping[str, object], spec: Spec) -> tuple[object, str | None]:
-    """The first present reading among the spec's (block path, names), with its unit."""
-    for path, names in spec:
-        where: object = item
-        for step in path:
-            where = where.get(step) if isinstance(where, dict) else None
-        if not isinstance(where, dict):
-            continue
-        for name in names:
-            value, unit = _leaf(where.get(name))
-            if isinstance(value, str | int | float) and not values.is_missing(value):
-                return value, unit
-    return None, None
-
-
-def _number(item: Mapping[str, object], spec: Spec) -> float | None:
-    value = _reading(item, spec)[0]
-    if isinstance(value, str):
-        value = value.replace("\N{DEGREE SIGN}", "")  # "61 °C", amd-smi's readable form
-    return values.number(value)
-
-
 def _bytes(item: Mapping[str, object], spec: Spec) -> int | None:
     # amd-smi's "MB" are MiB: MI300X's 192 GiB of HBM reads 196592 MB after reserved pages.
-    value, unit = _reading(item, spec)
+    value, unit = reading(item, spec)
     return values.to_bytes(value, unit or "MB")
 
 
-def _text(item: Mapping[str, object], spec: Spec) -> str | None:
-    return values.text(_reading(item, spec)[0])
+def _joules(item: Mapping[str, object]) -> float | None:
+    # amd-smi prints J (uJ from the driver's counter, divided by 10^6 before printing).
+    value, unit = reading(item, ENERGY)
+    amount = values.number(value)
+    scale = _JOULES_PER_UNIT.get(unit or "J")
+    if amount is None or amount < 0 or scale is None:
+        return None
+    return amount * scale
 
 
 def _temperature(item: Mapping[str, object]) -> tuple[float | None, str | None]:
     for label, names in SENSORS:
-        reading = _number(item, ((("temperature",), names), ((), names)))
-        if reading is not None:
-            return reading, label
+        found = number(item, ((("temperature",), names), ((), names)))
+        if found is not None:
+            return found, label
     return None, None
 
 
 def _sample(index: int, item: Mapping[str, object]) -> GpuSample:
-    power = _number(item, POWER)
-    cap = _number(item, CAP)
+    power = number(item, POWER)
+    cap = number(item, CAP)
     if cap is not None and cap <= 0:
         cap = None  # `static --limit` prints 0 W where the board reports no cap
-    busy = values.percent(_reading(item, BUSY)[0])
+    busy = values.percent(reading(item, BUSY)[0])
     utilization, activity = power_activity(power, cap, busy)
     temperature, sensor = _temperature(item)
     total = _bytes(item, TOTAL)
@@ -146,12 +151,13 @@ def _sample(index: int, item: Mapping[str, object]) -> GpuSample:
     free = _bytes(item, FREE)
     if free is None and total is not None and used is not None and used <= total:
         free = total - used
+    fan = reading(item, FAN if "rpm" not in item else FAN_FLAT)[0]
     return GpuSample(
         index=index,
-        uuid=_text(item, UUID),
+        uuid=text(item, UUID),
         vendor="amd",
-        name=_text(item, NAME),
-        bus_id=_text(item, BUS),
+        name=text(item, NAME),
+        bus_id=text(item, BUS),
         utilization_pct=utilization,
         activity=activity,
         memory_total_bytes=total,
@@ -161,6 +167,12 @@ def _sample(index: int, item: Mapping[str, object]) -> GpuSample:
         temperature_sensor=sensor,
         power_w=power,
         power_cap_w=cap,
+        sm_clock_mhz=count(item, GFX_CLOCK),
+        memory_clock_mhz=count(item, MEM_CLOCK),
+        memory_util_pct=values.percent(reading(item, MEMORY_BUSY)[0]),
+        energy_j=_joules(item),
+        fan_pct=values.percent(fan),
+        health=read_health(item),
     )
 
 
@@ -262,7 +274,7 @@ def parse_amd_smi_processes(text: str) -> list[tuple[int, int, int | None, str |
     """
     found: list[tuple[int, int, int | None, str | None]] = []
     for index, pid, process in process_entries(text):
-        value, unit = _reading(
+        value, unit = reading(
             process,
             ((("memory_usage",), ("vram_mem",)), ((), ("vram_mem", "mem_usage", "mem"))),
         )
@@ -317,7 +329,7 @@ class AmdSmiSource(ToolSource):
         super().__init__(runner, tool)
         self._kfd_root = Path(kfd_root)
         self._metric_args: tuple[str, ...] = METRIC_ARGS
-        self._tried_all = False
+        self._fallbacks = [METRIC_BASIC_ARGS, METRIC_ALL_ARGS]
         self._clock = EngineClock()
 
     @classmethod
@@ -357,15 +369,17 @@ class AmdSmiSource(ToolSource):
         # the rest: what it printed is used.
         result = await self._runner.run([self._tool, *self._metric_args])
         gpus = parse_amd_smi(result.stdout)
-        if gpus or self._tried_all or result.stuck or self._metric_args == METRIC_ALL_ARGS:
-            return result, gpus
-        self._tried_all = True
-        full = await self._runner.run([self._tool, *METRIC_ALL_ARGS])
-        gpus = parse_amd_smi(full.stdout)
-        if gpus:
-            self._metric_args = METRIC_ALL_ARGS
-        latency = result.latency_ms + full.latency_ms
-        return dataclasses.replace(full, latency_ms=latency), gpus
+        latency = result.latency_ms
+        # A form that prints no GPUs may be one this build refuses: each wider one is tried
+        # once, and the first that answers is kept.
+        while not gpus and not result.stuck and self._fallbacks:
+            args = self._fallbacks.pop(0)
+            result = await self._runner.run([self._tool, *args])
+            latency += result.latency_ms
+            gpus = parse_amd_smi(result.stdout)
+            if gpus:
+                self._metric_args = args
+        return dataclasses.replace(result, latency_ms=latency), gpus
 
 
 def _no_gpus(tool: str, result: ProbeResult) -> str:

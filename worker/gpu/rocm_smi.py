@@ -28,7 +28,7 @@ from typing import Literal
 
 import anyio.to_thread
 
-from placewatch.schemas import GpuSample, SourceStatus
+from placewatch.schemas import GpuHealth, GpuSample, SourceStatus
 
 from ..probe import ProbeResult, ProbeRunner
 from . import KFD_ROOT, ActivityWanted, SourceOptions, ToolSource, kfd, values
@@ -36,7 +36,8 @@ from . import KFD_ROOT, ActivityWanted, SourceOptions, ToolSource, kfd, values
 TOOL = "rocm-smi"
 
 # Every flag is in rocm-smi since ROCm 4.x (Telegraf's amd_rocm_smi plugin sends
-# them all to 4.3-6.1). `--showmeminfo vram` takes a list, ended by the next flag.
+# them all to 4.3-6.1; `-f` is --showfan, spelled as Telegraf does). `--showmeminfo vram`
+# takes a list, ended by the next flag. Not --showbw: amdgpu's pcie_bw waits a second.
 ROCM_SMI_ARGS = (
     "--showuse",
     "--showmeminfo",
@@ -47,6 +48,10 @@ ROCM_SMI_ARGS = (
     "--showproductname",
     "--showbus",
     "--showuniqueid",
+    "--showclocks",
+    "-f",
+    "--showreplaycount",
+    "--showmemuse",
     "--json",
 )
 
@@ -57,6 +62,14 @@ POWER_KEYS = (
 CAP_KEYS = ("Max Graphics Package Power (W)",)
 BUSY_KEYS = ("GPU use (%)", "DCU use (%)")
 NAME_KEYS = ("Card Series", "Card series", "Device Name", "Card Model", "Card model")
+# The memory controller's busy share (mem_busy_percent): "GPU memory use (%)" to ROCm 6.0,
+# renamed in 6.1. Not "GPU Memory Allocated (VRAM%)", 6.1's share of VRAM allocated.
+MEMORY_BUSY_KEYS = ("GPU Memory Read/Write Activity (%)", "GPU memory use (%)")
+SCLK_KEY = "sclk clock speed:"
+MCLK_KEY = "mclk clock speed:"
+FAN_KEY = "Fan speed (%)"
+REPLAY_KEY = "PCIe Replay Count"
+PCIE_KEY = "pcie clock level"
 
 # AMD's PCI vendor id: ROCm 4.3 printed it in every "Card ..." field (RX 6700 XT capture).
 _AMD_VENDOR_ID = "0x1002"
@@ -65,6 +78,10 @@ _CARD = re.compile(r"^(?:card(\d+)|GPU\[(\d+)\])$")
 _TEMPERATURE = re.compile(r"^Temperature \(Sensor (?P<sensor>[^)]+)\) \(C\)$")
 _VRAM = re.compile(r"^vram total (?P<used>used )?memory \((?P<unit>[a-z]+)\)$", re.IGNORECASE)
 _HEX_ID = re.compile(r"^-?0x[0-9a-f]+$", re.IGNORECASE)
+# "(1200Mhz)"; the PCIe DPM level in force: "1 (16.0GT/s x16)".
+_CLOCK = re.compile(r"^\s*\(?\s*(\d+(?:\.\d+)?)\s*Mhz\s*\)?\s*$", re.IGNORECASE)
+_PCIE_LEVEL = re.compile(r"\((\d+(?:\.\d+)?)\s*GT/s\s+x(\d+)\)")
+_PCIE_GENERATIONS = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}
 
 # Edge first, as on consumer cards; MI300X has no edge sensor, so junction
 # (rocm-smi's name for the hotspot), then the memory sensor (Hygon says "mem").
@@ -170,6 +187,29 @@ def _vram(card: Mapping[str, object]) -> tuple[int | None, int | None]:
     return total, used
 
 
+def _mhz(value: object) -> int | None:
+    match = _CLOCK.match(value) if isinstance(value, str) else None
+    return None if match is None else _count(match[1])
+
+
+def _count(value: object) -> int | None:
+    found = values.integer(value)
+    return found if found is not None and 0 <= found < 2**63 else None
+
+
+def _health(card: Mapping[str, object]) -> GpuHealth | None:
+    """The PCIe link in force and its replays: all of GpuHealth that rocm-smi's captures
+    show (its ECC and retired-page readings are text tables, not in --json)."""
+    level = card.get(PCIE_KEY)
+    match = _PCIE_LEVEL.search(level) if isinstance(level, str) else None
+    health = GpuHealth(
+        pcie_gen=None if match is None else _PCIE_GENERATIONS.get(float(match[1])),
+        pcie_width=None if match is None else _count(match[2]),
+        pcie_replays=_count(card.get(REPLAY_KEY)),
+    )
+    return None if health == GpuHealth() else health
+
+
 def _card(index: int, card: Mapping[str, object]) -> GpuSample:
     power = values.number(_first(card, POWER_KEYS))
     cap = values.number(_first(card, CAP_KEYS))
@@ -194,6 +234,11 @@ def _card(index: int, card: Mapping[str, object]) -> GpuSample:
         temperature_sensor=sensor,
         power_w=power,
         power_cap_w=cap,
+        sm_clock_mhz=_mhz(card.get(SCLK_KEY)),
+        memory_clock_mhz=_mhz(card.get(MCLK_KEY)),
+        memory_util_pct=values.percent(_first(card, MEMORY_BUSY_KEYS)),
+        fan_pct=values.percent(card.get(FAN_KEY)),
+        health=_health(card),
     )
 
 

@@ -8,7 +8,14 @@ from pathlib import Path
 import anyio
 import pytest
 
-from placewatch.gpu.amd_smi import METRIC_ALL_ARGS, METRIC_ARGS, PROCESS_ARGS, AmdSmiSource
+from placewatch.gpu.amd_smi import (
+    METRIC_ALL_ARGS,
+    METRIC_ARGS,
+    METRIC_BASIC_ARGS,
+    PROCESS_ARGS,
+    AmdSmiSource,
+)
+from placewatch.gpu.health import assess
 from placewatch.probe import ProbeRunner
 
 from tests.conftest import FIXTURES
@@ -71,6 +78,11 @@ def test_source_reads_amd_smi_processes_where_there_is_no_kfd_tree(
     assert [(p.pid, p.used_bytes) for p in gpus[0].processes] == [(4242, 96 * GiB)]
     assert gpus[1].processes == []
     assert calls(tmp_path) == [" ".join(METRIC_ARGS), " ".join(PROCESS_ARGS)]
+    # The clock, ECC and energy blocks come through; GPU 1's uncorrected error is judged.
+    assert [(g.sm_clock_mhz, g.memory_clock_mhz) for g in gpus] == [(2100, 1300), (132, 900)]
+    idle = assess(gpus[1]).health
+    assert idle is not None and idle.healthy is False
+    assert idle.problems[0].startswith("1 uncorrected ECC error(s) since the last reset")
 
 
 def test_source_prefers_the_kfd_tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -100,9 +112,30 @@ def test_source_falls_back_to_the_full_metric_on_an_older_amd_smi(
         assert [g.utilization_pct for g in gpus] == [100, 0]
     assert calls(tmp_path) == [
         " ".join(METRIC_ARGS),
+        " ".join(METRIC_BASIC_ARGS),
         " ".join(METRIC_ALL_ARGS),
         " ".join(PROCESS_ARGS),
         " ".join(METRIC_ALL_ARGS),
+        " ".join(PROCESS_ARGS),
+    ]
+
+
+def test_source_keeps_the_basic_blocks_where_health_flags_are_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # amd-smi offers --ecc, --fan and --energy on bare-metal Linux only: a VM guest refuses.
+    bin_dir = fake_amd_smi(tmp_path, OWN / "mi300x-metric.json", "[]", refuse="--ecc")
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    source = AmdSmiSource(ProbeRunner(timeout_s=20), kfd_root=tmp_path / "no-kfd")
+    for _ in range(2):
+        gpus, status = anyio.run(source.sample, backend="asyncio")
+        assert status.ok, status.error
+        assert [g.utilization_pct for g in gpus] == [100, 0]
+    assert calls(tmp_path) == [
+        " ".join(METRIC_ARGS),
+        " ".join(METRIC_BASIC_ARGS),
+        " ".join(PROCESS_ARGS),
+        " ".join(METRIC_BASIC_ARGS),
         " ".join(PROCESS_ARGS),
     ]
 
@@ -132,5 +165,9 @@ def test_source_with_no_gpus_says_what_to_check(
     assert gpus == []
     assert status.error is not None
     assert status.error.startswith("amd-smi printed no GPUs; run `amd-smi list`")
-    # The narrow form answered; the full one was tried once, in case it was refused.
-    assert calls(tmp_path) == [" ".join(METRIC_ARGS), " ".join(METRIC_ALL_ARGS)]
+    # The narrow form answered; each wider one was tried once, in case it was refused.
+    assert calls(tmp_path) == [
+        " ".join(METRIC_ARGS),
+        " ".join(METRIC_BASIC_ARGS),
+        " ".join(METRIC_ALL_ARGS),
+    ]

@@ -25,7 +25,8 @@ from placewatch.gpu.amd_smi import (
     parse_amd_smi_csv,
     parse_amd_smi_processes,
 )
-from placewatch.schemas import GpuSample
+from placewatch.gpu.health import assess
+from placewatch.schemas import GpuHealth, GpuSample
 
 from tests.conftest import CORPUS, FIXTURES, corpus_files, needs_corpus
 from tests.support.amd_readings import assert_sane
@@ -48,6 +49,86 @@ def test_newest_nested_value_wrapped_metric() -> None:
     assert (busy.name, busy.uuid, busy.bus_id) == (None, None, None)
     assert (idle.index, idle.utilization_pct, idle.activity, idle.power_w) == (1, 0, "busy", 131)
     assert (idle.temperature_c, idle.memory_used_bytes) == (37.0, 283 * MiB)
+
+
+def test_metric_blocks_give_clocks_memory_busy_energy_and_ecc() -> None:
+    busy, idle = parse_amd_smi((OWN / "mi300x-metric.json").read_text())
+    assert (busy.sm_clock_mhz, busy.memory_clock_mhz, busy.memory_util_pct) == (2100, 1300, 37)
+    assert busy.energy_j == 15487322.125
+    assert busy.fan_pct is None  # MI300X has no fan: every fan reading is N/A
+    assert busy.health == GpuHealth(ecc_corrected_volatile=0, ecc_uncorrected_volatile=0)
+    assert (idle.sm_clock_mhz, idle.memory_clock_mhz, idle.energy_j) == (132, 900, 12648636.191)
+    assert idle.health == GpuHealth(ecc_corrected_volatile=12, ecc_uncorrected_volatile=1)
+
+
+def test_an_uncorrected_ecc_error_makes_the_amd_gpu_unhealthy() -> None:
+    busy, idle = (assess(g) for g in parse_amd_smi((OWN / "mi300x-metric.json").read_text()))
+    assert busy.health is not None and (busy.health.healthy, busy.health.problems) == (True, [])
+    assert idle.health is not None and idle.health.healthy is False
+    assert idle.health.problems == [
+        "1 uncorrected ECC error(s) since the last reset: reset the GPU (amd-smi reset -G) "
+        "or reboot"
+    ]
+
+
+def test_full_metric_gives_pcie_link_fan_and_throttling() -> None:
+    (gpu,) = parse_amd_smi((OWN / "rx7900xtx-metric-full.json").read_text())
+    assert gpu.health == GpuHealth(
+        clock_events=["throttled"], pcie_gen=4, pcie_width=16, pcie_replays=3
+    )  # ECC prints N/A on a consumer card: null, not 0
+    assert (gpu.sm_clock_mhz, gpu.memory_clock_mhz, gpu.memory_util_pct) == (2405, 1249, 22)
+    assert (gpu.fan_pct, gpu.energy_j) == (56.08, 842113.52)
+
+
+@pytest.mark.parametrize(
+    ("gts", "generation"),
+    [(2.5, 1), (5, 2), (8, 3), (16, 4), (32, 5), (64, 6), ("32 GT/s", 5), (12, None),
+     ("N/A", None)],
+)  # fmt: skip
+def test_pcie_speed_in_gt_s_is_its_generation(gts: object, generation: int | None) -> None:
+    (gpu,) = parse_amd_smi(json.dumps([{"gpu": 0, "pcie": {"width": 8, "speed": gts}}]))
+    assert gpu.health is not None
+    assert (gpu.health.pcie_gen, gpu.health.pcie_width) == (generation, 8)
+
+
+def test_rocm_6_0_names_of_ecc_pcie_and_clocks() -> None:
+    rocm60 = [{"gpu": 0,
+               "clock": {"gfx": {"cur_clk": 1700, "min_clk": 500}, "MEM": {"cur_clk": 1600}},
+               "ecc": {"total_correctable": 4, "total_uncorrectable": 0},
+               "pcie": {"current_lanes": 16, "current_speed": 32, "replay_count": 7},
+               "energy": {"total_energy_consumption": 1234.5}}]  # fmt: skip
+    (gpu,) = parse_amd_smi(json.dumps(rocm60))
+    assert (gpu.sm_clock_mhz, gpu.memory_clock_mhz, gpu.energy_j) == (1700, 1600, 1234.5)
+    assert gpu.health == GpuHealth(
+        ecc_corrected_volatile=4, ecc_uncorrected_volatile=0, pcie_gen=5, pcie_width=16,
+        pcie_replays=7,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("status", "events"),
+    [("UNTHROTTLED", []), ("THROTTLED", ["throttled"]), (["PPT", "THERMAL", "PPT"], ["ppt", "thermal"]),
+     ("N/A", None), (None, None)],
+)  # fmt: skip
+def test_throttle_status_is_clock_events_as_the_tool_names_them(
+    status: object, events: list[str] | None
+) -> None:
+    (gpu,) = parse_amd_smi(json.dumps([{"gpu": 0, "power": {"throttle_status": status}}]))
+    assert (gpu.health and gpu.health.clock_events) == (None if events is None else events)
+    if events is None:
+        assert gpu.health is None  # nothing of its health was read
+
+
+def test_energy_units() -> None:
+    def energy(reading: object) -> float | None:
+        item = {"gpu": 0, "energy": {"total_energy_consumption": reading}}
+        return parse_amd_smi(json.dumps([item]))[0].energy_j
+
+    assert energy({"value": 5.5, "unit": "J"}) == 5.5
+    assert energy({"value": 5_500_000, "unit": "uJ"}) == 5.5
+    assert energy({"value": 5, "unit": "kWh"}) is None
+    assert energy(-1) is None
+    assert energy("N/A") is None
 
 
 EXPECTED_SHAPE = dict(util=72, activity="busy", power=300.0, temp=61.0, sensor="edge",
@@ -255,6 +336,19 @@ def test_csv_with_unquoted_lists_a_warning_and_a_repeated_header() -> None:
     assert gpus[0].memory_free_bytes == (196592 - 1024) * MiB
 
 
+def test_csv_speed_column_is_the_fan_s_when_the_fan_block_was_printed() -> None:
+    # amd-smi keeps one column per name: the fan's `speed` (0-255) overwrites PCIe's.
+    with_fan = "gpu,width,speed,replay_count,max,rpm,usage\n0,16,32,5,255,1650,12.55\n"
+    (gpu,) = parse_amd_smi_csv(with_fan)
+    assert gpu.health is not None
+    assert (gpu.health.pcie_gen, gpu.health.pcie_width, gpu.health.pcie_replays) == (None, 16, 5)
+    assert gpu.fan_pct == 12.55
+    pcie_only = "gpu,width,speed,replay_count,usage\n0,16,32,5,40\n"
+    (gpu,) = parse_amd_smi_csv(pcie_only)
+    assert gpu.health is not None and gpu.health.pcie_gen == 5
+    assert gpu.fan_pct is None  # no fan block: `usage` is not a fan reading
+
+
 # What each real capture says, read by hand from the file.
 XGMI_BUSES = ["0000:0c:00.0", "0000:22:00.0", "0000:38:00.0", "0000:5c:00.0",
               "0000:9f:00.0", "0000:af:00.0", "0000:bf:00.0", "0000:df:00.0"]  # fmt: skip
@@ -269,6 +363,17 @@ CSV_CAPTURES: dict[str, dict[str, list[float]]] = {
     "virtualclient-mi300x-8gpu-metric.csv": {
         "power": [133, 139, 133, 132, 136, 132, 132, 134],
         "hotspot": [36, 35, 32, 36, 36, 35, 36, 37],
+        # total_energy_consumption, in J (amd-smi divides the driver's uJ by 10^6).
+        "energy": [
+            12119300.381,
+            12648636.191,
+            12142639.892,
+            12086086.983,
+            12403534.5,
+            12011883.234,
+            11987029.516,
+            12193331.537,
+        ],
     },
 }
 
@@ -310,6 +415,16 @@ def test_amd_smi_csv_capture(name: str) -> None:
         assert gpu.memory_free_bytes == 196309 * MiB
         # The CSV's "usage" column is the fan's (N/A), not the engine's.
         assert gpu.name is None
+        # Idle in deep sleep: gfx_0_clk 132 (some other XCDs read 133), mem_0_clk 900.
+        assert (gpu.sm_clock_mhz, gpu.memory_clock_mhz, gpu.memory_util_pct) == (132, 900, 0)
+        assert gpu.fan_pct is None
+        # ECC 0/0 (deferred 0, not read), UNTHROTTLED, x16 with no replays; the PCIe `speed`
+        # column holds the fan's N/A, so no generation.
+        assert gpu.health == GpuHealth(
+            ecc_corrected_volatile=0, ecc_uncorrected_volatile=0, pcie_width=16, pcie_replays=0
+        )
+        assert assess(gpu).health == gpu.health
+    assert [g.energy_j for g in gpus] == want["energy"]
 
 
 # Structured fuzzing with the real key names and units.
@@ -320,6 +435,11 @@ AMD_KEYS = [
     "edge", "hotspot", "mem", "total_vram", "used_vram", "free_vram", "size", "market_name",
     "bdf", "uuid", "value", "unit", "process_list", "process_info", "processes", "pid",
     "name", "memory_usage", "vram_mem", "link_metrics", "links",
+    "clock", "gfx_0", "gfx", "mem_0", "MEM", "clk", "cur_clk", "gfx_0_clk", "mem_0_clk",
+    "umc_activity", "energy", "total_energy_consumption", "fan", "rpm", "ecc",
+    "total_correctable_count", "total_uncorrectable_count", "total_correctable",
+    "total_uncorrectable", "pcie", "width", "speed", "current_lanes", "current_speed",
+    "replay_count", "throttle_status",
 ]  # fmt: skip
 amd_leaves = st.one_of(
     st.none(),
@@ -328,7 +448,8 @@ amd_leaves = st.one_of(
     st.floats(),
     st.text(max_size=8),
     st.sampled_from(["N/A", "MB", "MiB", "GB", "B", "%", "W", "C", "12 MB", "-1", "1e999",
-                     "No running processes detected", "72 %", "0000:0c:00.0"]),
+                     "No running processes detected", "72 %", "0000:0c:00.0", "J", "uJ",
+                     "GT/s", "MHz", "32", "2.5", "THROTTLED", "UNTHROTTLED", "1e30"]),
 )  # fmt: skip
 amd_values = st.recursive(
     amd_leaves,

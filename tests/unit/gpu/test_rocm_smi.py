@@ -18,12 +18,19 @@ from hypothesis import strategies as st
 from placewatch.gpu.rocm_smi import (
     BUSY_KEYS,
     CAP_KEYS,
+    FAN_KEY,
+    MCLK_KEY,
+    MEMORY_BUSY_KEYS,
     NAME_KEYS,
+    PCIE_KEY,
     POWER_KEYS,
+    REPLAY_KEY,
     ROCM_SMI_ARGS,
+    SCLK_KEY,
     parse_rocm_smi,
     power_activity,
 )
+from placewatch.schemas import GpuHealth
 
 from tests.conftest import CORPUS, FIXTURES, corpus_files, needs_corpus
 from tests.support.amd_readings import assert_sane
@@ -35,7 +42,9 @@ OWN = FIXTURES / "rocm-smi"
 
 def test_argv_asks_for_every_reading_it_parses_and_json() -> None:
     assert ROCM_SMI_ARGS[-1] == "--json"
-    for flag in ("--showuse", "--showtemp", "--showpower", "--showmaxpower", "--showbus"):
+    wanted = ("--showuse", "--showtemp", "--showpower", "--showmaxpower", "--showbus",
+              "--showclocks", "-f", "--showreplaycount", "--showmemuse")  # fmt: skip
+    for flag in wanted:
         assert flag in ROCM_SMI_ARGS
     at = ROCM_SMI_ARGS.index("--showmeminfo")
     assert ROCM_SMI_ARGS[at + 1] == "vram"
@@ -47,7 +56,7 @@ def test_every_flag_is_one_real_rocm_smi_runs_took() -> None:
     provenance = (CORPUS / "PROVENANCE.md").read_text()
     commands = " ".join(re.findall(r"`(rocm-smi [^`]*)`", provenance))
     flags = set(commands.split())
-    assert {a for a in ROCM_SMI_ARGS if a.startswith("--")} <= flags
+    assert {a for a in ROCM_SMI_ARGS if a.startswith("-")} <= flags
 
 
 def test_mi300x_activity_is_power_share_not_the_busy_flag() -> None:
@@ -67,6 +76,35 @@ def test_mi300x_activity_is_power_share_not_the_busy_flag() -> None:
     assert card0.bus_id == "0000:0C:00.0"
     assert card0.vendor == "amd"
     assert card0.index == 0
+
+
+def test_clocks_pcie_link_replays_and_memory_busy() -> None:
+    card0, card1 = parse_rocm_smi((OWN / "mi300x-style.json").read_text())
+    assert (card0.sm_clock_mhz, card0.memory_clock_mhz) == (2100, 1300)
+    # ROCm 6.1's read/write activity, not the 50 % of VRAM allocated.
+    assert card0.memory_util_pct == 37
+    assert card0.fan_pct is None  # MI300X: no fan reading at all
+    assert card0.health == GpuHealth(pcie_gen=5, pcie_width=16, pcie_replays=0)
+    # card1 prints N/A for them and no clocks: null, and no health at all.
+    assert (card1.sm_clock_mhz, card1.memory_util_pct, card1.health) == (None, None, None)
+    (consumer,) = parse_rocm_smi((OWN / "rx7900xtx-consumer.json").read_text())
+    assert (consumer.sm_clock_mhz, consumer.memory_clock_mhz) == (2482, 1249)
+    assert (consumer.memory_util_pct, consumer.fan_pct) == (18, 31)
+    assert consumer.health == GpuHealth(pcie_gen=4, pcie_width=16, pcie_replays=2)
+    assert consumer.energy_j is None  # no capture shows rocm-smi's energy counter
+
+
+@pytest.mark.parametrize(
+    ("level", "link"),
+    [("0 (2.5GT/s x1)", (1, 1)), ("1 (16.0GT/s x16)", (4, 16)), ("2 (32.0GT/s x8)", (5, 8)),
+     ("1 (12.0GT/s x16)", (None, 16)), ("N/A", None), ("(16.0GT/s)", None)],
+)  # fmt: skip
+def test_pcie_level_in_force_is_generation_and_width(
+    level: str, link: tuple[int | None, int] | None
+) -> None:
+    (gpu,) = parse_rocm_smi(json.dumps({"card0": {PCIE_KEY: level}}))
+    got = None if gpu.health is None else (gpu.health.pcie_gen, gpu.health.pcie_width)
+    assert got == link
 
 
 def test_power_over_cap_clamps_to_100() -> None:
@@ -282,6 +320,45 @@ def test_rocm_smi_capture(name: str) -> None:
         assert gpu.vendor == "amd"
 
 
+# (sclk MHz, mclk MHz, memory busy %, fan %, (PCIe generation, width, replays)) per card,
+# read by hand from each capture; the gpustack and Hygon runs asked for no clocks.
+HEALTH_CAPTURES: dict[str, list[tuple[Any, ...]]] = {
+    "gpustack-hygon-dcu-dtk24.04.3.json": [(None, None, None, None, None)],
+    "gpustack-rx7800xt-rocm6.2.4.json": [(None, None, None, None, None)],
+    # --showclocks without --showmemuse: an sclk only (an APU has no mclk line).
+    "llamaland-radeon-8060s-strix-halo-apu.json": [(668, None, None, None, None)],
+    # MI100: idle at 300/1200 MHz, "GPU memory use (%)" 0, a Gen 3 link on 5.7.1 and Gen 4
+    # on 6.0.2, no fan reading.
+    "telegraf-mi100_rocm571.json": [(300, 1200, 0, None, (3, 16, 0))] * 6,
+    "telegraf-mi100_rocm602.json": [(300, 1200, 0, None, (4, 16, 0))] * 4,
+    "telegraf-rx6700xt_rocm430.json": [(500, 96, 0, None, (4, 16, 0))],
+    "telegraf-rx6700xt_rocm602.json": [(500, 96, 0, None, (4, 16, 0))],
+    # ROCm 6.1.2: sclk "(0Mhz)" (gated), "GPU Memory Read/Write Activity (%)" 0 beside 12 %
+    # of VRAM allocated.
+    "telegraf-rx6700xt_rocm612.json": [(0, 96, 0, None, (4, 16, 0))],
+    # Vega 10 XT: a fan at 13 %, no memory busy reading.
+    "telegraf-vega10-xt.json": [(1269, 167, None, 13, (3, 16, 0))],
+    "telegraf-vega20-wks-gl-xe.json": [(1725, 1000, 0, 0, (4, 16, 0))],
+}
+
+
+@needs_corpus
+@pytest.mark.parametrize("name", sorted(HEALTH_CAPTURES))
+def test_rocm_smi_capture_clocks_and_health(name: str) -> None:
+    assert set(HEALTH_CAPTURES) == set(CAPTURES)
+    gpus = parse_rocm_smi((CORPUS / "rocm-smi-json" / name).read_text())
+    got = [
+        (g.sm_clock_mhz, g.memory_clock_mhz, g.memory_util_pct, g.fan_pct,
+         None if g.health is None else
+         (g.health.pcie_gen, g.health.pcie_width, g.health.pcie_replays))
+        for g in gpus
+    ]  # fmt: skip
+    assert got == HEALTH_CAPTURES[name]
+    for gpu in gpus:
+        assert gpu.energy_j is None
+        assert gpu.health is None or gpu.health.clock_events == []
+
+
 # Structured fuzzing with the real key names.
 CARD_KEYS = [
     *POWER_KEYS, *CAP_KEYS, *BUSY_KEYS, *NAME_KEYS, "Unique ID", "PCI Bus", "",
@@ -289,6 +366,7 @@ CARD_KEYS = [
     "Temperature (Sensor memory) (C)", "Temperature (Sensor mem) (C)",
     "VRAM Total Memory (B)", "VRAM Total Used Memory (B)",
     "vram Total Memory (MiB)", "vram Total Used Memory (MiB)", "VRAM Total Memory (GB)",
+    SCLK_KEY, MCLK_KEY, FAN_KEY, REPLAY_KEY, PCIE_KEY, *MEMORY_BUSY_KEYS,
 ]  # fmt: skip
 leaves = st.one_of(
     st.none(),
@@ -297,7 +375,8 @@ leaves = st.one_of(
     st.floats(),
     st.text(max_size=10),
     st.sampled_from(["N/A", "N/A (Secondary die)", "159.0", "-3", "1e400", "[N/A]", "0x1002",
-                     "750.0", "0", "100", "101", "nan", "12 MB", "-0x72ff"]),
+                     "750.0", "0", "100", "101", "nan", "12 MB", "-0x72ff", "(1200Mhz)",
+                     "(99999999999999999999999Mhz)", "1 (16.0GT/s x16)", "0 (99GT/s x99999999999999999999)"]),
 )  # fmt: skip
 json_values = st.recursive(
     leaves,
