@@ -69,20 +69,24 @@ def problems(health: GpuHealth, vendor: str = "nvidia") -> list[str]:
             f"the driver asks for a GPU recovery ({action}): "
             + RECOVERY.get(action, "see the driver's documentation of this recovery action")
         )
-    reset = RESET if vendor == "nvidia" else "reset the GPU (amd-smi reset -G) or reboot"
     if health.ecc_uncorrected_volatile:
-        found.append(
-            f"{health.ecc_uncorrected_volatile} uncorrected ECC error(s) since the last reset: "
-            f"{reset}"
-        )
+        n = health.ecc_uncorrected_volatile
+        if vendor == "nvidia":
+            found.append(f"{n} uncorrected ECC error(s) since the last reset: {RESET}")
+        else:  # amdgpu's RAS counts run from the driver's load
+            found.append(
+                f"{n} uncorrected ECC error(s) since the amdgpu driver loaded: drain the GPU, "
+                "then reset it (amd-smi reset -G) or reboot; the count clears when the driver "
+                "loads again"
+            )
     if health.remapped_rows_failed:
         found.append(
             "a row remapping failed (no spare memory row left): drain the GPU and have it replaced"
         )
     if health.remapped_rows_pending:
-        found.append(f"a row remapping is pending: {reset} to apply it")
+        found.append(f"a row remapping is pending: {RESET} to apply it")
     if health.retired_pages_pending:
-        found.append(f"a page retirement is pending: {reset} to apply it")
+        found.append(f"a page retirement is pending: {RESET} to apply it")
     return found
 
 

@@ -66,8 +66,8 @@ def test_an_uncorrected_ecc_error_makes_the_amd_gpu_unhealthy() -> None:
     assert busy.health is not None and (busy.health.healthy, busy.health.problems) == (True, [])
     assert idle.health is not None and idle.health.healthy is False
     assert idle.health.problems == [
-        "1 uncorrected ECC error(s) since the last reset: reset the GPU (amd-smi reset -G) "
-        "or reboot"
+        "1 uncorrected ECC error(s) since the amdgpu driver loaded: drain the GPU, then reset "
+        "it (amd-smi reset -G) or reboot; the count clears when the driver loads again"
     ]
 
 

@@ -57,8 +57,8 @@ def test_a_fatal_condition_marks_the_gpu_unhealthy_naming_it(
 def test_an_amd_gpu_is_told_amd_smi_s_reset() -> None:
     amd = GpuSample(index=0, vendor="amd", health=GpuHealth(ecc_uncorrected_volatile=1))
     assert problems(amd.health or GpuHealth(), "amd") == [
-        "1 uncorrected ECC error(s) since the last reset: reset the GPU (amd-smi reset -G) "
-        "or reboot"
+        "1 uncorrected ECC error(s) since the amdgpu driver loaded: drain the GPU, then reset "
+        "it (amd-smi reset -G) or reboot; the count clears when the driver loads again"
     ]
 
 
