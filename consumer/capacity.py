@@ -11,6 +11,11 @@ Free memory is what the GPU's tool reports free (`memory_free_bytes`; total minu
 a tool gives no free figure). Foreign memory (used by nothing of the node's shards: another
 tenant, a leaked process) is part of the used memory, so the free figure is already net of
 it; each answer carries it too, since foreign memory does not come back when a shard moves.
+
+A GPU whose health says unhealthy (GpuHealth.healthy false: an XID that needs a reset, an
+uncorrected ECC error, a row remapping pending or failed) is not offered, however much it has
+free: what is placed there would fail or compute wrong until the GPU is reset. A GPU with no
+health reading is offered: nothing says it is unfit.
 """
 
 from __future__ import annotations
@@ -58,8 +63,9 @@ class StaleNode(msgspec.Struct, frozen=True, kw_only=True, gc=False):
 def gpus_for(
     holdings: Holdings, nbytes: int, now: datetime, max_age: float | None = None
 ) -> list[GpuCandidate]:
-    """Every GPU of a live node with at least `nbytes` free, the most free first (then the
-    least foreign, then by node and index). A GPU whose free memory is unknown is left out."""
+    """Every healthy GPU of a live node with at least `nbytes` free, the most free first (then
+    the least foreign, then by node and index). A GPU whose free memory is unknown, or whose
+    health says unhealthy, is left out."""
     found: list[GpuCandidate] = []
     for node in holdings.nodes:
         sample = holdings.sample(node)
@@ -70,7 +76,7 @@ def gpus_for(
             continue
         for g in sample.gpus:
             free = _free(g)
-            if free is None or free < nbytes:
+            if free is None or free < nbytes or (g.health is not None and not g.health.healthy):
                 continue
             found.append(
                 GpuCandidate(

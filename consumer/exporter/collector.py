@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from placewatch.consumer.fleet import Holdings
@@ -20,12 +20,18 @@ from placewatch.schemas import NodeSample, NodeTelemetry
 from .metrics import (
     GPU_LABELS,
     GPU_METRICS,
+    GPU_PROBLEM,
+    GPU_PROBLEM_HELP,
+    GPU_PROBLEM_LABELS,
     NODE_AGE,
     NODE_METRICS,
     NODE_UP,
     SHARD_GPU_BYTES,
+    SHARD_UNHEALTHY_GPU,
     SHARD_VERDICT,
+    GpuMetric,
     device,
+    problem_kind,
 )
 from .options import STALE_INTERVALS, STALE_MIN_S
 
@@ -64,7 +70,8 @@ class FleetCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         holdings = self.take()
         now = self.clock()
-        gpu = {m.name: GaugeMetricFamily(m.name, m.help, labels=GPU_LABELS) for m in GPU_METRICS}
+        gpu = {m.name: _family(m) for m in GPU_METRICS}
+        problems = GaugeMetricFamily(GPU_PROBLEM, GPU_PROBLEM_HELP, labels=GPU_PROBLEM_LABELS)
         nodes = {
             name: GaugeMetricFamily(name, help_, labels=labels)
             for name, (help_, labels) in NODE_METRICS.items()
@@ -80,10 +87,18 @@ class FleetCollector(Collector):
             _node(nodes, telemetry, age)
             sample = holdings.sample(name)
             if sample is not None:
-                _gpus(gpu, sample)
+                _gpus(gpu, problems, sample)
                 _shard_bytes(nodes[SHARD_GPU_BYTES], sample)
+                _shard_unhealthy(nodes[SHARD_UNHEALTHY_GPU], sample)
         yield from gpu.values()
+        yield problems
         yield from nodes.values()
+
+
+def _family(m: GpuMetric) -> GaugeMetricFamily | CounterMetricFamily:
+    if m.kind == "counter":
+        return CounterMetricFamily(m.name, m.help, labels=GPU_LABELS)
+    return GaugeMetricFamily(m.name, m.help, labels=GPU_LABELS)
 
 
 def _node(families: dict[str, GaugeMetricFamily], t: NodeTelemetry, age: float) -> None:
@@ -94,13 +109,20 @@ def _node(families: dict[str, GaugeMetricFamily], t: NodeTelemetry, age: float) 
         families[SHARD_VERDICT].add_metric([t.node, shard, reading.verdict], 1.0)
 
 
-def _gpus(families: dict[str, GaugeMetricFamily], s: NodeSample) -> None:
+def _gpus(
+    families: dict[str, GaugeMetricFamily | CounterMetricFamily],
+    problems: GaugeMetricFamily,
+    s: NodeSample,
+) -> None:
     for g in s.gpus:
         labels = [str(g.index), g.uuid or "", g.bus_id or "", device(g), g.name or "", s.node]
         for metric in GPU_METRICS:
             value = metric.value(g)
             if value is not None:
                 families[metric.name].add_metric(labels, value)
+        kinds = {problem_kind(p) for p in g.health.problems} if g.health is not None else set()
+        for kind in sorted(kinds):
+            problems.add_metric([*labels, kind], 1.0)
 
 
 def _shard_bytes(family: GaugeMetricFamily, s: NodeSample) -> None:
@@ -113,3 +135,13 @@ def _shard_bytes(family: GaugeMetricFamily, s: NodeSample) -> None:
                 held[p.shard] = held.get(p.shard, 0) + p.used_bytes
         for shard, n in sorted(held.items()):
             family.add_metric([s.node, shard, str(g.index)], float(n))
+
+
+def _shard_unhealthy(family: GaugeMetricFamily, s: NodeSample) -> None:
+    """Each shard with a process listed on an unhealthy GPU, once per GPU: as the shard pass
+    fills ComputeStatus.unhealthy_gpus, from the same telemetry."""
+    for g in s.gpus:
+        if g.health is None or g.health.healthy:
+            continue
+        for shard in sorted({p.shard for p in g.processes if p.shard is not None}):
+            family.add_metric([s.node, shard, str(g.index)], 1.0)

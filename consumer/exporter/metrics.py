@@ -5,17 +5,44 @@ dashboards and alert rules written for dcgm-exporter read placewatch unchanged. 
 against dcgm-exporter's etc/default-counters.csv (DCGM_FI_DEV_FB_USED and _FB_FREE in MiB,
 DCGM_FI_DEV_POWER_USAGE in W, DCGM_FI_DEV_GPU_TEMP in C, DCGM_FI_DEV_GPU_UTIL in %) and the
 label set of its exposition (`gpu`, `UUID`, `pci_bus_id`, `device`, `modelName`,
-`Hostname`), as its own metrics-filter test shows it. What DCGM has no field for is
-`placewatch_*`.
+`Hostname`), as its own metrics-filter test shows it. The health fields are checked against
+DCGM's dcgm_fields.h and dcgm-exporter's default-counters.csv of May 2026: clocks in MHz,
+energy in mJ, the last XID's number as DCGM_FI_DEV_XID_ERRORS, DCGM's single-bit/double-bit
+ECC for corrected/uncorrected, and the clock event reasons under DCGM 3.3's name
+DCGM_FI_DEV_CLOCKS_EVENT_REASONS (DCGM_FI_DEV_CLOCK_THROTTLE_REASONS before it), which
+dcgm-exporter watches. What DCGM has no field for is `placewatch_*`.
+
+dcgm-exporter types its ECC, retired-page, remapped-row, replay and energy fields as counters
+but names them without `_total`; an OpenMetrics scrape (what Prometheus asks for first)
+requires a counter's samples to end in `_total`, so they are served as gauges under DCGM's
+names: the name is what dashboards and rules match, and rate() reads a gauge the same way.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from typing import Literal
 
 from placewatch.schemas import GpuSample
 
 MIB = 1 << 20
+MJ_PER_J = 1000
+
+CLOCK_EVENT_BITS = {
+    "gpu_idle": 0x1,
+    "applications_clocks_setting": 0x2,
+    "sw_power_cap": 0x4,
+    "hw_slowdown": 0x8,
+    "sync_boost": 0x10,
+    "sw_thermal_slowdown": 0x20,
+    "hw_thermal_slowdown": 0x40,
+    "hw_power_brake_slowdown": 0x80,
+    "display_clocks_setting": 0x100,
+}
+"""GpuHealth.clock_events' names as the bits of NVML's clocks event reasons, which DCGM's
+DCGM_CLOCKS_THROTTLE_REASON_* masks copy one to one. A name without a bit (what amd-smi or
+rocm-smi name) adds none."""
 
 GPU_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname")
 """dcgm-exporter's labels of a GPU metric, in its order. `Hostname` is the node's name as the
@@ -24,21 +51,56 @@ worker publishes it (dcgm-exporter's is the host it runs on, the same node)."""
 
 @dataclass(frozen=True)
 class GpuMetric:
-    """One gauge per GPU: its name, the GpuSample field it reads, its help text, and `per`:
-    the field's value is divided by it and rounded down (MIB: bytes as whole MiB, as DCGM
-    reports framebuffer memory). A GPU whose field is None (the tool gave no reading) has
-    no sample of the metric."""
+    """One sample per GPU: its name, the GpuSample field it reads (`health.x`: the field x
+    of its GpuHealth), its help text, and how the value is converted: divided by `per` and
+    rounded down (MIB: bytes as whole MiB, as DCGM reports framebuffer memory), or times
+    `times` and rounded (joules as whole mJ). A flag reads 1 or 0; the clock event names
+    read as their bitmask. A GPU whose field is None (the tool gave no reading, or no health
+    was read at all) has no sample of the metric. `kind` "counter": a Prometheus counter,
+    its name ending in `_total`."""
 
     name: str
     field: str
     help: str
     per: int = 1
+    times: int = 1
+    kind: Literal["gauge", "counter"] = "gauge"
 
     def value(self, g: GpuSample) -> float | None:
-        value: float | None = getattr(g, self.field)
-        if value is None or self.per == 1:
-            return value
-        return float(int(value) // self.per)
+        value = read(g, self.field)
+        if value is None:
+            return None
+        if isinstance(value, list):
+            return clock_event_mask(value)
+        if self.per != 1:
+            return float(int(value) // self.per)
+        if self.times != 1:
+            return float(round(value * self.times))
+        return float(value)
+
+
+def read(g: GpuSample, field: str) -> float | bool | list[str] | None:
+    """The value of `field` ("power_w", "health.pcie_replays") of `g`; None where it or its
+    GpuHealth is absent."""
+    held: object = g
+    for part in field.split("."):
+        held = getattr(held, part, None)
+        if held is None:
+            return None
+    return held  # type: ignore[return-value]
+
+
+def clock_event_mask(names: list[str]) -> float | None:
+    """The clock event names as DCGM's bitmask; None for an empty list: GpuHealth cannot
+    tell "nothing holds the clocks down" from "the tool does not say"."""
+    if not names:
+        return None
+    return float(sum(CLOCK_EVENT_BITS.get(n, 0) for n in set(names)))
+
+
+def _dcgm(name: str, field: str, help_: str, times: int = 1) -> GpuMetric:
+    """A DCGM field's metric: a gauge, as placewatch serves every DCGM name (module doc)."""
+    return GpuMetric(f"DCGM_FI_DEV_{name}", field, help_, times=times)
 
 
 GPU_METRICS: tuple[GpuMetric, ...] = (
@@ -53,11 +115,114 @@ GPU_METRICS: tuple[GpuMetric, ...] = (
         "Memory used on the GPU that no shard of its node holds (in bytes): another tenant "
         "or a leaked process; placement cannot hand it out.",
     ),
+    _dcgm("SM_CLOCK", "sm_clock_mhz", "SM clock frequency (in MHz)."),
+    _dcgm("MEM_CLOCK", "memory_clock_mhz", "Memory clock frequency (in MHz)."),
+    _dcgm("MEM_COPY_UTIL", "memory_util_pct", "Memory utilization (in %)."),
+    _dcgm(
+        "TOTAL_ENERGY_CONSUMPTION",
+        "energy_j",
+        "Total energy consumption since the driver loaded (in mJ; a counter).",
+        times=MJ_PER_J,
+    ),
+    _dcgm("FAN_SPEED", "fan_pct", "Fan speed (in %)."),
+    _dcgm("XID_ERRORS", "health.last_xid", "Value of the last XID error encountered."),
+    _dcgm("PCIE_REPLAY_COUNTER", "health.pcie_replays", "Total number of PCIe retries."),
+    _dcgm(
+        "ECC_SBE_VOL_TOTAL",
+        "health.ecc_corrected_volatile",
+        "Total number of single-bit volatile ECC errors.",
+    ),
+    _dcgm(
+        "ECC_DBE_VOL_TOTAL",
+        "health.ecc_uncorrected_volatile",
+        "Total number of double-bit volatile ECC errors.",
+    ),
+    _dcgm(
+        "ECC_SBE_AGG_TOTAL",
+        "health.ecc_corrected_aggregate",
+        "Total number of single-bit persistent ECC errors.",
+    ),
+    _dcgm(
+        "ECC_DBE_AGG_TOTAL",
+        "health.ecc_uncorrected_aggregate",
+        "Total number of double-bit persistent ECC errors.",
+    ),
+    _dcgm(
+        "RETIRED_SBE",
+        "health.retired_pages_sbe",
+        "Total number of retired pages due to single-bit errors.",
+    ),
+    _dcgm(
+        "RETIRED_DBE",
+        "health.retired_pages_dbe",
+        "Total number of retired pages due to double-bit errors.",
+    ),
+    _dcgm(
+        "RETIRED_PENDING",
+        "health.retired_pages_pending",
+        "Whether pages are pending retirement (1 or 0).",
+    ),
+    _dcgm(
+        "CORRECTABLE_REMAPPED_ROWS",
+        "health.remapped_rows_correctable",
+        "Number of remapped rows for correctable errors.",
+    ),
+    _dcgm(
+        "UNCORRECTABLE_REMAPPED_ROWS",
+        "health.remapped_rows_uncorrectable",
+        "Number of remapped rows for uncorrectable errors.",
+    ),
+    _dcgm(
+        "ROW_REMAP_FAILURE", "health.remapped_rows_failed", "Whether remapping of rows has failed."
+    ),
+    _dcgm(
+        "ROW_REMAP_PENDING", "health.remapped_rows_pending", "Whether remapping of rows is pending."
+    ),
+    _dcgm("PCIE_LINK_GEN", "health.pcie_gen", "PCIe current link generation."),
+    _dcgm("PCIE_LINK_WIDTH", "health.pcie_width", "PCIe current link width (in lanes)."),
+    _dcgm(
+        "CLOCKS_EVENT_REASONS",
+        "health.clock_events",
+        "Current clock event reasons (bitmask of DCGM_CLOCKS_THROTTLE_REASON_*).",
+    ),
+    GpuMetric(
+        "placewatch_gpu_healthy",
+        "health.healthy",
+        "1 while the GPU is healthy, 0 while a fatal condition is seen (a reset or reboot is "
+        "needed; placewatch_gpu_problem says which).",
+    ),
+    GpuMetric(
+        "placewatch_gpu_xid_errors_total",
+        "health.xid_errors",
+        "Critical XID errors the driver reported since the node's worker started.",
+        kind="counter",
+    ),
 )
 """A new GPU field is a new line here; its labels are GPU_LABELS."""
 
+GPU_PROBLEM = "placewatch_gpu_problem"
+GPU_PROBLEM_HELP = (
+    "1 for each fatal condition seen on the GPU, by kind (the first clause of its problem, "
+    "without counts); the telemetry's health.problems says what to do."
+)
+GPU_PROBLEM_LABELS = (*GPU_LABELS, "problem")
+PROBLEM_CHARS = 80
+
+
+def problem_kind(problem: str) -> str:
+    """The `problem` label of a GpuHealth problem: its first clause (up to ": "), a leading
+    count dropped ("2 uncorrected ECC error(s) since the last reset: reset ..." ->
+    "uncorrected ECC error(s) since the last reset"), at most 80 characters. The problems
+    worker/gpu/health.py writes are a fixed set whose only other number is an XID from its
+    catalogue ("XID 79 (GPU has fallen off the bus)"), so the label takes a bounded set of
+    values, while a count that rises does not make a new series."""
+    clause = problem.split(": ", 1)[0]
+    return re.sub(r"^\d+\s+", "", clause).strip()[:PROBLEM_CHARS]
+
+
 SHARD_VERDICT = "placewatch_shard_verdict"
 SHARD_GPU_BYTES = "placewatch_shard_gpu_bytes"
+SHARD_UNHEALTHY_GPU = "placewatch_shard_unhealthy_gpu"
 NODE_UP = "placewatch_node_up"
 NODE_AGE = "placewatch_node_sample_age_seconds"
 
@@ -68,6 +233,11 @@ NODE_METRICS = {
     ),
     SHARD_GPU_BYTES: (
         "GPU memory the shard's processes hold on the GPU (bytes).",
+        ("node", "shard", "gpu"),
+    ),
+    SHARD_UNHEALTHY_GPU: (
+        "1 for each unhealthy GPU the shard's processes hold memory on (its ComputeStatus "
+        "lists them in unhealthy_gpus).",
         ("node", "shard", "gpu"),
     ),
     NODE_UP: (
@@ -81,7 +251,7 @@ NODE_METRICS = {
 
 def served() -> list[str]:
     """Every metric name the exporter serves."""
-    return [m.name for m in GPU_METRICS] + list(NODE_METRICS)
+    return [m.name for m in GPU_METRICS] + [GPU_PROBLEM, *NODE_METRICS]
 
 
 def device(g: GpuSample) -> str:

@@ -2,9 +2,10 @@
 
     python docs/examples/place.py nats://127.0.0.1:4222 --bytes 20GiB [--max-age SECONDS]
 
-Prints each GPU of a live node that has that much free, the most free first, with how old
-its reading is; then the nodes gone stale. Exits 0 when some GPU can take it, 1 when none
-can. Needs `placewatch.consumer` (this repository installed) and nothing else of the worker.
+Prints each healthy GPU of a live node that has that much free, the most free first, with
+how old its reading is; then the GPUs left out as unhealthy, with what to do; then the nodes
+gone stale. Exits 0 when some GPU can take it, 1 when none can. Needs `placewatch.consumer`
+(this repository installed) and nothing else of the worker.
 """
 
 from __future__ import annotations
@@ -44,6 +45,11 @@ async def main(url: str, nbytes: int, max_age: float | None, prefix: str) -> int
             )
         if not candidates:
             print(f"no GPU of a live node has {nbytes / GIB:.1f} GiB free")
+        for node in sorted(view.holdings().nodes):
+            sample = view.sample(node)
+            for g in sample.gpus if sample is not None else []:
+                if g.health is not None and not g.health.healthy:
+                    print(f"unhealthy: {node} GPU {g.index}: {'; '.join(g.health.problems)}")
         for s in view.stale(max_age):
             print(f"stale: {s.node}, last sample {s.age_s:.0f} s ago (limit {s.limit_s:g} s)")
     finally:

@@ -5,8 +5,18 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import msgspec
+
 from placewatch.consumer.fleet import Held, Holdings
-from placewatch.schemas import GpuProcess, GpuSample, NodeSample, ShardBrief, encode, lean
+from placewatch.schemas import (
+    GpuHealth,
+    GpuProcess,
+    GpuSample,
+    NodeSample,
+    ShardBrief,
+    encode,
+    lean,
+)
 from placewatch.schemas.codec import HEADER_CONTENT_TYPE, Encoding
 
 MIB = 1 << 20
@@ -55,6 +65,46 @@ def node_sample(node: str, taken: datetime, interval_s: float = 2.0) -> NodeSamp
             ShardBrief(shard="qwen", verdict="cpu_fallback"),
         ],
     )
+
+
+def sick_node(node: str, taken: datetime) -> NodeSample:
+    """node_sample's node with GPU 0 reading every new value and fallen off the bus, GPU 1 healthy."""
+    s = node_sample(node, taken)
+    gpu0 = msgspec.structs.replace(
+        s.gpus[0],
+        sm_clock_mhz=1410,
+        memory_clock_mhz=1593,
+        memory_util_pct=12.5,
+        energy_j=123456.7895,
+        fan_pct=None,  # an SXM board has no fan
+        health=GpuHealth(
+            healthy=False,
+            problems=[
+                "XID 79 (GPU has fallen off the bus): reset the GPU (nvidia-smi -r, with "
+                "nothing running on it) or reboot the node",
+                "2 uncorrected ECC error(s) since the last reset: reset the GPU (nvidia-smi -r, "
+                "with nothing running on it) or reboot the node",
+            ],
+            xid_errors=3,
+            last_xid=79,
+            fatal_xid=79,
+            ecc_corrected_volatile=17,
+            ecc_uncorrected_volatile=2,
+            ecc_corrected_aggregate=120,
+            ecc_uncorrected_aggregate=2,
+            retired_pages_pending=False,
+            remapped_rows_correctable=4,
+            remapped_rows_uncorrectable=1,
+            remapped_rows_pending=False,
+            remapped_rows_failed=False,
+            clock_events=["sw_power_cap", "hw_thermal_slowdown"],
+            pcie_gen=4,
+            pcie_width=16,
+            pcie_replays=31,
+        ),
+    )
+    gpu1 = msgspec.structs.replace(s.gpus[1], fan_pct=30.0, health=GpuHealth(xid_errors=0))
+    return msgspec.structs.replace(s, gpus=[gpu0, gpu1])
 
 
 def held(sample: NodeSample, encoding: Encoding = "json") -> tuple[Held, Held]:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import anyio.to_thread
 
-from placewatch.schemas import ComputeStatus, GpuSample, ShardBrief, SourceStatus
+from placewatch.schemas import ComputeStatus, GpuHealth, GpuSample, ShardBrief, SourceStatus
 
 from ..gpu import ActivityWanted
 from .activity import Activity, ActivityWindows, Read, shard_usage
@@ -27,6 +27,7 @@ from .attribution import Held, ProcTable, attribute, owner, unseen_holders
 from .discovered import DiscoveryWalks
 from .engine_log import EngineEvidence
 from .engine_logs import EngineLogs, Evidence
+from .gpu_health import health_by_index, unhealthy, with_health
 from .liveness import Tracked, find_processes, health, settled
 from .placements import MAX_SHARDS, Placement, ShardsFile
 from .silent_tools import engine_says_cpu
@@ -117,6 +118,9 @@ class ShardPass:
         self._owners_for: dict[int, str] = {}
         self._logs_wanted: dict[str, str] = {}
         self.windows = ActivityWindows()
+        self.health: dict[int, GpuHealth] = {}
+        """Each GPU's health as the GPU tools last told it: it stands while they fail (a GPU
+        fallen off the bus may take its tool down with it)."""
 
     @property
     def wants_activity(self) -> ActivityWanted:
@@ -167,6 +171,8 @@ class ShardPass:
         evidence = await self._evidence()
         self._failed_reads = 0 if gpus_known else self._failed_reads + 1
         seen = self._attribute(gpus, gpus_known, exited)
+        if gpus_known:
+            self.health = health_by_index(gpus)
         now, at = datetime.now(UTC), time.monotonic() if read_at is None else read_at
         activity = self._activity(seen, at)
         statuses = [
@@ -398,6 +404,7 @@ class ShardPass:
     def _compute_status(
         self, sid: str, t: Tracked, j: Judgement, now: datetime, activity: Activity | None
     ) -> ComputeStatus:
+        sick = unhealthy(j.devices, self.health)
         return ComputeStatus(
             node=self.node,
             shard=sid,
@@ -410,13 +417,14 @@ class ShardPass:
             layers_offloaded=j.layers_offloaded,
             layers_total=j.layers_total,
             verdict=j.verdict,
-            reason=j.reason,
+            reason=with_health(j.reason, sick, self.health) if sick else j.reason,
             evidence=list(j.evidence),
             stale=j.stale,
             container_id=t.container.container_id,
             pod_uid=t.container.pod_uid,
             sm_pct=activity.sm_pct if activity else None,
             requests=activity.requests if activity else None,
+            unhealthy_gpus=sick,
         )
 
     def _gone_status(self, placement: Placement, now: datetime) -> ComputeStatus:

@@ -8,21 +8,28 @@ import socket
 import subprocess
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
+import anyio
+import nats
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
+from placewatch.schemas import NodeSample, encode, lean, subjects
+
 from tests.conftest import (
     GPU0,
+    NatsServer,
     clean_env,
     free_port,
     placewatch_cmd,
     run_placewatch,
 )
 from tests.support.fleet_node import HOLDING_MIB, NODE, ShardNode
+from tests.support.held import UUID0, sick_node
 from tests.support.prometheus import Prometheus, dashboard_exprs
 
 MIB = 1 << 20
@@ -155,6 +162,75 @@ def test_prometheus_scrapes_gpu_metrics_and_verdicts_with_the_tools_values(
     finally:
         prometheus.stop()
     node.stop()
+    code, err = exporter.stop()
+    assert code == 0, err
+    assert "Traceback" not in err
+
+
+def publish_until(url: str, sample: NodeSample, served: Callable[[], bool]) -> None:
+    """Publish `sample` as its node would (its inventory, then its telemetry) until `served()`:
+    the exporter takes the live messages once its view has started."""
+    inventory, telemetry = lean.split(sample)
+
+    async def publish() -> None:
+        nc = await nats.connect(url)
+        try:
+            deadline = time.monotonic() + 20
+            while True:
+                for message, subject in (
+                    (inventory, subjects.inventory(sample.node)),
+                    (telemetry, subjects.telemetry(sample.node)),
+                ):
+                    payload, headers = encode(message)
+                    await nc.publish(subject, payload, headers=headers)
+                await nc.flush()
+                if await anyio.to_thread.run_sync(served):
+                    return
+                assert time.monotonic() < deadline, "the exporter never served the sample"
+                await anyio.sleep(0.3)
+        finally:
+            await nc.close()
+
+    anyio.run(publish, backend="asyncio")
+
+
+# The GPU tools' stand-ins give no health reading on this branch (their parsing is added
+# with the sources), so the node's messages are constructed, as a worker publishes them.
+def test_prometheus_scrapes_gpu_health_and_the_dashboard_s_health_panel_runs(
+    nats_server: NatsServer, exporters: list[Exporter], tmp_path: Path
+) -> None:
+    exporter = Exporter(nats_server.url)
+    exporters.append(exporter)
+    sample = sick_node("gpu-09", datetime.now(UTC))
+    publish_until(nats_server.url, sample, lambda: "placewatch_gpu_healthy{" in exporter.metrics())
+    prometheus = Prometheus(tmp_path / "prometheus", [f"127.0.0.1:{exporter.port}"])
+    prometheus.start()
+    try:
+        healthy = prometheus.wait_query('placewatch_gpu_healthy{Hostname="gpu-09"}')
+        assert sorted((h["metric"]["gpu"], h["value"][1]) for h in healthy) == [
+            ("0", "0"),
+            ("1", "1"),
+        ]
+        (clock,) = prometheus.query("DCGM_FI_DEV_SM_CLOCK")
+        assert (clock["metric"]["UUID"], clock["value"][1]) == (UUID0, "1410")
+        (energy,) = prometheus.query("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION")
+        assert energy["value"][1] == "123456790"  # mJ
+        problems = prometheus.query("placewatch_gpu_problem")
+        assert sorted(p["metric"]["problem"] for p in problems) == [
+            "XID 79 (GPU has fallen off the bus)",
+            "uncorrected ECC error(s) since the last reset",
+        ]
+        on_sick = prometheus.query("placewatch_shard_unhealthy_gpu")
+        assert sorted(s["metric"]["shard"] for s in on_sick) == ["llama", "qwen"]
+        panels = dashboard_exprs()
+        for expr in (e for exprs in panels.values() for e in exprs):
+            prometheus.query(expr)
+        unhealthy = prometheus.query(panels["Unhealthy GPUs"][0])
+        assert [(u["metric"]["Hostname"], u["metric"]["gpu"]) for u in unhealthy] == [
+            ("gpu-09", "0")
+        ]
+    finally:
+        prometheus.stop()
     code, err = exporter.stop()
     assert code == 0, err
     assert "Traceback" not in err

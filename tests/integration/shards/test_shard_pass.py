@@ -10,13 +10,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
+import msgspec
 import psutil
 import pytest
 
+from placewatch.gpu import health
 from placewatch.gpu.nvml import NvmlSource
-from placewatch.schemas import ComputeStatus, GpuProcess, GpuSample
+from placewatch.schemas import ComputeStatus, GpuHealth, GpuProcess, GpuSample
 from placewatch.shards import shard_pass, verdict
 from placewatch.shards.engine_logs import EngineLogs
+from placewatch.shards.events import EventTracker
 from placewatch.shards.placements import ShardsFile
 from placewatch.shards.shard_pass import ShardPass
 from placewatch.shards.verdict import Judgement, Observation
@@ -335,3 +338,96 @@ def test_a_shard_on_the_host_has_no_container_or_pod(
     )
     status = judge(watch, gpu_listing(pid))["on-host"]
     assert (status.verdict, status.container_id, status.pod_uid) == ("gpu", None, None)
+
+
+def two_gpus(pid: int, gpu1: GpuHealth, on_0: int | None = None) -> list[GpuSample]:
+    """Two GPUs as the sampler hands them on (health judged): `pid` on GPU 1, `on_0` on
+    GPU 0, which stays healthy."""
+    return [
+        health.assess(
+            GpuSample(
+                index=0,
+                uuid="GPU-0",
+                memory_used_bytes=2 << 30,
+                processes=[GpuProcess(pid=on_0, used_bytes=2 << 30)] if on_0 else [],
+                health=GpuHealth(xid_errors=0),
+            )
+        ),
+        health.assess(
+            GpuSample(
+                index=1,
+                uuid="GPU-1",
+                memory_used_bytes=4 << 30,
+                processes=[GpuProcess(pid=pid, used_bytes=4 << 30)],
+                health=gpu1,
+            )
+        ),
+    ]
+
+
+# The GPU sources on this branch do not parse a health reading yet (their parsing is added
+# elsewhere), so the GPUs are given as the sampler hands them on: GpuSample values judged by
+# worker/gpu/health.py, as the sampler judges every GPU it reads.
+def test_a_shard_on_a_gpu_turning_unhealthy_says_so_once_and_again_when_healthy(
+    sleepers: list[subprocess.Popen[bytes]], tmp_path: Path
+) -> None:
+    on_1, on_0 = sleeper(sleepers), sleeper(sleepers, "sleep 3601.5")
+    shards = tmp_path / "shards.toml"
+    shards.write_text(
+        f'[[shard]]\nid = "on-1"\npid = {on_1}\ngpus = [1]\n\n'
+        f'[[shard]]\nid = "on-0"\npid = {on_0}\ngpus = [0]\n'
+    )
+    watch = ShardPass("n1", "s1", grace_s=0, shards_file=ShardsFile(shards), discovery=False)
+    tracker = EventTracker("n1", "s1")
+
+    def tick(gpu1: GpuHealth) -> tuple[dict[str, ComputeStatus], list[str]]:
+        statuses = judge(watch, two_gpus(on_1, gpu1, on_0))
+        published = tracker.changes(list(statuses.values()))
+        return statuses, [o.msg_id for o in published]
+
+    healthy, first = tick(GpuHealth(xid_errors=0, ecc_uncorrected_volatile=0))
+    assert healthy["on-1"].verdict == "gpu" and healthy["on-1"].unhealthy_gpus == []
+    assert healthy["on-1"].reason == "holds 4.0 GiB on GPU 1 as placed"
+    assert first == ["n1.on-0.s1.1", "n1.on-1.s1.1"]
+
+    fallen = GpuHealth(xid_errors=1, last_xid=79, fatal_xid=79)
+    sick, second = tick(fallen)
+    status = sick["on-1"]
+    assert status.verdict == "gpu"  # it still computes there, for now
+    assert status.unhealthy_gpus == [1]
+    assert status.reason == (
+        "holds 4.0 GiB on GPU 1 as placed. GPU 1 is unhealthy: XID 79 (GPU has fallen off the "
+        "bus): reset the GPU (nvidia-smi -r, with nothing running on it) or reboot the node"
+    )
+    assert second == ["n1.on-1.s1.2"]  # republished once; the shard on GPU 0 untouched
+    assert sick["on-0"] == msgspec.structs.replace(healthy["on-0"], time=sick["on-0"].time)
+
+    # Unchanged (another XID counted, the same GPU unhealthy): nothing new to publish.
+    again, third = tick(msgspec.structs.replace(fallen, xid_errors=2))
+    assert again["on-1"].unhealthy_gpus == [1] and third == []
+
+    # Reset: healthy again, published once more.
+    mended, fourth = tick(GpuHealth(xid_errors=0))
+    assert mended["on-1"].unhealthy_gpus == [] and "unhealthy" not in mended["on-1"].reason
+    assert fourth == ["n1.on-1.s1.3"]
+
+
+def test_an_unhealthy_gpu_stays_named_through_failed_reads(
+    sleepers: list[subprocess.Popen[bytes]], tmp_path: Path
+) -> None:
+    pid = sleeper(sleepers)
+    shards = tmp_path / "shards.toml"
+    shards.write_text(f'[[shard]]\nid = "a"\npid = {pid}\ngpus = [1]\n')
+    watch = ShardPass("n1", "s1", grace_s=0, shards_file=ShardsFile(shards), discovery=False)
+    pending = GpuHealth(remapped_rows_pending=True)
+    assert judge(watch, two_gpus(pid, pending))["a"].unhealthy_gpus == [1]
+
+    async def failed_read() -> ComputeStatus:
+        view = await watch.judge([], gpus_known=False)
+        return view.statuses[0]
+
+    stale = anyio.run(failed_read, backend="asyncio")
+    assert stale.stale and stale.unhealthy_gpus == [1]
+    assert stale.reason.endswith("GPU 1 is unhealthy: a row remapping is pending: reset the GPU "
+                                 "(nvidia-smi -r, with nothing running on it) or reboot the node "
+                                 "to apply it")  # fmt: skip

@@ -9,7 +9,7 @@ import msgspec
 
 from placewatch.consumer.capacity import gpus_for, stale
 from placewatch.consumer.fleet import Holdings
-from placewatch.schemas import GpuSample
+from placewatch.schemas import GpuHealth, GpuSample
 
 from tests.support.held import MIB, NOW, held, holdings, node_sample
 
@@ -63,3 +63,20 @@ def test_a_node_without_its_inventory_is_not_offered_but_can_be_stale() -> None:
     content = Holdings({"n": telemetry}, {})
     assert gpus_for(content, 0, NOW, max_age=60) == []
     assert [s.node for s in stale(content, NOW)] == ["n"]
+
+
+def test_an_unhealthy_gpu_is_not_offered_however_much_it_has_free() -> None:
+    s = node_sample("n", NOW)
+    fallen = GpuHealth(
+        healthy=False,
+        problems=["XID 79 (GPU has fallen off the bus): reset the GPU or reboot the node"],
+        fatal_xid=79,
+    )
+    gpus = [
+        msgspec.structs.replace(s.gpus[0], health=GpuHealth(ecc_corrected_volatile=3)),
+        msgspec.structs.replace(s.gpus[1], health=fallen),  # the most free: 81365 MiB
+    ]
+    telemetry, inventory = held(msgspec.structs.replace(s, gpus=gpus))
+    content = Holdings({"n": telemetry}, {"n": inventory})
+    assert [(c.gpu, c.free_bytes // MIB) for c in gpus_for(content, 0, NOW)] == [(0, 40405)]
+    assert gpus_for(content, 50000 * MIB, NOW) == []

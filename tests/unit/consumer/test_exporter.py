@@ -10,12 +10,19 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from placewatch.consumer.exporter.collector import FleetCollector, stale_limit
-from placewatch.consumer.exporter.metrics import GPU_LABELS, GPU_METRICS, served
+from placewatch.consumer.exporter.metrics import (
+    CLOCK_EVENT_BITS,
+    GPU_LABELS,
+    GPU_METRICS,
+    clock_event_mask,
+    problem_kind,
+    served,
+)
 from placewatch.consumer.exporter.options import Listen, listen_argument
 from placewatch.consumer.fleet import Holdings
-from placewatch.schemas import GpuSample
+from placewatch.schemas import GpuHealth, GpuSample
 
-from tests.support.held import MIB, NOW, UUID0, held, holdings, node_sample
+from tests.support.held import MIB, NOW, UUID0, held, holdings, node_sample, sick_node
 
 Series = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -133,8 +140,105 @@ def test_a_node_whose_inventory_is_not_held_yet_has_its_node_and_shard_metrics_o
 
 def test_every_gpu_metric_reads_a_field_of_a_gpu_sample() -> None:
     fields = set(GpuSample.__struct_fields__)
+    fields |= {f"health.{f}" for f in GpuHealth.__struct_fields__}
     assert {m.field for m in GPU_METRICS} <= fields
     assert len(set(served())) == len(served())
+
+
+def test_clocks_energy_and_health_take_dcgm_names_and_units() -> None:
+    series = scrape(holdings(sick_node("gpu-07", NOW)))
+    gpu0 = gpu_labels("0", UUID0, "00000000:07:00.0")
+    expected = {
+        "DCGM_FI_DEV_SM_CLOCK": 1410.0,
+        "DCGM_FI_DEV_MEM_CLOCK": 1593.0,
+        "DCGM_FI_DEV_MEM_COPY_UTIL": 12.5,
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": 123456790.0,  # mJ, from J
+        "DCGM_FI_DEV_XID_ERRORS": 79.0,  # the last XID's number, as DCGM gives it
+        "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": 31.0,
+        "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": 17.0,
+        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": 2.0,
+        "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL": 120.0,
+        "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL": 2.0,
+        "DCGM_FI_DEV_RETIRED_PENDING": 0.0,
+        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": 4.0,
+        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": 1.0,
+        "DCGM_FI_DEV_ROW_REMAP_FAILURE": 0.0,
+        "DCGM_FI_DEV_ROW_REMAP_PENDING": 0.0,
+        "DCGM_FI_DEV_PCIE_LINK_GEN": 4.0,
+        "DCGM_FI_DEV_PCIE_LINK_WIDTH": 16.0,
+        "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": float(0x4 | 0x40),
+        "placewatch_gpu_healthy": 0.0,
+        "placewatch_gpu_xid_errors_total": 3.0,
+    }
+    assert {name: series.get((name, gpu0)) for name in expected} == expected
+    # Retired pages are not read on an A100 (it remaps rows), and it has no fan: no sample.
+    for name in ("DCGM_FI_DEV_RETIRED_SBE", "DCGM_FI_DEV_RETIRED_DBE", "DCGM_FI_DEV_FAN_SPEED"):
+        assert (name, gpu0) not in series
+
+
+def test_problems_are_labelled_by_kind_without_counts_and_healthy_gpus_have_none() -> None:
+    series = scrape(holdings(sick_node("gpu-07", NOW)))
+    problems = {
+        dict(labels)["problem"]: (dict(labels)["gpu"], v)
+        for (name, labels), v in series.items()
+        if name == "placewatch_gpu_problem"
+    }
+    assert problems == {
+        "XID 79 (GPU has fallen off the bus)": ("0", 1.0),
+        "uncorrected ECC error(s) since the last reset": ("0", 1.0),
+    }
+    gpu1 = gpu_labels("1", "GPU-9d2e", "00000000:0F:00.0")
+    assert series[("placewatch_gpu_healthy", gpu1)] == 1.0
+    assert series[("placewatch_gpu_xid_errors_total", gpu1)] == 0.0
+    assert series[("DCGM_FI_DEV_FAN_SPEED", gpu1)] == 30.0
+    # A health read without those readings: no sample, never 0.
+    for name in ("DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_SM_CLOCK"):
+        assert (name, gpu1) not in series
+
+
+def test_a_gpu_without_health_read_has_no_health_sample() -> None:
+    series = scrape(holdings(node_sample("gpu-07", NOW)))
+    names = {name for name, _ in series}
+    assert not names & {
+        "placewatch_gpu_healthy",
+        "placewatch_gpu_problem",
+        "placewatch_gpu_xid_errors_total",
+        "placewatch_shard_unhealthy_gpu",
+        "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
+    }
+
+
+def test_shards_on_an_unhealthy_gpu_are_named() -> None:
+    series = scrape(holdings(sick_node("gpu-07", NOW)))
+    assert {
+        labels: v
+        for (name, labels), v in series.items()
+        if name == "placewatch_shard_unhealthy_gpu"
+    } == {
+        (("gpu", "0"), ("node", "gpu-07"), ("shard", "llama")): 1.0,
+        (("gpu", "0"), ("node", "gpu-07"), ("shard", "qwen")): 1.0,
+    }
+
+
+@pytest.mark.parametrize(
+    ("problem", "kind"),
+    [
+        ("XID 48 (double-bit ECC error): reset the GPU or reboot the node", "XID 48 (double-bit ECC error)"),
+        ("12 uncorrected ECC error(s) since the last reset: reset", "uncorrected ECC error(s) since the last reset"),
+        ("a row remapping is pending: reset the GPU to apply it", "a row remapping is pending"),
+        ("a row remapping failed (no spare memory row left): drain the GPU", "a row remapping failed (no spare memory row left)"),
+        ("x" * 200, "x" * 80),
+    ],
+)  # fmt: skip
+def test_a_problem_s_kind_is_its_first_clause_without_a_count(problem: str, kind: str) -> None:
+    assert problem_kind(problem) == kind
+
+
+def test_clock_events_read_as_dcgm_s_bitmask_and_none_when_none_are_named() -> None:
+    assert clock_event_mask(["gpu_idle"]) == 1.0
+    assert clock_event_mask(list(CLOCK_EVENT_BITS)) == float(0x1FF)
+    assert clock_event_mask(["hw_slowdown", "hw_slowdown", "an amd-smi name"]) == 8.0
+    assert clock_event_mask([]) is None
 
 
 @pytest.mark.parametrize(

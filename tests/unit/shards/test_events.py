@@ -105,3 +105,12 @@ def test_a_fallback_left_firing_by_an_earlier_session_is_resolved() -> None:
     assert isinstance(gone, ComputeStatus) and gone.session == "s2"
     assert gone.reason == "no longer placed or found since the worker restarted"
     assert t.changes([status("gpu", (1,))]) == []
+
+
+def test_a_gpu_turning_unhealthy_under_a_shard_is_published_once_and_healthy_again_too() -> None:
+    t = EventTracker("n1", "s1")
+    t.changes([status("gpu", (1,))])
+    sick = t.changes([status("gpu", (1,), unhealthy_gpus=[1], reason="GPU 1 is unhealthy")])
+    assert [(o.message.unhealthy_gpus, o.msg_id) for o in sick] == [([1], "n1.llama-a.s1.2")]  # type: ignore[union-attr]
+    assert t.changes([status("gpu", (1,), unhealthy_gpus=[1], reason="2 errors")]) == []
+    assert [o.msg_id for o in t.changes([status("gpu", (1,))])] == ["n1.llama-a.s1.3"]
