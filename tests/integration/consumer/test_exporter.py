@@ -21,7 +21,9 @@ from prometheus_client.samples import Sample
 from placewatch.schemas import NodeSample, encode, lean, subjects
 
 from tests.conftest import (
+    FIXTURES,
     GPU0,
+    GPU1,
     NatsServer,
     clean_env,
     free_port,
@@ -33,6 +35,7 @@ from tests.support.held import UUID0, sick_node
 from tests.support.prometheus import Prometheus, dashboard_exprs
 
 MIB = 1 << 20
+HEALTH_CSV = FIXTURES / "nvidia-smi" / "a100x2-query-gpu-health.csv"
 
 
 class Exporter:
@@ -159,6 +162,21 @@ def test_prometheus_scrapes_gpu_metrics_and_verdicts_with_the_tools_values(
         assert (
             prometheus.query('placewatch_shard_verdict{shard="idle",verdict="cpu_fallback"}') == []
         )
+        # The tool's answer gains health columns, GPU 1 two uncorrected ECC errors
+        # (a100x2-query-gpu-health.csv): its clocks and counts under DCGM's names, and GPU 1
+        # unhealthy, as the stand-in nvidia-smi gave them.
+        node.fake_gpu.write("nvidia-smi", "query-gpu.csv", HEALTH_CSV)
+        (sick,) = prometheus.wait_query(f'placewatch_gpu_healthy{{UUID="{GPU1}"}} == 0')
+        assert sick["metric"]["gpu"] == "1"
+        (dbe,) = prometheus.query(f'DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{{UUID="{GPU1}"}}')
+        assert dbe["value"][1] == "2"
+        clocks = prometheus.query(f'DCGM_FI_DEV_SM_CLOCK{{Hostname="{NODE}"}}')
+        assert sorted((c["metric"]["gpu"], c["value"][1]) for c in clocks) == [
+            ("0", "1410"),
+            ("1", "210"),
+        ]
+        (healthy,) = prometheus.query(f'placewatch_gpu_healthy{{UUID="{GPU0}"}}')
+        assert healthy["value"][1] == "1"
     finally:
         prometheus.stop()
     node.stop()
@@ -194,8 +212,8 @@ def publish_until(url: str, sample: NodeSample, served: Callable[[], bool]) -> N
     anyio.run(publish, backend="asyncio")
 
 
-# The GPU tools' stand-ins give no health reading on this branch (their parsing is added
-# with the sources), so the node's messages are constructed, as a worker publishes them.
+# XIDs come from NVML's event set, which no stand-in tool gives a worker: the node's
+# messages are constructed, as a worker publishes them.
 def test_prometheus_scrapes_gpu_health_and_the_dashboard_s_health_panel_runs(
     nats_server: NatsServer, exporters: list[Exporter], tmp_path: Path
 ) -> None:
