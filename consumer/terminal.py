@@ -202,7 +202,10 @@ def _frame(fleet: Fleet, now: datetime, where: str) -> str:
                 f"  {'GPU':>3}  {'util':>4}  {'used':>6}  {'foreign':>7}  {'free':>6}  "
                 f"{'temp':>5}  {'power W':>9}  name"
             )
-            lines += [_gpu_row(g) for g in t.gpus]
+            for g in t.gpus:
+                lines.append(_gpu_row(g))
+                if g.health is not None and not g.health.healthy:
+                    lines.append(f"       UNHEALTHY: {'; '.join(g.health.problems)}")
         for s in shards.get(name, []):
             lines.append(_shard_line(s, firing.get((s.node, s.shard)) is not None))
     if not names:
@@ -244,7 +247,9 @@ def _shard_line(s: ComputeStatus, firing: bool) -> str:
     gpus = ",".join(str(i) for i in s.placed_gpus) or "cpu"
     mark = "FIRING " if firing else ""
     reason = f"  {s.reason}" if s.verdict not in ("gpu", "cpu") else ""
-    return f"  shard {s.shard}  {mark}{s.verdict}  placed {gpus}  pid {s.pid or '-'}{reason}"
+    sick = ",".join(str(i) for i in s.unhealthy_gpus)
+    on = f"  on unhealthy GPU {sick}" if sick else ""
+    return f"  shard {s.shard}  {mark}{s.verdict}  placed {gpus}  pid {s.pid or '-'}{on}{reason}"
 
 
 def _count(n: int, what: str) -> str:

@@ -46,6 +46,8 @@ def describe(t: NodeSample) -> str:
             f"{g.vendor} GPU {g.index}  {g.name or '?'}  util {util}  mem {mem}  {temp}  "
             f"{power} W  {len(g.processes)} process{'' if len(g.processes) == 1 else 'es'}"
         )
+        if g.health is not None and not g.health.healthy:
+            lines.append(f"  UNHEALTHY: {'; '.join(g.health.problems)}")
     if t.host is not None:
         h = t.host
         cpu = "-" if h.cpu_pct is None else f"{h.cpu_pct:.0f}%"

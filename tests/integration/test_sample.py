@@ -122,6 +122,19 @@ def test_sample_prints_a_readable_summary(fake_gpu: FakeGpuTools) -> None:
     assert lines[-1].startswith("source nvidia-smi (") and lines[-1].endswith(" ok")
 
 
+def test_the_summary_names_an_unhealthy_gpu_s_problems(fake_gpu: FakeGpuTools) -> None:
+    fake_gpu.nvidia_smi(FIXTURES / "nvidia-smi" / "a100x2-query-gpu-health.csv")
+    done = run_placewatch("sample", "--node", "n1", env=fake_gpu.env())
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[1].startswith("nvidia GPU 0 ") and lines[2].startswith("nvidia GPU 1 ")
+    assert lines[3] == (
+        "  UNHEALTHY: 2 uncorrected ECC error(s) since the last reset: reset the GPU "
+        "(nvidia-smi -r, with nothing running on it) or reboot the node"
+    )
+    assert not any("UNHEALTHY" in line for line in lines[4:])
+
+
 def test_schema_lists_every_message() -> None:
     done = run_placewatch("schema")
     assert done.returncode == 0

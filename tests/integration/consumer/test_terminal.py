@@ -14,12 +14,14 @@ import time
 from datetime import UTC, datetime, timedelta
 
 import anyio
+import msgspec
 import nats
 
 from placewatch.consumer import FiringFallback, Fleet
 from placewatch.consumer.terminal import render
 from placewatch.schemas import (
     ComputeStatus,
+    GpuHealth,
     GpuSample,
     HostSample,
     NodeInventory,
@@ -135,6 +137,28 @@ def test_frame_shows_each_gpu_and_marks_firing_fallbacks() -> None:
     )
     stale = render(fleet, WHEN + timedelta(seconds=30)).splitlines()
     assert "STALE" in stale[2]
+
+
+def test_frame_marks_an_unhealthy_gpu_and_the_shards_on_it() -> None:
+    node = sample("edge-1", WHEN)
+    sick = msgspec.structs.replace(
+        node.gpus[0],
+        health=GpuHealth(healthy=False, problems=["XID 79 (GPU has fallen off the bus): reset"]),
+    )
+    on_it = ComputeStatus(
+        node="edge-1",
+        shard="llama",
+        session="s1",
+        time=WHEN,
+        placed_gpus=[0],
+        verdict="gpu",
+        unhealthy_gpus=[0],
+    )
+    fleet = Fleet(nodes=[msgspec.structs.replace(node, gpus=[sick])], shards=[on_it], firing=[])
+    lines = render(fleet, WHEN).splitlines()
+    assert lines[4].split()[:2] == ["0", "81%"]
+    assert lines[5] == "       UNHEALTHY: XID 79 (GPU has fallen off the bus): reset"
+    assert lines[6] == "  shard llama  gpu  placed 0  pid -  on unhealthy GPU 0"
 
 
 def test_a_frame_holds_no_control_character_whatever_a_node_published() -> None:
