@@ -17,7 +17,6 @@ from placewatch.consumer import FleetView
 from placewatch.schemas import ComputeStatus, NodeTelemetry, decode
 
 from tests.conftest import (
-    FIXTURES,
     GPU0,
     GPU1,
     FakeGpuTools,
@@ -28,26 +27,12 @@ from tests.conftest import (
     wait_older_than,
 )
 from tests.integration.test_shards_end_to_end import stream_events
+from tests.support.fleet_node import a100x2_health
 
-UNHEALTHY = FIXTURES / "nvidia-smi" / "a100x2-query-gpu-health.csv"
-"""GPU 1 with 2 uncorrected volatile ECC errors (constructed: tests/fixtures/nvidia-smi)."""
 PROBLEM = (
     "2 uncorrected ECC error(s) since the last reset: reset the GPU (nvidia-smi -r, with "
     "nothing running on it) or reboot the node"
 )
-
-
-def healthy_answer() -> str:
-    """The same two GPUs with GPU 1's uncorrected ECC counts at 0."""
-    header, gpu0, gpu1 = UNHEALTHY.read_text().splitlines()
-    cells = gpu1.split(", ")
-    columns = header.split(", ")
-    for name in (
-        "ecc.errors.uncorrected.volatile.total",
-        "ecc.errors.uncorrected.aggregate.total",
-    ):
-        cells[columns.index(name)] = "0"
-    return "\n".join([header, gpu0, ", ".join(cells)]) + "\n"
 
 
 def statuses(url: str, shard: str) -> list[ComputeStatus]:
@@ -105,7 +90,7 @@ def test_a_gpu_turning_unhealthy_is_seen_by_every_reader_and_clears(
     tmp_path: Path,
 ) -> None:
     on0, on1 = start(shard_procs, "on0"), start(shard_procs, "on1")
-    fake_gpu.nvidia_smi(healthy_answer(), apps({on0: (GPU0, 30000), on1: (GPU1, 9000)}))
+    fake_gpu.nvidia_smi(a100x2_health(0), apps({on0: (GPU0, 30000), on1: (GPU1, 9000)}))
     shards = tmp_path / "shards.toml"
     shards.write_text(
         f'[[shard]]\nid = "on0"\npid = {on0}\ngpus = [0]\n\n'
@@ -126,7 +111,7 @@ def test_a_gpu_turning_unhealthy_is_seen_by_every_reader_and_clears(
     assert [g.gpu for g in view.gpus_for(1 << 30)] == [1, 0]  # both offered, by free memory
 
     # GPU 1 reports uncorrected ECC errors: unhealthy, wherever it is read.
-    fake_gpu.write("nvidia-smi", "query-gpu.csv", UNHEALTHY)
+    fake_gpu.write("nvidia-smi", "query-gpu.csv", a100x2_health(2))
     _, now = wait_statuses(nats_server.url, "on1", 2)
     assert now.verdict == "gpu"  # it still computes where it was placed
     assert now.unhealthy_gpus == [1]
@@ -144,7 +129,7 @@ def test_a_gpu_turning_unhealthy_is_seen_by_every_reader_and_clears(
     assert len(statuses(nats_server.url, "on0")) == 1  # the shard on GPU 0 is untouched
 
     # Reset: the count is gone, the GPU healthy again, and the shard's status says so once.
-    fake_gpu.write("nvidia-smi", "query-gpu.csv", healthy_answer())
+    fake_gpu.write("nvidia-smi", "query-gpu.csv", a100x2_health(0))
     _, _, cleared = wait_statuses(nats_server.url, "on1", 3)
     assert cleared.unhealthy_gpus == [] and "unhealthy" not in cleared.reason
     view, telemetry = anyio.run(read_fleet, nats_server.url, False, backend="asyncio")

@@ -26,6 +26,19 @@ from tests.conftest import FIXTURES, GPU0, GPU1, FakeGpuTools, Worker, apps, sta
 NODE = "n1"
 HOLDING_MIB = 30000
 IDLE_MIB = 9000
+HEALTH_CSV = FIXTURES / "nvidia-smi" / "a100x2-query-gpu-health.csv"
+"""The two A100s with health columns; GPU 1 has 2 uncorrected ECC errors (constructed:
+tests/fixtures/nvidia-smi/README.md)."""
+
+
+def a100x2_health(gpu1_uncorrected: int) -> str:
+    """HEALTH_CSV with GPU 1's uncorrected ECC counts set: the same columns whatever the
+    count, as a real nvidia-smi's looping query prints the columns it was started with."""
+    header, gpu0, gpu1 = HEALTH_CSV.read_text().splitlines()
+    columns, cells = header.split(", "), gpu1.split(", ")
+    for name in ("ecc.errors.uncorrected.volatile.total", "ecc.errors.uncorrected.aggregate.total"):
+        cells[columns.index(name)] = str(gpu1_uncorrected)
+    return "\n".join([header, gpu0, ", ".join(cells)]) + "\n"
 
 
 class ShardNode:

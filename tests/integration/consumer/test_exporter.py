@@ -21,7 +21,6 @@ from prometheus_client.samples import Sample
 from placewatch.schemas import NodeSample, encode, lean, subjects
 
 from tests.conftest import (
-    FIXTURES,
     GPU0,
     GPU1,
     NatsServer,
@@ -30,12 +29,11 @@ from tests.conftest import (
     placewatch_cmd,
     run_placewatch,
 )
-from tests.support.fleet_node import HOLDING_MIB, NODE, ShardNode
+from tests.support.fleet_node import HOLDING_MIB, NODE, ShardNode, a100x2_health
 from tests.support.held import UUID0, sick_node
 from tests.support.prometheus import Prometheus, dashboard_exprs
 
 MIB = 1 << 20
-HEALTH_CSV = FIXTURES / "nvidia-smi" / "a100x2-query-gpu-health.csv"
 
 
 class Exporter:
@@ -109,6 +107,10 @@ def exporters() -> Iterator[list[Exporter]]:
 def test_prometheus_scrapes_gpu_metrics_and_verdicts_with_the_tools_values(
     node: ShardNode, exporters: list[Exporter], tmp_path: Path
 ) -> None:
+    # The GPUs' answer with health columns, all healthy, and the processes' answer again
+    # after it (what the GPUs' memory follows from: tests/support/gpu_tool.py).
+    node.fake_gpu.write("nvidia-smi", "query-gpu.csv", a100x2_health(0))
+    node.idle_on_gpu(False)
     node.start()
     node.wait_published()
     exporter = Exporter(node.url)
@@ -162,10 +164,15 @@ def test_prometheus_scrapes_gpu_metrics_and_verdicts_with_the_tools_values(
         assert (
             prometheus.query('placewatch_shard_verdict{shard="idle",verdict="cpu_fallback"}') == []
         )
-        # The tool's answer gains health columns, GPU 1 two uncorrected ECC errors
-        # (a100x2-query-gpu-health.csv): its clocks and counts under DCGM's names, and GPU 1
-        # unhealthy, as the stand-in nvidia-smi gave them.
-        node.fake_gpu.write("nvidia-smi", "query-gpu.csv", HEALTH_CSV)
+        # GPU 1 reports two uncorrected ECC errors: its clocks and counts under DCGM's
+        # names, and GPU 1 unhealthy, as the stand-in nvidia-smi gave them.
+        healthy = prometheus.query(f'placewatch_gpu_healthy{{Hostname="{NODE}"}}')
+        assert sorted((h["metric"]["gpu"], h["value"][1]) for h in healthy) == [
+            ("0", "1"),
+            ("1", "1"),
+        ]
+        node.fake_gpu.write("nvidia-smi", "query-gpu.csv", a100x2_health(2))
+        node.idle_on_gpu(True)
         (sick,) = prometheus.wait_query(f'placewatch_gpu_healthy{{UUID="{GPU1}"}} == 0')
         assert sick["metric"]["gpu"] == "1"
         (dbe,) = prometheus.query(f'DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{{UUID="{GPU1}"}}')

@@ -82,7 +82,7 @@ def test_source_reads_amd_smi_processes_where_there_is_no_kfd_tree(
     assert [(g.sm_clock_mhz, g.memory_clock_mhz) for g in gpus] == [(2100, 1300), (132, 900)]
     idle = assess(gpus[1]).health
     assert idle is not None and idle.healthy is False
-    assert idle.problems[0].startswith("1 uncorrected ECC error(s) since the last reset")
+    assert idle.problems[0].startswith("1 uncorrected ECC error(s) since the amdgpu driver loaded")
 
 
 def test_source_prefers_the_kfd_tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
