@@ -182,8 +182,8 @@ def test_prometheus_scrapes_gpu_metrics_and_verdicts_with_the_tools_values(
             ("0", "1410"),
             ("1", "210"),
         ]
-        (healthy,) = prometheus.query(f'placewatch_gpu_healthy{{UUID="{GPU0}"}}')
-        assert healthy["value"][1] == "1"
+        (fine,) = prometheus.query(f'placewatch_gpu_healthy{{UUID="{GPU0}"}}')
+        assert fine["value"][1] == "1"
     finally:
         prometheus.stop()
     node.stop()
