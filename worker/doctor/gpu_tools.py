@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from placewatch.schemas import GpuSample
 
 from ..config import GPU_SOURCES, Settings
+from ..gpu import health
 from ..gpu.registry import chains_for
 from .report import Report, count
 
@@ -20,6 +21,9 @@ _TOOL_ADVICE = {
     "(the render and video groups)",
 }
 _STUCK = "a GPU is stuck in the driver: check dmesg for Xid errors; the GPU may need a reset"
+_SICK = (
+    "move its shards off it first; a gateway placing through FleetView.gpus_for offers it no more"
+)
 _INSTALL = (
     "install the NVIDIA driver (NVML, and nvidia-smi on the worker's PATH), or ROCm's "
     "rocm-smi or amd-smi on the worker's PATH"
@@ -51,6 +55,12 @@ async def check_gpu_tools(settings: Settings, report: Report) -> list[GpuSample]
         gpus += vendor_gpus
     if not present:
         _report_no_tools(settings.gpu_sources, report)
+    gpus = [health.assess(g) for g in gpus]
+    for g in gpus:
+        if g.health is not None and not g.health.healthy:
+            report.fail(
+                f"{g.vendor} GPU {g.index}", f"unhealthy: {'; '.join(g.health.problems)}", _SICK
+            )
     return gpus
 
 

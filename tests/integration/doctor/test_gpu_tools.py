@@ -11,7 +11,16 @@ from placewatch.config import Settings
 from placewatch.doctor.gpu_tools import check_gpu_tools
 from placewatch.doctor.report import Report
 
-from tests.conftest import GPU0, GPU1, FakeGpuTools, apps, free_port, real_nvml, run_placewatch
+from tests.conftest import (
+    FIXTURES,
+    GPU0,
+    GPU1,
+    FakeGpuTools,
+    apps,
+    free_port,
+    real_nvml,
+    run_placewatch,
+)
 from tests.support.doctor import A100_GPUS, lines
 
 
@@ -38,6 +47,21 @@ def test_nvidia_smi_answering_is_ok_with_its_gpus_by_model_and_their_processes(
         r"ok    GPU tool nvidia-smi: 2 GPUs \(2x NVIDIA A100-SXM4-80GB\), 2 processes, in \d+ ms",
         line,
     ), line
+
+
+def test_an_unhealthy_gpu_fails_naming_its_problems_and_what_to_do(
+    fake_gpu: FakeGpuTools, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_gpu.nvidia_smi(FIXTURES / "nvidia-smi" / "a100x2-query-gpu-health.csv")
+    said, indices = checked(fake_gpu, monkeypatch)
+    assert indices == [0, 1]
+    tool, sick = said
+    assert tool.startswith("ok    GPU tool nvidia-smi: 2 GPUs"), tool
+    assert sick == (
+        "fail  nvidia GPU 1: unhealthy: 2 uncorrected ECC error(s) since the last reset: reset "
+        "the GPU (nvidia-smi -r, with nothing running on it) or reboot the node; next: move its "
+        "shards off it first; a gateway placing through FleetView.gpus_for offers it no more"
+    )
 
 
 def test_a_hung_nvidia_smi_fails_with_what_to_check_in_the_driver(
