@@ -7,6 +7,7 @@ service can depend on it without the worker's dependencies.
 from . import lean, partitions, streams, subjects
 from .asyncapi import asyncapi_document
 from .codec import DecodeError, decode, decode_any, encode, json_schema, value_headers
+from .health import GpuHealth
 from .messages import (
     ACTIVITY_WINDOW_S,
     FALLBACK_VERDICTS,
@@ -16,7 +17,6 @@ from .messages import (
     ComputeStatus,
     DeviceUse,
     FallbackEvent,
-    GpuHealth,
     GpuInfo,
     GpuProcess,
     GpuReading,

@@ -29,9 +29,9 @@ from collections.abc import Mapping
 
 import msgspec
 
+from .health import GpuHealth
 from .messages import (
     ComputeStatus,
-    GpuHealth,
     GpuInfo,
     GpuProcess,
     GpuReading,
