@@ -12,7 +12,7 @@ from pathlib import Path
 
 import msgspec
 
-from placewatch.gpu.nvidia_smi import APP_FIELDS, GPU_FIELDS
+from placewatch.gpu.nvidia_smi import APP_FIELDS
 from placewatch.gpu.nvidia_smi_csv import attach_processes, parse_compute_apps, parse_gpus
 from placewatch.schemas import (
     GpuHealth,
@@ -35,7 +35,7 @@ GPU_HEADER = (
     "retired_pages.double_bit.count, retired_pages.pending, clocks_event_reasons.active, "
     "pcie.link.gen.current, pcie.link.width.current"
 )
-"""GPU_FIELDS as a driver of 2026 (590) echoes them (the names it prefers, with units)."""
+"""The GPU query's fields as a driver of 2026 (590) echoes them (the names it prefers, with units)."""
 HEALTH_CELLS = "1980, 2619, 5, [N/A], 0, 0, 0, 0, [N/A], [N/A], [N/A], 0x0000000000000000, 5, 16"
 """A healthy H100's: no ECC errors, no page retirement (remapped rows instead), no fan."""
 APPS_HEADER = "gpu_uuid, pid, process_name, used_gpu_memory [MiB]"
@@ -92,7 +92,9 @@ def write_fake_nvidia_smi(where: Path, gpus: int, apps: str, *, python: str | No
     each pass; the interpreter reads the file and sleeps in process, as nvidia-smi reads
     the driver's library in process, without its reads of each GPU.
     """
-    assert set(GPU_FIELDS) <= {c.split(" [")[0] for c in GPU_HEADER.split(", ")}
+    # Every field the worker asks for is answered (under the name the driver prefers).
+    first = parse_gpus(query_gpu(1))[0]
+    assert (first.sm_clock_mhz, first.health and first.health.pcie_width) == (1980, 16), first
     assert set(APP_FIELDS) - {"used_memory"} <= {c.split(" [")[0] for c in APPS_HEADER.split(", ")}
     answer = query_gpu(gpus)
     (where / "gpu.csv").write_text(answer)

@@ -20,9 +20,12 @@ in every capture, and `current` is what the XML's `<current_link_gen>` prints to
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import msgspec
 
@@ -33,6 +36,7 @@ from .clock_events import CLOCK_EVENT_BITS, active, clock_event_names, parse_mas
 
 GPU_KEYS = {"index", "uuid", "name", "pci.bus_id", "memory.total", "memory.used"}
 """Columns of which a `--query-gpu` table has at least one."""
+T = TypeVar("T")
 _HEADER = re.compile(r"^(?P<name>[^\[]+?)\s*(?:\[(?P<unit>[^\]]*)\])?$")
 
 
@@ -69,17 +73,20 @@ def parse_table(text: str) -> tuple[list[Column], list[list[str]]]:
         header, *rows = list(reader)
     except csv.Error:
         return [], []
-    columns = []
-    for cell in header:
-        match = _HEADER.match(cell.strip())
-        if match is None:
-            columns.append(Column(cell.strip(), None))
-        else:
-            columns.append(Column(match["name"].strip(), match["unit"]))
+    columns = [_column(cell) for cell in header]
     # A line of one cell under a header of several is a message among the rows ("Unable to
     # determine the device handle for GPU0000:3B:00.0: Unknown Error"), not a row.
     rows = [row for row in rows if len(row) > 1 or len(columns) == 1]
     return columns, [_fit(columns, row) for row in rows]
+
+
+@functools.lru_cache(maxsize=512)
+def _column(cell: str) -> Column:
+    """A header cell read as its field's name and unit ("memory.used [MiB]")."""
+    match = _HEADER.match(cell.strip())
+    if match is None:
+        return Column(cell.strip(), None)
+    return Column(match["name"].strip(), match["unit"])
 
 
 def _fit(columns: list[Column], row: list[str]) -> list[str]:
@@ -98,6 +105,10 @@ def _fit(columns: list[Column], row: list[str]) -> list[str]:
     return [cell.strip() for cell in row[: len(columns)]]
 
 
+_At = list[tuple[int, str | None]]
+"""A field's columns in one table, with their header units: the first that reads wins."""
+
+
 class _Fields:
     """Where each field is in one table: a field's name differs across driver versions, so
     each lookup lists its aliases, and is worked out once per table, not once per row."""
@@ -105,12 +116,12 @@ class _Fields:
     def __init__(self, columns: list[Column]) -> None:
         self._positions = {c.name: (i, c.unit) for i, c in enumerate(columns)}
 
-    def at(self, *names: str) -> list[tuple[int, str | None]]:
+    def at(self, *names: str) -> _At:
         """The column and header unit of each of `names` the table has, in that order."""
         return [self._positions[n] for n in names if n in self._positions]
 
 
-def _cell(cells: list[str], at: list[tuple[int, str | None]]) -> tuple[str | None, str | None]:
+def _cell(cells: list[str], at: _At) -> tuple[str | None, str | None]:
     """The first non-missing cell among the columns `at`, with its header unit."""
     for i, unit in at:
         if not values.is_missing(cells[i]):
@@ -118,17 +129,30 @@ def _cell(cells: list[str], at: list[tuple[int, str | None]]) -> tuple[str | Non
     return None, None
 
 
-def _text(cells: list[str], at: list[tuple[int, str | None]]) -> str | None:
+def _text(cells: list[str], at: _At) -> str | None:
     return _cell(cells, at)[0]  # cells are stripped, and _cell() skips missing ones
 
 
-def _number(cells: list[str], at: list[tuple[int, str | None]]) -> float | None:
-    return values.number(_cell(cells, at)[0])
+def _first(cells: list[str], at: _At, read: Callable[[str], T]) -> T | None:
+    """The first of the columns `at` that `read` makes a reading of (every spelling of a
+    missing reading is None to it); None when none does."""
+    for i, _ in at:
+        reading = read(cells[i])
+        if reading is not None:
+            return reading
+    return None
 
 
-def _bytes(cells: list[str], at: list[tuple[int, str | None]]) -> int | None:
-    cell, unit = _cell(cells, at)
-    return values.to_bytes(cell, unit or "MiB")
+def _number(cells: list[str], at: _At) -> float | None:
+    return _first(cells, at, values.number)
+
+
+def _bytes(cells: list[str], at: _At) -> int | None:
+    for i, unit in at:
+        size = values.to_bytes(cells[i], unit or "MiB")
+        if size is not None:
+            return size
+    return None
 
 
 class _HealthColumns:
@@ -138,12 +162,12 @@ class _HealthColumns:
         self.sm = f.at("clocks.current.sm", "clocks.sm")
         self.mem_clock = f.at("clocks.current.memory", "clocks.mem")
         self.mem_util, self.fan = f.at("utilization.memory"), f.at("fan.speed")
-        self.counts = {
+        counts = {
             f"ecc_{kind}_{span}": f.at(f"ecc.errors.{kind}.{span}.total")
             for kind in ("corrected", "uncorrected")
             for span in ("volatile", "aggregate")
         }
-        self.counts |= {
+        counts |= {
             "retired_pages_sbe": f.at("retired_pages.single_bit_ecc.count", "retired_pages.sbe"),
             "retired_pages_dbe": f.at("retired_pages.double_bit.count", "retired_pages.dbe"),
             "remapped_rows_correctable": f.at("remapped_rows.correctable"),
@@ -151,11 +175,14 @@ class _HealthColumns:
             "pcie_gen": f.at("pcie.link.gen.current", "pcie.link.gen.gpucurrent"),
             "pcie_width": f.at("pcie.link.width.current"),
         }
-        self.flags = {
+        flags = {
             "retired_pages_pending": f.at("retired_pages.pending"),
             "remapped_rows_pending": f.at("remapped_rows.pending"),
             "remapped_rows_failed": f.at("remapped_rows.failure"),
         }
+        # Only the columns this table has: a row is read once per pass.
+        self.counts = [(k, at) for k, at in counts.items() if at]
+        self.flags = [(k, at) for k, at in flags.items() if at]
         self.action = f.at("gpu_recovery_action")
         self.reset = f.at("reset_status.reset_required")
         self.drain = f.at("reset_status.drain_and_reset_recommended")
@@ -167,13 +194,15 @@ class _HealthColumns:
 
     def health(self, cells: list[str]) -> GpuHealth | None:
         """The health readings of one row; None when the row has none of them."""
-        counts = {k: values.count(_cell(cells, at)[0]) for k, at in self.counts.items()}
-        flags = {k: values.flag(_cell(cells, at)[0]) for k, at in self.flags.items()}
+        counts = {k: _first(cells, at, values.count) for k, at in self.counts}
+        flags = {k: _first(cells, at, values.flag) for k, at in self.flags}
         # "None" is the action's word, not a missing cell: read before _cell() would skip it.
         said = next((cells[i] for i, _ in self.action), None)
-        action = recovery.from_words(said) or recovery.from_flags(
-            values.flag(_cell(cells, self.reset)[0]), values.flag(_cell(cells, self.drain)[0])
-        )
+        action = recovery.from_words(said)
+        if action is None and (self.reset or self.drain):
+            action = recovery.from_flags(
+                _first(cells, self.reset, values.flag), _first(cells, self.drain, values.flag)
+            )
         events = self._clock_events(cells)
         if (
             events is None
@@ -195,51 +224,65 @@ class _HealthColumns:
         return [name for name, state in states.items() if state]  # in the mask's bit order
 
 
+class _GpuColumns:
+    """Where one `--query-gpu` table's readings are: worked out once per header, which a
+    looping query prints once and every pass reuses."""
+
+    def __init__(self, columns: tuple[Column, ...]) -> None:
+        f = _Fields(list(columns))
+        self.index, self.uuid = f.at("index"), f.at("uuid", "gpu_uuid")
+        self.name, self.bus = f.at("name", "gpu_name"), f.at("pci.bus_id", "gpu_bus_id")
+        self.util, self.temp = f.at("utilization.gpu"), f.at("temperature.gpu")
+        self.used, self.free = f.at("memory.used"), f.at("memory.free")
+        self.total, self.reserved = f.at("memory.total"), f.at("memory.reserved")
+        self.power = f.at("power.draw", "power.draw.instant", "power.draw.average")
+        self.cap, self.mig = f.at("enforced.power.limit", "power.limit"), f.at("mig.mode.current")
+        self.health = _HealthColumns(f)
+
+
+@functools.lru_cache(maxsize=16)
+def _gpu_columns(columns: tuple[Column, ...]) -> _GpuColumns:
+    return _GpuColumns(columns)
+
+
 def parse_gpus(text: str) -> list[GpuSample]:
     """GPUs from a `--query-gpu` CSV, with or without units; never raises."""
     columns, rows = parse_table(text)
     if not {c.name for c in columns} & GPU_KEYS:
         return []  # not a query-gpu table: an error message, or another tool's output
-    f = _Fields(columns)
-    index_at, uuid_at = f.at("index"), f.at("uuid", "gpu_uuid")
-    name_at, bus_at = f.at("name", "gpu_name"), f.at("pci.bus_id", "gpu_bus_id")
-    util_at, temp_at = f.at("utilization.gpu"), f.at("temperature.gpu")
-    used_at, free_at = f.at("memory.used"), f.at("memory.free")
-    total_at, reserved_at = f.at("memory.total"), f.at("memory.reserved")
-    power_at = f.at("power.draw", "power.draw.instant", "power.draw.average")
-    cap_at, mig_at = f.at("enforced.power.limit", "power.limit"), f.at("mig.mode.current")
-    health = _HealthColumns(f)
+    at = _gpu_columns(tuple(columns))
+    health = at.health
     gpus = []
     for position, cells in enumerate(rows):
-        index = values.integer(_cell(cells, index_at)[0])
-        used = _bytes(cells, used_at)
-        free = _bytes(cells, free_at)
-        total = _bytes(cells, total_at)
+        index = _first(cells, at.index, values.integer)
+        used = _bytes(cells, at.used)
+        free = _bytes(cells, at.free)
+        total = _bytes(cells, at.total)
         if total is None and used is not None and free is not None:
             # Some queries leave out memory.total; it is reserved + used + free.
-            total = used + free + (_bytes(cells, reserved_at) or 0)
+            total = used + free + (_bytes(cells, at.reserved) or 0)
         # MIG-enabled GPUs report [N/A] here: the tool cannot tell.
-        utilization = values.percent(_cell(cells, util_at)[0])
+        utilization = _first(cells, at.util, values.percent)
         gpus.append(
             GpuSample(
                 index=index if index is not None and index >= 0 else position,
-                uuid=_text(cells, uuid_at),
+                uuid=_text(cells, at.uuid),
                 vendor="nvidia",
-                name=_text(cells, name_at),
-                bus_id=_text(cells, bus_at),
+                name=_text(cells, at.name),
+                bus_id=_text(cells, at.bus),
                 utilization_pct=utilization,
                 activity="busy" if utilization is not None else None,
                 memory_total_bytes=total,
                 memory_used_bytes=used,
                 memory_free_bytes=free,
-                temperature_c=_number(cells, temp_at),
-                power_w=_number(cells, power_at),
-                power_cap_w=_number(cells, cap_at),
-                mig_enabled=_mig_mode(_text(cells, mig_at)),
-                sm_clock_mhz=values.count(_cell(cells, health.sm)[0]),
-                memory_clock_mhz=values.count(_cell(cells, health.mem_clock)[0]),
-                memory_util_pct=values.percent(_cell(cells, health.mem_util)[0]),
-                fan_pct=values.percent(_cell(cells, health.fan)[0]),
+                temperature_c=_number(cells, at.temp),
+                power_w=_number(cells, at.power),
+                power_cap_w=_number(cells, at.cap),
+                mig_enabled=_mig_mode(_text(cells, at.mig)),
+                sm_clock_mhz=_first(cells, health.sm, values.count),
+                memory_clock_mhz=_first(cells, health.mem_clock, values.count),
+                memory_util_pct=_first(cells, health.mem_util, values.percent),
+                fan_pct=_first(cells, health.fan, values.percent),
                 health=health.health(cells),
             )
         )

@@ -15,6 +15,7 @@ import math
 import re
 
 _NUMBER = re.compile(r"^\s*([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)\s*([A-Za-z%/]*)\s*$")
+_NUMBER_START = frozenset("+-.0123456789")
 
 _BYTES_PER_UNIT = {
     "b": 1,
@@ -51,6 +52,8 @@ def is_missing(value: object) -> bool:
     text = value.strip()
     if not text:
         return True
+    if text[0].isdigit():
+        return False  # the common case, a reading
     if text[0] == "[" and text[-1] == "]":
         return True
     if text[0].upper()[:1] not in _FIRST_LETTERS:
@@ -66,6 +69,8 @@ def _parse(text: str) -> tuple[float, str] | None:
         return float(text), ""  # the common case: a bare number, as nounits prints it
     except ValueError:
         pass
+    if text.lstrip()[:1] not in _NUMBER_START:
+        return None  # "[N/A]", "Disabled": no number, said without the pattern
     match = _NUMBER.match(text)
     if match is None:
         return None
@@ -74,15 +79,15 @@ def _parse(text: str) -> tuple[float, str] | None:
 
 def number(value: object) -> float | None:
     """A finite number from `value` ("433.78 W", "9 %", 81559, "[N/A]" -> None)."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int | float):
-        result = float(value)
-    elif isinstance(value, str):
+    if isinstance(value, str):  # the common case first: a cell as a tool printed it
         parsed = _parse(value)
         if parsed is None:
             return None
         result = parsed[0]
+    elif isinstance(value, bool):
+        return None
+    elif isinstance(value, int | float):
+        result = float(value)
     else:
         return None
     return result if math.isfinite(result) else None

@@ -23,8 +23,8 @@ from .log_path import find_log
 MAX_DEPTH = 64
 """Ancestors looked at when asking whether an engine process is another's child."""
 
-_Seen = tuple[psutil.Process, tuple[str, ...], Launch | None]
-"""A process, its command line, and the engine it runs if any."""
+_Seen = tuple[psutil.Process | None, tuple[str, ...], Launch | None]
+"""A process (None until it is asked for), its command line, and the engine it runs if any."""
 
 
 def discover(
@@ -49,15 +49,19 @@ def discover(
     container) get their pid added to the id. Each one's output is followed
     where it goes to a file (log_path.py).
     """
-    seen = _scan(psutil.process_iter() if processes is None else processes)
+    if processes is not None:
+        seen = _scan(processes)
+    else:
+        seen = _scan_proc() or _scan(psutil.process_iter())
     parents = _Parents(seen)
     found: list[Discovered] = []
-    for pid, (process, cmdline, launch) in seen.items():
+    for pid, (_, cmdline, launch) in seen.items():
         if launch is None or pid in exclude:
             continue
         try:
             if _placed(pid, exclude, parents) or _part_of_parent(pid, launch, seen, parents):
                 continue
+            process = _process(pid, seen[pid])
             created = process.create_time()
             env = _environ(process)
         except psutil.Error:  # it exited since the scan (or became a zombie)
@@ -99,6 +103,45 @@ def _scan(processes: Iterable[psutil.Process]) -> dict[int, _Seen]:
     return seen
 
 
+def _scan_proc(root: str = "/proc") -> dict[int, _Seen]:
+    """`_scan` over every process, reading /proc by hand; empty where there is no /proc.
+
+    psutil's walk costs about 37 µs a process (each Process it keeps is checked again by its
+    start time before its command line is read); one read of /proc/PID/cmdline costs about 10.
+    The psutil.Process of each is made only when it is asked for (an engine, its ancestors):
+    `_process`.
+    """
+    try:
+        entries = os.listdir(root)
+    except OSError:
+        return {}
+    seen: dict[int, _Seen] = {}
+    for name in entries:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"{root}/{name}/cmdline", "rb") as f:
+                data = f.read()
+        except OSError:  # it exited, or this worker may not read it
+            continue
+        pid = int(name)
+        cmdline = _split_cmdline(os.fsdecode(data))
+        seen[pid] = (None, cmdline, read_launch(cmdline))
+    return seen
+
+
+def _split_cmdline(data: str) -> tuple[str, ...]:
+    """/proc/PID/cmdline's arguments, as psutil splits them: NUL-separated, or, for a
+    process that rewrote its title into one string, space-separated; empty for a zombie."""
+    if not data:
+        return ()
+    sep = "\0" if data.endswith("\0") else " "
+    args = data.removesuffix(sep).split(sep)
+    if sep == "\0" and len(args) == 1 and " " in args[0]:
+        args = args[0].split(" ")
+    return tuple(args)
+
+
 class _Parents:
     """Parent pids, read from /proc/PID/stat only when asked, each at most once."""
 
@@ -110,10 +153,16 @@ class _Parents:
         if pid not in self._ppids:
             entry = self._seen.get(pid)
             try:
-                self._ppids[pid] = entry[0].ppid() if entry is not None else None
+                self._ppids[pid] = _process(pid, entry).ppid() if entry is not None else None
             except psutil.Error:
                 self._ppids[pid] = None
         return self._ppids[pid]
+
+
+def _process(pid: int, entry: _Seen) -> psutil.Process:
+    """The scan's psutil.Process of `pid`, made now if the scan read /proc by hand (raises
+    psutil.NoSuchProcess when it has exited since)."""
+    return entry[0] if entry[0] is not None else psutil.Process(pid)
 
 
 def _environ(process: psutil.Process) -> dict[str, str] | None:

@@ -12,9 +12,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from placewatch.shards.discover import Discovered, discover
@@ -86,6 +88,11 @@ def test_a_log_file_named_by_a_process_that_does_not_hold_it_is_not_followed(
     argv = [str(fake), "-c", "import time; time.sleep(60)", "--log-file", str(secret)]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
+        # Just after a vfork's Popen returns, /proc/PID/cmdline may read empty for a moment.
+        deadline = time.monotonic() + 10
+        while not psutil.Process(proc.pid).cmdline():
+            assert time.monotonic() < deadline, "the stand-in did not start"
+            time.sleep(0.01)
         assert discovered(proc.pid).spec.log_path is None
     finally:
         proc.kill()
