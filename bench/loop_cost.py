@@ -9,7 +9,8 @@ answers), which loops as nvidia-smi does with `--loop-ms`. In the same run:
 
 - one spawn of the tool, `--query-gpu` once (the children's CPU, each run after the same
   pause as the worker's ticks): what a tick paid twice before the query looped;
-- the worker's CPU (its pid, every thread, user and system) from its first telemetry on,
+- the worker's CPU (its pid, every thread, user and system, to the nanosecond where Linux
+  gives the process's CPU-time clock) from its first telemetry on,
   over the telemetry it published: its part per tick, publish included, with the loop's
   reading of each pass between ticks and the compute-apps query it still runs when the
   GPUs' memory in use changes or its last answer is 30 s old;
@@ -45,7 +46,7 @@ from nats.aio.msg import Msg
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.footprint import NoTelemetry, telemetry_from  # noqa: E402
+from bench.footprint import NoTelemetry, process_cpu_s, telemetry_from  # noqa: E402
 from bench.servers import nats_server, node_env, worker_argv, worker_env  # noqa: E402
 from bench.synthetic import query_apps_of, write_fake_nvidia_smi  # noqa: E402
 from bench.tick_cost import (  # noqa: E402
@@ -126,12 +127,12 @@ async def measure(url: str, pid: int, seconds: float, calls: Path | None) -> Mea
     worker = psutil.Process(pid)
     await telemetry_from(worker, ready)
     await anyio.sleep(0.2)  # just after a tick, whose publish lands in the window before
-    own_before = sum(worker.cpu_times()[:2])
+    own_before = process_cpu_s(worker)
     reaped_before, live_before, loop_before = tools_cpu(worker)
     runs_before = runs(calls)
     started = time.monotonic()
     await anyio.sleep(seconds)
-    own_after = sum(worker.cpu_times()[:2])
+    own_after = process_cpu_s(worker)
     reaped_after, live_after, loop_after = tools_cpu(worker)
     wall = time.monotonic() - started
     ticks = sum(1 for t in seen if started <= t < started + wall)
