@@ -37,6 +37,8 @@ from .clock_events import CLOCK_EVENT_BITS, active, clock_event_names, parse_mas
 GPU_KEYS = {"index", "uuid", "name", "pci.bus_id", "memory.total", "memory.used"}
 """Columns of which a `--query-gpu` table has at least one."""
 T = TypeVar("T")
+HEALTH_KEPT = 64
+"""Sets of health cells a table remembers: a few a GPU (its clock events change)."""
 _HEADER = re.compile(r"^(?P<name>[^\[]+?)\s*(?:\[(?P<unit>[^\]]*)\])?$")
 
 
@@ -191,9 +193,28 @@ class _HealthColumns:
             name: f.at(f"clocks_event_reasons.{name}", f"clocks_throttle_reasons.{name}")
             for name in CLOCK_EVENT_BITS.values()
         }
+        read = [at for _, at in (*self.counts, *self.flags)] + [*self.reasons.values()]
+        read += [self.action, self.reset, self.drain, self.mask]
+        self._cells = sorted({i for at in read for i, _ in at})
+        """Every cell `health` reads."""
+        self._known: dict[tuple[str, ...], GpuHealth | None] = {}
 
     def health(self, cells: list[str]) -> GpuHealth | None:
-        """The health readings of one row; None when the row has none of them."""
+        """The health readings of one row; None when the row has none of them.
+
+        The counts and flags stay the same for months, so a looping query prints the same
+        health cells pass after pass, GPU after GPU: each set of cells is read once (the
+        costliest part of a row: every count, the recovery action, the clock events) and
+        its GpuHealth, frozen, given again."""
+        key = tuple([cells[i] for i in self._cells])
+        if key in self._known:
+            return self._known[key]
+        if len(self._known) >= HEALTH_KEPT:
+            self._known.clear()  # a GPU whose events flap: start over rather than grow
+        found = self._known[key] = self._read(cells)
+        return found
+
+    def _read(self, cells: list[str]) -> GpuHealth | None:
         counts = {k: _first(cells, at, values.count) for k, at in self.counts}
         flags = {k: _first(cells, at, values.flag) for k, at in self.flags}
         # "None" is the action's word, not a missing cell: read before _cell() would skip it.

@@ -89,6 +89,25 @@ def test_per_reason_columns_stand_in_for_a_missing_mask() -> None:
     assert gpu.health.clock_events == ["sw_power_cap", "hw_slowdown"]
 
 
+def test_health_cells_seen_before_read_as_before_and_a_changed_count_at_once() -> None:
+    """A looping query prints the same health cells pass after pass, GPU after GPU: each set
+    is read once and its health given again; a count that changes is read in that pass."""
+    header = "index, " + ", ".join(HEALTH_COLUMNS[4:6]) + ", clocks_event_reasons.active\n"
+
+    def row(index: int, uncorrected: int, mask: str = "0x0000000000000000") -> str:
+        return f"{index}, 4, {uncorrected}, {mask}\n"
+
+    first = parse_gpus(header + row(0, 0) + row(1, 0))
+    assert first[0].health is first[1].health  # one read for both GPUs
+    assert first[0].health is not None and first[0].health.ecc_corrected_volatile == 4
+    later = parse_gpus(header + row(0, 0) + row(1, 2, "0x0000000000000040"))
+    assert later[0].health is first[0].health
+    sick = later[1].health
+    assert sick is not None
+    assert (sick.ecc_uncorrected_volatile, sick.clock_events) == (2, ["hw_thermal_slowdown"])
+    assert parse_gpus(header + row(1, 0))[0].health == first[1].health  # reset, read again
+
+
 def test_yes_and_no_cells_are_flags_and_other_words_none() -> None:
     text = (
         "index, retired_pages.pending, remapped_rows.pending, remapped_rows.failure\n"
