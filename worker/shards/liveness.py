@@ -20,7 +20,7 @@ import psutil
 from .attribution import ProcTable
 from .cgroup import NONE, Container, read_container
 from .placements import Placement
-from .verdict import Judgement
+from .verdict import GpuIds, Judgement, Observation
 
 if TYPE_CHECKING:
     import urllib.request
@@ -46,6 +46,8 @@ class Tracked:
     """The last error logged for it: each is logged once, not every tick."""
     known: tuple[Judgement, float] | None = None
     """The last verdict given while the GPU tools answered, and when (monotonic)."""
+    judged: tuple[Observation, GpuIds, Judgement] | None = None
+    """The last observation judged, the GPUs it was judged on, and what judge() said."""
     container: Container = NONE
     """The container and pod its process runs in: read once when the process is found (a
     process's cgroup does not change while it runs)."""

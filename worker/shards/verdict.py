@@ -79,6 +79,14 @@ def _size(n: int | None) -> str:
     return "memory" if n is None else f"{n / GIB:.1f} GiB"
 
 
+GpuIds = list[tuple[int, str | None, str]]
+"""Each GPU's index, uuid and vendor: all that judge() reads of the GPUs beside `obs`."""
+
+
+def gpu_ids(gpus: list[GpuSample]) -> GpuIds:
+    return [(g.index, g.uuid, g.vendor) for g in gpus]
+
+
 def judge(obs: Observation, gpus: list[GpuSample]) -> Judgement:
     """The verdict: first what decides before any evidence (gone, meant for the CPU, not ready),
     then the engine's own word, then the memory its processes hold; a `gpu` verdict stands

@@ -241,6 +241,41 @@ def test_an_error_judging_one_shard_makes_it_unknown_and_spares_the_others(
     assert statuses["b"].verdict == "gpu"
 
 
+def test_a_shard_seen_as_last_tick_is_not_judged_again_and_a_change_is_at_once(
+    sleepers: list[subprocess.Popen[bytes]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pid = sleeper(sleepers)
+    shards = tmp_path / "shards.toml"
+    shards.write_text(f'[[shard]]\nid = "a"\npid = {pid}\ngpus = [0]\n')
+    judged: list[dict[int, int | None]] = []
+    real = verdict.judge
+
+    def counted(obs: Observation, gpus: list[GpuSample]) -> Judgement:
+        judged.append(obs.held)
+        return real(obs, gpus)
+
+    monkeypatch.setattr(shard_pass, "judge", counted)
+    watch = ShardPass("n1", "s1", grace_s=0, shards_file=ShardsFile(shards), discovery=False)
+    first, again = judge(watch, gpu_listing(pid))["a"], judge(watch, gpu_listing(pid))["a"]
+    assert judged == [{0: 4 << 30}]  # the second tick saw the same: judged once
+    assert (again.verdict, again.reason, again.devices) == (
+        first.verdict,
+        first.reason,
+        first.devices,
+    )
+    assert again.time > first.time
+    grown = [
+        msgspec.structs.replace(
+            gpu_listing(pid)[0], processes=[GpuProcess(pid=pid, used_bytes=6 << 30)]
+        )
+    ]
+    moved = judge(watch, grown)["a"]
+    assert judged == [{0: 4 << 30}, {0: 6 << 30}]
+    assert moved.reason.startswith("holds 6.0 GiB on GPU 0 as placed")
+    renamed = [msgspec.structs.replace(grown[0], uuid="GPU-1")]  # another GPU at index 0
+    assert judge(watch, renamed)["a"].devices[0].uuid == "GPU-1" and len(judged) == 3
+
+
 def test_past_the_shards_a_node_takes_the_rest_are_refused_in_sources(
     sleepers: list[subprocess.Popen[bytes]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
