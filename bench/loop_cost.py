@@ -77,6 +77,17 @@ class Measured(NamedTuple):
     last: NodeTelemetry
 
 
+def looping_worker(url: str, interval: float, shards: Path, *, discover: bool) -> list[str]:
+    """`placewatch run` reading the node's GPUs through nvidia-smi (its GPU query looping) and
+    its shards from `shards`."""
+    return worker_argv(
+        url,
+        interval,
+        *("--gpu-sources", "nvidia-smi", "--shards", str(shards), "--log-level", "warning"),
+        *([] if discover else ["--no-discover"]),
+    )
+
+
 def one_spawn(tool: str, n: int) -> list[float]:
     """CPU seconds of each of `n` runs of the tool's GPU query, once, each after a pause."""
     argv = [tool, *gpu_query_argv()[1:]]
@@ -201,17 +212,7 @@ def main() -> None:
         spawn = statistics.fmean(one_spawn(tool, args.spawns))
         if not args.real:
             calls = logging_tool(bin_dir)
-        argv = worker_argv(
-            url,
-            args.interval,
-            "--gpu-sources",
-            "nvidia-smi",
-            "--shards",
-            str(shards.path),
-            "--log-level",
-            "warning",
-            *(["--no-discover"] if args.no_discover else []),
-        )
+        argv = looping_worker(url, args.interval, shards.path, discover=not args.no_discover)
         with open(tmp / "worker.log", "w") as log:
             worker = subprocess.Popen(argv, env=env, stdout=log, stderr=log)
             try:
