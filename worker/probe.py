@@ -306,3 +306,50 @@ async def readable(fds: Collection[int]) -> set[int]:
         for fd in fds:
             loop.remove_reader(fd)
     return woken
+
+
+class Watched:
+    """Descriptors watched for readability while the block runs, each registered with the
+    event loop once rather than once a wait: a looping tool's pipes are waited on every
+    pass, and registering them anew each time is two epoll_ctl calls a descriptor. A
+    descriptor at its end must be dropped (`keep`): it reads as readable for ever."""
+
+    def __init__(self, fds: Collection[int]) -> None:
+        self._fds = set(fds)
+        self._woken: set[int] = set()
+        self._ready: asyncio.Future[None] | None = None
+        self._loop = asyncio.get_running_loop()
+
+    def __enter__(self) -> Watched:
+        for fd in self._fds:
+            self._loop.add_reader(fd, self._wake, fd)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.keep(())
+
+    def keep(self, fds: Collection[int]) -> None:
+        """Stop watching every descriptor but `fds`."""
+        for fd in self._fds - set(fds):
+            self._loop.remove_reader(fd)
+            self._fds.discard(fd)
+
+    def _wake(self, fd: int) -> None:
+        ready = self._ready
+        if ready is not None:
+            self._woken.add(fd)
+            if not ready.done():
+                ready.set_result(None)
+
+    async def wait(self) -> set[int]:
+        """Until any of the descriptors is readable; those that are. The loop's selector
+        reports a descriptor for as long as it stays readable, so what came before the wait
+        is reported at once; one just read out may be reported once more (the selector
+        looked before it was read): read without blocking."""
+        self._woken = set()
+        self._ready = self._loop.create_future()
+        try:
+            await self._ready
+        finally:
+            self._ready = None
+        return self._woken

@@ -36,7 +36,7 @@ from typing import Literal, Protocol
 import anyio
 from anyio.abc import TaskStatus
 
-from .probe import Child, ProbeRunner, has_exited, read_left, read_ready, readable
+from .probe import Child, ProbeRunner, Watched, has_exited, read_left, read_ready
 
 log = logging.getLogger(__name__)
 
@@ -245,26 +245,28 @@ class _Reader:
         # The first line waits out the probe timeout: nvidia-smi opens every GPU first.
         deadline = loop._clock() + max(hang_s, loop._runner.timeout_s)
         exit_fd = [] if child.pidfd is None else [child.pidfd]
-        while True:
-            read_ready(child.pipes)
-            del child.err[:-STDERR_KEPT]
-            if self.lines():
-                deadline = loop._clock() + hang_s
-            if child.pidfd is None and has_exited(child.proc.pid):
-                return _Ended("exited")
-            if loop._idle():
-                return _Ended("idle")
-            left = deadline - loop._clock()
-            if left <= 0:
-                return _Ended("hung", f"{hang_s:g} s")
-            wait = min(left, IDLE_INTERVALS * loop.interval_s)
-            if child.pidfd is None:
-                wait = min(wait, NO_PIDFD_POLL_S)
-            woken: set[int] = set()
-            with anyio.move_on_after(wait):
-                woken = await readable([*child.pipes, *exit_fd])
-            if child.pidfd is not None and child.pidfd in woken:
-                return _Ended("exited")
+        with Watched([*child.pipes, *exit_fd]) as watched:
+            while True:
+                read_ready(child.pipes)
+                watched.keep([*child.pipes, *exit_fd])  # a pipe at its end is read no more
+                del child.err[:-STDERR_KEPT]
+                if self.lines():
+                    deadline = loop._clock() + hang_s
+                if child.pidfd is None and has_exited(child.proc.pid):
+                    return _Ended("exited")
+                if loop._idle():
+                    return _Ended("idle")
+                left = deadline - loop._clock()
+                if left <= 0:
+                    return _Ended("hung", f"{hang_s:g} s")
+                wait = min(left, IDLE_INTERVALS * loop.interval_s)
+                if child.pidfd is None:
+                    wait = min(wait, NO_PIDFD_POLL_S)
+                woken: set[int] = set()
+                with anyio.move_on_after(wait):
+                    woken = await watched.wait()
+                if child.pidfd is not None and child.pidfd in woken:
+                    return _Ended("exited")
 
 
 def _exit_detail(child: Child, last: str) -> str:

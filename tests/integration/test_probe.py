@@ -12,7 +12,7 @@ import anyio
 import psutil
 import pytest
 
-from placewatch.probe import ProbeResult, ProbeRunner
+from placewatch.probe import ProbeResult, ProbeRunner, Watched
 
 from tests.conftest import FIXTURES, FakeGpuTools, NatsServer, Worker, run_placewatch
 from tests.support.natsproto import RawSubscriber
@@ -244,3 +244,44 @@ def test_sample_with_a_hung_nvidia_smi_returns_in_time_and_leaves_nothing(
     assert len(pids) == 2
     time.sleep(0.3)
     assert not any(alive(p) for p in pids)
+
+
+async def quiet(watched: Watched) -> bool:
+    """Whether nothing wakes `watched` for 0.2 s, after at most one report of a descriptor
+    read out just before (the selector looked before it was read)."""
+    for _ in range(2):
+        with anyio.move_on_after(0.2) as waited:
+            await watched.wait()
+        if waited.cancelled_caught:
+            return True
+    return False
+
+
+def test_watched_pipes_wake_each_time_they_have_data_and_one_at_its_end_is_dropped() -> None:
+    async def main() -> None:
+        (out, write_out), (err, write_err) = os.pipe(), os.pipe()
+        for fd in (out, err):
+            os.set_blocking(fd, False)
+        try:
+            with Watched([out, err]) as watched:
+                for line in (b"first pass\n", b"second pass\n"):
+                    os.write(write_out, line)
+                    with anyio.fail_after(5):
+                        assert await watched.wait() == {out}
+                    assert os.read(out, 100) == line
+                    assert await quiet(watched)  # read out: nothing wakes it
+                os.close(write_err)  # at its end: readable for ever
+                with anyio.fail_after(5):
+                    assert await watched.wait() == {err}
+                assert os.read(err, 100) == b""
+                assert not await quiet(watched)
+                watched.keep([out])
+                assert await quiet(watched)
+                os.write(write_out, b"third pass\n")
+                with anyio.fail_after(5):
+                    assert await watched.wait() == {out}
+        finally:
+            for fd in (out, write_out, err):
+                os.close(fd)
+
+    anyio.run(main, backend="asyncio")
