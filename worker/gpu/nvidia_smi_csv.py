@@ -197,7 +197,7 @@ class _HealthColumns:
         read += [self.action, self.reset, self.drain, self.mask]
         self._cells = sorted({i for at in read for i, _ in at})
         """Every cell `health` reads."""
-        self._known: dict[tuple[str, ...], GpuHealth | None] = {}
+        self._known: dict[tuple[str, ...], tuple[GpuHealth | None]] = {}
 
     def health(self, cells: list[str]) -> GpuHealth | None:
         """The health readings of one row; None when the row has none of them.
@@ -207,11 +207,13 @@ class _HealthColumns:
         costliest part of a row: every count, the recovery action, the clock events) and
         its GpuHealth, frozen, given again."""
         key = tuple([cells[i] for i in self._cells])
-        if key in self._known:
-            return self._known[key]
+        known = self._known.get(key)  # one lookup: another thread may clear it meanwhile
+        if known is not None:
+            return known[0]
         if len(self._known) >= HEALTH_KEPT:
             self._known.clear()  # a GPU whose events flap: start over rather than grow
-        found = self._known[key] = self._read(cells)
+        found = self._read(cells)
+        self._known[key] = (found,)
         return found
 
     def _read(self, cells: list[str]) -> GpuHealth | None:
