@@ -13,11 +13,11 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
-from placewatch.schemas import PlacementSpec
+from placewatch.schemas import PlacementSpec, SourceStatus
 from placewatch.schemas.messages import (
     MAX_FLOOR_BYTES,
     MAX_PATH_CHARS,
@@ -27,6 +27,9 @@ from placewatch.schemas.messages import (
     PID_MAX,
 )
 from placewatch.schemas.subjects import MAX_NAME_BYTES
+
+if TYPE_CHECKING:  # the bucket brings the NATS client, which `placewatch sample` does without
+    from .bucket import PlacementsBucket
 
 log = logging.getLogger(__name__)
 
@@ -225,3 +228,36 @@ def read_shards_file(path: Path) -> tuple[list[PlacementSpec], list[str]]:
         ids.add(spec.id)
         specs.append(spec)
     return specs, problems
+
+
+def placed(
+    shards_file: ShardsFile | None, bucket: PlacementsBucket | None
+) -> tuple[list[Placement], list[SourceStatus]]:
+    """The placements of the shards file and of the placements bucket, the file's first (it
+    wins a shard both place), and what is wrong with either."""
+    placements: list[Placement] = []
+    problems: list[SourceStatus] = []
+    if shards_file is not None:
+        shards_file.load()
+        placements += [Placement(spec, "file") for spec in shards_file.specs]
+        problems += [
+            SourceStatus(name="shards-file", ok=False, error=p) for p in shards_file.problems
+        ]
+    if bucket is not None:
+        ids = {p.spec.id for p in placements}
+        for key, spec in sorted(bucket.specs.items()):
+            if spec.id in ids:
+                problems.append(
+                    SourceStatus(
+                        name="placements-kv",
+                        ok=False,
+                        error=f"KV key {key} places {spec.id!r}, which the shards file "
+                        "places too; the file's placement is used",
+                    )
+                )
+                continue
+            placements.append(Placement(spec, "kv"))
+        problems += [
+            SourceStatus(name="placements-kv", ok=False, error=p) for p in bucket.problems.values()
+        ]
+    return placements, problems

@@ -29,7 +29,7 @@ from .engine_log import EngineEvidence
 from .engine_logs import EngineLogs, Evidence
 from .gpu_health import health_by_index, unhealthy, with_health
 from .liveness import Tracked, find_processes, health, settled
-from .placements import MAX_SHARDS, Placement, ShardsFile
+from .placements import MAX_SHARDS, Placement, ShardsFile, placed
 from .silent_tools import engine_says_cpu
 from .verdict import GpuIds, Judgement, Observation, gpu_ids, judge
 
@@ -151,7 +151,7 @@ class ShardPass:
         """Every shard's status on these GPU readings; `gpus_known`: a GPU tool answered;
         `read_at`: when the reading began (time.monotonic()), now when not given; `silent`:
         the GPU sources that did not answer, named in what a shard they leave untold says."""
-        placements, problems = self._placements()
+        placements, problems = placed(self.shards_file, self.bucket)
         if self.discovery:
             placements += await self._discovered(gpus, None if gpus_known else silent, placements)
         placements, refused = _at_most(placements, MAX_SHARDS)
@@ -329,36 +329,6 @@ class ShardPass:
         found = await self.walks.found(gpus, silent, claimed)
         taken = {p.spec.id for p in placements}
         return [p for p in found if p.spec.id not in taken and p.spec.pid not in claimed]
-
-    def _placements(self) -> tuple[list[Placement], list[SourceStatus]]:
-        placements: list[Placement] = []
-        problems: list[SourceStatus] = []
-        if self.shards_file is not None:
-            self.shards_file.load()
-            placements += [Placement(spec, "file") for spec in self.shards_file.specs]
-            problems += [
-                SourceStatus(name="shards-file", ok=False, error=p)
-                for p in self.shards_file.problems
-            ]
-        if self.bucket is not None:
-            ids = {p.spec.id for p in placements}
-            for key, spec in sorted(self.bucket.specs.items()):
-                if spec.id in ids:
-                    problems.append(
-                        SourceStatus(
-                            name="placements-kv",
-                            ok=False,
-                            error=f"KV key {key} places {spec.id!r}, which the shards file "
-                            "places too; the file's placement is used",
-                        )
-                    )
-                    continue
-                placements.append(Placement(spec, "kv"))
-            problems += [
-                SourceStatus(name="placements-kv", ok=False, error=p)
-                for p in self.bucket.problems.values()
-            ]
-        return placements, problems
 
     def _track(self, placements: list[Placement]) -> list[Placement]:
         """Track the current placements; return those that are no longer placed."""
