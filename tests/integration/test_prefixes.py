@@ -55,8 +55,8 @@ async def read(nc: Client, stores: StreamsAndBuckets) -> Published | None:
         last = await js.get_last_msg(stores.telemetry.name, subjects.telemetry(NODE, stores.prefix))
     except (nats.errors.Error, nats.js.errors.Error):
         return None  # not all there yet
-    if not statuses or not events.state.subjects:
-        return None
+    if not statuses or not events.state.subjects or not telemetry.state.subjects:
+        return None  # read before the first telemetry was stored, or the first status
     return Published(
         telemetry=telemetry.state.subjects or {},
         events=events.state.subjects or {},
