@@ -14,6 +14,7 @@ The worker runs about fifty times slower under callgrind: a tick still fits its 
 its start takes a minute. Needs valgrind (Debian's package).
 
     python bench/tick_instructions.py [--ticks N] [--warmup N] [--interval S] [--discover]
+        [--keep FILE]
 """
 
 from __future__ import annotations
@@ -89,6 +90,9 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=5, help="telemetry messages first (5)")
     parser.add_argument("--interval", type=float, default=2.0)
     parser.add_argument("--discover", action="store_true", help="leave discovery on")
+    parser.add_argument(
+        "--keep", type=Path, metavar="FILE", help="keep the dump there, for callgrind_annotate"
+    )
     args = parser.parse_args()
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         sys.exit("tick_instructions: needs valgrind (apt-get install valgrind)")
@@ -122,6 +126,8 @@ def main() -> None:
                 f"tick_instructions: no dump; the worker said:\n{(tmp / 'worker.log').read_text()}"
             )
         counted = summary(dumps[0])
+        if args.keep is not None:
+            shutil.copyfile(dumps[0], args.keep)
     print(
         f"tick instructions: `placewatch run` under callgrind at a {args.interval:g} s interval, "
         f"nvidia-smi looping (the interpreter stand-in), {GPUS} GPUs, 16 shards, discovery "

@@ -1,9 +1,16 @@
-"""The node's own CPU and memory, through psutil."""
+"""The node's own CPU and memory: /proc/stat and /proc/meminfo, read by hand, psutil where
+they cannot be.
+
+psutil reads the same two files but parses every line of each into a named tuple, where the
+sample needs one line of the first and two of the second. Where a file is missing or lacks
+its line (no MemAvailable before Linux 3.14; not Linux at all), psutil works it out.
+"""
 
 from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 import psutil
 
@@ -18,12 +25,57 @@ read (sysconf, which opens /sys/devices/system/cpu/online) costs as much as the 
 sample."""
 
 
-def _cpu_times() -> tuple[float, float]:
-    """(busy, total) CPU seconds since boot, over every CPU, as psutil.cpu_percent counts them:
-    the guest times are inside user and nice already, and idle and iowait are not busy."""
-    times = psutil.cpu_times()
-    total = sum(times) - getattr(times, "guest", 0.0) - getattr(times, "guest_nice", 0.0)
-    return total - times.idle - getattr(times, "iowait", 0.0), total
+PROC = Path("/proc")
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if "SC_CLK_TCK" in getattr(os, "sysconf_names", {}) else 100
+"""/proc/stat's unit a second (USER_HZ: 100 on every Linux architecture but a few)."""
+
+
+def _read(path: Path) -> bytes | None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, 1 << 16)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _cpu_times(proc: Path = PROC) -> tuple[float, float]:
+    """(busy, total) CPU seconds since boot, over every CPU, as psutil.cpu_percent counts
+    them: the guest times are inside user and nice already, and idle and iowait are not
+    busy. From /proc/stat's `cpu` line, else psutil: the same seconds either way, so that a
+    window whose two ends were read differently still means something."""
+    data = _read(proc / "stat")
+    if data is not None and data.startswith(b"cpu "):
+        try:
+            times = [int(v) for v in data[4 : data.find(b"\n")].split()]
+        except ValueError:
+            times = []
+        if len(times) >= 5:  # user nice system idle iowait [irq softirq steal guest guest_nice]
+            total = sum(times[:8])
+            return (total - times[3] - times[4]) / CLOCK_TICKS, total / CLOCK_TICKS
+    cpu = psutil.cpu_times()
+    seconds = sum(cpu) - getattr(cpu, "guest", 0.0) - getattr(cpu, "guest_nice", 0.0)
+    return seconds - cpu.idle - getattr(cpu, "iowait", 0.0), seconds
+
+
+def _memory(proc: Path = PROC) -> tuple[int, int]:
+    """(total, available) bytes of memory: /proc/meminfo's MemTotal and MemAvailable."""
+    data = _read(proc / "meminfo")
+    found: dict[bytes, int] = {}
+    for line in (data or b"").split(b"\n", 8)[:8]:  # both are among the first lines
+        key, _, value = line.partition(b":")
+        if key in (b"MemTotal", b"MemAvailable"):
+            number, _, unit = value.strip().partition(b" ")
+            if number.isdigit() and unit in (b"kB", b""):
+                found[key] = int(number) * (1024 if unit else 1)
+    if len(found) == 2:
+        return found[b"MemTotal"], found[b"MemAvailable"]
+    memory = psutil.virtual_memory()
+    return memory.total, memory.available
 
 
 class HostSampler:
@@ -35,10 +87,11 @@ class HostSampler:
     runs on to the next.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, proc: Path = PROC) -> None:
         # psutil.cpu_percent keeps its last reading per thread (psutil 7): the first sample,
         # taken in another thread than this one, would read 0. The times are kept here.
-        self._times = _cpu_times()
+        self._proc = proc
+        self._times = _cpu_times(proc)
         self._since = time.monotonic()
         self._cpu: float | None = None
         self._cpu_count: int | None = None
@@ -61,7 +114,7 @@ class HostSampler:
             self._since = now
         if self._cpu_count is None or now - self._counted_at >= COUNT_EVERY_S:
             self._cpu_count, self._counted_at = psutil.cpu_count(logical=True), now
-        memory = psutil.virtual_memory()
+        total, available = _memory(self._proc)
         try:
             load_1m: float | None = round(os.getloadavg()[0], 2)
         except OSError:  # not every platform keeps a load average
@@ -69,13 +122,13 @@ class HostSampler:
         return HostSample(
             cpu_pct=self._cpu,
             cpu_count=self._cpu_count,
-            memory_total_bytes=memory.total,
-            memory_available_bytes=memory.available,
+            memory_total_bytes=total,
+            memory_available_bytes=available,
             load_1m=load_1m,
         )
 
     def _cpu_since_last(self) -> float:
-        (busy, total), (busy0, total0) = _cpu_times(), self._times
+        (busy, total), (busy0, total0) = _cpu_times(self._proc), self._times
         self._times = (busy, total)
         if total <= total0:
             return 0.0

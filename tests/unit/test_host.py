@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import time
+from collections import namedtuple
+from pathlib import Path
 from types import SimpleNamespace
 
 import psutil
 import pytest
 
 from placewatch import host as host_module
-from placewatch.host import MIN_WINDOW_S, HostSampler
+from placewatch.host import CLOCK_TICKS, MIN_WINDOW_S, HostSampler, _cpu_times, _memory
 
 
 def test_the_first_sample_waits_out_the_window_and_later_ones_do_not() -> None:
@@ -44,7 +46,7 @@ def test_a_sample_within_the_window_repeats_the_last_reading_at_once(
     monkeypatch.setattr(
         host_module, "time", SimpleNamespace(monotonic=lambda: clock[0], sleep=sleep)
     )
-    monkeypatch.setattr(host_module, "_cpu_times", lambda: next(times))
+    monkeypatch.setattr(host_module, "_cpu_times", lambda _proc: next(times))
     host = HostSampler()
     assert host.sample().cpu_pct == 12.5
     assert slept == [pytest.approx(MIN_WINDOW_S)]
@@ -54,3 +56,83 @@ def test_a_sample_within_the_window_repeats_the_last_reading_at_once(
     clock[0] += MIN_WINDOW_S * 0.6  # 1.2 windows after the reading
     assert host.sample().cpu_pct == 40.0
     assert len(slept) == 1
+
+
+# As proc(5) documents them: /proc/stat's first line sums every CPU, in clock ticks (user nice
+# system idle iowait irq softirq steal guest guest_nice); /proc/meminfo is `Key:  value kB`.
+STAT = (
+    "cpu  6181 12 3125 63163 278 0 47 5 100 3\n"
+    "cpu0 3090 6 1562 31581 139 0 23 2 50 1\n"
+    "intr 123456 0 0\nctxt 987654\nbtime 1764633600\n"
+)
+MEMINFO = (
+    "MemTotal:       24684084 kB\n"
+    "MemFree:        24258644 kB\n"
+    "MemAvailable:   24369424 kB\n"
+    "Buffers:            5708 kB\n"
+    "Cached:           318328 kB\n"
+)
+
+
+def _proc(tmp_path: Path, stat: str | None, meminfo: str | None) -> Path:
+    for name, text in (("stat", stat), ("meminfo", meminfo)):
+        if text is not None:
+            (tmp_path / name).write_text(text)
+    return tmp_path
+
+
+def test_cpu_and_memory_are_read_from_the_two_lines_of_proc(tmp_path: Path) -> None:
+    proc = _proc(tmp_path, STAT, MEMINFO)
+    # busy: user nice system irq softirq steal (guest and guest_nice are inside user and nice)
+    busy, total = _cpu_times(proc)
+    assert busy * CLOCK_TICKS == pytest.approx(6181 + 12 + 3125 + 47 + 5)
+    assert total * CLOCK_TICKS == pytest.approx(6181 + 12 + 3125 + 63163 + 278 + 47 + 5)
+    assert _memory(proc) == (24684084 * 1024, 24369424 * 1024)
+
+
+def test_a_missing_or_unreadable_file_falls_back_to_psutil(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    memory = SimpleNamespace(total=8 << 30, available=3 << 30)
+    times = namedtuple("times", "user nice system idle iowait guest guest_nice")
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: memory)
+    monkeypatch.setattr(psutil, "cpu_times", lambda: times(1, 0, 1, 6, 2, 0.5, 0))
+    # No MemAvailable (Linux before 3.14): psutil works it out.
+    old = _proc(tmp_path, "cpu  oops\n", "MemTotal:  1000 kB\nMemFree:  10 kB\n")
+    assert _memory(old) == (8 << 30, 3 << 30)
+    assert _cpu_times(old) == (2.0, 10.0)  # guest is inside user already
+    assert _memory(tmp_path / "none") == (8 << 30, 3 << 30)
+    assert _cpu_times(tmp_path / "none") == (2.0, 10.0)
+
+
+def test_this_machines_proc_reads_as_psutil_does() -> None:
+    if not Path("/proc/meminfo").exists():
+        pytest.skip("no /proc here: psutil alone is used")
+    memory_total, available = _memory()
+    memory = psutil.virtual_memory()
+    assert memory_total == memory.total
+    assert abs(available - memory.available) < 256 << 20  # read a moment apart
+    busy, total = _cpu_times()
+    read = psutil.cpu_times()
+    assert total == pytest.approx(sum(read) - read.guest - read.guest_nice, abs=5)
+    assert busy == pytest.approx(
+        sum(read) - read.guest - read.guest_nice - read.idle - read.iowait, abs=5
+    )
+
+
+def test_a_window_read_from_proc_at_one_end_and_psutil_at_the_other_is_in_one_unit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = [100.0]
+    monkeypatch.setattr(
+        host_module, "time", SimpleNamespace(monotonic=lambda: clock[0], sleep=lambda _: None)
+    )
+    proc = _proc(tmp_path, STAT, MEMINFO)
+    host = HostSampler(proc)
+    busy, total = _cpu_times(proc)
+    (proc / "stat").unlink()  # /proc/stat unreadable for the second read: psutil's seconds
+    times = namedtuple("times", "user nice system idle iowait")
+    later = times(busy + 0.25, 0, 0, total - busy + 0.75, 0)  # 1 s more, a quarter busy
+    monkeypatch.setattr(psutil, "cpu_times", lambda: later)
+    clock[0] += 1
+    assert host.sample().cpu_pct == 25.0
