@@ -79,7 +79,7 @@ def parse_table(text: str) -> tuple[list[Column], list[list[str]]]:
     # A line of one cell under a header of several is a message among the rows ("Unable to
     # determine the device handle for GPU0000:3B:00.0: Unknown Error"), not a row.
     rows = [row for row in rows if len(row) > 1 or len(columns) == 1]
-    return columns, [_fit(columns, row) for row in rows]
+    return columns, [fit_row(columns, row) for row in rows]
 
 
 @functools.lru_cache(maxsize=512)
@@ -91,7 +91,7 @@ def _column(cell: str) -> Column:
     return Column(match["name"].strip(), match["unit"])
 
 
-def _fit(columns: list[Column], row: list[str]) -> list[str]:
+def fit_row(columns: list[Column], row: list[str]) -> list[str]:
     """A row with as many cells as the header.
 
     nvidia-smi does not quote, so a process name holding ", " (a Windows path)
@@ -270,7 +270,12 @@ def _gpu_columns(columns: tuple[Column, ...]) -> _GpuColumns:
 
 def parse_gpus(text: str) -> list[GpuSample]:
     """GPUs from a `--query-gpu` CSV, with or without units; never raises."""
-    columns, rows = parse_table(text)
+    return gpus_of(*parse_table(text))
+
+
+def gpus_of(columns: list[Column], rows: list[list[str]]) -> list[GpuSample]:
+    """GPUs from a `--query-gpu` table's header and rows, each row as parse_table gives it
+    (fit_row: as wide as the header, its cells stripped); never raises."""
     if not {c.name for c in columns} & GPU_KEYS:
         return []  # not a query-gpu table: an error message, or another tool's output
     at = _gpu_columns(tuple(columns))

@@ -28,7 +28,7 @@ from placewatch.schemas import GpuSample
 from ..probe import ProbeRunner
 from ..tool_loop import HANG_INTERVALS, RESTART_FIRST_S, RESTART_MOST_S, ToolLoop
 from . import values
-from .nvidia_smi_csv import GPU_KEYS, parse_gpus, parse_table
+from .nvidia_smi_csv import GPU_KEYS, Column, fit_row, gpus_of, parse_table
 
 
 @dataclass(frozen=True)
@@ -55,13 +55,14 @@ class GpuPasses:
 
     def started(self) -> None:
         self._header: str | None = None
+        self._columns: list[Column] = []
         self._width = 0
         self._keys: list[int] = []
         self._count_at: int | None = None
         self._begin()
 
     def _begin(self) -> None:
-        self._rows: list[str] = []
+        self._rows: list[list[str]] = []
         self._said: list[str] = []
         self._seen: set[str] = set()
         self._count: int | None = None
@@ -84,7 +85,7 @@ class GpuPasses:
             return self._check()
         gpu = next((cells[i] for i in self._keys if i < len(cells) and cells[i]), text)
         closed = self._close() if gpu in self._seen else False
-        self._rows.append(text)
+        self._rows.append(fit_row(self._columns, cells))
         self._seen.add(gpu)
         if self._count_at is not None and self._count_at < len(cells):
             count = values.integer(cells[self._count_at])
@@ -97,7 +98,7 @@ class GpuPasses:
         names = [c.name for c in columns]
         if not set(names) & GPU_KEYS:
             return
-        self._header, self._width = text, len(names)
+        self._header, self._columns, self._width = text, columns, len(names)
         self._keys = [names.index(n) for n in ("index", "uuid", "pci.bus_id") if n in names]
         self._count_at = names.index("count") if "count" in names else None
 
@@ -112,8 +113,7 @@ class GpuPasses:
         self._begin()
         if not rows and not said:
             return False
-        table = "\n".join([self._header or "", *rows])
-        self.latest = Pass(tuple(parse_gpus(table)), tuple(said), self._clock())
+        self.latest = Pass(tuple(gpus_of(self._columns, rows)), tuple(said), self._clock())
         self.complete += 1
         return True
 
