@@ -54,14 +54,19 @@ inventories in its life, and a reader only compares a telemetry's id with the la
 _digest = msgspec.msgpack.Encoder()
 
 
-def split(sample: NodeSample) -> tuple[NodeInventory, NodeTelemetry]:
-    """The sample as the node's inventory and this tick's telemetry, which names it."""
+def split(
+    sample: NodeSample, last: NodeInventory | None = None
+) -> tuple[NodeInventory, NodeTelemetry]:
+    """The sample as the node's inventory and this tick's telemetry, which names it. `last`:
+    the inventory split from the sample before, whose id stands while its content does (a
+    comparison, where the id is a digest of the whole content)."""
     gpus = [_info(g) for g in sample.gpus]
     host = None if sample.host is None else _host_info(sample.host)
     processes = {
         p.pid: ProcessInfo(name=p.name, shard=p.shard) for g in sample.gpus for p in g.processes
     }
-    inventory_id = identify(gpus, host, processes)
+    same = last is not None and (gpus, host, processes) == (last.gpus, last.host, last.processes)
+    inventory_id = last.id if last is not None and same else identify(gpus, host, processes)
     inventory = NodeInventory(
         node=sample.node,
         session=sample.session,

@@ -185,7 +185,7 @@ class Worker:
         reading = await self.pipeline.read()  # 1. the GPUs and the host
         shards = await self.pipeline.judge(reading)  # 2. every shard, on those readings
         sample = self.pipeline.sample(reading, shards)  # 3. the sample, built
-        inventory, telemetry = lean.split(sample)
+        inventory, telemetry = lean.split(sample, self.latest.inventory)
         self.latest.inventory, self.latest.telemetry = inventory, telemetry
         self.latest.statuses = shards.statuses
         changes = self.tracker.changes(shards.statuses, shards.gone)

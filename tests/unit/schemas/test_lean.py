@@ -200,6 +200,26 @@ def test_the_inventory_id_follows_its_content_only() -> None:
     assert lean.split(capped)[0].id != first.id  # an operator set a power cap
 
 
+def test_the_last_inventory_lends_its_id_only_while_its_content_stands() -> None:
+    first, _ = lean.split(sample())
+    gpu = sample().gpus[1]
+    more = [*gpu.processes, GpuProcess(pid=6000, used_bytes=1, shard=None, name="python3")]
+    changed = [
+        sample(seq=900, time=WHEN + timedelta(hours=5)),  # another tick: the same content
+        msgspec.structs.replace(sample(), gpus=[sample().gpus[0], gpu, gpu]),  # a GPU more
+        msgspec.structs.replace(
+            sample(), gpus=[sample().gpus[0], msgspec.structs.replace(gpu, processes=more)]
+        ),
+    ]
+    for whole in changed:
+        assert lean.split(whole, first)[0].id == lean.split(whole)[0].id
+    # The id is taken from the last inventory, not worked out again, while the content is the
+    # same: an id the last one carried comes back, whatever it is.
+    marked = msgspec.structs.replace(first, id="0123456789ab")
+    assert lean.split(sample(seq=901), marked)[0].id == "0123456789ab"
+    assert lean.split(changed[1], marked)[0].id == lean.split(changed[1])[0].id
+
+
 def test_one_pid_in_two_mig_instances_of_a_gpu_reads_as_its_sum() -> None:
     gpu = GpuSample(
         index=0, processes=[GpuProcess(pid=7, used_bytes=5), GpuProcess(pid=7, used_bytes=6)]
