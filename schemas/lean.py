@@ -65,8 +65,10 @@ def split(
     processes = {
         p.pid: ProcessInfo(name=p.name, shard=p.shard) for g in sample.gpus for p in g.processes
     }
-    same = last is not None and (gpus, host, processes) == (last.gpus, last.host, last.processes)
-    inventory_id = last.id if last is not None and same else identify(gpus, host, processes)
+    if last is not None and (gpus, host, processes) == (last.gpus, last.host, last.processes):
+        inventory_id = last.id
+    else:
+        inventory_id = identify(gpus, host, processes)
     inventory = NodeInventory(
         node=sample.node,
         session=sample.session,
