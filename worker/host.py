@@ -16,6 +16,8 @@ import psutil
 
 from placewatch.schemas import HostSample
 
+from .procfs import read_proc
+
 MIN_WINDOW_S = 0.2
 """CPU use over a shorter window than this is noise: the first sample waits it out, and a
 sample sooner than this after a reading repeats that reading."""
@@ -30,25 +32,12 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if "SC_CLK_TCK" in getattr(os, "sysconf_n
 """/proc/stat's unit a second (USER_HZ: 100 on every Linux architecture but a few)."""
 
 
-def _read(path: Path) -> bytes | None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        return os.read(fd, 1 << 16)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-
-
 def _cpu_times(proc: Path = PROC) -> tuple[float, float]:
     """(busy, total) CPU seconds since boot, over every CPU, as psutil.cpu_percent counts
     them: the guest times are inside user and nice already, and idle and iowait are not
     busy. From /proc/stat's `cpu` line, else psutil: the same seconds either way, so that a
     window whose two ends were read differently still means something."""
-    data = _read(proc / "stat")
+    data = read_proc(proc / "stat")
     if data is not None and data.startswith(b"cpu "):
         try:
             times = [int(v) for v in data[4 : data.find(b"\n")].split()]
@@ -64,7 +53,7 @@ def _cpu_times(proc: Path = PROC) -> tuple[float, float]:
 
 def _memory(proc: Path = PROC) -> tuple[int, int]:
     """(total, available) bytes of memory: /proc/meminfo's MemTotal and MemAvailable."""
-    data = _read(proc / "meminfo")
+    data = read_proc(proc / "meminfo")
     found: dict[bytes, int] = {}
     for line in (data or b"").split(b"\n", 8)[:8]:  # both are among the first lines
         key, _, value = line.partition(b":")

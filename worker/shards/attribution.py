@@ -11,8 +11,7 @@ Only the processes a GPU lists, and their ancestors, are looked up, through
 /proc/PID/stat: the fields after the command name's closing parenthesis (the
 name may hold spaces and parentheses) are state, ppid, pgrp, and the 20th is
 the start time, which tells a shard's process from a later one that reuses
-its pid. The read is a bare os.open/os.read: pathlib and a buffered file
-object cost three times as much.
+its pid. The read is a bare os.open/os.read (worker/procfs.py).
 
 A running process keeps its parent until that parent exits, and its start
 time for good, so each read is kept until the process or its parent exits,
@@ -34,6 +33,8 @@ from pathlib import Path
 import msgspec
 
 from placewatch.schemas import GpuSample
+
+from ..procfs import read_proc
 
 MAX_DEPTH = 64
 UNLISTED_BYTES = 1 << 30
@@ -151,17 +152,8 @@ def _close_all(fds: dict[int, int]) -> None:
 
 
 def read_stat_text(root: Path, pid: int) -> str | None:
-    try:
-        fd = os.open(f"{root}/{pid}/stat", os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        data = os.read(fd, 4096)  # about 300 bytes
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    return data.decode(errors="replace")
+    data = read_proc(f"{root}/{pid}/stat", 4096)  # about 300 bytes
+    return None if data is None else data.decode(errors="replace")
 
 
 def parse_stat(text: str) -> Stat | None:
