@@ -77,17 +77,18 @@ class GpuPasses:
         if text == self._header:
             return self._close()
         try:
-            cells = [cell.strip() for cell in next(csv.reader([text], skipinitialspace=True))]
+            row = next(csv.reader([text], skipinitialspace=True))
         except csv.Error:  # not a row nvidia-smi prints (a stray carriage return)
             return False
-        if len(cells) == 1 and self._width > 1:
+        if len(row) == 1 and self._width > 1:
             self._said.append(text)
             return self._check()
-        gpu = next((cells[i] for i in self._keys if i < len(cells) and cells[i]), text)
+        cells = fit_row(self._columns, row)  # as wide as the header, each cell stripped
+        gpu = next((cells[i] for i in self._keys if cells[i]), text)
         closed = self._close() if gpu in self._seen else False
-        self._rows.append(fit_row(self._columns, cells))
+        self._rows.append(cells)
         self._seen.add(gpu)
-        if self._count_at is not None and self._count_at < len(cells):
+        if self._count_at is not None:
             count = values.integer(cells[self._count_at])
             self._count = count if count is not None and count > 0 else self._count
         return self._check() or closed
