@@ -10,10 +10,16 @@ a second (each time one slept and was woken), a count this VM's noise does
 not move as it moves the CPU figure. dcgm-exporter, for comparison, is reported at 71 to 155 MiB RSS.
 With `--real`, on a GPU node, the worker reads the node's own GPUs instead
 (NVML where the driver answers) and the script says which source it used.
-It also splits the last RSS into the worker's own (anonymous) memory and the
+It also splits the last RSS into the worker's own (anonymous, private) memory and the
 files it maps, and names the interpreter and the site `.pth` files that import
 modules at its start: a crowded environment's (a machine image's shared venv)
 add to every process of it, the worker's too.
+
+Its growth: the RSS and the private memory, each sampled with the RSS, fitted by least
+squares over the run once its first tenth is past (imports and first ticks), in MiB an
+hour, and the last tenth's median against the first's. The target, no growth, is taken as
+under 1 MiB an hour (a page of the allocator's here and there moves a short run's fit by
+more: the figure means something over an hour, `--seconds 3600`).
 
     python bench/footprint.py [--seconds S] [--interval S] [--real] [--gpu-sources LIST]
 """
@@ -22,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -43,8 +50,10 @@ from bench.servers import nats_server, node_env, worker_argv, worker_env  # noqa
 from bench.synthetic import query_apps, write_fake_nvidia_smi  # noqa: E402
 from placewatch.schemas import NodeTelemetry, decode  # noqa: E402
 
-MIB = 1 << 20
 RSS_TARGET_MIB = 45.0
+PRIVATE_TARGET_MIB = 40.0
+GROWTH_TARGET_MIB_H = 1.0
+"""No growth over an hour, less what the allocator moves by."""
 CPU_TARGET_PCT = 0.5
 DCGM_EXPORTER_MIB = (71, 155)
 
@@ -82,8 +91,23 @@ class NoTelemetry(Exception):
     """The worker sent no telemetry: it exited first, or a minute went by."""
 
 
+def growth(samples: list[tuple[float, float]]) -> tuple[float, float]:
+    """Of (seconds, MiB) samples: the least-squares slope in MiB an hour and the last
+    tenth's median less the first's, both over the samples once their first tenth is past."""
+    kept = samples[len(samples) // 10 :]
+    if len(kept) < 2:
+        return 0.0, 0.0
+    times, sizes = [t for t, _ in kept], [m for _, m in kept]
+    slope = statistics.linear_regression(times, sizes).slope if len(set(times)) > 1 else 0.0
+    tenth = max(len(kept) // 10, 1)
+    return slope * 3600, statistics.median(sizes[-tenth:]) - statistics.median(sizes[:tenth])
+
+
 class Measured(NamedTuple):
-    rss: list[int]
+    rss: list[tuple[float, float]]
+    """(seconds since the first telemetry, MiB) every half second."""
+    private: list[tuple[float, float]]
+    """The same of RssAnon."""
     cpu: float
     wall: float
     messages: int
@@ -123,20 +147,27 @@ async def measure(url: str, pid: int, seconds: float) -> Measured:
     before = process_cpu_s(proc)
     woken = wakes(pid)
     started = time.monotonic()
-    rss = []
+    rss: list[tuple[float, float]] = []
+    private: list[tuple[float, float]] = []
+
+    def sample() -> dict[str, float]:
+        now, at = rss_split(pid), time.monotonic() - started
+        rss.append((at, now["VmRSS"]))
+        private.append((at, now["RssAnon"]))
+        return now
+
     while time.monotonic() - started < seconds:
-        rss.append(proc.memory_info().rss)
+        sample()
         await anyio.sleep(0.5)
     after = process_cpu_s(proc)
     woken = wakes(pid) - woken
     wall = time.monotonic() - started
-    rss.append(proc.memory_info().rss)
-    split = rss_split(pid)
+    split = sample()
     messages = sum(1 for t in seen if t >= started)
     await nc.close()
     cpu = after - before
     telemetry = decode(last[0].data, NodeTelemetry, last[0].headers)
-    return Measured(rss, cpu, wall, messages, woken, split, telemetry)
+    return Measured(rss, private, cpu, wall, messages, woken, split, telemetry)
 
 
 def main() -> None:
@@ -166,7 +197,7 @@ def main() -> None:
         with open(Path(tmp) / "worker.log", "w") as log:
             worker = subprocess.Popen(argv, env=env, stdout=log, stderr=log)
             try:
-                rss, cpu, wall, messages, woken, split, last = anyio.run(
+                rss, private, cpu, wall, messages, woken, split, last = anyio.run(
                     measure, url, worker.pid, args.seconds
                 )
             except NoTelemetry as exc:
@@ -177,7 +208,7 @@ def main() -> None:
                 worker.wait(10)
         said = (Path(tmp) / "worker.log").read_text().strip()
 
-    end, peak = rss[-1] / MIB, max(rss) / MIB
+    end, peak = rss[-1][1], max(m for _, m in rss)
     pct = cpu / wall * 100
     print(
         f"footprint of `placewatch run` at a {args.interval:g} s interval over {wall:.0f} s, "
@@ -197,6 +228,17 @@ def main() -> None:
     )
     print(f"{'wakes a second':<24}{woken / wall:>10.1f}")
     anon, mapped = split["RssAnon"], split["RssFile"]
+    print(
+        f"{'private at the end':<24}{anon:>8.1f} MiB{PRIVATE_TARGET_MIB:>6.0f} MiB"
+        f"{anon / PRIVATE_TARGET_MIB:>8.2f}"
+    )
+    for name, samples in (("RSS", rss), ("private", private)):
+        slope, moved = growth(samples)
+        print(
+            f"{name + ' growth':<24}{slope:>+7.2f} MiB/h{GROWTH_TARGET_MIB_H:>5.0f} MiB/h"
+            f"{abs(slope) / GROWTH_TARGET_MIB_H:>8.2f}   (the last tenth's median {moved:+.2f} MiB "
+            f"on the first's, over {wall:.0f} s)"
+        )
     print(f"RSS at the end: {anon:.1f} MiB its own (anonymous), {mapped:.1f} MiB of mapped files")
     pth = ", ".join(startup_pth()) or "none"
     print(f"interpreter: Python {sys.version.split()[0]} at {sys.executable}")
