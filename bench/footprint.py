@@ -15,9 +15,9 @@ files it maps, and names the interpreter and the site `.pth` files that import
 modules at its start: a crowded environment's (a machine image's shared venv)
 add to every process of it, the worker's too.
 
-Its growth: the RSS and the private memory, each sampled with the RSS, fitted by least
-squares over the run once its first tenth is past (imports and first ticks), in MiB an
-hour, and the last tenth's median against the first's. The target, no growth, is taken as
+Its growth: the RSS and the private memory, sampled together every half second, fitted by
+least squares over the run once its first tenth is past (imports and first ticks), in MiB
+an hour, and the last tenth's median against the first's. The target, no growth, is taken as
 under 1 MiB an hour (a page of the allocator's here and there moves a short run's fit by
 more: the figure means something over an hour, `--seconds 3600`).
 
