@@ -148,8 +148,8 @@ class TimedNvml:
 
     def __getattr__(self, name: str) -> Any:
         found = getattr(self._nvml, name)
-        if name == "_nvmlGetFunctionPointer":
-            timed = self._timed(lambda *a: self._timed(found(*a)))
+        if name == "_nvmlGetFunctionPointer":  # the lookup is no read; the call it gives is
+            timed = lambda *a: self._timed(found(*a))  # noqa: E731
         elif name.startswith("nvml") and callable(found) and not isinstance(found, type):
             timed = self._timed(found)
         else:
