@@ -25,7 +25,7 @@ from nats.aio.client import Client
 from placewatch.schemas import NodeInventory, NodeTelemetry, SourceStatus, encode, subjects
 from placewatch.schemas.codec import Encoding
 
-from .fit import fit
+from .fit import fit, size
 
 log = logging.getLogger(__name__)
 
@@ -88,17 +88,18 @@ class Publisher:
             return False
         if self.dropped:
             message = msgspec.structs.replace(message, dropped=self.dropped)
-        fitted = fit(message, self.nc.max_payload - NOTE_ROOM, self.encoding)
-        if fitted is None:
-            self.dropped += 1
-            log.error(
-                "telemetry not published: even trimmed it is larger than the server's "
-                "max_payload (%d bytes); raise max_payload in the server's configuration",
-                self.nc.max_payload,
-            )
-            return False
-        payload, headers = fitted.payload, fitted.headers
-        if fitted.trimmed:
+        limit = self.nc.max_payload - NOTE_ROOM
+        payload, headers = encode(message, self.encoding)
+        if size(payload, headers) > limit:  # rare: trimmed to fit, and saying so
+            fitted = fit(message, limit, self.encoding)
+            if fitted is None:
+                self.dropped += 1
+                log.error(
+                    "telemetry not published: even trimmed it is larger than the server's "
+                    "max_payload (%d bytes); raise max_payload in the server's configuration",
+                    self.nc.max_payload,
+                )
+                return False
             payload, headers = encode(_noted(fitted.message, self.nc.max_payload), self.encoding)
         try:
             await self.nc.publish(
