@@ -20,19 +20,26 @@ import sys
 import time
 from urllib.parse import urlparse
 
+CONNECT = {"verbose": False, "pedantic": False, "headers": True, "protocol": 1}
+
+
+def handshake(url: str, timeout: float = 10.0) -> socket.socket:
+    """A bare socket to the server at `url`, past the server's INFO line and this CONNECT."""
+    parsed = urlparse(url)
+    sock = socket.create_connection((parsed.hostname, parsed.port or 4222), timeout)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+    info = bytearray()
+    while b"\r\n" not in info:
+        info += sock.recv(65536)
+    sock.sendall(b"CONNECT " + json.dumps(CONNECT).encode() + b"\r\n")
+    return sock
+
 
 def main() -> None:
     url, subject = sys.argv[1], sys.argv[2]
-    parsed = urlparse(url)
-    sock = socket.create_connection((parsed.hostname, parsed.port or 4222), 10)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
-    buf = bytearray()
-    while b"\r\n" not in buf:
-        buf += sock.recv(65536)
-    connect = {"verbose": False, "pedantic": False, "headers": True, "protocol": 1}
-    sock.sendall(b"CONNECT " + json.dumps(connect).encode() + b"\r\n")
+    sock = handshake(url)
     sock.sendall(f"SUB {subject} 1\r\nPING\r\n".encode())
-    buf.clear()
+    buf = bytearray()
     sock.setblocking(False)
     sel = selectors.DefaultSelector()
     sel.register(sock, selectors.EVENT_READ, "nats")
