@@ -13,6 +13,12 @@ a node pays in CPU is still loop_cost.py's figure.
 The worker runs about fifty times slower under callgrind: a tick still fits its interval,
 its start takes a minute. Needs valgrind (Debian's package).
 
+A valgrind that does not know pidfd_open (3.19, Debian 12's, answers ENOSYS) runs the worker
+on the path of a kernel without pidfds, which reads every shard's and GPU process's
+/proc/PID/stat each tick. This is probed first and said; the /proc steps of a tick are then
+counted apart on both paths (bench/pidfd_reads.py, the worker's functions over the same
+processes) and the count is given as it would be with pidfds too.
+
     python bench/tick_instructions.py [--ticks N] [--warmup N] [--interval S] [--discover]
         [--keep FILE]
 """
@@ -20,6 +26,7 @@ its start takes a minute. Needs valgrind (Debian's package).
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import subprocess
 import sys
@@ -84,6 +91,40 @@ def summary(out: Path) -> int:
     raise SystemExit(f"tick_instructions: no summary in {out}")
 
 
+def valgrind_has_pidfds() -> bool:
+    """Whether a program run under this valgrind can open a pidfd."""
+    probe = "import os; os.close(os.pidfd_open(os.getpid()))"
+    ran = subprocess.run(
+        ["valgrind", "--tool=none", "-q", sys.executable, "-c", probe],
+        check=False,
+        capture_output=True,
+    )
+    return ran.returncode == 0
+
+
+def proc_steps(groups: list[list[int]], ticks: int, tmp: Path) -> tuple[float, float]:
+    """The instructions a tick's /proc steps take (without pidfds, with them), each the
+    count of `ticks` ticks less that of none, over a tick."""
+    counts = {}
+    for variant, n in (("held", 0), ("fallback", ticks), ("held", ticks)):
+        out = tmp / f"reads-{variant}-{n}.out"
+        argv = [sys.executable, str(ROOT / "bench" / "pidfd_reads.py"), variant, str(n)]
+        subprocess.run(
+            [
+                "valgrind",
+                "--tool=callgrind",
+                "-q",
+                f"--callgrind-out-file={out}",
+                *argv,
+                json.dumps(groups),
+            ],
+            check=True,
+        )
+        counts[variant, n] = summary(out)
+    base = counts["held", 0]
+    return (counts["fallback", ticks] - base) / ticks, (counts["held", ticks] - base) / ticks
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ticks", type=int, default=20, help="ticks counted (20)")
@@ -96,6 +137,7 @@ def main() -> None:
     args = parser.parse_args()
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         sys.exit("tick_instructions: needs valgrind (apt-get install valgrind)")
+    pidfds = valgrind_has_pidfds()
     with (
         tempfile.TemporaryDirectory() as tmp_name,
         shard_processes() as groups,
@@ -128,6 +170,7 @@ def main() -> None:
         counted = summary(dumps[0])
         if args.keep is not None:
             shutil.copyfile(dumps[0], args.keep)
+        steps = None if pidfds else proc_steps(groups, args.ticks, tmp)
     print(
         f"tick instructions: `placewatch run` under callgrind at a {args.interval:g} s interval, "
         f"nvidia-smi looping (the interpreter stand-in), {GPUS} GPUs, 16 shards, discovery "
@@ -135,6 +178,19 @@ def main() -> None:
         f"({time.monotonic() - started:.0f} s in all)"
     )
     print(f"instructions a tick: {counted / args.ticks:,.0f}")
+    if steps is not None:
+        without, held = steps
+        print(
+            "this valgrind does not know pidfd_open: the worker counted ran as on a kernel "
+            "without pidfds, reading every shard's and GPU process's /proc/PID/stat each tick"
+        )
+        print(
+            f"its /proc steps a tick: {without:,.0f} instructions so, {held:,.0f} with pidfds "
+            "(bench/pidfd_reads.py, the same processes)"
+        )
+        print(
+            f"instructions a tick with pidfds, as deployed: {counted / args.ticks - without + held:,.0f}"
+        )
 
 
 if __name__ == "__main__":
