@@ -89,7 +89,7 @@ async def run(settings: Settings, out: TextIO) -> None:
                 worker = await _start_worker(
                     tg, nc, settings, session=session, pipeline=pipeline, streams=streams
                 )
-                worker.beats = beats
+                worker.beats, worker.lease = beats, lease
                 await worker.run(settings.interval)
         finally:
             await lease.release()
@@ -179,6 +179,8 @@ class Worker:
         self.latest = Latest()
         self.beats: TickBeats | None = None
         """The health file's heartbeat, told of every tick, when there is one."""
+        self.lease: LeaseKeeper | None = None
+        """The node's lease, refreshed with the telemetry when a refresh is due."""
         self._asks, self._asked = anyio.create_memory_object_stream[anyio.Event | None](math.inf)
 
     async def _tick(self) -> None:
@@ -194,6 +196,8 @@ class Worker:
         self.outbox.add(changes)
         await self.outbox.flush()  # 4. the events, before the telemetry that tells of them
         await self.publisher.inventory(inventory)  # 5. the inventory, when it changed
+        if self.lease is not None:
+            self.lease.with_telemetry()  # and the lease, in the same write, when due
         await self.publisher.telemetry(telemetry)  # 6. the telemetry, which names it
 
     async def run(

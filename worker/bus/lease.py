@@ -7,6 +7,12 @@ word. So a worker takes its node's lease before it publishes anything and
 refreshes it every interval; a second worker finds it live and exits,
 saying who holds it, unless told to take it over (`--takeover`).
 
+A refresh goes out with a tick's telemetry (`with_telemetry`): one write to the
+socket for both, at the moment the worker is awake anyway, rather than a wake of
+its own at another moment of the interval (7 % of a tick's CPU, docs/benchmarks.md). A tick
+that is late or stuck does not hold the lease back: it is written on its own
+REFRESH_LATEST intervals after the last write, well before LEASE_INTERVALS.
+
 Every write names the revision it replaces (JetStream's expected last
 subject sequence; 0: the key has no value), so of two workers that write at
 once the server refuses all but one, and a refresh never overwrites a lease
@@ -24,6 +30,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -47,6 +54,11 @@ log = logging.getLogger(__name__)
 
 RETRY_S = 1.0
 """The pause between tries to take the lease while the server does not answer."""
+REFRESH_LATEST = 1.5
+"""Intervals after the last write when the lease is written with no tick to go with."""
+REFRESH_SOONEST = 0.5
+"""Intervals after the last write before a tick brings the next: an asked tick soon after
+one at the cadence adds no write."""
 WRITE_TRIES = 5
 """Writes refused because the lease changed in between, before giving up."""
 RELEASE_TIMEOUT_S = 1.0
@@ -185,6 +197,10 @@ class LeaseKeeper:
         """The revision of the entry this worker wrote last; None while it holds no lease."""
         self.ended: LeaseHeld | LeaseLost | None = None
         self._kv: KeyValue | None = None
+        self._written = time.monotonic()
+        """When the lease was last written (tried), by the monotonic clock."""
+        self._due = anyio.Event()
+        """Set by a tick that brings the next refresh."""
 
     async def keep(
         self,
@@ -215,6 +231,12 @@ class LeaseKeeper:
         except (LeaseHeld, LeaseLost) as exc:
             self.ended = exc
             scope.cancel()
+
+    def with_telemetry(self) -> None:
+        """A tick is about to publish its telemetry: a refresh due by then goes out with it,
+        its write queued on the connection before the telemetry's is sent."""
+        if time.monotonic() - self._written >= REFRESH_SOONEST * self.lease.interval_s:
+            self._due.set()
 
     def check(self) -> None:
         """Raise why the lease ended the worker, if it did."""
@@ -256,10 +278,14 @@ class LeaseKeeper:
             await anyio.sleep(RETRY_S)
 
     async def _refresh(self, js: JetStreamContext) -> None:
-        """Write the lease again every interval, until the worker stops or another takes it."""
+        """Write the lease again every interval, with a tick's telemetry or on its own, until
+        the worker stops or another takes it."""
         failing = False
         while True:
-            await anyio.sleep(self.lease.interval_s)
+            self._due = anyio.Event()
+            latest = self._written + REFRESH_LATEST * self.lease.interval_s
+            with anyio.move_on_after(latest - time.monotonic()):
+                await self._due.wait()
             try:
                 if self._kv is None:
                     self._kv = await ensure_bucket(js, self.bucket, self.streams)
@@ -291,6 +317,7 @@ class LeaseKeeper:
         changed since, read who holds it now and decide: ours (a write whose answer was lost),
         none (deleted: write again), another's (held, expired, or taken from us)."""
         assert self._kv is not None
+        self._written = time.monotonic()
         taken_from: Holder | None = None
         for _ in range(WRITE_TRIES):
             try:

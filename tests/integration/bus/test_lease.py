@@ -297,6 +297,36 @@ def test_a_refresh_whose_answer_was_lost_finds_its_own_lease_and_carries_on(
     anyio.run(main, backend="asyncio")
 
 
+def test_a_refresh_goes_out_with_a_ticks_telemetry_and_on_its_own_when_no_tick_comes(
+    nats_server: NatsServer,
+) -> None:
+    async def main() -> None:
+        nc = await nats.connect(nats_server.url)
+        keeper = LeaseKeeper(node_lease("n1", "mine", 1.0), StreamSettings())
+        try:
+            async with anyio.create_task_group() as tg:
+                await tg.start(keeper.keep, nc, tg.cancel_scope)
+                taken = keeper.revision
+                keeper.with_telemetry()  # a tick just after the lease was taken: not due yet
+                await anyio.sleep(0.6)
+                assert keeper.revision == taken
+                keeper.with_telemetry()  # half an interval on: the tick brings the refresh
+                with anyio.fail_after(0.5):  # long before the 1.5 s it would wait on its own
+                    while keeper.revision == taken:
+                        await anyio.sleep(0.01)
+                brought, since = keeper.revision, time.monotonic()
+                with anyio.fail_after(3):  # no tick now: written on its own
+                    while keeper.revision == brought:
+                        await anyio.sleep(0.01)
+                assert 1.3 < time.monotonic() - since < 2.0
+                assert keeper.ended is None
+                tg.cancel_scope.cancel()
+        finally:
+            await nc.close()
+
+    anyio.run(main, backend="asyncio")
+
+
 def test_a_stopped_worker_gives_its_lease_back_and_the_next_starts_at_once(
     nats_server: NatsServer, workers: list[Worker]
 ) -> None:
