@@ -108,18 +108,9 @@ def proc_steps(groups: list[list[int]], ticks: int, tmp: Path) -> tuple[float, f
     counts = {}
     for variant, n in (("held", 0), ("fallback", ticks), ("held", ticks)):
         out = tmp / f"reads-{variant}-{n}.out"
-        argv = [sys.executable, str(ROOT / "bench" / "pidfd_reads.py"), variant, str(n)]
-        subprocess.run(
-            [
-                "valgrind",
-                "--tool=callgrind",
-                "-q",
-                f"--callgrind-out-file={out}",
-                *argv,
-                json.dumps(groups),
-            ],
-            check=True,
-        )
+        reads = [sys.executable, str(ROOT / "bench" / "pidfd_reads.py"), variant, str(n)]
+        valgrind = ["valgrind", "--tool=callgrind", "-q", f"--callgrind-out-file={out}"]
+        subprocess.run([*valgrind, *reads, json.dumps(groups)], check=True)
         counts[variant, n] = summary(out)
     base = counts["held", 0]
     return (counts["fallback", ticks] - base) / ticks, (counts["held", ticks] - base) / ticks

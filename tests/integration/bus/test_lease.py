@@ -9,6 +9,8 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -87,6 +89,15 @@ async def lease_entry(url: str, node: str) -> tuple[NodeLease | None, datetime |
         return decode(msg.data or b"", NodeLease), msg.time
     finally:
         await nc.close()
+
+
+@asynccontextmanager
+async def holding(nc: Client, keeper: LeaseKeeper) -> AsyncIterator[None]:
+    """`keeper` holding its lease on `nc` and refreshing it until the block ends."""
+    async with anyio.create_task_group() as tg:
+        await tg.start(keeper.keep, nc, tg.cancel_scope)
+        yield
+        tg.cancel_scope.cancel()
 
 
 async def compute_sessions(url: str) -> list[str]:
@@ -273,11 +284,9 @@ def test_a_refresh_whose_answer_was_lost_finds_its_own_lease_and_carries_on(
     nats_server: NatsServer,
 ) -> None:
     async def main() -> None:
-        nc = await nats.connect(nats_server.url)
         keeper = LeaseKeeper(node_lease("n1", "mine", 0.3), StreamSettings())
-        try:
-            async with anyio.create_task_group() as tg:
-                await tg.start(keeper.keep, nc, tg.cancel_scope)
+        async with await nats.connect(nats_server.url) as nc:
+            async with holding(nc, keeper):
                 taken = keeper.revision
                 assert taken is not None
                 # The refresh the server stored, whose answer never came back: the same lease,
@@ -287,12 +296,9 @@ def test_a_refresh_whose_answer_was_lost_finds_its_own_lease_and_carries_on(
                 await anyio.sleep(1.0)
                 assert keeper.ended is None
                 assert keeper.revision is not None and keeper.revision > landed
-                tg.cancel_scope.cancel()
             await keeper.release()
             with pytest.raises(nats.js.errors.KeyNotFoundError):
                 await kv.get("n1")
-        finally:
-            await nc.close()
 
     anyio.run(main, backend="asyncio")
 
@@ -301,28 +307,22 @@ def test_a_refresh_goes_out_with_a_ticks_telemetry_and_on_its_own_when_no_tick_c
     nats_server: NatsServer,
 ) -> None:
     async def main() -> None:
-        nc = await nats.connect(nats_server.url)
         keeper = LeaseKeeper(node_lease("n1", "mine", 1.0), StreamSettings())
-        try:
-            async with anyio.create_task_group() as tg:
-                await tg.start(keeper.keep, nc, tg.cancel_scope)
-                taken = keeper.revision
-                keeper.with_telemetry()  # a tick just after the lease was taken: not due yet
-                await anyio.sleep(0.6)
-                assert keeper.revision == taken
-                keeper.with_telemetry()  # half an interval on: the tick brings the refresh
-                with anyio.fail_after(0.5):  # long before the 1.5 s it would wait on its own
-                    while keeper.revision == taken:
-                        await anyio.sleep(0.01)
-                brought, since = keeper.revision, time.monotonic()
-                with anyio.fail_after(3):  # no tick now: written on its own
-                    while keeper.revision == brought:
-                        await anyio.sleep(0.01)
-                assert 1.3 < time.monotonic() - since < 2.0
-                assert keeper.ended is None
-                tg.cancel_scope.cancel()
-        finally:
-            await nc.close()
+        async with await nats.connect(nats_server.url) as nc, holding(nc, keeper):
+            taken = keeper.revision
+            keeper.with_telemetry()  # a tick just after the lease was taken: not due yet
+            await anyio.sleep(0.6)
+            assert keeper.revision == taken
+            keeper.with_telemetry()  # half an interval on: the tick brings the refresh
+            with anyio.fail_after(0.5):  # long before the 1.5 s it would wait on its own
+                while keeper.revision == taken:
+                    await anyio.sleep(0.01)
+            brought, since = keeper.revision, time.monotonic()
+            with anyio.fail_after(3):  # no tick now: written on its own
+                while keeper.revision == brought:
+                    await anyio.sleep(0.01)
+            assert 1.3 < time.monotonic() - since < 2.0
+            assert keeper.ended is None
 
     anyio.run(main, backend="asyncio")
 
