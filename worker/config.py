@@ -21,12 +21,14 @@ from placewatch.schemas.messages import MAX_INTERVAL_S
 from placewatch.schemas.streams import stem
 from placewatch.schemas.subjects import MAX_NAME_BYTES
 
+from .files import UnusableFile, read_text
 from .gpu import KFD_ROOT
 from .gpu.registry import NAMES
 
 ENV_PREFIX = "PLACEWATCH_"
 ENV_CONFIG = "PLACEWATCH_CONFIG"
 COMMAND_ENV_PREFIXES = ("PLACEWATCH_ALERTS_",)
+MAX_CONFIG_BYTES = 1 << 20
 """Variables of a command's own flags (`placewatch alerts`' PLACEWATCH_ALERTS_WEBHOOK), read
 and checked by that command: the node's settings pass over them, so that one environment
 file can serve every command."""
@@ -143,15 +145,12 @@ def load(
 def _read_file(path: str) -> dict[str, Any]:
     import tomllib  # noqa: PLC0415 - only a node given a config file pays for it
 
+    if not os.path.lexists(path):
+        raise ConfigError(f"config file {path} does not exist; check --config or {ENV_CONFIG}")
     try:
-        with open(path, "rb") as f:
-            return tomllib.load(f)
-    except FileNotFoundError:
-        raise ConfigError(
-            f"config file {path} does not exist; check --config or {ENV_CONFIG}"
-        ) from None
-    except OSError as exc:
-        raise ConfigError(f"config file {path} cannot be read: {exc.strerror}") from exc
+        return tomllib.loads(read_text(path, MAX_CONFIG_BYTES))
+    except UnusableFile as exc:
+        raise ConfigError(f"config file {path} {exc}; check --config or {ENV_CONFIG}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
 

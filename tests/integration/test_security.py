@@ -256,7 +256,7 @@ def test_a_missing_credentials_file_exits_2_naming_the_setting(tmp_path: Path) -
     assert done.returncode == 2
     assert (
         done.stderr.strip()
-        == f"placewatch: creds: {tmp_path / 'absent.creds'} cannot be read; check the path and its permissions"
+        == f"placewatch: creds: {tmp_path / 'absent.creds'} cannot be read (No such file or directory); check the path and its permissions"
     )
 
 

@@ -113,7 +113,7 @@ def test_an_unreadable_credentials_file_returns_2_before_connecting(
     assert main(["watch", "--creds", "/nonexistent/node.creds"]) == 2
     _, err = capsys.readouterr()
     assert err == (
-        "placewatch: creds: /nonexistent/node.creds cannot be read; "
+        "placewatch: creds: /nonexistent/node.creds cannot be read (No such file or directory); "
         "check the path and its permissions\n"
     )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -151,6 +152,27 @@ def test_cli_missing_or_broken_file_exits_2(tmp_path: Path) -> None:
     done = run_placewatch("sample", "--config", str(broken))
     assert done.returncode == 2
     assert f"config file {broken} is not valid TOML" in done.stderr
+
+
+def test_cli_config_path_that_names_no_file_or_no_text_exits_2(tmp_path: Path) -> None:
+    """A named pipe would block the start until someone wrote to it; bytes that are not UTF-8
+    would end in a traceback."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    done = run_placewatch("sample", "--config", str(fifo))
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (
+        f"placewatch: config file {fifo} is a named pipe; give the path of a file; "
+        "check --config or PLACEWATCH_CONFIG\n"
+    )
+    latin = tmp_path / "latin.toml"
+    latin.write_bytes(b'node = "n\xf6de"\n')
+    done = run_placewatch("sample", "--config", str(latin))
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (
+        f"placewatch: config file {latin} is not UTF-8 text (byte 0xf6 at offset 9); "
+        "check --config or PLACEWATCH_CONFIG\n"
+    )
 
 
 def test_cli_bad_flag_value_exits_2() -> None:

@@ -5,11 +5,13 @@ Imports no NATS client: a command that fails on a bad credentials file fails at 
 
 from __future__ import annotations
 
-import os
 import ssl
 from typing import Any
 
 from ..config import ConfigError, Settings
+from ..files import UnusableFile, read_text
+
+MAX_CREDENTIALS_BYTES = 64 << 10
 
 
 def connect_options(settings: Settings) -> dict[str, Any]:
@@ -52,5 +54,9 @@ def _tls_error(which: str, exc: OSError) -> ConfigError:
 
 
 def _check_readable(field: str, path: str) -> None:
-    if not os.access(path, os.R_OK):
-        raise ConfigError(f"{field}: {path} cannot be read; check the path and its permissions")
+    """A credentials file the client can read when it connects: a regular file of UTF-8 text
+    (a seed is 58 bytes, a creds file with its JWT a few KiB)."""
+    try:
+        read_text(path, MAX_CREDENTIALS_BYTES)
+    except UnusableFile as exc:
+        raise ConfigError(f"{field}: {path} {exc}; check the path and its permissions") from None

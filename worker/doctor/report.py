@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
 from placewatch.consumer.connection import redact
 
+from ..bus.options import MAX_CREDENTIALS_BYTES
 from ..config import Settings
+from ..files import UnusableFile, read_text
 
 Outcome = Literal["ok", "fail", "skip"]
 
@@ -76,9 +77,9 @@ def secrets_of(settings: Settings) -> list[str]:
     found += [p for p in (urlsplit(u).password for u in settings.nats) if p]
     for path in (settings.nkey_seed, settings.creds):
         try:
-            text = Path(path).read_text(errors="replace") if path else ""
-        except OSError:
-            continue
+            text = read_text(path, MAX_CREDENTIALS_BYTES) if path else ""
+        except UnusableFile:
+            continue  # the server check says what is wrong with it
         # The seed and JWT lines; not the armour or the notice between them.
         words = (line.strip() for line in text.splitlines())
         found += [w for w in words if len(w) >= 16 and " " not in w and w[:3] not in ("---", "***")]

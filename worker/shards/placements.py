@@ -28,6 +28,8 @@ from placewatch.schemas.messages import (
 )
 from placewatch.schemas.subjects import MAX_NAME_BYTES
 
+from ..files import UnusableFile, read_text
+
 if TYPE_CHECKING:  # the bucket brings the NATS client, which `placewatch sample` does without
     from .bucket import PlacementsBucket
 
@@ -39,6 +41,9 @@ MAX_SHARDS = 256
 """The most shards one node watches: placed (the shards file first, then the bucket's keys in
 order) and discovered. A node's telemetry carries a brief of each, and every one costs the tick
 its share; past this many, the rest are refused and `sources` says so."""
+MAX_SHARDS_FILE_BYTES = 4 << 20
+"""The largest shards file read: MAX_SHARDS entries of the longest values, comments
+besides."""
 SPEC_KEYS = PlacementSpec.__struct_fields__
 
 
@@ -194,10 +199,9 @@ def read_shards_file(path: Path) -> tuple[list[PlacementSpec], list[str]]:
     import tomllib  # noqa: PLC0415 - only a node given a shards file pays for it
 
     try:
-        with open(path, "rb") as f:
-            doc: dict[str, Any] = tomllib.load(f)
-    except OSError as exc:
-        raise UnusableShardsFile(f"shards file {path} cannot be read ({exc.strerror})") from None
+        doc: dict[str, Any] = tomllib.loads(read_text(path, MAX_SHARDS_FILE_BYTES))
+    except UnusableFile as exc:
+        raise UnusableShardsFile(f"shards file {path} {exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise UnusableShardsFile(
             f"shards file {path} is not valid TOML ({exc}); no placements read from it"

@@ -3,6 +3,7 @@ connection, each error naming the setting and never a secret."""
 
 from __future__ import annotations
 
+import os
 import ssl
 from pathlib import Path
 from typing import Any
@@ -56,7 +57,28 @@ def test_readable_credential_files_are_passed_by_path(tmp_path: Path) -> None:
 def test_an_unreadable_credentials_file_names_the_setting(field: str, tmp_path: Path) -> None:
     missing = tmp_path / "absent"
     message = refused(**{field: str(missing)}, user="n1", password=SECRET)
-    assert message == f"{field}: {missing} cannot be read; check the path and its permissions"
+    assert (
+        message
+        == f"{field}: {missing} cannot be read (No such file or directory); check the path and its permissions"
+    )
+
+
+@pytest.mark.parametrize("field", ["creds", "nkey_seed"])
+def test_a_credentials_path_that_names_no_file_is_refused_before_the_client_reads_it(
+    field: str, tmp_path: Path
+) -> None:
+    """The client would block on a named pipe at every connect, and read /dev/zero until
+    memory ran out."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    assert refused(**{field: str(fifo)}) == (
+        f"{field}: {fifo} is a named pipe; give the path of a file; "
+        "check the path and its permissions"
+    )
+    assert refused(**{field: "/dev/zero"}) == (
+        f"{field}: /dev/zero is a character device; give the path of a file; "
+        "check the path and its permissions"
+    )
 
 
 def test_a_missing_ca_names_tls_ca(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from placewatch.shards.bucket import PlacementsBucket
-from placewatch.shards.placements import ShardsFile, parse_shards_file
+from placewatch.shards.placements import MAX_SHARDS_FILE_BYTES, ShardsFile, parse_shards_file
 
 
 def test_shards_file_reads_every_documented_key(tmp_path: Path) -> None:
@@ -98,6 +98,45 @@ def test_a_file_never_read_whole_keeps_no_placements(tmp_path: Path) -> None:
     assert shards.load() is True
     assert shards.specs == []
     assert "is not valid TOML" in shards.problems[0] and "stay in force" not in shards.problems[0]
+
+
+def test_a_path_to_what_is_no_shards_file_is_refused_and_the_last_placements_stand(
+    tmp_path: Path,
+) -> None:
+    """A named pipe (opening it would wait for a writer), a device (/dev/zero would be read
+    until memory ran out), bytes that are not UTF-8: each one problem, never a tick that hangs
+    or fails."""
+    path = tmp_path / "shards.toml"
+    path.write_text('[[shard]]\nid = "a"\npid = 1\ngpus = [0]\n')
+    shards = ShardsFile(path)
+    assert shards.load() is True
+    kept = "; its last good placements (1) stay in force"
+    path.write_bytes(b'[[shard]]\nid = "caf\xe9"\npid = 1\n')  # Latin-1, not UTF-8
+    os.utime(path, ns=(1, 10**9))
+    assert shards.load() is True
+    assert shards.problems == [
+        f"shards file {path} is not UTF-8 text (byte 0xe9 at offset 19){kept}"
+    ]
+    path.unlink()
+    os.mkfifo(path)
+    assert shards.load() is True
+    assert shards.problems == [f"shards file {path} is a named pipe; give the path of a file{kept}"]
+    assert [s.id for s in shards.specs] == ["a"]
+    specs, problems = parse_shards_file(Path("/dev/zero"))
+    assert (specs, problems) == (
+        [],
+        ["shards file /dev/zero is a character device; give the path of a file"],
+    )
+
+
+def test_a_shards_file_larger_than_any_can_be_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "model.gguf"  # given by mistake
+    with path.open("wb") as f:
+        f.truncate(MAX_SHARDS_FILE_BYTES + 1)
+    assert parse_shards_file(path) == (
+        [],
+        [f"shards file {path} is larger than {MAX_SHARDS_FILE_BYTES:,} bytes"],
+    )
 
 
 @pytest.mark.parametrize(
