@@ -93,6 +93,7 @@ class ConnectionLog:
 
     def __init__(self, servers: list[str]) -> None:
         self.servers = ", ".join(redact(s) for s in servers)
+        self.first = servers[0]
         self.failing = False
         self.nc: Client | None = None
         self.refused: set[str] = set()
@@ -115,10 +116,15 @@ class ConnectionLog:
             return
         if not self.failing and not self._closing():
             self.failing = True
+            why = redact(str(exc)) or type(exc).__name__
+            # No greeting, or another one than INFO (nats-py: "... when expecting INFO
+            # message"): is a NATS server there at all?
+            if isinstance(exc, TimeoutError) or "info" in str(exc).lower():
+                answer = await _answer(self.first)
+                if answer not in (None, NATS_GREETING):
+                    why = f"{why}: {_not_nats(answer)}"
             log.warning(
-                "cannot reach NATS at %s (%s); retrying every half second",
-                self.servers,
-                redact(str(exc)) or type(exc).__name__,
+                "cannot reach NATS at %s (%s); retrying every half second", self.servers, why
             )
 
     async def disconnected(self) -> None:
@@ -220,14 +226,23 @@ async def connect_within(
     except TimeoutError:
         pass
     where = ", ".join(redact(s) for s in servers)
-    if not await _listening(servers[0]):
+    answer = await _answer(servers[0])
+    if answer is None:
         why = "nothing answers there; check --nats (or PLACEWATCH_NATS) and that a server runs"
-    else:
+    elif answer == NATS_GREETING:
         why = "a server answers but the connection failed; check the credentials and TLS flags"
+    else:
+        why = _not_nats(answer)
     raise Unreachable(f"cannot reach NATS at {where} within {seconds:g} s: {why}")
 
 
-async def _listening(url: str) -> bool:
+NATS_GREETING = "INFO"
+"""What a NATS server sends first, before the client says anything."""
+
+
+async def _answer(url: str) -> str | None:
+    """What listens at `url`: None where nothing takes a connection within a second,
+    NATS_GREETING where a NATS server greets, else what came instead (a few words)."""
     parsed = urlparse(url if "://" in url else f"nats://{url}")
     try:
         with anyio.fail_after(1):
@@ -235,6 +250,23 @@ async def _listening(url: str) -> bool:
                 parsed.hostname or "127.0.0.1", parsed.port or subjects.DEFAULT_PORT
             )
     except (OSError, TimeoutError):
-        return False
-    await stream.aclose()
-    return True
+        return None
+    first = b""
+    try:
+        with anyio.move_on_after(1):
+            first = await stream.receive(64)
+    except (OSError, anyio.EndOfStream, anyio.BrokenResourceError):
+        pass
+    finally:
+        await stream.aclose()
+    if first.startswith(NATS_GREETING.encode()):
+        return NATS_GREETING
+    return f"it sent {first[:24]!r}" if first else "it sent nothing within 1 s"
+
+
+def _not_nats(answer: str) -> str:
+    return (
+        f"what answers there is no NATS server ({answer}, where a NATS server greets with "
+        "INFO); check the port in --nats (or PLACEWATCH_NATS): clients connect to 4222 "
+        "unless the server says otherwise, its monitoring port (8222) is HTTP"
+    )

@@ -3,8 +3,11 @@ back, each said once; and the first connection within a limit or why not."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -84,6 +87,72 @@ def test_connect_within_blames_the_credentials_where_a_server_answers(tmp_path: 
     assert "wrong" not in str(caught.value)
 
 
+@contextlib.contextmanager
+def not_nats(greeting: bytes) -> Iterator[str]:
+    """A TCP server on a free loopback port that is no NATS server: it sends `greeting` (an
+    SSH server's) or nothing (an HTTP server waits for its request) to each connection."""
+    server = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return  # closed
+            held.append(conn)
+            if greeting:
+                conn.sendall(greeting)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"nats://127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        server.shutdown(socket.SHUT_RDWR)
+        server.close()
+        thread.join(5)
+        for conn in held:
+            conn.close()
+
+
+NOT_NATS = (
+    "what answers there is no NATS server ({}, where a NATS server greets with INFO); check "
+    "the port in --nats (or PLACEWATCH_NATS): clients connect to 4222 unless the server says "
+    "otherwise, its monitoring port (8222) is HTTP"
+)
+
+
+def test_connect_within_says_a_silent_service_is_no_nats_server() -> None:
+    async def main(url: str) -> None:
+        await connect_within([url], "test", {}, 1)
+
+    with not_nats(b"") as url, pytest.raises(Unreachable) as caught:
+        anyio.run(main, url, backend="asyncio")
+    assert str(caught.value) == (
+        f"cannot reach NATS at {url} within 1 s: " + NOT_NATS.format("it sent nothing within 1 s")
+    )
+
+
+def test_a_service_that_greets_otherwise_is_said_to_be_no_nats_server(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger=LOGGER)
+
+    async def main(url: str) -> None:
+        with anyio.move_on_after(1.5):
+            await connect([url], "test")
+
+    with not_nats(b"SSH-2.0-OpenSSH_9.2p1 Debian-2\r\n") as url:
+        anyio.run(main, url, backend="asyncio")
+    assert said(caplog) == [
+        f"cannot reach NATS at {url} (nats: empty response from server when expecting INFO "
+        "message: "
+        + NOT_NATS.format("it sent b'SSH-2.0-OpenSSH_9.2p1 De'")
+        + "); retrying every half second"
+    ]
+
+
 def test_connect_within_gives_the_connection_with_the_options(tmp_path: Path) -> None:
     server = NatsServer(tmp_path / "js", config="authorization { token: s3cret }\n")
     server.start()
@@ -113,4 +182,5 @@ def test_a_server_given_without_a_scheme_is_looked_for_on_its_port() -> None:
 
         with pytest.raises(Unreachable) as caught:
             anyio.run(main, backend="asyncio")
-    assert "a server answers but the connection failed" in str(caught.value)
+    # Looked for on its port, where something answers, though not as a NATS server.
+    assert "no NATS server (it sent nothing within 1 s" in str(caught.value)
