@@ -10,6 +10,8 @@ import pytest
 
 from placewatch.consumer.connection import Bus, ConnectionLog, redact, refusal
 
+from tests.conftest import free_port
+
 LOGGER = "placewatch.consumer.connection"
 
 
@@ -68,7 +70,9 @@ def said(caplog: pytest.LogCaptureFixture) -> list[tuple[int, str]]:
 
 def test_failed_attempts_are_one_line_until_reconnected(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger=LOGGER)
-    events = ConnectionLog(["nats://n1:pw@10.0.0.5:4222", "nats://10.0.0.6:4222"])
+    # Loopback ports where nothing listens: a timeout makes the log look at what answers.
+    first, second = free_port(), free_port()
+    events = ConnectionLog([f"nats://n1:pw@127.0.0.1:{first}", f"nats://127.0.0.1:{second}"])
 
     async def main() -> None:
         for _ in range(3):
@@ -80,13 +84,13 @@ def test_failed_attempts_are_one_line_until_reconnected(caplog: pytest.LogCaptur
     assert said(caplog) == [
         (
             logging.WARNING,
-            "cannot reach NATS at nats://***@10.0.0.5:4222, nats://10.0.0.6:4222 "
+            f"cannot reach NATS at nats://***@127.0.0.1:{first}, nats://127.0.0.1:{second} "
             "(Connect call failed); retrying every half second",
         ),
         (logging.INFO, "reconnected to NATS"),
         (
             logging.WARNING,
-            "cannot reach NATS at nats://***@10.0.0.5:4222, nats://10.0.0.6:4222 "
+            f"cannot reach NATS at nats://***@127.0.0.1:{first}, nats://127.0.0.1:{second} "
             "(TimeoutError); retrying every half second",
         ),
     ]
