@@ -10,7 +10,7 @@ grace period has passed since its process started.
 from __future__ import annotations
 
 import functools
-import re
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -19,7 +19,7 @@ import psutil
 
 from .attribution import ProcTable
 from .cgroup import NONE, Container, read_container
-from .placements import Placement
+from .placements import MATCH_BUDGET_S, MATCH_LINE_S, Placement, compiled_match
 from .verdict import GpuIds, Judgement, Observation
 
 if TYPE_CHECKING:
@@ -78,8 +78,10 @@ def find_processes(tracked: Iterable[Tracked], table: ProcTable) -> None:
     """Find each shard's process; notice one that exited or was replaced. Blocking.
 
     A shard whose process cannot be looked up for a reason of its own (a pid the OS refuses
-    to consider) is marked with the error, and the others are looked up as usual."""
+    to consider, a `match` cut short) is marked with the error, and the others are looked up
+    as usual."""
     candidates: list[tuple[float, int, str]] | None = None
+    deadline = time.monotonic() + MATCH_BUDGET_S
 
     def lines() -> list[tuple[float, int, str]]:
         nonlocal candidates
@@ -89,23 +91,28 @@ def find_processes(tracked: Iterable[Tracked], table: ProcTable) -> None:
 
     for t in tracked:
         try:
-            _find_process(t, table, lines)
+            _find_process(t, table, lines, deadline)
             t.error = None
+        except SlowPattern as exc:
+            t.forget_process()
+            t.error = str(exc)
         except Exception as exc:
             t.forget_process()
             t.error = f"looking up its process failed ({type(exc).__name__}: {exc})"
 
 
 def _find_process(
-    t: Tracked, table: ProcTable, lines: Callable[[], list[tuple[float, int, str]]]
+    t: Tracked,
+    table: ProcTable,
+    lines: Callable[[], list[tuple[float, int, str]]],
+    deadline: float,
 ) -> None:
     spec = t.placement.spec
     pid = spec.pid
     if pid is None and spec.match:
         if t.pid is not None and runs(table, t.pid, t.started):
             return
-        pattern = re.compile(spec.match)
-        pid = next((p for _, p, cmd in lines() if pattern.search(cmd)), None)
+        pid = first_match(spec.match, lines(), deadline)
     if pid is None:
         t.forget_process()
         return
@@ -121,6 +128,43 @@ def _find_process(
         return
     t.pid, t.create_time, t.started, t.ready = pid, created, started, False
     t.container = read_container(pid, table.root)
+
+
+class SlowPattern(Exception):
+    """A `match` not searched to the end of every command line in its time; says which."""
+
+
+def first_match(pattern: str, lines: list[tuple[float, int, str]], deadline: float) -> int | None:
+    """The pid of the first command line `pattern` finds; SlowPattern where it found none
+    but could not search some line to its end by MATCH_LINE_S, or any line by `deadline`.
+
+    The `regex` module rather than `re`: it backtracks far less, and it stops at a timeout,
+    so that one search costs the tick at most MATCH_LINE_S."""
+    compiled = compiled_match(pattern)
+    skipped: list[int] = []
+    for n, (_, pid, cmd) in enumerate(lines):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            skipped += [p for _, p, _ in lines[n:]]
+            break
+        try:
+            if compiled.search(cmd, timeout=min(left, MATCH_LINE_S)):
+                return pid
+        except TimeoutError:
+            skipped.append(pid)
+    if not skipped:
+        return None
+    raise SlowPattern(
+        f"its `match` was not searched to the end of the command line of {_pids(skipped)} "
+        f"(it may take {MATCH_LINE_S * 1000:g} ms a line, and every shard's "
+        f"{MATCH_BUDGET_S * 1000:g} ms a tick); give a pattern with fewer open-ended "
+        "repeats (`.*`, `+`), anchored on the engine's name"
+    )
+
+
+def _pids(pids: list[int], most: int = 5) -> str:
+    shown = ", ".join(map(str, pids[:most])) + (", ..." if len(pids) > most else "")
+    return f"{'pid' if len(pids) == 1 else f'{len(pids)} processes: pid'} {shown}"
 
 
 def command_lines() -> list[tuple[float, int, str]]:

@@ -8,6 +8,8 @@ it never stops the worker or drops the others.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import os
 import re
@@ -31,6 +33,8 @@ from placewatch.schemas.subjects import MAX_NAME_BYTES
 from ..files import UnusableFile, read_text
 
 if TYPE_CHECKING:  # the bucket brings the NATS client, which `placewatch sample` does without
+    import regex
+
     from .bucket import PlacementsBucket
 
 log = logging.getLogger(__name__)
@@ -44,6 +48,12 @@ its share; past this many, the rest are refused and `sources` says so."""
 MAX_SHARDS_FILE_BYTES = 4 << 20
 """The largest shards file read: MAX_SHARDS entries of the longest values, comments
 besides."""
+MATCH_LINE_S = 0.02
+"""The most the search of a `match` in one command line may take (a usual one takes a few
+microseconds). Anyone on the node may start a process whose command line makes a pattern
+backtrack (`.*--port.*8081` in 120 KB of `--port`); its search stops here."""
+MATCH_BUDGET_S = 0.1
+"""The most every shard's `match` searches may take together in one tick."""
 SPEC_KEYS = PlacementSpec.__struct_fields__
 
 
@@ -79,9 +89,11 @@ def check_spec(raw: object, where: str) -> PlacementSpec:
     if spec.pid is None and not spec.match:
         raise ValueError(f"{where} ({spec.id}): give `pid` or `match` to find its process")
     if spec.match:
+        import regex  # noqa: PLC0415 - only a placement with a `match` pays for it
+
         try:
-            re.compile(spec.match)
-        except re.error as exc:
+            compiled_match(spec.match)
+        except regex.error as exc:
             raise ValueError(
                 f"{where} ({spec.id}): `match` is not a valid pattern: {exc}"
             ) from None
@@ -89,6 +101,22 @@ def check_spec(raw: object, where: str) -> PlacementSpec:
     if problem:
         raise ValueError(f"{where} ({spec.id}): `health_url` {problem}; {_WANTED['health_url']}")
     return spec
+
+
+@functools.lru_cache(maxsize=2 * MAX_SHARDS)
+def compiled_match(pattern: str) -> regex.Pattern[str]:
+    """A placement's `match`, compiled as liveness.py searches with it; raises regex.error
+    where it is not a pattern.
+
+    The first search of a line at least as long as the pattern builds the tables of its
+    literal parts, past any timeout (155 ms for 1,024 characters of literal): it is done
+    here, once for each pattern, rather than in a tick's budget for the searches."""
+    import regex  # noqa: PLC0415 - only a placement with a `match` pays for it
+
+    compiled = regex.compile(pattern)
+    with contextlib.suppress(TimeoutError):
+        compiled.search(" " * len(pattern), timeout=MATCH_LINE_S)
+    return compiled
 
 
 def _url_problem(url: str) -> str | None:

@@ -56,7 +56,7 @@ def test_a_node_on_a_server_with_a_small_max_payload_still_says_everything(
         statuses = stored()
         assert len(statuses) == 41  # the huge one did not hold up the 40 behind it
         huge = statuses["huge"]
-        assert huge.verdict == "gone" and huge.omitted, huge  # cut, not held back
+        assert huge.verdict == "gone" and huge.omitted, huge.reason  # cut, not held back
         assert len(huge.placed_gpus) + huge.omitted.get("placed_gpus", 0) == 64
         assert huge.reason.startswith("no running process matches 'zzzz")
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 
 import psutil
@@ -13,7 +15,15 @@ import pytest
 
 from placewatch.schemas import PlacementSpec
 from placewatch.shards.attribution import ProcTable
-from placewatch.shards.liveness import Tracked, command_lines, find_processes, health, settled
+from placewatch.shards.liveness import (
+    SlowPattern,
+    Tracked,
+    command_lines,
+    find_processes,
+    first_match,
+    health,
+    settled,
+)
 from placewatch.shards.placements import Placement
 
 from tests.conftest import free_port, wait_older_than
@@ -123,6 +133,61 @@ def test_a_placement_moved_to_another_pid_is_not_settled(
     assert not settled([shard], table)
     find_processes([shard], table)
     assert shard.pid == new
+
+
+HOSTILE = "--port" * 20_000
+"""120,000 bytes in one argument (the kernel takes up to 128 KiB), on which `.*--port.*8081`
+backtracks for hours with Python's re and for seconds with the regex module."""
+
+
+ADVICE = "; give a pattern with fewer open-ended repeats (`.*`, `+`), anchored on the engine's name"
+
+
+def test_a_pattern_that_backtracks_on_a_hostile_command_line_is_cut_short(
+    children: list[subprocess.Popen[bytes]],
+) -> None:
+    """Anyone on the node may start a process with such a command line; an ordinary pattern
+    must not stall the worker on it. The shard is `unknown` with why, not `gone`."""
+    hostile = child(children, HOSTILE)
+    shard = tracked(match=r".*--port.*8081")
+    thread = threading.Thread(target=find_processes, args=([shard], ProcTable()), daemon=True)
+    thread.start()
+    thread.join(60)
+    assert not thread.is_alive(), "the search was not cut short"
+    assert shard.pid is None and shard.error is not None
+    assert shard.error.startswith("its `match` was not searched to the end of the command line")
+    assert str(hostile) in shard.error
+    assert shard.error.endswith(
+        "(it may take 20 ms a line, and every shard's 100 ms a tick)" + ADVICE
+    )
+
+
+def test_a_match_past_a_hostile_command_line_is_still_found(
+    children: list[subprocess.Popen[bytes]],
+) -> None:
+    child(children, HOSTILE)
+    wanted = child(children, "--port 8081 shard-5d1c")
+    shard = tracked(match=r".*--port.*8081 shard-5d1c")
+    find_processes([shard], ProcTable())
+    assert (shard.pid, shard.error) == (wanted, None)
+
+
+def test_the_searches_stop_at_the_ticks_budget_and_name_what_they_left() -> None:
+    lines = [(0.0, pid, HOSTILE) for pid in range(100, 140)]
+    # 20 ms a line, 100 ms in all: the budget ends the search long before the last line.
+    with pytest.raises(SlowPattern) as slow:
+        first_match(r".*--port.*8081", [*lines, (0.0, 999, "--port 8081")], time.monotonic() + 0.1)
+    assert str(slow.value) == (
+        "its `match` was not searched to the end of the command line of 41 processes: "
+        "pid 100, 101, 102, 103, 104, ... (it may take 20 ms a line, and every shard's "
+        "100 ms a tick)" + ADVICE
+    )
+    # Once the budget is spent, the shards after are told so without a search.
+    with pytest.raises(SlowPattern) as slow:
+        first_match("--port 8081", [(0.0, 7, "--port 8081")], time.monotonic())
+    assert "the command line of pid 7 (" in str(slow.value)
+    assert first_match("--port 8081", [(0.0, 7, "--port 8081")], time.monotonic() + 1) == 7
+    assert first_match("--port 8082", [(0.0, 7, "--port 8081")], time.monotonic() + 1) is None
 
 
 def test_command_lines_list_children_oldest_first_and_not_this_process(

@@ -49,7 +49,7 @@ def test_one_bad_entry_is_reported_and_the_others_kept(tmp_path: Path) -> None:
         f"shards file {path}, shard #4: key 'gpus': Expected `array`, got `str`; give the physical "
         "indices of at most 64 GPUs (0 to 1023), each once; that shard is skipped",
         f"shards file {path}, shard #5 (bad-pattern): `match` is not a valid pattern: "
-        "missing ), unterminated subpattern at position 5; that shard is skipped",
+        "missing ) at position 6; that shard is skipped",
         f"shards file {path}, shard #6: id 'ok' is used twice; skipped",
     ]
 
