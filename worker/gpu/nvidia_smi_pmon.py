@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from placewatch.schemas import GpuSample
+from placewatch.schemas.messages import PID_MAX
 
 from . import values
 from .process_activity import NO_READING, Usage, attach_usage
@@ -89,7 +90,7 @@ class _Columns:
         gpu, pid = cells[self.gpu], cells[self.pid]
         if not (gpu.isascii() and gpu.isdigit() and pid.isascii() and pid.isdigit()):
             return None
-        if int(pid) <= 0:
+        if not 0 < int(pid) <= PID_MAX:
             return None
         kind = None if self.type is None else cells[self.type]
         command = " ".join(cells[self.fixed :])

@@ -93,9 +93,18 @@ def number(value: object) -> float | None:
     return result if math.isfinite(result) else None
 
 
+_BEYOND_64_BITS = 2.0**63
+"""No pid, index, count or size a tool reads reaches 2**63: a larger number is a sentinel
+(18446744073709551615, a u64's -1) or garbage, and would not fit the 64-bit integers of
+MessagePack and of the consumers' languages."""
+
+
 def integer(value: object) -> int | None:
+    """A whole number from `value`; None when missing or past a signed 64-bit integer."""
     result = number(value)
-    return None if result is None else round(result)
+    if result is None or not -_BEYOND_64_BITS < result < _BEYOND_64_BITS:
+        return None
+    return round(result)
 
 
 def to_bytes(value: object, unit: str = "MiB") -> int | None:
@@ -115,7 +124,7 @@ def to_bytes(value: object, unit: str = "MiB") -> int | None:
     if scale is None or not amount >= 0:  # also rejects NaN
         return None
     size = amount * scale
-    return round(size) if math.isfinite(size) else None  # "1e308 GiB" is no reading
+    return round(size) if size < _BEYOND_64_BITS else None  # "1e308 GiB" is no reading
 
 
 def percent(value: object) -> float | None:

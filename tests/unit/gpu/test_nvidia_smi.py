@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import pytest
 
 from placewatch.gpu.nvidia_smi import APP_FIELDS, GPU_FIELDS, apps_query_argv, gpu_query_argv
@@ -217,3 +218,16 @@ def test_h100_processes_attach_to_its_gpu() -> None:
     (gpu,) = attach_processes(gpus, apps)
     assert sum(p.used_bytes or 0 for p in gpu.processes) == (2296 + 1272 + 7484) * MiB
     assert gpu.memory_used_bytes == 11125 * MiB
+
+
+def test_compute_apps_with_numbers_past_64_bits_still_encode_as_messagepack() -> None:
+    """A pid or a size no process can have is left out or no reading; the rest is kept, and
+    what is read fits MessagePack's integers."""
+    apps = parse_compute_apps(
+        "gpu_uuid, pid, process_name, used_gpu_memory [MiB]\n"
+        "GPU-1, 99999999999999999999999, /bin/x, 10 MiB\n"
+        "GPU-1, 4242, /bin/y, 18446744073709551615 MiB\n"
+        "GPU-1, 4243, /bin/z, 1024 MiB\n"
+    )
+    assert [(a.pid, a.used_bytes) for a in apps] == [(4242, None), (4243, 1 << 30)]
+    msgspec.msgpack.encode(apps)

@@ -153,3 +153,14 @@ def test_no_sample_on_a_gpu_that_did_nothing_is_zero() -> None:
 def test_a_gpu_without_processes_is_left_as_it_was() -> None:
     gpu = msgspec.structs.replace(a100x2()[0], processes=[])
     assert attach_pmon([gpu], parse_pmon(OLD_LAYOUT)) == [gpu]
+
+
+def test_a_pid_no_linux_process_can_have_is_passed_over() -> None:
+    text = (
+        "# gpu         pid   type     sm    mem    enc    dec    command\n"
+        "# Idx           #    C/G      %      %      %      %    name\n"
+        "    0    99999999999999999999     C     50     10      -      -    bogus\n"
+        "    0     4194305     C     50     10      -      -    past-pid-max\n"
+        "    0        4242     C     50     10      -      -    python3\n"
+    )
+    assert parse_pmon(text) == [PmonRow(0, 4242, 50.0, 10.0, "C", "python3")]

@@ -59,3 +59,16 @@ def test_readings_are_not_missing() -> None:
 @given(st.text(max_size=50) | st.sampled_from(WORDS).map(lambda w: f"  {w.lower()} "))
 def test_is_missing_follows_the_stated_rule(value: str) -> None:
     assert values.is_missing(value) == reference(value)
+
+
+def test_numbers_past_64_bits_are_no_reading() -> None:
+    """A u64's -1 (18446744073709551615) is how some tools say "none"; a pid of 1e23 is
+    garbage. Either would not fit MessagePack's integers nor a consumer's int64."""
+    assert values.to_bytes("18446744073709551615") is None  # MiB: 2**84 bytes
+    assert values.to_bytes("1e300 MiB") is None
+    assert values.to_bytes("8796093022207 MiB") == 8796093022207 << 20  # just under 2**63
+    assert values.to_bytes("8796093022208 MiB") is None  # 2**63 bytes
+    assert values.integer("99999999999999999999999") is None
+    assert values.integer("-1e19") is None
+    assert values.integer("1e18") == 10**18
+    assert values.integer("4194304") == 4194304
