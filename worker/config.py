@@ -28,10 +28,11 @@ from .gpu.registry import NAMES
 ENV_PREFIX = "PLACEWATCH_"
 ENV_CONFIG = "PLACEWATCH_CONFIG"
 COMMAND_ENV_PREFIXES = ("PLACEWATCH_ALERTS_",)
-MAX_CONFIG_BYTES = 1 << 20
 """Variables of a command's own flags (`placewatch alerts`' PLACEWATCH_ALERTS_WEBHOOK), read
 and checked by that command: the node's settings pass over them, so that one environment
 file can serve every command."""
+MAX_CONFIG_BYTES = 1 << 20
+"""The largest config file read: a few dozen keys fit in a few KiB."""
 
 DAY_S = 86_400.0
 Interval = Annotated[float, msgspec.Meta(ge=0.1, le=MAX_INTERVAL_S)]

@@ -36,16 +36,16 @@ def read_text(path: str | Path, limit: int) -> str:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except OSError as exc:
         raise UnusableFile(f"cannot be read ({exc.strerror or exc})") from None
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            kind = _KINDS.get(stat.S_IFMT(mode), "not a regular file")
-            raise UnusableFile(f"is {kind}; give the path of a file")
-        data = _read_at_most(fd, limit + 1)
-    except OSError as exc:
-        raise UnusableFile(f"cannot be read ({exc.strerror or exc})") from None
-    finally:
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
         os.close(fd)
+        kind = _KINDS.get(stat.S_IFMT(mode), "not a regular file")
+        raise UnusableFile(f"is {kind}; give the path of a file")
+    with os.fdopen(fd, "rb") as f:
+        try:
+            data = f.read(limit + 1)
+        except OSError as exc:
+            raise UnusableFile(f"cannot be read ({exc.strerror or exc})") from None
     if len(data) > limit:
         raise UnusableFile(f"is larger than {limit:,} bytes")
     try:
@@ -54,15 +54,3 @@ def read_text(path: str | Path, limit: int) -> str:
         raise UnusableFile(
             f"is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})"
         ) from None
-
-
-def _read_at_most(fd: int, most: int) -> bytes:
-    chunks: list[bytes] = []
-    left = most
-    while left > 0:
-        chunk = os.read(fd, min(left, 1 << 20))
-        if not chunk:
-            break
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
