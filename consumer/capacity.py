@@ -2,7 +2,10 @@
 nodes have gone quiet.
 
 Answers come from each node's latest sample as a view holds it, so each carries its age: a
-reading 1 s old says what a GPU has free now, one a minute old says what it had. A node
+reading 1 s old says what a GPU has free now, one a minute old says what it had. Ages are
+counted from when the view took the sample (its arrival, or when the server stored a copy
+read from a stream), on the view's clock: a node whose clock is behind is not stale for it,
+and one whose clock is ahead goes stale when it stops. A node
 whose last sample is older than `max_age` is stale: its GPUs are not offered, and `stale()`
 names it. By default that is three of the node's own intervals, as `placewatch watch` marks
 a node STALE and the exporter's `placewatch_node_up` turns 0.
@@ -45,7 +48,7 @@ class GpuCandidate(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     foreign_bytes: int | None
     total_bytes: int | None
     age_s: float
-    """Seconds between the sample's time and now."""
+    """Seconds since the view took the sample."""
     time: datetime
     """When the sample was taken, on the node's clock."""
 
@@ -71,7 +74,7 @@ def gpus_for(
         sample = holdings.sample(node)
         if sample is None:
             continue
-        age = _age(sample.time, now)
+        age = _age(holdings.nodes[node].seen, now)
         if age > _limit(sample.interval_s, max_age):
             continue
         for g in sample.gpus:
@@ -103,7 +106,7 @@ def stale(holdings: Holdings, now: datetime, max_age: float | None = None) -> li
         t = holdings.telemetry(node)
         if t is None:
             continue
-        age, limit = _age(t.time, now), _limit(t.interval_s, max_age)
+        age, limit = _age(holdings.nodes[node].seen, now), _limit(t.interval_s, max_age)
         if age > limit:
             found.append(StaleNode(node=node, age_s=age, time=t.time, limit_s=limit))
     found.sort(key=lambda s: (-s.age_s, s.node))
@@ -118,9 +121,9 @@ def _free(g: GpuSample) -> int | None:
     return max(g.memory_total_bytes - g.memory_used_bytes, 0)
 
 
-def _age(taken: datetime, now: datetime) -> float:
-    """Seconds since `taken`; 0 for a node whose clock is ahead."""
-    return max((now - taken).total_seconds(), 0.0)
+def _age(seen: float, now: datetime) -> float:
+    """Seconds since the view took a sample at `seen` (seconds since the epoch)."""
+    return max(now.timestamp() - seen, 0.0)
 
 
 def _limit(interval_s: float, max_age: float | None) -> float:

@@ -7,8 +7,14 @@ once, not after every node has published again, so `start()` first reads what th
 keeps: the last telemetry and inventory of each node (the prefix's streams,
 PLACEWATCH_TELEMETRY and PLACEWATCH_INVENTORY) and every shard's latest status (its KV bucket
 placewatch_compute).
-Live core subscriptions, made before that read, keep the view current; the newer message
-wins, by its `time`, whichever way it came. Telemetry that names an inventory the view does
+Live core subscriptions, made before that read, keep the view current. Which message is newer
+is never judged by the node's clock, which may be wrong or stepped back (NTP): a live message
+replaces what is held (one node's messages arrive in the order it sent them), a copy read from
+a stream or bucket only what the view took before the server stored that copy, and a node's
+telemetry of one session only that session's earlier telemetry, by its `seq`. Ages are judged
+the same way: from when the view took a message (its arrival, or when the server stored a copy
+read from a stream), so a node whose clock is behind is not stale and one whose clock is ahead
+goes stale when it stops. Telemetry that names an inventory the view does
 not hold (the stream lost it, or there is no stream) has the view ask the node's `inventory`
 endpoint. A fresh cluster (no stream, no bucket, or no JetStream at all) is an empty fleet.
 
@@ -59,7 +65,7 @@ from placewatch.schemas.streams import for_prefix
 
 from . import capacity
 from .capacity import GpuCandidate, StaleNode
-from .retained import kv_headers, last_per_subject
+from .retained import kv_headers, last_per_subject, stored_at
 
 log = logging.getLogger(__name__)
 
@@ -86,8 +92,10 @@ class FiringFallback(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Held(msgspec.Struct, frozen=True, gc=False):
-    """A node's latest telemetry or inventory as it came: its time, the inventory it names
-    (or is), and its payload, decoded when asked for.
+    """A node's latest telemetry or inventory as it came: its time (on the node's clock), the
+    inventory it names (or is), its payload, decoded when asked for, and when the view took
+    it (`seen`, seconds since the epoch on the view's clock: its arrival, or when the server
+    stored a copy read from a stream), and, of telemetry, the session and seq it came in.
 
     An inventory's payload is held zlib-compressed (`compressed`): it is mostly the same
     process names over and over (6.4 KB of JSON for 8 GPUs and 64 processes, 0.7 KB
@@ -99,6 +107,15 @@ class Held(msgspec.Struct, frozen=True, gc=False):
     data: bytes
     content_type: str | None
     compressed: bool = False
+    seen: float = 0.0
+    session: str = ""
+    seq: int = 0
+
+    @property
+    def clock_offset_s(self) -> float:
+        """The node's clock minus the view's (bus latency included): how far the node's clock
+        is off, where it says more than a few milliseconds."""
+        return self.time.timestamp() - self.seen
 
 
 class Fleet(msgspec.Struct, frozen=True, kw_only=True):
@@ -108,6 +125,8 @@ class Fleet(msgspec.Struct, frozen=True, kw_only=True):
     nodes: list[NodeSample]
     shards: list[ComputeStatus]
     firing: list[FiringFallback]
+    seen: dict[str, float] = msgspec.field(default_factory=dict)
+    """Node -> when the view took its latest telemetry (Held.seen)."""
 
 
 class Holdings(msgspec.Struct, frozen=True, gc=False):
@@ -161,6 +180,7 @@ class FleetView:
         self.undecodable = 0
         """Messages that were not what their subject and headers said; ignored."""
         self._since: dict[ShardKey, datetime] = {}
+        self._status_seen: dict[ShardKey, float] = {}
         self._subs: list[Subscription] = []
         self._asked: dict[str, float] = {}
         self._asks: set[asyncio.Task[None]] = set()
@@ -174,15 +194,15 @@ class FleetView:
             self._subs.append(await self.nc.subscribe(subject, cb=self._live))
         deadline = time.monotonic() + self.fill_timeout
         for msg in await self._latest(self.stores.inventory.name, inventory, deadline):
-            self._hold(msg.data, msg.headers, NodeInventory)
+            self._hold(msg.data, msg.headers, NodeInventory, stored_at(msg))
         for msg in await self._latest(self.stores.telemetry.name, telemetry, deadline):
-            self._hold(msg.data, msg.headers, NodeTelemetry)
+            self._hold(msg.data, msg.headers, NodeTelemetry, stored_at(msg))
         compute = self.stores.compute
         for msg in await self._latest(compute.stream, subjects.kv_subject(compute.name), deadline):
             headers = msg.headers or {}
             if headers.get(subjects.KV_OPERATION) in subjects.KV_DELETED:
                 continue
-            self._hold(msg.data, kv_headers(msg.data, headers), ComputeStatus)
+            self._hold(msg.data, kv_headers(msg.data, headers), ComputeStatus, stored_at(msg))
 
     async def stop(self) -> None:
         """Stop following the bus; the view keeps what it knew."""
@@ -253,6 +273,7 @@ class FleetView:
             nodes=[s for s in samples if s is not None],
             shards=[self.shards[k] for k in sorted(self.shards)],
             firing=self.firing(),
+            seen={node: held.seen for node, held in self.nodes.items()},
         )
 
     async def _live(self, msg: Msg) -> None:
@@ -268,43 +289,78 @@ class FleetView:
         data: bytes,
         headers: Mapping[str, str] | None,
         type_: type[Message],
+        stored: float | None = None,
     ) -> None:
+        """Take a message that came live (`stored` None) or, stored by the server at
+        `stored` (seconds since the epoch), read from a stream or bucket."""
         try:
             message: Message = decode(data, type_, headers)
         except DecodeError as exc:
             self.undecodable += 1
             log.debug("ignored a message: %s", exc)
             return
+        seen = time.time() if stored is None else stored
         if isinstance(message, NodeTelemetry):
-            taken = self._telemetry(message, data, headers)
+            taken = self._telemetry(message, data, headers, seen, stored)
         elif isinstance(message, NodeInventory):
-            taken = self._inventory(message, data, headers)
+            taken = self._inventory(message, data, headers, seen, stored)
         elif isinstance(message, FallbackEvent):
-            taken = self._status(message.status)
+            taken = self._status(message.status, seen, stored)
         else:
-            taken = self._status(message)
+            taken = self._status(message, seen, stored)
         if taken and self.on_change is not None:
             try:
                 self.on_change(message)
             except Exception:
                 log.exception("on_change failed for a %s", type(message).__name__)
 
-    def _telemetry(self, t: NodeTelemetry, data: bytes, headers: Mapping[str, str] | None) -> bool:
+    def _telemetry(
+        self,
+        t: NodeTelemetry,
+        data: bytes,
+        headers: Mapping[str, str] | None,
+        seen: float,
+        stored: float | None,
+    ) -> bool:
         held = self.nodes.get(t.node)
-        if held is not None and t.time < held.time:
-            return False  # the stream's copy of a sample already seen live
-        self.nodes[t.node] = Held(t.time, t.inventory, data, _content_type(headers))
+        if held is not None:
+            if t.session == held.session:
+                if t.seq <= held.seq:
+                    return False  # the stream's copy of a sample already seen live
+            elif not _newer(stored, held.seen):
+                return False
+        self.nodes[t.node] = Held(
+            t.time,
+            t.inventory,
+            data,
+            _content_type(headers),
+            seen=seen,
+            session=t.session,
+            seq=t.seq,
+        )
         inventory = self.inventories.get(t.node)
         if inventory is None or inventory.inventory != t.inventory:
             self._ask_inventory(t.node)
         return True
 
-    def _inventory(self, i: NodeInventory, data: bytes, headers: Mapping[str, str] | None) -> bool:
+    def _inventory(
+        self,
+        i: NodeInventory,
+        data: bytes,
+        headers: Mapping[str, str] | None,
+        seen: float,
+        stored: float | None,
+    ) -> bool:
         held = self.inventories.get(i.node)
-        if held is not None and i.time < held.time:
+        if held is not None and not _newer(stored, held.seen):
             return False
         self.inventories[i.node] = Held(
-            i.time, i.id, zlib.compress(data), _content_type(headers), compressed=True
+            i.time,
+            i.id,
+            zlib.compress(data),
+            _content_type(headers),
+            compressed=True,
+            seen=seen,
         )
         return True
 
@@ -330,14 +386,15 @@ class FleetView:
             return
         self._hold(reply.data, reply.headers, NodeInventory)
 
-    def _status(self, s: ComputeStatus) -> bool:
+    def _status(self, s: ComputeStatus, seen: float, stored: float | None) -> bool:
         key = (s.node, s.shard)
         held = self.shards.get(key)
-        if held is not None and s.time < held.time:
+        if held is not None and not _newer(stored, self._status_seen[key]):
             return False
         if held == s:
             return False  # a FallbackEvent carries the status just taken
         self.shards[key] = s
+        self._status_seen[key] = seen
         if s.verdict not in FALLBACK_VERDICTS:
             self._since.pop(key, None)
         elif key not in self._since:
@@ -359,6 +416,13 @@ _KINDS: dict[str, type[Message]] = {
     "compute": ComputeStatus,
     "fallback": FallbackEvent,
 }
+
+
+def _newer(stored: float | None, held_seen: float) -> bool:
+    """Whether a message replaces one the view took at `held_seen`: one that came live always
+    does (a node's messages arrive in the order it sent them); a copy from a stream or bucket
+    only if the server stored it after that. Neither asks the node's clock."""
+    return stored is None or stored > held_seen
 
 
 def _content_type(headers: Mapping[str, str] | None) -> str | None:

@@ -101,9 +101,10 @@ async def last_per_subject(
 
 async def compute_statuses(
     nc: Client, prefix: str, within: float, release: Release = unsubscribe
-) -> list[ComputeStatus]:
-    """Every shard's latest status in the prefix's compute bucket (placewatch_compute), all
-    of them or Incomplete; a value that is no ComputeStatus is logged and left out."""
+) -> list[tuple[ComputeStatus, float]]:
+    """Every shard's latest status in the prefix's compute bucket (placewatch_compute), each
+    with when the server stored it (stored_at), all of them or Incomplete; a value that is no
+    ComputeStatus is logged and left out."""
     found = []
     bucket = for_prefix(prefix).compute
     subject = subjects.kv_subject(bucket.name)
@@ -115,10 +116,23 @@ async def compute_statuses(
         if headers.get(subjects.KV_OPERATION) in subjects.KV_DELETED:
             continue
         try:
-            found.append(decode(msg.data, ComputeStatus, kv_headers(msg.data, headers)))
+            status = decode(msg.data, ComputeStatus, kv_headers(msg.data, headers))
         except DecodeError as exc:
             log.warning("ignored %s in bucket %s: %s", msg.subject, bucket.name, exc)
+            continue
+        found.append((status, stored_at(msg)))
     return found
+
+
+def stored_at(msg: Msg) -> float:
+    """When the server stored a message read from a stream, in seconds since the epoch, on
+    the server's clock (which orders a node's messages where the node's own clock cannot:
+    NTP steps it). Where its reply subject does not say (no consumer's message is without
+    it), long ago: it is newer than nothing held."""
+    try:
+        return msg.metadata.timestamp.timestamp()
+    except (nats.errors.Error, IndexError, ValueError):
+        return 0.0
 
 
 def kv_headers(data: bytes, headers: Mapping[str, str]) -> Mapping[str, str]:

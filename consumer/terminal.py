@@ -36,6 +36,9 @@ FRAME_S = 1.0
 _TTY_GAP_S = 0.25
 _CLEAR = "\x1b[H\x1b[2J"
 _STALE_INTERVALS = 3
+CLOCK_OFF_S = 2.0
+"""A node's clock further off this one's than this is named on its line (the exporter's
+PlacewatchNodeClockOff fires at the same)."""
 _GIB = 1 << 30
 _UNPRINTABLE = str.maketrans(
     {c: "?" for c in [*range(0x20), 0x7F, *range(0x80, 0xA0), *range(0x202A, 0x202F)]}
@@ -196,7 +199,10 @@ def _frame(fleet: Fleet, now: datetime, where: str) -> str:
     for name in names:
         lines.append("")
         t = telemetry.get(name)
-        lines += _node_line(name, t, now) if t is not None else [f"{name}  no telemetry yet"]
+        if t is None:
+            lines.append(f"{name}  no telemetry yet")
+        else:
+            lines += _node_line(name, t, now, fleet.seen.get(name, t.time.timestamp()))
         if t is not None and t.gpus:
             lines.append(
                 f"  {'GPU':>3}  {'util':>4}  {'used':>6}  {'foreign':>7}  {'free':>6}  "
@@ -213,10 +219,18 @@ def _frame(fleet: Fleet, now: datetime, where: str) -> str:
     return "\n".join(lines)
 
 
-def _node_line(name: str, t: NodeSample, now: datetime) -> list[str]:
-    age = max((now - t.time).total_seconds(), 0.0)
+def _clock(offset_s: float) -> str:
+    """A word on the node's clock where it is more than CLOCK_OFF_S off the view's."""
+    if abs(offset_s) <= CLOCK_OFF_S:
+        return ""
+    return f"  CLOCK {abs(offset_s):.0f} s {'ahead' if offset_s > 0 else 'behind'}"
+
+
+def _node_line(name: str, t: NodeSample, now: datetime, seen: float) -> list[str]:
+    age = max(now.timestamp() - seen, 0.0)
     stale = "  STALE" if age > _STALE_INTERVALS * t.interval_s else ""
-    line = f"{name}  seen {age:.0f} s ago{stale}  session {t.session}"
+    line = f"{name}  seen {age:.0f} s ago{stale}{_clock(t.time.timestamp() - seen)}"
+    line += f"  session {t.session}"
     if t.host is not None:
         h = t.host
         cpu = "-" if h.cpu_pct is None else f"{h.cpu_pct:.0f}%"

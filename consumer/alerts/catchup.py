@@ -26,7 +26,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from placewatch.schemas import ComputeStatus, DecodeError, FallbackEvent, decode
 from placewatch.schemas.streams import for_prefix
 
-from ..retained import compute_statuses
+from ..retained import compute_statuses, stored_at
 from .reconcile import Message
 from .sinks import AlertmanagerSink
 
@@ -54,7 +54,7 @@ async def replay(
     prefix: str,
     filters: list[str],
     floor: int,
-    learn: Callable[[Message], None],
+    learn: Callable[[Message, float], None],
 ) -> None:
     """Read again, without delivering, the messages already acknowledged (up to `floor`)."""
     if floor <= 0:
@@ -84,7 +84,7 @@ async def replay(
                     return
                 message = decode_message(msg, prefix)
                 if message is not None:
-                    learn(message)
+                    learn(message, stored_at(msg))
             if batch[-1].metadata.num_pending == 0:
                 return
     finally:

@@ -29,7 +29,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from placewatch.schemas import FallbackEvent, subjects
 from placewatch.schemas.streams import for_prefix
 
-from ..retained import Incomplete
+from ..retained import Incomplete, stored_at
 from .catchup import catch_up, decode_message, release
 from .options import DEFAULT_DURABLE
 from .reconcile import Message, status_of
@@ -178,7 +178,9 @@ async def _deliver_all(sub: JetStreamContext.PullSubscription, prefix: str, sink
             await msg.term()  # never deliverable: do not block the ones behind it
             continue
         try:
-            await _until_delivered(_name(message), functools.partial(sink.deliver, message), msg)
+            await _until_delivered(
+                _name(message), functools.partial(sink.deliver, message, stored_at(msg)), msg
+            )
         except anyio.get_cancelled_exc_class():
             with anyio.move_on_after(1, shield=True):
                 await msg.nak()  # undelivered: the next run takes it at once

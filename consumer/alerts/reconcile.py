@@ -17,7 +17,10 @@ alert all the same; with the verdict a label, routes, silences and inhibitions c
 match on it, as they did before.
 
 A status older than the one already held changes nothing: after a restart the compute
-bucket says what is true now, and events still queued from before it are history.
+bucket says what is true now, and events still queued from before it are history. Older is
+judged by when the server stored each (the stream's and the bucket's timestamps), not by the
+node's clock: a node whose clock NTP steps back an hour still fires at once. Only a status
+that comes without a stored time is judged by its `time`.
 """
 
 from __future__ import annotations
@@ -62,6 +65,12 @@ class Plan:
     latest: ComputeStatus
     firing: Firing | None
     alerts: list[Alert] = field(default_factory=list)
+    stored: float | None = None
+    """When the server stored `latest` (seconds since the epoch), where known."""
+
+
+Stamped = tuple[ComputeStatus, float | None]
+"""A status with when the server stored it (seconds since the epoch; None where unknown)."""
 
 
 def status_of(message: Message) -> ComputeStatus:
@@ -74,27 +83,36 @@ class AlertState:
     def __init__(self) -> None:
         self.latest: dict[ShardKey, ComputeStatus] = {}
         self.firing: dict[ShardKey, Firing] = {}
+        self.stored: dict[ShardKey, float | None] = {}
+        """When the server stored each shard's latest status, where known."""
         self.known: set[ShardKey] = set()
         """Shards whose alert in Alertmanager is known: this process, or the messages it
         read again at start, said it. After a restart the others may hold an alert of any
         fallback verdict, so their first firing alert ends the other two."""
 
-    def seed(self, statuses: Iterable[ComputeStatus]) -> None:
-        """Take the latest statuses the bus keeps (the compute bucket); the newer wins."""
-        for status in statuses:
-            self._newest(status)
+    def seed(self, statuses: Iterable[Stamped]) -> None:
+        """Take the latest statuses the bus keeps (the compute bucket), each with when the
+        server stored it; the newer wins."""
+        for status, stored in statuses:
+            key = (status.node, status.shard)
+            if self._newer(key, status, stored):
+                self.latest[key] = status
+                self.stored[key] = stored
 
-    def learn(self, message: Message) -> None:
+    def learn(self, message: Message, stored: float | None = None) -> None:
         """A message delivered before this process started: as if posted again."""
-        self.commit(self.plan(message))
+        self.commit(self.plan(message, stored))
 
-    def plan(self, message: Message) -> Plan:
-        """What `message` changes, and the alerts that say it."""
+    def plan(self, message: Message, stored: float | None = None) -> Plan:
+        """What `message`, stored by the server at `stored`, changes, and the alerts that
+        say it."""
         status = status_of(message)
         key = (status.node, status.shard)
-        held = self.latest.get(key)
-        now = status if held is None or status.time >= held.time else held
-        plan = self._plan(key, now, again=False)
+        if self._newer(key, status, stored):
+            now = status
+        else:
+            now, stored = self.latest[key], self.stored.get(key)
+        plan = self._plan(key, now, stored, again=False)
         resolved = isinstance(message, FallbackEvent) and message.state == "resolved"
         if resolved and not plan.alerts and key not in self.known and plan.firing is None:
             # Its firing is not known (no longer in the stream): end whichever fired; an
@@ -108,12 +126,15 @@ class AlertState:
     def plan_all(self) -> list[Plan]:
         """At start: every firing alert, and an end for every alert that should not fire."""
         keys = sorted(set(self.latest) | set(self.firing))
-        plans = (self._plan(key, self.latest[key], again=True) for key in keys)
+        plans = (
+            self._plan(key, self.latest[key], self.stored.get(key), again=True) for key in keys
+        )
         return [p for p in plans if p.alerts]
 
     def commit(self, plan: Plan) -> None:
         """Alertmanager took `plan`'s alerts."""
         self.latest[plan.key] = plan.latest
+        self.stored[plan.key] = plan.stored
         if plan.firing is None:
             self.firing.pop(plan.key, None)
         else:
@@ -125,29 +146,36 @@ class AlertState:
         """Every firing alert, by node and shard: posted again so that none expires."""
         return [self.firing[key].alert() for key in sorted(self.firing)]
 
-    def _newest(self, status: ComputeStatus) -> None:
-        key = (status.node, status.shard)
+    def _newer(self, key: ShardKey, status: ComputeStatus, stored: float | None) -> bool:
+        """Whether `status` (stored at `stored`) is as new as the one held, or newer."""
         held = self.latest.get(key)
-        if held is None or status.time >= held.time:
-            self.latest[key] = status
+        if held is None:
+            return True
+        held_stored = self.stored.get(key)
+        if stored is not None and held_stored is not None:
+            return stored >= held_stored
+        return status.time >= held.time
 
-    def _plan(self, key: ShardKey, now: ComputeStatus, *, again: bool) -> Plan:
-        """From the alert held to the one `now` calls for; `again`: post it even unchanged."""
+    def _plan(
+        self, key: ShardKey, now: ComputeStatus, stored: float | None, *, again: bool
+    ) -> Plan:
+        """From the alert held to the one `now` (stored at `stored`) calls for; `again`: post
+        it even unchanged."""
         have = self.firing.get(key)
         alerts = []
         if have is not None and now.verdict != have.status.verdict:
             ends = max(now.time, have.since)
             alerts.append(Alert(now, have.status.verdict, have.since, ends))
         if now.verdict not in FALLBACK_VERDICTS:
-            return Plan(key, now, None, alerts)
+            return Plan(key, now, None, alerts, stored)
         if have is not None and have.status.verdict == now.verdict:
             firing = Firing(now, have.since)
             if again or have.status != now:
                 alerts.append(firing.alert())  # the same alert, saying what is true now
-            return Plan(key, now, firing, alerts)
+            return Plan(key, now, firing, alerts, stored)
         firing = Firing(now, now.time)
         alerts.append(firing.alert())
         if key not in self.known:
             ended = FALLBACK_VERDICTS - {now.verdict} - {have.status.verdict if have else ""}
             alerts.extend(Alert(now, v, now.time, now.time) for v in sorted(ended))
-        return Plan(key, now, firing, alerts)
+        return Plan(key, now, firing, alerts, stored)

@@ -18,11 +18,11 @@ from typing import Protocol
 import anyio
 import msgspec
 
-from placewatch.schemas import ComputeStatus, FallbackEvent
+from placewatch.schemas import FallbackEvent
 
 from .alertmanager import AlertTemplate
 from .options import HTTP_TIMEOUT_S
-from .reconcile import Alert, AlertState, Message, Plan
+from .reconcile import Alert, AlertState, Message, Plan, Stamped
 from .webhook import DeliveryError, post_json
 
 log = logging.getLogger(__name__)
@@ -35,8 +35,8 @@ class Sink(Protocol):
     follows_statuses: bool
     """Whether it takes ComputeStatus messages too, not only FallbackEvents."""
 
-    async def deliver(self, message: Message) -> None:
-        """Deliver one message or raise DeliveryError."""
+    async def deliver(self, message: Message, stored: float | None = None) -> None:
+        """Deliver one message (stored by the server at `stored`) or raise DeliveryError."""
 
 
 class StdoutSink:
@@ -44,7 +44,7 @@ class StdoutSink:
 
     follows_statuses = False
 
-    async def deliver(self, message: Message) -> None:
+    async def deliver(self, message: Message, stored: float | None = None) -> None:
         if not isinstance(message, FallbackEvent):
             return
         try:
@@ -63,7 +63,7 @@ class WebhookSink:
         self.url = url
         self.timeout = timeout
 
-    async def deliver(self, message: Message) -> None:
+    async def deliver(self, message: Message, stored: float | None = None) -> None:
         if isinstance(message, FallbackEvent):
             await _post(self.url, msgspec.json.encode(message), self.timeout)
 
@@ -82,12 +82,13 @@ class AlertmanagerSink:
         self.state = AlertState()
         self._lock = anyio.Lock()  # a resend never lands after the message that changed it
 
-    def learn(self, message: Message) -> None:
+    def learn(self, message: Message, stored: float | None = None) -> None:
         """A message delivered before this process started."""
-        self.state.learn(message)
+        self.state.learn(message, stored)
 
-    def seed(self, statuses: Iterable[ComputeStatus]) -> None:
-        """The latest statuses the bus keeps: what is true now."""
+    def seed(self, statuses: Iterable[Stamped]) -> None:
+        """The latest statuses the bus keeps, each with when it was stored: what is true
+        now."""
         self.state.seed(statuses)
 
     async def sync(self) -> None:
@@ -97,9 +98,9 @@ class AlertmanagerSink:
             await self._post([a for p in plans for a in p.alerts])
             self._commit(plans)
 
-    async def deliver(self, message: Message) -> None:
+    async def deliver(self, message: Message, stored: float | None = None) -> None:
         async with self._lock:
-            plan = self.state.plan(message)
+            plan = self.state.plan(message, stored)
             await self._post(plan.alerts)
             self._commit([plan])
 

@@ -24,6 +24,7 @@ from .metrics import (
     GPU_PROBLEM_HELP,
     GPU_PROBLEM_LABELS,
     NODE_AGE,
+    NODE_CLOCK_OFFSET,
     NODE_METRICS,
     NODE_UP,
     SHARD_GPU_BYTES,
@@ -81,10 +82,12 @@ class FleetCollector(Collector):
             telemetry = holdings.telemetry(name)
             if telemetry is None:
                 continue
-            age = max(now - telemetry.time.timestamp(), 0.0)
+            held = holdings.nodes[name]
+            age = max(now - held.seen, 0.0)
             if age > stale_limit(telemetry.interval_s, self.stale_after):
                 continue
             _node(nodes, telemetry, age)
+            nodes[NODE_CLOCK_OFFSET].add_metric([name], held.clock_offset_s)
             sample = holdings.sample(name)
             if sample is not None:
                 _gpus(gpu, problems, sample)

@@ -225,6 +225,7 @@ SHARD_GPU_BYTES = "placewatch_shard_gpu_bytes"
 SHARD_UNHEALTHY_GPU = "placewatch_shard_unhealthy_gpu"
 NODE_UP = "placewatch_node_up"
 NODE_AGE = "placewatch_node_sample_age_seconds"
+NODE_CLOCK_OFFSET = "placewatch_node_clock_offset_seconds"
 
 NODE_METRICS = {
     SHARD_VERDICT: (
@@ -244,7 +245,16 @@ NODE_METRICS = {
         "1 while the node's last sample is younger than three of its intervals, else 0.",
         ("node",),
     ),
-    NODE_AGE: ("Seconds since the node's last sample was taken.", ("node",)),
+    NODE_AGE: (
+        "Seconds since the node's last sample arrived (or the server stored it), by the "
+        "exporter's clock.",
+        ("node",),
+    ),
+    NODE_CLOCK_OFFSET: (
+        "The node's clock minus the exporter's, from its last sample's time and arrival (the "
+        "bus's latency included): how far off NTP left it.",
+        ("node",),
+    ),
 }
 """The placewatch_* metrics of nodes and shards: help text and labels."""
 

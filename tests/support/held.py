@@ -107,16 +107,27 @@ def sick_node(node: str, taken: datetime) -> NodeSample:
     return msgspec.structs.replace(s, gpus=[gpu0, gpu1])
 
 
-def held(sample: NodeSample, encoding: Encoding = "json") -> tuple[Held, Held]:
+def held(sample: NodeSample, encoding: Encoding = "json", late_s: float = 0.0) -> tuple[Held, Held]:
+    """The node's two messages as a view holds them, taken `late_s` after the sample's time
+    (on the view's clock: a node whose clock is behind by that much)."""
     inventory, telemetry = lean.split(sample)
     t_data, t_headers = encode(telemetry, encoding)
     i_data, i_headers = encode(inventory, encoding)
+    seen = telemetry.time.timestamp() + late_s
     return (
-        Held(telemetry.time, telemetry.inventory, t_data, t_headers.get(HEADER_CONTENT_TYPE)),
-        Held(inventory.time, inventory.id, i_data, i_headers.get(HEADER_CONTENT_TYPE)),
+        Held(
+            telemetry.time,
+            telemetry.inventory,
+            t_data,
+            t_headers.get(HEADER_CONTENT_TYPE),
+            seen=seen,
+            session=telemetry.session,
+            seq=telemetry.seq,
+        ),
+        Held(inventory.time, inventory.id, i_data, i_headers.get(HEADER_CONTENT_TYPE), seen=seen),
     )
 
 
-def holdings(*samples: NodeSample, encoding: Encoding = "json") -> Holdings:
-    pairs = {s.node: held(s, encoding) for s in samples}
+def holdings(*samples: NodeSample, encoding: Encoding = "json", late_s: float = 0.0) -> Holdings:
+    pairs = {s.node: held(s, encoding, late_s) for s in samples}
     return Holdings({n: t for n, (t, _) in pairs.items()}, {n: i for n, (_, i) in pairs.items()})

@@ -5,21 +5,25 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import anyio
+import msgspec
 import nats
 import nats.errors
 from nats.aio.client import Client
 
+from placewatch.bus.streams import StreamSettings, ensure_bucket, ensure_stream
 from placewatch.consumer import FiringFallback, FleetView, Message
-from placewatch.schemas import ComputeStatus, encode, subjects
+from placewatch.consumer.retained import kv_headers, last_per_subject, stored_at
+from placewatch.schemas import ComputeStatus, NodeTelemetry, encode, lean, subjects
 from placewatch.schemas.service import endpoint
-from placewatch.schemas.streams import COMPUTE
+from placewatch.schemas.streams import COMPUTE, EVENTS, INVENTORY, TELEMETRY
 
 from tests.conftest import ROOT, FakeGpuTools, NatsServer, Worker, until
 from tests.support.fleet_node import HOLDING_MIB, NODE, ShardNode
+from tests.support.held import node_sample
 
 MIB = 1 << 20
 
@@ -131,15 +135,6 @@ def test_a_fresh_cluster_is_an_empty_fleet_and_bad_messages_are_counted(
                     node="gpu 7", shard="llama", verdict="partial", since=when, reason="half"
                 )
             ]
-            # An older status (a stream's copy arriving late) does not replace a newer one.
-            older = ComputeStatus(
-                node="gpu 7", shard="llama", session="s0", time=when.replace(hour=5)
-            )
-            payload, headers = encode(older)
-            await nc.publish(subjects.compute("gpu 7", "llama"), payload, headers=headers)
-            await nc.flush()
-            await anyio.sleep(0.2)
-            assert view.status("gpu 7", "llama") == status
         finally:
             await view.stop()
             await nc.close()
@@ -259,6 +254,87 @@ def test_msgpack_bucket_values_are_read_and_deleted_keys_skipped(nats_server: Na
             assert [f.verdict for f in view.firing()] == ["misplaced"]
             assert view.undecodable == 0
         finally:
+            await nc.close()
+
+    anyio.run(scenario, backend="asyncio")
+
+
+def test_a_node_whose_clock_is_off_or_steps_back_is_followed_by_arrival(
+    nats_server: NatsServer,
+) -> None:
+    # A node an hour ahead publishes into the streams before the view starts; NTP then steps
+    # its clock back (same session), and later it restarts a minute behind. Each message is
+    # taken, and its age is counted from its arrival (or storing), not from its `time`.
+    now = datetime.now(UTC)
+    inventory, ahead = lean.split(node_sample("gpu-31", now + timedelta(hours=1)))
+    status = ComputeStatus(
+        node="gpu-31", shard="llama", session="s1", time=ahead.time, placed_gpus=[0], verdict="gpu"
+    )
+    settings = StreamSettings()
+
+    async def published(nc: Client, subject: str, message: msgspec.Struct) -> None:
+        data, headers = encode(message)
+        await nc.publish(subject, data, headers=headers)
+        await nc.flush()
+
+    async def scenario() -> None:
+        nc = await nats.connect(nats_server.url)
+        js = nc.jetstream()
+        for stream in (TELEMETRY, INVENTORY, EVENTS):
+            await ensure_stream(js, stream, settings)
+        kv = await ensure_bucket(js, COMPUTE, settings)
+        await published(nc, subjects.inventory("gpu-31"), inventory)
+        await published(nc, subjects.telemetry("gpu-31"), ahead)
+        await kv.put(subjects.shard_key("gpu-31", "llama"), encode(status)[0])
+        view = FleetView(nc)
+        try:
+            await view.start()
+            assert view.sample("gpu-31") is not None
+            assert view.stale() == []
+            (gpu, _) = view.gpus_for(0)
+            assert gpu.node == "gpu-31" and gpu.age_s < 5
+            assert 3590 < view.nodes["gpu-31"].clock_offset_s < 3610
+            # Six seconds on with nothing new, it is stale: its clock ahead does not keep it.
+            later = datetime.now(UTC) + timedelta(seconds=6.5)
+            assert [s.node for s in view.stale(now=later)] == ["gpu-31"]
+
+            # NTP steps the clock back an hour: the next sample and status are earlier.
+            stepped = msgspec.structs.replace(ahead, seq=8, time=now)
+            fallen = msgspec.structs.replace(status, time=now, verdict="cpu_fallback")
+            await published(nc, subjects.telemetry("gpu-31"), stepped)
+            await published(nc, subjects.compute("gpu-31", "llama"), fallen)
+            await until(lambda: getattr(view.telemetry("gpu-31"), "seq", None) == 8)
+            await until(lambda: [f.shard for f in view.firing()] == ["llama"])
+            # Copies read again from the stream and the bucket do not come back over them:
+            # the bucket's `gpu` was stored before `cpu_fallback` arrived.
+            copies = await last_per_subject(nc, TELEMETRY.name, "placewatch.telemetry.>", 2)
+            copies += await last_per_subject(
+                nc, COMPUTE.stream, subjects.kv_subject(COMPUTE.name), 2
+            )
+            assert len(copies) == 2
+            telemetry_copy, status_copy = copies
+            view._hold(
+                telemetry_copy.data,
+                telemetry_copy.headers,
+                NodeTelemetry,
+                stored_at(telemetry_copy),
+            )
+            headers = kv_headers(status_copy.data, status_copy.headers or {})
+            view._hold(status_copy.data, headers, ComputeStatus, stored_at(status_copy))
+            assert getattr(view.telemetry("gpu-31"), "seq", None) == 8
+            assert getattr(view.status("gpu-31", "llama"), "verdict", None) == "cpu_fallback"
+
+            # It restarts a minute behind: a new session, seq 0, an earlier time still.
+            behind = msgspec.structs.replace(
+                ahead, session="s2", seq=0, time=now - timedelta(seconds=60)
+            )
+            await published(nc, subjects.telemetry("gpu-31"), behind)
+            await until(lambda: getattr(view.telemetry("gpu-31"), "session", None) == "s2")
+            assert view.stale() == [] and len(view.gpus_for(0)) == 2
+            assert -70 < view.nodes["gpu-31"].clock_offset_s < -55
+            assert view.snapshot().seen["gpu-31"] == view.nodes["gpu-31"].seen
+        finally:
+            await view.stop()
             await nc.close()
 
     anyio.run(scenario, backend="asyncio")

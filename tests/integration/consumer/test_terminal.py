@@ -139,6 +139,18 @@ def test_frame_shows_each_gpu_and_marks_firing_fallbacks() -> None:
     assert "STALE" in stale[2]
 
 
+def test_frame_ages_a_node_by_its_arrival_and_names_a_clock_that_is_off() -> None:
+    # Stamped 06:00 by a node whose clock is 40 s slow: it arrived at 06:00:40.
+    arrived = (WHEN + timedelta(seconds=40)).timestamp()
+    fleet = Fleet(nodes=[sample("edge-1", WHEN)], shards=[], firing=[], seen={"edge-1": arrived})
+    line = render(fleet, WHEN + timedelta(seconds=42)).splitlines()[2]
+    assert line.startswith("edge-1  seen 2 s ago  CLOCK 40 s behind  session s1"), line
+    later = render(fleet, WHEN + timedelta(seconds=47)).splitlines()[2]
+    assert later.startswith("edge-1  seen 7 s ago  STALE  CLOCK 40 s behind"), later
+    on_time = msgspec.structs.replace(fleet, seen={"edge-1": WHEN.timestamp() + 1.5})
+    assert "CLOCK" not in render(on_time, WHEN + timedelta(seconds=2))
+
+
 def test_frame_marks_an_unhealthy_gpu_and_the_shards_on_it() -> None:
     node = sample("edge-1", WHEN)
     sick = msgspec.structs.replace(

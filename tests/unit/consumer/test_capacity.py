@@ -80,3 +80,32 @@ def test_an_unhealthy_gpu_is_not_offered_however_much_it_has_free() -> None:
     content = Holdings({"n": telemetry}, {"n": inventory})
     assert [(c.gpu, c.free_bytes // MIB) for c in gpus_for(content, 0, NOW)] == [(0, 40405)]
     assert gpus_for(content, 50000 * MIB, NOW) == []
+
+
+def test_ages_are_the_views_not_the_nodes_clock() -> None:
+    # Both arrived a second ago; "behind" stamps its samples a minute in the past (its clock
+    # is a minute slow), "ahead" an hour in the future.
+    behind = node_sample("behind", NOW - timedelta(seconds=61))
+    ahead = node_sample("ahead", NOW + timedelta(hours=1) - timedelta(seconds=1))
+    content = Holdings(
+        {
+            "behind": held(behind, late_s=60)[0],
+            "ahead": held(ahead, late_s=-3600)[0],
+        },
+        {
+            "behind": held(behind, late_s=60)[1],
+            "ahead": held(ahead, late_s=-3600)[1],
+        },
+    )
+    found = gpus_for(content, 0, NOW)
+    assert {(c.node, c.age_s) for c in found} == {("behind", 1.0), ("ahead", 1.0)}
+    assert stale(content, NOW) == []
+    # Seven seconds later with nothing new, both are stale, the one ahead as well.
+    later = NOW + timedelta(seconds=6)
+    assert [(s.node, s.age_s) for s in stale(content, later)] == [
+        ("ahead", 7.0),
+        ("behind", 7.0),
+    ]
+    assert gpus_for(content, 0, later) == []
+    assert round(content.nodes["behind"].clock_offset_s) == -60
+    assert round(content.nodes["ahead"].clock_offset_s) == 3600

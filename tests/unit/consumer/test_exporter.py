@@ -111,6 +111,23 @@ def test_node_up_and_age_then_a_stale_node_leaves_metrics() -> None:
     assert {dict(k[1]).get("node") for k in series if k[0] == "placewatch_node_up"} == {"fresh"}
 
 
+def test_a_node_whose_clock_is_off_is_served_by_arrival_and_its_offset_is_a_metric() -> None:
+    slow = node_sample("slow", NOW - timedelta(seconds=121))  # arrived 1 s ago, clock 120 s slow
+    fast = node_sample("fast", NOW + timedelta(seconds=30))  # arrived now, clock 30 s fast
+    (slow_t, slow_i), (fast_t, fast_i) = held(slow, late_s=120), held(fast, late_s=-30)
+    content = Holdings({"slow": slow_t, "fast": fast_t}, {"slow": slow_i, "fast": fast_i})
+    series = scrape(content)
+    assert series[("placewatch_node_up", (("node", "slow"),))] == 1.0
+    assert series[("placewatch_node_sample_age_seconds", (("node", "slow"),))] == 1.0
+    assert series[("placewatch_node_clock_offset_seconds", (("node", "slow"),))] == -120.0
+    assert ("DCGM_FI_DEV_FB_USED", gpu_labels("0", UUID0, "00000000:07:00.0", "slow")) in series
+    assert series[("placewatch_node_sample_age_seconds", (("node", "fast"),))] == 0.0
+    assert series[("placewatch_node_clock_offset_seconds", (("node", "fast"),))] == 30.0
+    # 61 s on with nothing new, the fast node leaves /metrics as a node on time would.
+    later = scrape(content, NOW + timedelta(seconds=61))
+    assert [k[1] for k in later if k[0] == "placewatch_node_up"] == []
+
+
 def test_the_default_stale_limit_is_five_intervals_or_60_s() -> None:
     assert stale_limit(2.0, None) == 60.0
     assert stale_limit(30.0, None) == 150.0

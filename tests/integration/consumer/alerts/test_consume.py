@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any
 
 import anyio
+import msgspec
 import nats
 from nats.js.api import ConsumerConfig, StreamConfig
 
@@ -17,7 +19,7 @@ from placewatch.schemas.streams import COMPUTE, EVENTS
 
 from tests.conftest import NatsServer, run_placewatch
 from tests.support.alerts_cli import Alerts
-from tests.support.fallback_events import FIRING, LABELS, MOVED, RESOLVED
+from tests.support.fallback_events import FIRING, LABELS, MOVED, RESOLVED, T2
 from tests.support.fleet_node import NODE, ShardNode, wait_fallback_events
 from tests.support.http_endpoint import Endpoint
 
@@ -187,6 +189,34 @@ def test_alertmanager_format_follows_a_verdict_change_that_is_only_a_status(
         "team": "inference",
     }
     assert moved[1]["annotations"]["description"] == MOVED.reason
+    code, _, err = alerts[-1].stop()
+    assert code == 0, err
+
+
+def test_alertmanager_format_resolves_a_shard_whose_node_clock_stepped_back(
+    nats_server: NatsServer, webhook: Endpoint, alerts: list[Alerts]
+) -> None:
+    # The shard fell back at 06:00:01 by its node's clock; NTP then steps that clock back an
+    # hour, and the shard is placed right again "at 05:07:30": stored later, so newer.
+    publish(nats_server.url, FIRING, FIRING.status)
+    args = ("--nats", nats_server.url, "--webhook", webhook.url, "--format", "alertmanager")
+    alerts.append(Alerts(*args, "--resend", "0"))
+    webhook.wait(1)
+    back = msgspec.structs.replace(RESOLVED.status, time=T2 - timedelta(hours=1))
+    publish(nats_server.url, FallbackEvent(state="resolved", status=back), back)
+    (ended,) = webhook.wait(2)[1]
+    assert ended["labels"] == LABELS
+    assert (ended["startsAt"], ended["endsAt"]) == (
+        "2026-11-30T06:00:01.250000Z",
+        "2026-11-30T06:00:01.250000Z",  # it cannot end before it started
+    )
+    code, _, err = alerts[-1].stop()
+    assert code == 0, err
+    # Restarted, the bucket's status (stored last) says it resolved: nothing fires again.
+    count = len(webhook.delivered())
+    alerts.append(Alerts(*args, "--resend", "0.3"))
+    time.sleep(1.5)
+    assert [a for body in webhook.delivered()[count:] for a in body if "endsAt" not in a] == []
     code, _, err = alerts[-1].stop()
     assert code == 0, err
 

@@ -119,7 +119,8 @@ def test_sync_after_a_restart_ends_what_resolved_meanwhile_and_fires_only_the_re
     sink = AlertmanagerSink(endpoint.url)
     sink.learn(FIRING)  # acknowledged before the restart
     sink.learn(OTHER)
-    sink.seed([RESOLVED.status, OTHER.status])  # the bucket: llama-8b-a resolved meanwhile
+    # the bucket, stored after those: llama-8b-a resolved meanwhile
+    sink.seed([(RESOLVED.status, None), (OTHER.status, None)])
     anyio.run(sink.sync, backend="asyncio")
     (body,) = endpoint.delivered()
     assert [(a["labels"]["shard"], a["labels"]["verdict"], "endsAt" in a) for a in body] == [
@@ -130,7 +131,9 @@ def test_sync_after_a_restart_ends_what_resolved_meanwhile_and_fires_only_the_re
 
 def test_a_thousand_firing_shards_go_in_parts(endpoint: Endpoint) -> None:
     sink = AlertmanagerSink(endpoint.url)
-    sink.seed(status("cpu_fallback", T1, "on the CPU", shard=f"s{i:04}") for i in range(1000))
+    sink.seed(
+        (status("cpu_fallback", T1, "on the CPU", shard=f"s{i:04}"), None) for i in range(1000)
+    )
     anyio.run(sink.sync, backend="asyncio")
     sizes = [len(body) for body in endpoint.delivered()]
     assert sizes == [MAX_ALERTS_PER_POST] * 6  # each firing, with the other two verdicts ended

@@ -3,16 +3,21 @@ as a fallback event, a compute status or from the compute bucket at start."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import msgspec
 
 from placewatch.consumer.alerts.reconcile import Alert, AlertState, Message, Plan
 
 from tests.support.fallback_events import FIRING, MOVED, RESOLVED, T1, T2, T_MOVED, status
 
+STORED = 1_795_000_000.0
+"""A time the server stored a message at (seconds since the epoch)."""
 
-def posted(state: AlertState, message: Message) -> list[Alert]:
-    """What delivering `message` posts; Alertmanager takes it."""
-    plan = state.plan(message)
+
+def posted(state: AlertState, message: Message, stored: float | None = None) -> list[Alert]:
+    """What delivering `message` (stored at `stored`) posts; Alertmanager takes it."""
+    plan = state.plan(message, stored)
     state.commit(plan)
     return plan.alerts
 
@@ -68,8 +73,33 @@ def test_a_new_reason_under_the_same_verdict_updates_the_same_alert() -> None:
 
 def test_a_message_older_than_the_status_held_changes_nothing() -> None:
     state = AlertState()
-    state.seed([RESOLVED.status])  # the bucket: resolved at T2
+    state.seed([(RESOLVED.status, None)])  # the bucket: resolved at T2, no stored time
     assert posted(state, FIRING) == []  # queued from before: history
+    assert state.firing_alerts() == []
+
+
+def test_the_server_s_stored_times_order_statuses_not_the_node_s_clock() -> None:
+    state = AlertState()
+    posted(state, FIRING, STORED)
+    # NTP steps the node's clock back an hour; the shard is placed right again.
+    back = status("gpu", T1 - timedelta(hours=1), "on GPU 0")
+    (ended,) = posted(state, back, STORED + 10)
+    assert (ended.verdict, ended.starts, ended.ends) == ("cpu_fallback", T1, T1)
+    assert state.firing_alerts() == []
+    # It falls back again, its clock still behind: a new alert, from its own time.
+    again = msgspec.structs.replace(FIRING.status, time=T1 - timedelta(minutes=59))
+    assert labels(posted(state, again, STORED + 20)) == [("cpu_fallback", "firing")]
+
+
+def test_an_event_stored_before_the_bucket_s_status_is_history_whatever_its_time() -> None:
+    # The node's clock ran an hour ahead when the event was queued; the bucket's status,
+    # stored after it, says the shard resolved.
+    state = AlertState()
+    state.seed([(RESOLVED.status, STORED + 5)])
+    ahead = msgspec.structs.replace(
+        FIRING, status=msgspec.structs.replace(FIRING.status, time=T2 + timedelta(hours=1))
+    )
+    assert posted(state, ahead, STORED) == []
     assert state.firing_alerts() == []
 
 
@@ -92,8 +122,8 @@ def test_after_a_restart_a_shard_resolved_meanwhile_is_ended_not_fired_again() -
     # Killed with the resolved event in flight: the acknowledged messages say cpu_fallback
     # fired, the bucket says it resolved.
     state = AlertState()
-    state.learn(FIRING)
-    state.seed([RESOLVED.status])
+    state.learn(FIRING, STORED)
+    state.seed([(RESOLVED.status, STORED + 5)])
     (plan,) = state.plan_all()
     assert plan.alerts == [Alert(RESOLVED.status, "cpu_fallback", T1, T2)]
     state.commit(plan)
@@ -103,25 +133,31 @@ def test_after_a_restart_a_shard_resolved_meanwhile_is_ended_not_fired_again() -
 
 def test_after_a_restart_a_verdict_changed_meanwhile_ends_the_old_and_fires_the_new() -> None:
     state = AlertState()
-    state.learn(FIRING)
-    state.seed([MOVED])
+    state.learn(FIRING, STORED)
+    state.seed([(MOVED, STORED + 5)])
     (plan,) = state.plan_all()
     assert labels(plan.alerts) == [("cpu_fallback", "ended"), ("misplaced", "firing")]
 
 
 def test_after_a_restart_what_fires_is_posted_again_and_nothing_else() -> None:
     state = AlertState()
-    state.learn(FIRING)
-    state.seed([FIRING.status, status("gpu", T2, "on GPU 0", shard="steady")])
+    state.learn(FIRING, STORED)
+    state.seed(
+        [(FIRING.status, STORED + 1), (status("gpu", T2, "on GPU 0", shard="steady"), STORED)]
+    )
     (plan,) = state.plan_all()
     assert plan == Plan(
-        plan.key, FIRING.status, plan.firing, [Alert(FIRING.status, "cpu_fallback", T1)]
+        plan.key,
+        FIRING.status,
+        plan.firing,
+        [Alert(FIRING.status, "cpu_fallback", T1)],
+        STORED + 1,
     )
 
 
 def test_a_firing_shard_whose_alerts_are_unknown_ends_the_other_two_verdicts() -> None:
     state = AlertState()
-    state.seed([MOVED])  # nothing acknowledged before: any verdict may be in Alertmanager
+    state.seed([(MOVED, STORED)])  # nothing acknowledged before: any verdict may be in Alertmanager
     (plan,) = state.plan_all()
     assert labels(plan.alerts) == [
         ("misplaced", "firing"),
@@ -146,6 +182,6 @@ def test_a_resolved_event_whose_firing_is_unknown_ends_every_fallback_verdict() 
 
 def test_a_shard_that_never_fell_back_posts_nothing() -> None:
     state = AlertState()
-    state.seed([status("gpu", T1, "on GPU 1")])
+    state.seed([(status("gpu", T1, "on GPU 1"), STORED)])
     assert state.plan_all() == []
     assert posted(state, status("gpu", T2, "on GPU 1")) == []
