@@ -21,8 +21,11 @@ holder's intervals has expired, judged by the server's timestamp of the
 entry, never by the holder's clock. nats-py's `KeyValue.get` leaves an
 entry's `created` empty (nats-py 2.16: only its watcher fills it in), so the
 holder is read with a stream message get, whose answer carries the time the
-server stored it; that is compared with this node's clock, which NTP keeps
-far closer to the servers' than an interval.
+server stored it. That is compared with the server's time now, not this node's: each
+take asks the server's time (clock.py) and keeps how far this node's clock is off it. A
+node whose clock NTP left a minute off thus neither waits out a dead worker's lease for a
+minute more nor takes a live one, and says once how far off it is. A server that gives no
+time leaves this node's clock to judge.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ import socket
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 import anyio
 import nats.errors
@@ -46,6 +49,7 @@ from nats.js.kv import KV_MARKER_REASON, KeyValue
 from placewatch.schemas import LEASE_INTERVALS, DecodeError, NodeLease, decode, encode, subjects
 from placewatch.schemas.streams import for_prefix
 
+from .clock import CLOCK_OFF_S, clock_offset, describe, now_utc
 from .kvfollow import EXPIRED
 from .outbox import JETSTREAM_RECHECK_S
 from .streams import StreamSettings, ensure_bucket
@@ -72,10 +76,6 @@ class LeaseHeld(Exception):
 
 class LeaseLost(Exception):
     """Another worker took this node's lease from this one; the message says who."""
-
-
-def now_utc() -> datetime:
-    return datetime.now(UTC)
 
 
 def node_lease(node: str, session: str, interval_s: float) -> NodeLease:
@@ -195,6 +195,9 @@ class LeaseKeeper:
         self.clock = clock
         self.revision: int | None = None
         """The revision of the entry this worker wrote last; None while it holds no lease."""
+        self.clock_offset_s: float | None = None
+        """The server's clock minus this node's, as the last take measured it; None where the
+        server did not say."""
         self.ended: LeaseHeld | LeaseLost | None = None
         self._kv: KeyValue | None = None
         self._written = time.monotonic()
@@ -217,12 +220,12 @@ class LeaseKeeper:
         JETSTREAM_RECHECK_S, as the outbox does for the streams."""
         js = nc.jetstream(timeout=min(max(self.lease.interval_s, 0.5), 2.0))
         try:
-            held = await self._take(js, publishing=False)
+            held = await self._take(nc, js, publishing=False)
             task_status.started()
             while not held:
                 await anyio.sleep(JETSTREAM_RECHECK_S)
                 try:
-                    held = await self._take(js, publishing=True)
+                    held = await self._take(nc, js, publishing=True)
                 except LeaseHeld as exc:
                     # This worker ran first, without a lease to take: the one that took the
                     # node meanwhile keeps it, and this one stops as one taken over does.
@@ -243,7 +246,7 @@ class LeaseKeeper:
         if self.ended is not None:
             raise self.ended
 
-    async def _take(self, js: JetStreamContext, *, publishing: bool) -> bool:
+    async def _take(self, nc: Client, js: JetStreamContext, *, publishing: bool) -> bool:
         """Take the lease, trying again while the server does not answer; False: no JetStream.
         `publishing`: the worker runs already (it started on a server without JetStream)."""
         said = ""
@@ -251,6 +254,7 @@ class LeaseKeeper:
         while True:
             try:
                 self._kv = await ensure_bucket(js, self.bucket, self.streams)
+                await self._measure_clock(nc)
                 await self._write(js, 0, refreshing=False)
                 return True
             except (nats.js.errors.ServiceUnavailableError, nats.errors.NoRespondersError):
@@ -336,7 +340,7 @@ class LeaseKeeper:
             if refreshing:
                 log.warning("%s", lost_message(self.lease.node, holder))
                 raise LeaseLost(lost_message(self.lease.node, holder))
-            now = self.clock()
+            now = self._server_now()
             if holder.live(now, self.lease.interval_s) and not self.takeover:
                 raise LeaseHeld(held_message(self.lease.node, holder, now, self.lease.interval_s))
             last, taken_from = holder.revision, holder
@@ -345,6 +349,24 @@ class LeaseKeeper:
             "it: other workers with this name are starting now"
         )
         raise LeaseLost(contested) if refreshing else LeaseHeld(f"{contested}; {OWN_NODE}")
+
+    def _server_now(self) -> datetime:
+        """The server's time now: this node's clock, set right by the offset last measured."""
+        return self.clock() + timedelta(seconds=self.clock_offset_s or 0.0)
+
+    async def _measure_clock(self, nc: Client) -> None:
+        """Keep this node's clock's offset from the server's; say once a clock that is off."""
+        offset = await clock_offset(nc, self.bucket.stream, self.clock)
+        if offset is None:
+            return
+        said, self.clock_offset_s = self.clock_offset_s, offset
+        if abs(offset) > CLOCK_OFF_S and (said is None or abs(said) <= CLOCK_OFF_S):
+            log.warning(
+                "this node's clock is %s: the times in its messages are off by as much "
+                "(consumers age them by their arrival, and the lease is judged by the "
+                "server's time); check NTP on this node (timedatectl, chronyc tracking)",
+                describe(offset),
+            )
 
     async def _read(self, js: JetStreamContext) -> Holder | None:
         """The key's last entry, with the server's timestamp; None when it has none.
@@ -369,7 +391,7 @@ class LeaseKeeper:
                     self.lease.session,
                     self.lease.interval_s,
                 )
-        elif taken_from.live(self.clock(), self.lease.interval_s):
+        elif taken_from.live(self._server_now(), self.lease.interval_s):
             log.warning(
                 "node %s's lease taken over from %s (--takeover): that worker stops at its next "
                 "refresh",

@@ -9,7 +9,10 @@ can say "refused" rather than "no answer".
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 
 import nats.errors
 import nats.js.errors
@@ -19,6 +22,7 @@ from nats.js import JetStreamContext
 from placewatch.schemas import partitions, subjects
 from placewatch.schemas.streams import for_prefix
 
+from ..bus.clock import CLOCK_OFF_S, clock_offset, describe, now_utc
 from ..config import Settings
 from .publish import LEAST_PRIVILEGE, PUBLISH, check_publish
 from .report import Report, count
@@ -26,7 +30,8 @@ from .server import NET_TIMEOUT_S, ServerErrors
 
 JETSTREAM = "JetStream"
 STREAMS = "streams and buckets"
-CHECKS = (JETSTREAM, STREAMS, PUBLISH)
+CLOCK = "clock"
+CHECKS = (JETSTREAM, STREAMS, CLOCK, PUBLISH)
 """The checks made over the connection, in the order they are made."""
 
 
@@ -38,8 +43,10 @@ async def check_jetstream(
     if await checks.jetstream():
         await checks.streams()
         await checks.buckets()
+        await checks.server_clock()
     else:
         report.skip(STREAMS, "no JetStream")
+        report.skip(CLOCK, "no JetStream to ask the server's time")
     await check_publish(nc, errors, settings, report)
 
 
@@ -52,6 +59,8 @@ class _JetStreamChecks:
     errors: ServerErrors
     settings: Settings
     report: Report
+    clock: Callable[[], datetime] = now_utc
+    """This node's clock (a test's may be off)."""
 
     async def jetstream(self) -> bool:
         seen = len(self.errors.seen)
@@ -144,6 +153,32 @@ class _JetStreamChecks:
                 )
                 continue
             self.report.ok(name, f"{count(status.values, 'key')}, history {status.history}")
+
+    async def server_clock(self) -> None:
+        """This node's clock against the server's, as the first stream of the prefix that
+        exists tells the server's time."""
+        stores = for_prefix(self.settings.prefix)
+        offset = None
+        for stream in [s.name for s in stores.streams] + [b.stream for b in stores.buckets]:
+            with contextlib.suppress(nats.errors.Error, TimeoutError):
+                offset = await clock_offset(self.nc, stream, self.clock)
+            if offset is not None:
+                break
+        if offset is None:
+            self.report.skip(
+                CLOCK,
+                "no stream of the prefix yet to ask the server's time (or a server before "
+                "2.10, which does not say it)",
+            )
+        elif abs(offset) > CLOCK_OFF_S:
+            self.report.fail(
+                CLOCK,
+                f"this node's clock is {describe(offset)}: each message it publishes carries a "
+                "time off by as much",
+                "check NTP on this node (timedatectl, chronyc tracking)",
+            )
+        else:
+            self.report.ok(CLOCK, f"{describe(offset)}, within {CLOCK_OFF_S:g} s")
 
     def _missing(self, name: str, command: str) -> None:
         if self.settings.create:

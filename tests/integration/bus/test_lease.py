@@ -439,6 +439,20 @@ def test_the_lease_value_is_json_a_consumer_reads(nats_server: NatsServer) -> No
     anyio.run(main, backend="asyncio")
 
 
+async def take_once(nc: Client, node: str, session: str, clock_ahead_s: float) -> LeaseKeeper:
+    """A keeper of 0.5 s intervals whose clock is `clock_ahead_s` ahead, once it took the
+    node's lease or was refused it (`ended`)."""
+    keeper = LeaseKeeper(
+        node_lease(node, session, 0.5),
+        StreamSettings(),
+        clock=lambda: datetime.now(UTC) + timedelta(seconds=clock_ahead_s),
+    )
+    async with anyio.create_task_group() as tg:
+        await tg.start(keeper.keep, nc, tg.cancel_scope)
+        tg.cancel_scope.cancel()
+    return keeper
+
+
 def test_a_value_that_is_not_a_lease_holds_the_node_for_three_of_the_readers_intervals(
     nats_server: NatsServer,
 ) -> None:
@@ -447,17 +461,10 @@ def test_a_value_that_is_not_a_lease_holds_the_node_for_three_of_the_readers_int
         try:
             kv = await ensure_bucket(nc.jetstream(), LEASES, StreamSettings())
             junk = await kv.put("n1", b"hello")
+            written = time.time()
 
             async def attempt(clock_ahead_s: float) -> LeaseKeeper:
-                keeper = LeaseKeeper(
-                    node_lease("n1", f"ahead{clock_ahead_s:g}", 0.5),
-                    StreamSettings(),
-                    clock=lambda: datetime.now(UTC) + timedelta(seconds=clock_ahead_s),
-                )
-                async with anyio.create_task_group() as tg:
-                    await tg.start(keeper.keep, nc, tg.cancel_scope)
-                    tg.cancel_scope.cancel()
-                return keeper
+                return await take_once(nc, "n1", f"ahead{clock_ahead_s:g}", clock_ahead_s)
 
             refused = await attempt(0)
             assert isinstance(refused.ended, LeaseHeld)
@@ -465,13 +472,51 @@ def test_a_value_that_is_not_a_lease_holds_the_node_for_three_of_the_readers_int
                 refused.ended
             )
             assert (await kv.get("n1")).value == b"hello"
-            # Seen 1.5 s later (three intervals of 0.5 s), the value no longer holds the node.
-            taken = await attempt(1.6)
+            # A clock 1.6 s ahead does not see it expired: the server's time judges.
+            assert isinstance((await attempt(1.6)).ended, LeaseHeld)
+            # 1.5 s later (three intervals of 0.5 s), the value no longer holds the node.
+            await anyio.sleep(max(1.55 - (time.time() - written), 0))
+            taken = await attempt(0)
             assert taken.ended is None
             assert taken.revision is not None and taken.revision > junk
             entry = await kv.get("n1")
-            assert decode(entry.value or b"", NodeLease).session == "ahead1.6"
+            assert decode(entry.value or b"", NodeLease).session == "ahead0"
         finally:
             await nc.close()
 
     anyio.run(main, backend="asyncio")
+
+
+@pytest.mark.parametrize("offset_s", [-60.0, 60.0])
+def test_a_node_clock_a_minute_off_judges_a_lease_by_the_servers_time_and_says_so(
+    nats_server: NatsServer, offset_s: float, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A killed worker's lease of 0.3 s intervals (0.9 s to live), and one of 15 s (45 s).
+    # Behind, this node's clock would see the first live for a minute more; ahead, the
+    # second expired a minute early.
+    caplog.set_level("WARNING", logger="placewatch.bus.lease")
+
+    async def main() -> None:
+        nc = await nats.connect(nats_server.url)
+        try:
+            kv = await ensure_bucket(nc.jetstream(), LEASES, StreamSettings())
+            await kv.put("dead", msgspec.json.encode(node_lease("dead", "gone", 0.3)))
+            await kv.put("live", msgspec.json.encode(node_lease("live", "running", 15.0)))
+            await anyio.sleep(1.0)
+
+            dead = await take_once(nc, "dead", "skewed", offset_s)
+            assert dead.ended is None and dead.revision is not None
+            assert dead.clock_offset_s is not None
+            assert abs(dead.clock_offset_s + offset_s) < 1.0
+            live = await take_once(nc, "live", "skewed", offset_s)
+            assert isinstance(live.ended, LeaseHeld)
+            assert "session running" in str(live.ended)
+            assert float(re.findall(r"expires in ([\d.]+) s", str(live.ended))[0]) > 40
+        finally:
+            await nc.close()
+
+    anyio.run(main, backend="asyncio")
+    where = "ahead of" if offset_s > 0 else "behind"
+    said = [r.getMessage() for r in caplog.records if "clock is" in r.getMessage()]
+    assert len(said) == 2  # one for each keeper
+    assert said[0].startswith(f"this node's clock is 60.0 s {where} the NATS server's"), said

@@ -4,11 +4,21 @@ under the documented least privilege with and without the right to publish."""
 
 from __future__ import annotations
 
+import re
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import anyio
 import nats
+import pytest
 from nats.js.api import StreamConfig
+
+from placewatch.bus.streams import StreamSettings, ensure_stream
+from placewatch.config import Settings
+from placewatch.doctor.jetstream import _JetStreamChecks
+from placewatch.doctor.report import Report
+from placewatch.doctor.server import ServerErrors
+from placewatch.schemas.streams import EVENTS
 
 from tests.conftest import FakeGpuTools, NatsServer, run_placewatch
 from tests.integration.test_security import create_streams_as_admin, node_permissions
@@ -198,6 +208,10 @@ def test_all_ok_under_the_documented_least_privilege_with_streams_made_by_an_ope
     (authenticated,) = lines(done.stdout, "server authenticated")
     assert "with user n1 " in authenticated
     assert lines(done.stdout, "publish permission")[0].startswith("ok    publish permission: ")
+    (clock,) = lines(done.stdout, "clock")
+    assert re.fullmatch(
+        r"ok    clock: 0\.\d s (behind|ahead of) the NATS server's, within 2 s", clock
+    )
 
 
 def test_a_compute_bucket_that_takes_rollups_fails_with_the_edit_to_make(
@@ -228,3 +242,48 @@ def test_a_compute_bucket_that_takes_rollups_fails_with_the_edit_to_make(
         "edit KV_placewatch_compute --no-allow-rollup -f (a put, an update and a delete need no "
         "rollup)"
     ]
+
+
+@pytest.mark.parametrize("offset_s", [0.0, -45.0, 45.0])
+def test_a_node_clock_off_the_servers_fails_the_clock_check_saying_by_how_much(
+    nats_server: NatsServer, offset_s: float
+) -> None:
+    written: list[str] = []
+    report = Report(written.append)
+
+    async def check(with_stream: bool) -> None:
+        nc = await nats.connect(nats_server.url)
+        try:
+            if with_stream:
+                await ensure_stream(nc.jetstream(), EVENTS, StreamSettings())
+            checks = _JetStreamChecks(
+                nc,
+                nc.jetstream(),
+                ServerErrors(),
+                Settings(),
+                report,
+                clock=lambda: datetime.now(UTC) + timedelta(seconds=offset_s),
+            )
+            await checks.server_clock()
+        finally:
+            await nc.close()
+
+    anyio.run(check, False)  # a fresh server: no stream to ask yet
+    anyio.run(check, True)
+    fresh, checked = report.checks
+    assert (fresh.outcome, fresh.found) == (
+        "skip",
+        "no stream of the prefix yet to ask the server's time (or a server before 2.10, which "
+        "does not say it)",
+    )
+    if offset_s == 0:
+        assert checked.outcome == "ok" and checked.found.endswith("within 2 s")
+        return
+    where = "behind" if offset_s < 0 else "ahead of"
+    assert checked.outcome == "fail"
+    assert checked.found == (
+        f"this node's clock is 45.0 s {where} the NATS server's: each message it publishes "
+        "carries a time off by as much"
+    )
+    assert checked.todo == "check NTP on this node (timedatectl, chronyc tracking)"
+    assert written[1] == f"fail  clock: {checked.found}; next: {checked.todo}"

@@ -15,7 +15,7 @@ from placewatch.doctor.server import ServerErrors, check_server, close
 from tests.conftest import FakeGpuTools, NatsServer, free_port, run_placewatch
 from tests.support.doctor import A100_GPUS, lines
 
-LATER = ("JetStream", "streams and buckets", "publish permission")
+LATER = ("JetStream", "streams and buckets", "clock", "publish permission")
 
 
 def checked(settings: Settings) -> tuple[list[str], bool]:
@@ -56,6 +56,7 @@ def test_a_url_that_is_no_url_fails_and_skips_every_later_check() -> None:
         "skip  server authenticated: no server reachable",
         "skip  JetStream: no server reachable",
         "skip  streams and buckets: no server reachable",
+        "skip  clock: no server reachable",
         "skip  publish permission: no server reachable",
     ]
 
@@ -133,5 +134,6 @@ def test_a_server_that_wants_credentials_the_node_lacks_names_the_settings(
         "nkey_seed or creds (docs/configuration.md)",
         "skip  JetStream: not connected",
         "skip  streams and buckets: not connected",
+        "skip  clock: not connected",
         "skip  publish permission: not connected",
     ]
