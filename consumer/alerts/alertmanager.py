@@ -2,7 +2,13 @@
 
 Checked against Alertmanager 0.25 (Debian's prometheus-alertmanager): it identifies an
 alert by its whole label set, takes `endsAt` in the past as resolved, and refuses (400)
-a label or annotation name outside `[a-zA-Z_][a-zA-Z0-9_]*`.
+a label or annotation name outside `[a-zA-Z_][a-zA-Z0-9_]*`. It also refuses, with "start
+time must be before end time", the whole POST when one alert starts after the end it gives
+a firing alert (now plus its resolve_timeout, 5 minutes), and holds an alert whose `endsAt`
+is in the future as firing until then. The times come from the shard's node, whose clock
+may be ahead: so no time posted is later than this process's now. Without that, one node
+more than 5 minutes ahead had every POST refused, every other alert with it, until
+Alertmanager let the fleet's alerts expire.
 """
 
 from __future__ import annotations
@@ -10,7 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
@@ -59,8 +65,11 @@ class AlertTemplate:
             "verdict": verdict,
         }
 
-    def body(self, alert: Alert) -> dict[str, Any]:
-        """One alert of the list POST /api/v2/alerts takes."""
+    def body(self, alert: Alert, now: datetime | None = None) -> dict[str, Any]:
+        """One alert of the list POST /api/v2/alerts takes; no time in it later than `now`
+        (this process's clock)."""
+        now = now or datetime.now(UTC)
+        starts = min(alert.starts, now)
         s = alert.status
         summary = f"shard {s.shard} on {s.node}: {s.verdict}"
         if alert.ends is not None and s.verdict != alert.verdict:
@@ -68,16 +77,17 @@ class AlertTemplate:
         body: dict[str, Any] = {
             "labels": self.labels_for(s.node, s.shard, alert.verdict),
             "annotations": {**self.annotations, "summary": summary, "description": s.reason},
-            "startsAt": rfc3339(alert.starts),
+            "startsAt": rfc3339(starts),
         }
         if alert.ends is not None:
-            body["endsAt"] = rfc3339(alert.ends)
+            body["endsAt"] = rfc3339(max(min(alert.ends, now), starts))
         if self.generator_url:
             body["generatorURL"] = self.generator_url
         return body
 
     def bodies(self, alerts: list[Alert]) -> list[dict[str, Any]]:
-        return [self.body(a) for a in alerts]
+        now = datetime.now(UTC)
+        return [self.body(a, now) for a in alerts]
 
 
 def rfc3339(when: datetime) -> str:

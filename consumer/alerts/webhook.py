@@ -52,7 +52,7 @@ def post_json(url: str, body: bytes, timeout: float) -> None:
             status = int(response.status)
     except urllib.error.HTTPError as exc:
         moved = " (a redirect, not followed: give the URL it points to)" if exc.code < 400 else ""
-        raise DeliveryError(f"HTTP {exc.code} {exc.reason}{moved}") from None
+        raise DeliveryError(f"HTTP {exc.code} {exc.reason}{moved}{_said(exc)}") from None
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", None) or exc
         raise DeliveryError(redact(str(reason))) from None
@@ -60,6 +60,22 @@ def post_json(url: str, body: bytes, timeout: float) -> None:
         raise DeliveryError(f"not an HTTP answer ({type(exc).__name__})") from None
     if not 200 <= status < 300:
         raise DeliveryError(f"HTTP {status}")
+
+
+SAID_CHARS = 200
+"""How much of a refusal's body the error quotes (Alertmanager says why in a line)."""
+
+
+def _said(exc: urllib.error.HTTPError) -> str:
+    """What a 4xx answer said, quoted, printable, in a line."""
+    if not 400 <= exc.code < 500:
+        return ""
+    try:
+        text = exc.read(SAID_CHARS).decode(errors="replace")
+    except (OSError, http.client.HTTPException):
+        return ""
+    text = " ".join("".join(c if c.isprintable() else " " for c in text).split())
+    return f": {redact(text)}" if text else ""
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):

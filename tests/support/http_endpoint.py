@@ -2,7 +2,7 @@
 `raw_server`, a TCP server that answers any bytes (a redirect, what is not HTTP).
 
 It answers `status` (500 to the first `failures` POSTs, as a webhook that is down for a
-while), each answer `delay` seconds after the request was recorded.
+while) with the body `answer`, each answer `delay` seconds after the request was recorded.
 """
 
 from __future__ import annotations
@@ -32,7 +32,9 @@ class Request:
 
 
 class Endpoint:
-    def __init__(self, status: int = 200, failures: int = 0, delay: float = 0.0) -> None:
+    def __init__(
+        self, status: int = 200, failures: int = 0, delay: float = 0.0, answer: bytes = b""
+    ) -> None:
         self.status = status
         self.failures = failures
         self.requests: list[Request] = []
@@ -52,8 +54,9 @@ class Endpoint:
                     )
                 time.sleep(delay)
                 self.send_response(code)
-                self.send_header("Content-Length", "0")
+                self.send_header("Content-Length", str(len(answer)))
                 self.end_headers()
+                self.wfile.write(answer)
 
             do_GET = do_POST = _answer
 

@@ -7,10 +7,15 @@ from __future__ import annotations
 import subprocess
 import time
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
+from placewatch.schemas import FallbackEvent
+
+from tests.conftest import NatsServer
+from tests.integration.consumer.alerts.test_consume import publish
 from tests.support.alertmanager import (
     AMTOOL,
     Alert,
@@ -21,6 +26,7 @@ from tests.support.alertmanager import (
     need,
 )
 from tests.support.alerts_cli import Alerts
+from tests.support.fallback_events import status
 from tests.support.fleet_node import NODE, ShardNode, wait_fallback_events
 
 ARGS = ("--format", "alertmanager", "--resend", "1")
@@ -153,3 +159,31 @@ def test_the_docs_route_pages_for_critical_and_tells_the_team_for_warning(
     assert receiver("severity=critical", *fallback) == "gpu-oncall"
     assert receiver("severity=warning", *fallback) == "gpu-team"
     assert receiver("severity=critical", "alertname=NodeDown") == "default"
+
+
+def test_a_node_clock_an_hour_ahead_fires_and_resolves_without_holding_up_the_others(
+    nats_server: NatsServer, alertmanager: Alertmanager, alerts: list[Alerts]
+) -> None:
+    # Alertmanager refuses a whole POST in which one alert starts more than its
+    # resolve_timeout (5 min) from now, and holds a future endsAt as firing until then.
+    now = datetime.now(UTC)
+    ahead = status("cpu_fallback", now + timedelta(hours=1), "on the CPU", shard="ahead")
+    on_time = status("cpu_fallback", now, "on the CPU", shard="on-time")
+    publish(
+        nats_server.url,
+        FallbackEvent(state="firing", status=ahead),
+        ahead,
+        FallbackEvent(state="firing", status=on_time),
+        on_time,
+    )
+    alerts.append(Alerts("--nats", nats_server.url, *ARGS, "--webhook", alertmanager.alerts_url))
+    (fired,) = alertmanager.wait_alerts(only("cpu_fallback"), "ahead")
+    assert datetime.fromisoformat(fired["startsAt"]) <= datetime.now(UTC)
+    alertmanager.wait_alerts(only("cpu_fallback"), "on-time")
+    back = status("gpu", now + timedelta(hours=1, minutes=1), "on GPU 1", shard="ahead")
+    publish(nats_server.url, FallbackEvent(state="resolved", status=back), back)
+    alertmanager.wait_alerts(lambda found: found == [], "ahead")  # not in an hour
+    assert [a["labels"]["shard"] for a in alertmanager.alerts()] == ["on-time"]
+    code, _, err = alerts[-1].stop()
+    assert code == 0, err
+    assert "not delivered" not in err, err

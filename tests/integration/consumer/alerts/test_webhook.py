@@ -48,6 +48,18 @@ def test_an_error_status_is_not_delivered_and_says_which() -> None:
     assert str(caught.value) == "HTTP 503 Service Unavailable"
 
 
+def test_a_refusal_says_what_the_receiver_said_in_one_printable_line() -> None:
+    refusing = Endpoint(status=400, answer=b'"start time must be before end time"\n\x1b[2J' * 9)
+    try:
+        with pytest.raises(DeliveryError) as caught:
+            post_json(refusing.url, b"[]", timeout=5)
+    finally:
+        refusing.close()
+    said = str(caught.value)
+    assert said.startswith('HTTP 400 Bad Request: "start time must be before end time" [2J"start')
+    assert said.isprintable() and len(said) < 240  # 200 characters of the answer at most
+
+
 def test_nothing_listening_says_the_connection_was_refused() -> None:
     with pytest.raises(DeliveryError) as caught:
         post_json(f"http://127.0.0.1:{free_port()}/hook", b"{}", timeout=5)

@@ -3,6 +3,8 @@ verdict and static ones, annotations that say what the shard does now."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import msgspec
 import pytest
 
@@ -102,3 +104,22 @@ def test_alertmanager_label_names(name: str) -> None:
 def test_names_alertmanager_refuses(name: str, why: str) -> None:
     problem = name_problem(name)
     assert problem is not None and why in problem
+
+
+def test_no_time_posted_is_later_than_now_whatever_the_node_s_clock_says() -> None:
+    # Alertmanager refuses a POST whose alert starts past now + resolve_timeout, and holds
+    # an alert whose endsAt is in the future as firing until then.
+    now = T1 - timedelta(hours=1)  # the node's clock is an hour ahead of this one
+    firing = AlertTemplate().body(Alert(FIRING.status, "cpu_fallback", T1), now)
+    assert firing["startsAt"] == "2026-11-30T05:00:01.250000Z"
+    ended = AlertTemplate().body(Alert(RESOLVED.status, "cpu_fallback", T1, T2), now)
+    assert (ended["startsAt"], ended["endsAt"]) == (
+        "2026-11-30T05:00:01.250000Z",
+        "2026-11-30T05:00:01.250000Z",
+    )
+    # Ended in the past but started "later" by a clock stepped back: it cannot end first.
+    stepped = AlertTemplate().body(Alert(RESOLVED.status, "cpu_fallback", T2, T1), T2)
+    assert (stepped["startsAt"], stepped["endsAt"]) == (
+        "2026-11-30T06:07:30Z",
+        "2026-11-30T06:07:30Z",
+    )
