@@ -4,7 +4,7 @@ Depends on the contract (placewatch.schemas) and nats-py only, never on the
 worker's code, so a gateway installs no GPU or host sampling to use it.
 """
 
-from .capacity import GpuCandidate, StaleNode
+from .capacity import GpuCandidate, SharedGpu, StaleNode
 from .fleet import FALLBACK_VERDICTS, FiringFallback, Fleet, FleetView, Message, ShardKey
 
 __all__ = [
@@ -15,5 +15,6 @@ __all__ = [
     "GpuCandidate",
     "Message",
     "ShardKey",
+    "SharedGpu",
     "StaleNode",
 ]

@@ -15,6 +15,10 @@ a tool gives no free figure). Foreign memory (used by nothing of the node's shar
 tenant, a leaked process) is part of the used memory, so the free figure is already net of
 it; each answer carries it too, since foreign memory does not come back when a shard moves.
 
+A GPU that more than one live node reports (its uuid in two nodes' samples) is offered once:
+it is one GPU, seen by two workers on one machine under two node names (a systemd unit and
+a DaemonSet, a config copied from another machine), and `shared_gpus()` names them.
+
 A GPU whose health says unhealthy (GpuHealth.healthy false: an XID that needs a reset, an
 uncorrected ECC error, a row remapping pending or failed) is not offered, however much it has
 free: what is placed there would fail or compute wrong until the GPU is reset. A GPU with no
@@ -23,12 +27,13 @@ health reading is offered: nothing says it is unfit.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING
 
 import msgspec
 
-from placewatch.schemas import GpuSample
+from placewatch.schemas import GpuSample, NodeSample
 
 if TYPE_CHECKING:  # fleet.py imports this module for FleetView.gpus_for and stale
     from .fleet import Holdings
@@ -63,20 +68,26 @@ class StaleNode(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """The limit it is past: `max_age`, or three of its intervals."""
 
 
+class SharedGpu(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """A GPU that more than one live node reports: two workers watch one machine under two
+    names. Stop one of them, or give both the same node name (the lease then keeps one)."""
+
+    uuid: str
+    nodes: list[str]
+    """The nodes that report it, sorted."""
+    gpus: list[int]
+    """Its index on each of those nodes, in the same order."""
+
+
 def gpus_for(
     holdings: Holdings, nbytes: int, now: datetime, max_age: float | None = None
 ) -> list[GpuCandidate]:
     """Every healthy GPU of a live node with at least `nbytes` free, the most free first (then
-    the least foreign, then by node and index). A GPU whose free memory is unknown, or whose
-    health says unhealthy, is left out."""
+    the least foreign, then by node and index), each GPU once however many nodes report it.
+    A GPU whose free memory is unknown, or whose health says unhealthy, is left out."""
     found: list[GpuCandidate] = []
-    for node in holdings.nodes:
-        sample = holdings.sample(node)
-        if sample is None:
-            continue
+    for node, sample in _live(holdings, now, max_age):
         age = _age(holdings.nodes[node].seen, now)
-        if age > _limit(sample.interval_s, max_age):
-            continue
         for g in sample.gpus:
             free = _free(g)
             if free is None or free < nbytes or (g.health is not None and not g.health.healthy):
@@ -95,7 +106,40 @@ def gpus_for(
                 )
             )
     found.sort(key=lambda c: (-c.free_bytes, c.foreign_bytes or 0, c.node, c.gpu))
-    return found
+    offered: set[str] = set()
+    once = []
+    for c in found:
+        if c.uuid is None or c.uuid not in offered:
+            once.append(c)
+            if c.uuid is not None:
+                offered.add(c.uuid)
+    return once
+
+
+def shared_gpus(holdings: Holdings, now: datetime, max_age: float | None = None) -> list[SharedGpu]:
+    """Every GPU (by uuid) that more than one live node reports, by uuid."""
+    seen: dict[str, list[tuple[str, int]]] = {}
+    for node, sample in sorted(_live(holdings, now, max_age), key=lambda live: live[0]):
+        for g in sample.gpus:
+            if g.uuid is not None:
+                seen.setdefault(g.uuid, []).append((node, g.index))
+    return [
+        SharedGpu(uuid=uuid, nodes=[n for n, _ in on], gpus=[i for _, i in on])
+        for uuid, on in sorted(seen.items())
+        if len(on) > 1
+    ]
+
+
+def _live(
+    holdings: Holdings, now: datetime, max_age: float | None
+) -> Iterator[tuple[str, NodeSample]]:
+    """Each node whose latest sample is joined and younger than the limit, with it."""
+    for node in holdings.nodes:
+        sample = holdings.sample(node)
+        if sample is not None and _age(holdings.nodes[node].seen, now) <= _limit(
+            sample.interval_s, max_age
+        ):
+            yield node, sample
 
 
 def stale(holdings: Holdings, now: datetime, max_age: float | None = None) -> list[StaleNode]:

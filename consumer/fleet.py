@@ -64,7 +64,7 @@ from placewatch.schemas.service import endpoint
 from placewatch.schemas.streams import for_prefix
 
 from . import capacity
-from .capacity import GpuCandidate, StaleNode
+from .capacity import GpuCandidate, SharedGpu, StaleNode
 from .retained import kv_headers, last_per_subject, stored_at
 
 log = logging.getLogger(__name__)
@@ -237,6 +237,13 @@ class FleetView:
         with its sample's age (placewatch.consumer.capacity). `max_age`: seconds after
         which a node's sample is stale (None: three of its intervals)."""
         return capacity.gpus_for(self.holdings(), nbytes, now or _now(), max_age)
+
+    def shared_gpus(
+        self, max_age: float | None = None, *, now: datetime | None = None
+    ) -> list[SharedGpu]:
+        """The GPUs (by uuid) that more than one live node reports: two workers watch one
+        machine under two names (gpus_for offers each once)."""
+        return capacity.shared_gpus(self.holdings(), now or _now(), max_age)
 
     def stale(
         self, max_age: float | None = None, *, now: datetime | None = None

@@ -196,6 +196,7 @@ def _frame(fleet: Fleet, now: datetime, where: str) -> str:
         f"{_count(len(names), 'node')}  {_count(len(fleet.shards), 'shard')}  "
         f"{len(firing)} firing"
     ]
+    shared = _shared(fleet, now)
     for name in names:
         lines.append("")
         t = telemetry.get(name)
@@ -203,6 +204,7 @@ def _frame(fleet: Fleet, now: datetime, where: str) -> str:
             lines.append(f"{name}  no telemetry yet")
         else:
             lines += _node_line(name, t, now, fleet.seen.get(name, t.time.timestamp()))
+            lines += shared.get(name, [])
         if t is not None and t.gpus:
             lines.append(
                 f"  {'GPU':>3}  {'util':>4}  {'used':>6}  {'foreign':>7}  {'free':>6}  "
@@ -217,6 +219,27 @@ def _frame(fleet: Fleet, now: datetime, where: str) -> str:
     if not names:
         lines += ["", "no nodes yet: is a worker publishing with this prefix?"]
     return "\n".join(lines)
+
+
+def _shared(fleet: Fleet, now: datetime) -> dict[str, list[str]]:
+    """Node -> a line for each of its GPUs that another live node reports too."""
+    on: dict[str, list[tuple[str, int]]] = {}
+    for t in fleet.nodes:
+        seen = fleet.seen.get(t.node, t.time.timestamp())
+        if now.timestamp() - seen > _STALE_INTERVALS * t.interval_s:
+            continue
+        for g in t.gpus:
+            if g.uuid is not None:
+                on.setdefault(g.uuid, []).append((t.node, g.index))
+    lines: dict[str, list[str]] = {}
+    for uuid, where in sorted(on.items()):
+        for node, index in where if len(where) > 1 else []:
+            others = ", ".join(f"{n} GPU {i}" for n, i in where if n != node)
+            lines.setdefault(node, []).append(
+                f"  SHARED GPU {index} ({uuid}) is also {others}: two workers watch one "
+                "machine under two names; stop one, or give both one --node"
+            )
+    return lines
 
 
 def _clock(offset_s: float) -> str:

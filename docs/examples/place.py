@@ -3,9 +3,10 @@
     python docs/examples/place.py nats://127.0.0.1:4222 --bytes 20GiB [--max-age SECONDS]
 
 Prints each healthy GPU of a live node that has that much free, the most free first, with
-how old its reading is; then the GPUs left out as unhealthy, with what to do; then the nodes
-gone stale. Exits 0 when some GPU can take it, 1 when none can. Needs `placewatch.consumer`
-(this repository installed) and nothing else of the worker.
+how old its reading is; then the GPUs left out as unhealthy, with what to do; then the GPUs
+two nodes report (two workers on one machine under two names; each is offered once); then
+the nodes gone stale. Exits 0 when some GPU can take it, 1 when none can. Needs
+`placewatch.consumer` (this repository installed) and nothing else of the worker.
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ async def main(url: str, nbytes: int, max_age: float | None, prefix: str) -> int
             for g in sample.gpus if sample is not None else []:
                 if g.health is not None and not g.health.healthy:
                     print(f"unhealthy: {node} GPU {g.index}: {'; '.join(g.health.problems)}")
+        for shared in view.shared_gpus(max_age):
+            print(f"shared: {shared.uuid} is reported by {', '.join(shared.nodes)}")
         for s in view.stale(max_age):
             print(f"stale: {s.node}, last sample {s.age_s:.0f} s ago (limit {s.limit_s:g} s)")
     finally:

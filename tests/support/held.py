@@ -24,7 +24,11 @@ NOW = datetime(2026, 11, 30, 6, 0, tzinfo=UTC)
 UUID0 = "GPU-3f6c1a52-8e1b-4c2d-9a47-0b5d7e9f1a20"
 
 
-def node_sample(node: str, taken: datetime, interval_s: float = 2.0) -> NodeSample:
+def node_sample(
+    node: str, taken: datetime, interval_s: float = 2.0, machine: str = ""
+) -> NodeSample:
+    """Two A100s; `machine` sets their uuids apart from another node_sample's (the same
+    `machine`: the same two GPUs, as two workers on one machine report them)."""
     return NodeSample(
         node=node,
         session="s1",
@@ -34,7 +38,7 @@ def node_sample(node: str, taken: datetime, interval_s: float = 2.0) -> NodeSamp
         gpus=[
             GpuSample(
                 index=0,
-                uuid=UUID0,
+                uuid=UUID0 + machine,
                 name="NVIDIA A100-SXM4-80GB",
                 bus_id="00000000:07:00.0",
                 utilization_pct=37.0,
@@ -53,7 +57,7 @@ def node_sample(node: str, taken: datetime, interval_s: float = 2.0) -> NodeSamp
             ),
             GpuSample(
                 index=1,
-                uuid="GPU-9d2e",
+                uuid="GPU-9d2e" + machine,
                 name="NVIDIA A100-SXM4-80GB",
                 bus_id="00000000:0F:00.0",
                 memory_used_bytes=0,

@@ -9,6 +9,7 @@ import queue
 import select
 import signal
 import subprocess
+import sys
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -17,7 +18,7 @@ import anyio
 import msgspec
 import nats
 
-from placewatch.consumer import FiringFallback, Fleet
+from placewatch.consumer import FiringFallback, Fleet, FleetView, SharedGpu
 from placewatch.consumer.terminal import render
 from placewatch.schemas import (
     ComputeStatus,
@@ -33,11 +34,16 @@ from placewatch.schemas import (
 )
 
 from tests.conftest import (
+    FIXTURES,
+    ROOT,
+    FakeGpuTools,
     NatsServer,
+    Worker,
     clean_env,
     free_port,
     placewatch_cmd,
     run_placewatch,
+    until,
 )
 from tests.support.fleet_node import HOLDING_MIB, NODE, ShardNode
 
@@ -278,3 +284,53 @@ def test_watch_on_a_terminal_clears_and_redraws_in_place(nats_server: NatsServer
             proc.wait()
         os.close(leader)
         proc.stderr.close()  # type: ignore[union-attr]
+
+
+def test_two_workers_on_one_machine_under_two_names_are_named_and_its_gpus_offered_once(
+    nats_server: NatsServer, fake_gpu: FakeGpuTools, workers: list[Worker]
+) -> None:
+    # A systemd unit (the host's name) and a DaemonSet (the Kubernetes node's) on one machine.
+    fake_gpu.nvidia_smi(FIXTURES / "nvidia-smi" / "a100x2-query-gpu.csv")
+    for name in ("gpu-07", "gpu-07.cluster.local"):
+        args = ("--nats", nats_server.url, "--node", name, "--no-discover", "--interval", "0.5")
+        workers.append(Worker(*args, env=fake_gpu.env()))
+
+    async def view() -> tuple[list[SharedGpu], list[str]]:
+        nc = await nats.connect(nats_server.url)
+        fleet = FleetView(nc)
+        try:
+            await fleet.start()
+            await until(lambda: len(fleet.snapshot().nodes) == 2, 15)
+            return fleet.shared_gpus(), [c.node for c in fleet.gpus_for(0)]
+        finally:
+            await fleet.stop()
+            await nc.close()
+
+    shared, offered = anyio.run(view, backend="asyncio")
+    assert [(s.nodes, s.gpus) for s in shared] == [
+        (["gpu-07", "gpu-07.cluster.local"], [0, 0]),
+        (["gpu-07", "gpu-07.cluster.local"], [1, 1]),
+    ]
+    assert len(offered) == 2  # two GPUs, not four
+    done = run_placewatch("watch", "--once", "--nats", nats_server.url, "--wait", "1")
+    assert done.returncode == 0, done.stderr
+    said = [line for line in done.stdout.splitlines() if "SHARED" in line]
+    assert said == [
+        f"  SHARED GPU {i} ({s.uuid}) is also {other} GPU {i}: two workers watch one machine "
+        "under two names; stop one, or give both one --node"
+        for other in ("gpu-07.cluster.local", "gpu-07")
+        for i, s in enumerate(shared)
+    ], done.stdout
+    example = ROOT / "docs" / "examples" / "place.py"
+    placed = subprocess.run(
+        [sys.executable, str(example), nats_server.url, "--bytes", "1GiB"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert placed.returncode == 0, placed.stderr
+    assert [line for line in placed.stdout.splitlines() if line.startswith("shared:")] == [
+        f"shared: {s.uuid} is reported by gpu-07, gpu-07.cluster.local" for s in shared
+    ]
+    assert len([line for line in placed.stdout.splitlines() if " GiB free" in line]) == 2

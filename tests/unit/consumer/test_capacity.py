@@ -7,16 +7,16 @@ from datetime import timedelta
 
 import msgspec
 
-from placewatch.consumer.capacity import gpus_for, stale
+from placewatch.consumer.capacity import SharedGpu, gpus_for, shared_gpus, stale
 from placewatch.consumer.fleet import Holdings
 from placewatch.schemas import GpuHealth, GpuSample
 
-from tests.support.held import MIB, NOW, held, holdings, node_sample
+from tests.support.held import MIB, NOW, UUID0, held, holdings, node_sample
 
 
 def test_gpus_that_can_take_the_bytes_the_most_free_first_with_their_age() -> None:
     a = node_sample("a", NOW - timedelta(seconds=1))  # GPU 0: 40405 MiB free, GPU 1: 81365
-    b = node_sample("b", NOW - timedelta(seconds=3))
+    b = node_sample("b", NOW - timedelta(seconds=3), machine="-b")
     found = gpus_for(holdings(a, b), 40000 * MIB, NOW)
     assert [(c.node, c.gpu, c.free_bytes // MIB, c.age_s) for c in found] == [
         ("a", 1, 81365, 1.0),
@@ -35,8 +35,8 @@ def test_gpus_that_can_take_the_bytes_the_most_free_first_with_their_age() -> No
 
 def test_a_stale_node_offers_no_gpu_and_is_named() -> None:
     live = node_sample("live", NOW - timedelta(seconds=5))  # under 3 intervals of 2 s
-    late = node_sample("late", NOW - timedelta(seconds=7))
-    later = node_sample("later", NOW - timedelta(seconds=70))
+    late = node_sample("late", NOW - timedelta(seconds=7), machine="-late")
+    later = node_sample("later", NOW - timedelta(seconds=70), machine="-later")
     content = holdings(live, late, later)
     assert {c.node for c in gpus_for(content, 0, NOW)} == {"live"}
     assert [(s.node, s.age_s, s.limit_s) for s in stale(content, NOW)] == [
@@ -86,7 +86,7 @@ def test_ages_are_the_views_not_the_nodes_clock() -> None:
     # Both arrived a second ago; "behind" stamps its samples a minute in the past (its clock
     # is a minute slow), "ahead" an hour in the future.
     behind = node_sample("behind", NOW - timedelta(seconds=61))
-    ahead = node_sample("ahead", NOW + timedelta(hours=1) - timedelta(seconds=1))
+    ahead = node_sample("ahead", NOW + timedelta(hours=1) - timedelta(seconds=1), machine="-a")
     content = Holdings(
         {
             "behind": held(behind, late_s=60)[0],
@@ -109,3 +109,26 @@ def test_ages_are_the_views_not_the_nodes_clock() -> None:
     assert gpus_for(content, 0, later) == []
     assert round(content.nodes["behind"].clock_offset_s) == -60
     assert round(content.nodes["ahead"].clock_offset_s) == 3600
+
+
+def test_a_gpu_two_live_nodes_report_is_offered_once_and_named() -> None:
+    # Two workers on one machine under two names (a systemd unit and a DaemonSet): the same
+    # two GPUs, by uuid, in both nodes' samples; a third node is another machine.
+    unit = node_sample("gpu-07", NOW - timedelta(seconds=1))
+    pod = node_sample("gpu-07.example", NOW - timedelta(seconds=2))
+    other = node_sample("gpu-08", NOW - timedelta(seconds=1), machine="-08")
+    content = holdings(unit, pod, other)
+    found = gpus_for(content, 40000 * MIB, NOW)
+    assert [(c.node, c.gpu) for c in found] == [
+        ("gpu-07", 1),
+        ("gpu-08", 1),
+        ("gpu-07", 0),
+        ("gpu-08", 0),
+    ]
+    assert shared_gpus(content, NOW) == [
+        SharedGpu(uuid=UUID0, nodes=["gpu-07", "gpu-07.example"], gpus=[0, 0]),
+        SharedGpu(uuid="GPU-9d2e", nodes=["gpu-07", "gpu-07.example"], gpus=[1, 1]),
+    ]
+    # Once one of the two stops, the GPUs are its alone again.
+    assert shared_gpus(content, NOW + timedelta(seconds=4.5)) == []
+    assert gpus_for(content, 40000 * MIB, NOW + timedelta(seconds=4.5))[0].node == "gpu-07"
