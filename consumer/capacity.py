@@ -117,7 +117,7 @@ def gpus_for(
 
 
 def shared_gpus(holdings: Holdings, now: datetime, max_age: float | None = None) -> list[SharedGpu]:
-    """Every GPU (by uuid) that more than one live node reports, by uuid."""
+    """Every GPU that more than one live node reports, sorted by its uuid."""
     seen: dict[str, list[tuple[str, int]]] = {}
     for node, sample in sorted(_live(holdings, now, max_age), key=lambda live: live[0]):
         for g in sample.gpus:
@@ -134,11 +134,11 @@ def _live(
     holdings: Holdings, now: datetime, max_age: float | None
 ) -> Iterator[tuple[str, NodeSample]]:
     """Each node whose latest sample is joined and younger than the limit, with it."""
-    for node in holdings.nodes:
+    for node, held in holdings.nodes.items():
         sample = holdings.sample(node)
-        if sample is not None and _age(holdings.nodes[node].seen, now) <= _limit(
-            sample.interval_s, max_age
-        ):
+        if sample is None:
+            continue
+        if _age(held.seen, now) <= _limit(sample.interval_s, max_age):
             yield node, sample
 
 
