@@ -29,14 +29,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 import msgspec
 
 from placewatch.schemas import GpuSample, NodeSample
 
-if TYPE_CHECKING:  # fleet.py imports this module for FleetView.gpus_for and stale
-    from .fleet import Holdings
+from .held import Holdings
 
 STALE_INTERVALS = 3
 

@@ -18,10 +18,8 @@ goes stale when it stops. Telemetry that names an inventory the view does
 not hold (the stream lost it, or there is no stream) has the view ask the node's `inventory`
 endpoint. A fresh cluster (no stream, no bucket, or no JetStream at all) is an empty fleet.
 
-Held at fleet scale: each node's two messages are kept as the bytes they came in (checked
-on arrival, decoded when asked for), so a view of 50,000 nodes holds a few KiB per node in
-objects the garbage collector need not walk. Decoded Structs of 8 GPUs and 64 processes
-took 27 KiB a node, and a full collection with 50,000 of them 0.6 s.
+Held at fleet scale: each node's two messages are kept as the bytes they came in (held.py),
+a few KiB per node in objects the garbage collector need not walk.
 
 A view may take one of the partitions the servers' mapping spreads the nodes over
 (placewatch.schemas.partitions): then it holds that partition's nodes' telemetry and
@@ -37,7 +35,6 @@ import time
 import zlib
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import TypeVar
 
 import msgspec
 import nats.errors
@@ -54,17 +51,16 @@ from placewatch.schemas import (
     NodeSample,
     NodeTelemetry,
     decode,
-    lean,
     partitions,
     subjects,
 )
-from placewatch.schemas.codec import HEADER_CONTENT_TYPE
 from placewatch.schemas.messages import Verdict
 from placewatch.schemas.service import endpoint
 from placewatch.schemas.streams import for_prefix
 
 from . import capacity
 from .capacity import GpuCandidate, SharedGpu, StaleNode
+from .held import Held, Holdings, content_type, decoded, join
 from .retained import kv_headers, last_per_subject, stored_at
 
 log = logging.getLogger(__name__)
@@ -75,7 +71,6 @@ ASK_EVERY_S = 10.0
 """The least time between two asks of one node for its inventory."""
 
 Message = NodeTelemetry | NodeInventory | ComputeStatus | FallbackEvent
-Whole = TypeVar("Whole", NodeTelemetry, NodeInventory)
 ShardKey = tuple[str, str]
 """(node, shard), the exact names the payloads carry."""
 
@@ -91,33 +86,6 @@ class FiringFallback(msgspec.Struct, frozen=True, kw_only=True):
     reason: str
 
 
-class Held(msgspec.Struct, frozen=True, gc=False):
-    """A node's latest telemetry or inventory as it came: its time (on the node's clock), the
-    inventory it names (or is), its payload, decoded when asked for, and when the view took
-    it (`seen`, seconds since the epoch on the view's clock: its arrival, or when the server
-    stored a copy read from a stream), and, of telemetry, the session and seq it came in.
-
-    An inventory's payload is held zlib-compressed (`compressed`): it is mostly the same
-    process names over and over (6.4 KB of JSON for 8 GPUs and 64 processes, 0.7 KB
-    compressed), changes rarely and is read rarely; compressing it costs about 60 µs when
-    it changes, reading it back about 15 µs."""
-
-    time: datetime
-    inventory: str
-    data: bytes
-    content_type: str | None
-    compressed: bool = False
-    seen: float = 0.0
-    session: str = ""
-    seq: int = 0
-
-    @property
-    def clock_offset_s(self) -> float:
-        """The node's clock minus the view's (bus latency included): how far the node's clock
-        is off, where it says more than a few milliseconds."""
-        return self.time.timestamp() - self.seen
-
-
 class Fleet(msgspec.Struct, frozen=True, kw_only=True):
     """The fleet at one moment, sorted by node and shard: each node's sample, its inventory
     and telemetry joined (a node whose inventory the view has not got yet is left out)."""
@@ -127,23 +95,6 @@ class Fleet(msgspec.Struct, frozen=True, kw_only=True):
     firing: list[FiringFallback]
     seen: dict[str, float] = msgspec.field(default_factory=dict)
     """Node -> when the view took its latest telemetry (Held.seen)."""
-
-
-class Holdings(msgspec.Struct, frozen=True, gc=False):
-    """Each node's latest telemetry and inventory as a view held them at one moment: copies
-    of its dicts, whose Held values never change, so another thread (an HTTP server's)
-    may read them while the view goes on taking messages on the event loop."""
-
-    nodes: dict[str, Held]
-    inventories: dict[str, Held]
-
-    def telemetry(self, node: str) -> NodeTelemetry | None:
-        return _decoded(self.nodes.get(node), NodeTelemetry)
-
-    def sample(self, node: str) -> NodeSample | None:
-        """The node's telemetry joined with the inventory it names (no statuses: pids and
-        reasons empty); None until both are held."""
-        return _join(self.nodes.get(node), self.inventories.get(node))
 
 
 class FleetView:
@@ -215,16 +166,16 @@ class FleetView:
 
     def telemetry(self, node: str) -> NodeTelemetry | None:
         """The node's latest telemetry."""
-        return _decoded(self.nodes.get(node), NodeTelemetry)
+        return decoded(self.nodes.get(node), NodeTelemetry)
 
     def inventory(self, node: str) -> NodeInventory | None:
         """The node's latest inventory."""
-        return _decoded(self.inventories.get(node), NodeInventory)
+        return decoded(self.inventories.get(node), NodeInventory)
 
     def sample(self, node: str) -> NodeSample | None:
         """The node's latest telemetry joined with the inventory it names, and its shards'
         pids and reasons from their statuses; None until the view holds both."""
-        return _join(
+        return join(
             self.nodes.get(node),
             self.inventories.get(node),
             lambda shard: self.shards.get((node, shard)),  # by key: not every shard's walk
@@ -340,7 +291,7 @@ class FleetView:
             t.time,
             t.inventory,
             data,
-            _content_type(headers),
+            content_type(headers),
             seen=seen,
             session=t.session,
             seq=t.seq,
@@ -365,7 +316,7 @@ class FleetView:
             i.time,
             i.id,
             zlib.compress(data),
-            _content_type(headers),
+            content_type(headers),
             compressed=True,
             seen=seen,
         )
@@ -430,37 +381,6 @@ def _newer(stored: float | None, held_seen: float) -> bool:
     does (a node's messages arrive in the order it sent them); a copy from a stream or bucket
     only if the server stored it after that. Neither asks the node's clock."""
     return stored is None or stored > held_seen
-
-
-def _content_type(headers: Mapping[str, str] | None) -> str | None:
-    return None if headers is None else headers.get(HEADER_CONTENT_TYPE)
-
-
-def _join(
-    held: Held | None,
-    inventory: Held | None,
-    status_of: Callable[[str], ComputeStatus | None] = lambda _: None,
-) -> NodeSample | None:
-    """The telemetry joined with the inventory it names and its shards' statuses (pids and
-    reasons); None until both are held."""
-    if held is None or inventory is None or held.inventory != inventory.inventory:
-        return None
-    telemetry = _decode(held, NodeTelemetry)
-    statuses = {
-        shard: status for shard in telemetry.shards if (status := status_of(shard)) is not None
-    }
-    return lean.join(_decode(inventory, NodeInventory), telemetry, statuses)
-
-
-def _decoded(held: Held | None, type_: type[Whole]) -> Whole | None:
-    return None if held is None else _decode(held, type_)
-
-
-def _decode(held: Held, type_: type[Whole]) -> Whole:
-    """A held message decoded; it was checked when it came."""
-    headers = None if held.content_type is None else {HEADER_CONTENT_TYPE: held.content_type}
-    data = zlib.decompress(held.data) if held.compressed else held.data
-    return decode(data, type_, headers)
 
 
 def _partition(partition: int | None, count: int | None) -> int | None:

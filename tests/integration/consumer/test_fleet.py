@@ -37,6 +37,7 @@ def test_consumer_package_imports_only_the_contract_and_nats() -> None:
         "placewatch.consumer",
         "placewatch.consumer.capacity",
         "placewatch.consumer.fleet",
+        "placewatch.consumer.held",
         "placewatch.consumer.retained",
     }
     assert "nats" in imported
