@@ -306,8 +306,8 @@ def test_a_node_whose_clock_is_off_or_steps_back_is_followed_by_arrival(
             await published(nc, subjects.compute("gpu-31", "llama"), fallen)
             await until(lambda: getattr(view.telemetry("gpu-31"), "seq", None) == 8)
             await until(lambda: [f.shard for f in view.firing()] == ["llama"])
-            # Copies read again from the stream and the bucket do not come back over them:
-            # the bucket's `gpu` was stored before `cpu_fallback` arrived.
+            # Copies read again from the stream and the bucket change nothing: the stream's is
+            # seq 8 again, and the bucket's `gpu` was stored before `cpu_fallback` arrived.
             copies = await last_per_subject(nc, TELEMETRY.name, "placewatch.telemetry.>", 2)
             copies += await last_per_subject(
                 nc, COMPUTE.stream, subjects.kv_subject(COMPUTE.name), 2
