@@ -27,7 +27,7 @@ health reading is offered: nothing says it is unfit.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import datetime
 
 import msgspec
@@ -116,8 +116,13 @@ def gpus_for(
 
 def shared_gpus(holdings: Holdings, now: datetime, max_age: float | None = None) -> list[SharedGpu]:
     """Every GPU that more than one live node reports, sorted by its uuid."""
+    return shared_among(_live(holdings, now, max_age))
+
+
+def shared_among(samples: Iterable[tuple[str, NodeSample]]) -> list[SharedGpu]:
+    """Every GPU that more than one of these (node, sample) reports, sorted by its uuid."""
     seen: dict[str, list[tuple[str, int]]] = {}
-    for node, sample in sorted(_live(holdings, now, max_age), key=lambda live: live[0]):
+    for node, sample in sorted(samples, key=lambda pair: pair[0]):
         for g in sample.gpus:
             if g.uuid is not None:
                 seen.setdefault(g.uuid, []).append((node, g.index))

@@ -23,6 +23,7 @@ from nats.aio.client import Client
 
 from placewatch.schemas import ComputeStatus, GpuSample, NodeSample, partitions
 
+from .capacity import STALE_INTERVALS, shared_among
 from .connection import Bus, Unreachable, connect_within, redact
 from .fleet import Fleet, FleetView
 from .lifecycle import stop_on_signal
@@ -35,7 +36,6 @@ SETTLE_S = 1.0
 FRAME_S = 1.0
 _TTY_GAP_S = 0.25
 _CLEAR = "\x1b[H\x1b[2J"
-_STALE_INTERVALS = 3
 CLOCK_OFF_S = 2.0
 """A node's clock further off this one's than this is named on its line (the exporter's
 PlacewatchNodeClockOff fires at the same)."""
@@ -223,20 +223,19 @@ def _frame(fleet: Fleet, now: datetime, where: str) -> str:
 
 def _shared(fleet: Fleet, now: datetime) -> dict[str, list[str]]:
     """Node -> a line for each of its GPUs that another live node reports too."""
-    on: dict[str, list[tuple[str, int]]] = {}
-    for t in fleet.nodes:
-        seen = fleet.seen.get(t.node, t.time.timestamp())
-        if now.timestamp() - seen > _STALE_INTERVALS * t.interval_s:
-            continue
-        for g in t.gpus:
-            if g.uuid is not None:
-                on.setdefault(g.uuid, []).append((t.node, g.index))
+    live = (
+        (t.node, t)
+        for t in fleet.nodes
+        if now.timestamp() - fleet.seen.get(t.node, t.time.timestamp())
+        <= STALE_INTERVALS * t.interval_s
+    )
     lines: dict[str, list[str]] = {}
-    for uuid, where in sorted(on.items()):
-        for node, index in where if len(where) > 1 else []:
-            others = ", ".join(f"{n} GPU {i}" for n, i in where if n != node)
+    for shared in shared_among(live):
+        on = list(zip(shared.nodes, shared.gpus, strict=True))
+        for node, index in on:
+            others = ", ".join(f"{n} GPU {i}" for n, i in on if n != node)
             lines.setdefault(node, []).append(
-                f"  SHARED GPU {index} ({uuid}) is also {others}: two workers watch one "
+                f"  SHARED GPU {index} ({shared.uuid}) is also {others}: two workers watch one "
                 "machine under two names; stop one, or give both one --node"
             )
     return lines
@@ -251,7 +250,7 @@ def _clock(offset_s: float) -> str:
 
 def _node_line(name: str, t: NodeSample, now: datetime, seen: float) -> list[str]:
     age = max(now.timestamp() - seen, 0.0)
-    stale = "  STALE" if age > _STALE_INTERVALS * t.interval_s else ""
+    stale = "  STALE" if age > STALE_INTERVALS * t.interval_s else ""
     line = f"{name}  seen {age:.0f} s ago{stale}{_clock(t.time.timestamp() - seen)}"
     line += f"  session {t.session}"
     if t.host is not None:
