@@ -137,6 +137,11 @@ async def _publish(
         await nc.close()
 
 
+def alertmanager_args(server: NatsServer, webhook: Endpoint) -> tuple[str, ...]:
+    """`placewatch alerts` posting Alertmanager's alerts to `webhook` from `server`."""
+    return ("--nats", server.url, "--webhook", webhook.url, "--format", "alertmanager")
+
+
 def firing_labels(body: list[dict[str, Any]]) -> list[dict[str, str]]:
     return [a["labels"] for a in body if "endsAt" not in a]
 
@@ -145,7 +150,7 @@ def test_alertmanager_format_resends_firing_and_resolves_it_after_a_restart(
     nats_server: NatsServer, webhook: Endpoint, alerts: list[Alerts]
 ) -> None:
     publish(nats_server.url, FIRING, FIRING.status)
-    args = ("--nats", nats_server.url, "--webhook", webhook.url, "--format", "alertmanager")
+    args = alertmanager_args(nats_server, webhook)
     alerts.append(Alerts(*args, "--resend", "0.5"))
     first, again = webhook.wait(2)
     assert firing_labels(first) == firing_labels(again) == [LABELS]
@@ -174,7 +179,7 @@ def test_alertmanager_format_follows_a_verdict_change_that_is_only_a_status(
     nats_server: NatsServer, webhook: Endpoint, alerts: list[Alerts]
 ) -> None:
     publish(nats_server.url, FIRING, FIRING.status)
-    args = ("--nats", nats_server.url, "--webhook", webhook.url, "--format", "alertmanager")
+    args = alertmanager_args(nats_server, webhook)
     alerts.append(Alerts(*args, "--label", "team=inference", "--resend", "0"))
     webhook.wait(1)
     publish(nats_server.url, MOVED)
@@ -199,7 +204,7 @@ def test_alertmanager_format_resolves_a_shard_whose_node_clock_stepped_back(
     # The shard fell back at 06:00:01 by its node's clock; NTP then steps that clock back an
     # hour, and the shard is placed right again "at 05:07:30": stored later, so newer.
     publish(nats_server.url, FIRING, FIRING.status)
-    args = ("--nats", nats_server.url, "--webhook", webhook.url, "--format", "alertmanager")
+    args = alertmanager_args(nats_server, webhook)
     alerts.append(Alerts(*args, "--resend", "0"))
     webhook.wait(1)
     back = msgspec.structs.replace(RESOLVED.status, time=T2 - timedelta(hours=1))
@@ -230,7 +235,7 @@ def test_a_durable_consumer_made_for_json_follows_statuses_once_the_format_is_al
     code, _, err = alerts[-1].stop()
     assert code == 0, err
     publish(nats_server.url, MOVED)
-    args = ("--nats", nats_server.url, "--webhook", webhook.url, "--format", "alertmanager")
+    args = alertmanager_args(nats_server, webhook)
     alerts.append(Alerts(*args, "--resend", "0"))
     body = webhook.wait(2)[1]  # at start: what is true now, from the bucket
     assert firing_labels(body) == [LABELS | {"verdict": "misplaced", "severity": "warning"}]
