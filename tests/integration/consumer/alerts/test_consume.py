@@ -91,10 +91,17 @@ def test_alerts_waits_for_the_stream_retries_a_failing_webhook_and_delivers_once
         assert (event["state"], event["status"]["shard"]) == ("firing", "idle")
 
         async def consumer_state() -> tuple[int, int, int]:
+            # The webhook records the POST before it answers it: the acknowledgement follows
+            # the answer, so it is waited for (5 s), not read at once.
             nc = await nats.connect(node.url)
             try:
-                info = await nc.jetstream().consumer_info(EVENTS.name, "placewatch-alerts")
-                assert info.ack_floor is not None
+                with anyio.move_on_after(5):
+                    while True:
+                        info = await nc.jetstream().consumer_info(EVENTS.name, "placewatch-alerts")
+                        assert info.ack_floor is not None
+                        if not info.num_ack_pending:
+                            break
+                        await anyio.sleep(0.05)
                 return info.num_ack_pending or 0, info.num_pending or 0, info.ack_floor.stream_seq
             finally:
                 await nc.close()
