@@ -1,7 +1,8 @@
 """The `placewatch` command: the node worker's commands and those that read the bus.
 
-`run`, `sample`, `doctor` and `health` are the node's (placewatch); `watch`,
-`alerts` and `exporter` read the bus (placewatch.consumer); `schema` prints the contract.
+`run`, `sample`, `doctor` and `health` are the node's (placewatch), and `forget`, which
+says on the bus that a node is gone for good; `watch`, `alerts` and `exporter` read the bus
+(placewatch.consumer); `schema` prints the contract.
 Each command's module is imported only when that command runs, so that
 `placewatch sample` does not pay for the NATS client: a command whose
 module owns flags of its own (`doctor`, `watch`, `alerts`) adds them to its
@@ -94,6 +95,12 @@ def _health_command(settings: Settings, args: argparse.Namespace) -> int:
     return health.command(settings, args)
 
 
+def _forget_command(settings: Settings, args: argparse.Namespace) -> int:
+    from . import forget
+
+    return forget.command(settings, args)
+
+
 def _watch_command(settings: Settings, args: argparse.Namespace) -> int:
     from placewatch.consumer import terminal
 
@@ -156,6 +163,7 @@ COMMANDS = {
     "sample": _sample_command,
     "doctor": _doctor_command,
     "health": _health_command,
+    "forget": _forget_command,
     "watch": _watch_command,
     "alerts": _alerts_command,
     "exporter": _exporter_command,
@@ -184,11 +192,13 @@ def _parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     named = next((a for a in argv if not a.startswith("-")), None)
     node, bus, reader = _node_options(), _bus_options(), _reader_options()
+    settings_file = _reader_options(health_file=False)
     parents = {
         "run": [node, bus],
         "sample": [node],
         "doctor": [node, bus],
         "health": [reader, bus],
+        "forget": [settings_file, bus],
         "watch": [reader, bus],
         "alerts": [reader, bus],
         "exporter": [reader, bus],
@@ -224,6 +234,13 @@ HELP = {
         "Ask the node's worker over NATS for its latest telemetry (healthy: younger than "
         "three intervals), or with --heartbeat read the health file a `run`, `watch` or "
         "`alerts` process writes (no network: for liveness probes).",
+    ),
+    "forget": (
+        "say on the bus that a node is gone for good (its shards gone, its fallbacks resolved)",
+        "For a node whose worker will not come back: publish each of its shards' `gone` "
+        "status and the resolution of each fallback it left firing, then remove its keys from "
+        "the compute bucket and its last telemetry and inventory from their streams. Refused "
+        "while the node's lease is live (exit 2). Exit 0 when all of it was done, else 1.",
     ),
     "watch": (
         "a live view of the fleet from the bus",
@@ -268,6 +285,10 @@ def _add_arguments(name: str, command: argparse.ArgumentParser) -> None:
         from . import health
 
         health.add_arguments(command)
+    elif name == "forget":
+        from . import forget
+
+        forget.add_arguments(command)
     elif name == "watch":
         from placewatch.consumer import terminal
 
@@ -320,12 +341,14 @@ def _node_options() -> argparse.ArgumentParser:
     return common
 
 
-def _reader_options() -> argparse.ArgumentParser:
-    """The flags of every command that reads the bus: watch, alerts."""
+def _reader_options(*, health_file: bool = True) -> argparse.ArgumentParser:
+    """The flags of every command that reads the bus (health, watch, alerts, exporter): the
+    settings file, the log level and, for one that runs on, its heartbeat file."""
     reader = argparse.ArgumentParser(add_help=False)
     reader.add_argument("--config", metavar="FILE", help=f"TOML settings file (also {ENV_CONFIG})")
     reader.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
-    _health_file_argument(reader)
+    if health_file:
+        _health_file_argument(reader)
     return reader
 
 

@@ -11,7 +11,9 @@ import pytest
 from placewatch import __version__
 from placewatch.cli import COMMANDS, HELP, main
 
-COMMAND_NAMES = ["run", "sample", "doctor", "health", "watch", "alerts", "exporter", "schema"]
+COMMAND_NAMES = [
+    "run", "sample", "doctor", "health", "forget", "watch", "alerts", "exporter", "schema",
+]  # fmt: skip
 
 
 @pytest.fixture(autouse=True)
@@ -82,7 +84,8 @@ def test_an_unknown_command_exits_2_naming_the_choices(capsys: pytest.CaptureFix
     assert (code, out) == (2, "")
     assert err.splitlines()[-1] == (
         "placewatch: error: argument COMMAND: invalid choice: 'frobnicate' "
-        "(choose from 'run', 'sample', 'doctor', 'health', 'watch', 'alerts', 'exporter', 'schema')"
+        "(choose from 'run', 'sample', 'doctor', 'health', 'forget', 'watch', 'alerts', 'exporter', "
+        "'schema')"
     )
 
 
@@ -132,3 +135,24 @@ def test_schema_prints_the_json_schema_by_default(capsys: pytest.CaptureFixture[
     document = json.loads(capsys.readouterr().out)
     assert document["title"] == "placewatch messages"
     assert "NodeTelemetry" in document["$defs"]
+
+
+def test_forget_takes_a_node_and_the_bus_flags_and_no_node_flag(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, _ = exits(["forget", "--help"], capsys)
+    assert code == 0
+    assert out.startswith("usage: placewatch forget [-h] [--config FILE]")
+    assert option_line(out, "NODE") == (
+        "NODE                  the node's name, as its worker published it (its --node)"
+    )
+    assert option_line(out, "--dry-run") == (
+        "--dry-run             say what would be done, and change nothing"
+    )
+    assert option_line(out, "--prefix").startswith("--prefix PREFIX")
+    assert "--health-file" not in out and "--interval" not in out
+    code, _, err = exits(["forget"], capsys)
+    assert code == 2
+    assert err.splitlines()[-1] == (
+        "placewatch forget: error: the following arguments are required: NODE"
+    )

@@ -159,7 +159,8 @@ def lost_message(node: str, holder: Holder) -> str:
     )
 
 
-def _why(exc: BaseException) -> str:
+def failure(exc: BaseException) -> str:
+    """What went wrong, in a few words: the server's description, or no answer."""
     if isinstance(exc, TimeoutError):
         return "no answer"
     description = getattr(exc, "description", None)
@@ -253,9 +254,7 @@ class LeaseKeeper:
         waiting = "" if publishing else "nothing is published until it is taken; "
         while True:
             try:
-                self._kv = await ensure_bucket(js, self.bucket, self.streams)
-                await self._measure_clock(nc)
-                await self._write(js, 0, refreshing=False)
+                await self.take_once(nc, js)
                 return True
             except (nats.js.errors.ServiceUnavailableError, nats.errors.NoRespondersError):
                 if not publishing:
@@ -268,7 +267,7 @@ class LeaseKeeper:
                     )
                 return False
             except (nats.errors.Error, TimeoutError) as exc:
-                why = _why(exc) + (NOT_ALLOWED if isinstance(exc, TimeoutError) else "")
+                why = failure(exc) + (NOT_ALLOWED if isinstance(exc, TimeoutError) else "")
                 if why != said:
                     log.warning(
                         "cannot take node %s's lease in KV %s yet (%s); %strying again every %g s",
@@ -280,6 +279,23 @@ class LeaseKeeper:
                     )
                 said = why
             await anyio.sleep(RETRY_S)
+
+    async def take_once(self, nc: Client, js: JetStreamContext) -> None:
+        """One try to take the lease, as it is taken at start: LeaseHeld when another live
+        worker holds it (and not `takeover`), nats-py's errors as they come."""
+        self._kv = await ensure_bucket(js, self.bucket, self.streams)
+        await self._measure_clock(nc)
+        await self._write(js, 0, refreshing=False)
+
+    async def holder(self, nc: Client, js: JetStreamContext) -> Holder | None:
+        """Who holds the lease now, as the server stored it (None: nobody ever did), this
+        node's clock measured against the server's for `server_now`."""
+        await self._measure_clock(nc)
+        try:
+            await js.stream_info(self.bucket.stream)
+        except nats.js.errors.NotFoundError:
+            return None  # no worker ever took a lease under this prefix
+        return await self._read(js)
 
     async def _refresh(self, js: JetStreamContext) -> None:
         """Write the lease again every interval, with a tick's telemetry or on its own, until
@@ -298,7 +314,7 @@ class LeaseKeeper:
                 self._kv = None  # the bucket went away: made again on the next try
                 failing = self._unrefreshed("no stream takes the lease", failing)
             except (nats.errors.Error, TimeoutError) as exc:
-                failing = self._unrefreshed(_why(exc), failing)
+                failing = self._unrefreshed(failure(exc), failing)
             else:
                 if failing:
                     log.info("node %s's lease refreshed again", self.lease.node)
@@ -340,7 +356,7 @@ class LeaseKeeper:
             if refreshing:
                 log.warning("%s", lost_message(self.lease.node, holder))
                 raise LeaseLost(lost_message(self.lease.node, holder))
-            now = self._server_now()
+            now = self.server_now()
             if holder.live(now, self.lease.interval_s) and not self.takeover:
                 raise LeaseHeld(held_message(self.lease.node, holder, now, self.lease.interval_s))
             last, taken_from = holder.revision, holder
@@ -350,7 +366,7 @@ class LeaseKeeper:
         )
         raise LeaseLost(contested) if refreshing else LeaseHeld(f"{contested}; {OWN_NODE}")
 
-    def _server_now(self) -> datetime:
+    def server_now(self) -> datetime:
         """The server's time now: this node's clock, set right by the offset last measured."""
         return self.clock() + timedelta(seconds=self.clock_offset_s or 0.0)
 
@@ -391,7 +407,7 @@ class LeaseKeeper:
                     self.lease.session,
                     self.lease.interval_s,
                 )
-        elif taken_from.live(self._server_now(), self.lease.interval_s):
+        elif taken_from.live(self.server_now(), self.lease.interval_s):
             log.warning(
                 "node %s's lease taken over from %s (--takeover): that worker stops at its next "
                 "refresh",
@@ -414,7 +430,7 @@ class LeaseKeeper:
             try:
                 await kv.delete(self.key, last=revision)
             except (nats.errors.Error, TimeoutError) as exc:
-                why = _why(exc)
+                why = failure(exc)
             else:
                 self.revision = None
                 return

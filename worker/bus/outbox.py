@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
+from dataclasses import dataclass, field
 
 import anyio
 import nats.errors
@@ -46,6 +47,37 @@ PREVIOUS_HEARTBEAT_S = 1.0
 
 MAX_PENDING = 10_000
 PUBLISH_TIMEOUT_S = 2.0
+
+
+@dataclass
+class NodeStatuses:
+    """What one node's keys in the compute bucket hold."""
+
+    statuses: dict[str, ComputeStatus] = field(default_factory=dict)
+    """By key: the latest status of each of the node's shards."""
+    unreadable: list[str] = field(default_factory=list)
+    """Keys whose value is not a ComputeStatus."""
+    stopped: str = ""
+    """Why the read stopped before the last key, if it did."""
+
+
+async def node_statuses(nc: Client, bucket: str, node: str) -> NodeStatuses:
+    """The latest value of each of `node`'s keys in the compute bucket `bucket`, read once.
+    Raises nats.errors.Error when they cannot be read (no bucket, no JetStream, no
+    permission)."""
+    found: Values = {}
+    left = NodeStatuses()
+    left.stopped = await follow(
+        nc, bucket, subjects.node_keys(node), heartbeat=PREVIOUS_HEARTBEAT_S, latest=found.update
+    )
+    for key, value in sorted(found.items()):
+        if value is None:
+            continue  # deleted
+        try:
+            left.statuses[key] = decode(value, ComputeStatus, value_headers(value))
+        except DecodeError:
+            left.unreadable.append(key)
+    return left
 
 
 class EventOutbox:
@@ -130,34 +162,19 @@ class EventOutbox:
         Reads this node's keys only (not the fleet's), their latest values. No bucket (a
         first start) or no JetStream: none.
         """
-        found: Values = {}
         try:
-            stopped = await follow(
-                self.nc,
-                self.stores.compute.name,
-                subjects.node_keys(node),
-                heartbeat=PREVIOUS_HEARTBEAT_S,
-                latest=found.update,
-            )
+            left = await node_statuses(self.nc, self.stores.compute.name, node)
         except (nats.errors.Error, TimeoutError):
             return []  # nothing to carry over
-        if stopped:
+        if left.stopped:
             log.warning(
                 "the statuses node %s's last session left in KV %s were not read (%s): a "
                 "fallback it left firing is not resolved by this session",
                 node,
                 self.stores.compute.name,
-                stopped,
+                left.stopped,
             )
-        statuses = []
-        for value in found.values():
-            if value is None:
-                continue  # deleted
-            try:
-                statuses.append(decode(value, ComputeStatus, value_headers(value)))
-            except DecodeError:
-                continue
-        return statuses
+        return list(left.statuses.values())
 
     def _no_jetstream(self) -> None:
         if not self.core_only:

@@ -64,6 +64,15 @@ class EventTracker:
                 self._firing.add(status.shard)
                 self._seeded[status.shard] = status
 
+    def forget(self, previous: Sequence[ComputeStatus], reason: str) -> list[Outgoing]:
+        """Every shard of `previous` (what the node's sessions left in the compute bucket)
+        `gone` for `reason`, and each fallback it left firing resolved: said for a node whose
+        worker will not say it (`placewatch forget`). A shard already `gone` is left be."""
+        gone = [self._gone(s, reason) for s in previous if s.verdict != "gone"]
+        self.seed(previous)
+        self._seeded.clear()
+        return self.changes([], gone)
+
     def changes(
         self, statuses: Sequence[ComputeStatus], gone: Sequence[ComputeStatus] = ()
     ) -> list[Outgoing]:
@@ -76,14 +85,7 @@ class EventTracker:
         gone = [
             *gone,
             *(
-                msgspec.structs.replace(
-                    s,
-                    session=self.session,
-                    time=datetime.now(UTC),
-                    verdict="gone",
-                    devices=[],
-                    reason="no longer placed or found since the worker restarted",
-                )
+                self._gone(s, "no longer placed or found since the worker restarted")
                 for s in leftover
             ),
         ]
@@ -91,6 +93,17 @@ class EventTracker:
             out += self._observe(status)
             self._last.pop(status.shard, None)  # a shard placed again later starts afresh
         return out
+
+    def _gone(self, status: ComputeStatus, reason: str) -> ComputeStatus:
+        """`status`, said again by this session: its shard is gone, for `reason`."""
+        return msgspec.structs.replace(
+            status,
+            session=self.session,
+            time=datetime.now(UTC),
+            verdict="gone",
+            devices=[],
+            reason=reason,
+        )
 
     def _observe(self, status: ComputeStatus) -> list[Outgoing]:
         shard = status.shard

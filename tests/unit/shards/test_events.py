@@ -114,3 +114,37 @@ def test_a_gpu_turning_unhealthy_under_a_shard_is_published_once_and_healthy_aga
     assert [(o.message.unhealthy_gpus, o.msg_id) for o in sick] == [([1], "n1.llama-a.s1.2")]  # type: ignore[union-attr]
     assert t.changes([status("gpu", (1,), unhealthy_gpus=[1], reason="2 errors")]) == []
     assert [o.msg_id for o in t.changes([status("gpu", (1,))])] == ["n1.llama-a.s1.3"]
+
+
+def test_forget_says_each_shard_gone_and_resolves_what_was_left_firing_under_its_own_session() -> (
+    None
+):
+    left = [
+        msgspec.structs.replace(status(verdict, (1,)), shard=shard)
+        for shard, verdict in [
+            ("a", "cpu_fallback"),
+            ("b", "gpu"),
+            ("c", "gone"),
+            ("d", "misplaced"),
+        ]
+    ]
+    out = EventTracker("n1", "f1").forget(left, "forgotten: the node is gone")
+    assert kinds(out) == [
+        ("placewatch.fallback.n1.a", "resolved"),
+        ("placewatch.compute.n1.a", "gone"),
+        ("placewatch.compute.n1.b", "gone"),
+        ("placewatch.fallback.n1.d", "resolved"),
+        ("placewatch.compute.n1.d", "gone"),
+    ]
+    assert [o.msg_id for o in out] == [
+        "n1.a.f1.1.resolved", "n1.a.f1.1", "n1.b.f1.1", "n1.d.f1.1.resolved", "n1.d.f1.1",
+    ]  # fmt: skip
+    assert [o.kv_key for o in out] == [None, "n1.a", "n1.b", None, "n1.d"]
+    for o in out:
+        said = o.message.status if isinstance(o.message, FallbackEvent) else o.message
+        assert (said.session, said.devices, said.reason) == (
+            "f1",
+            [],
+            "forgotten: the node is gone",
+        )
+        assert said.placed_gpus == [1]  # what it was placed on, as the worker last said

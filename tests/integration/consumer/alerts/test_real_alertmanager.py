@@ -14,7 +14,7 @@ import pytest
 
 from placewatch.schemas import FallbackEvent
 
-from tests.conftest import NatsServer
+from tests.conftest import NatsServer, run_placewatch
 from tests.integration.consumer.alerts.test_consume import publish
 from tests.support.alertmanager import (
     AMTOOL,
@@ -187,3 +187,37 @@ def test_a_node_clock_an_hour_ahead_fires_and_resolves_without_holding_up_the_ot
     code, _, err = alerts[-1].stop()
     assert code == 0, err
     assert "not delivered" not in err, err
+
+
+def test_a_node_killed_for_good_keeps_its_alert_until_forget_ends_it_for_good(
+    node: ShardNode, alertmanager: Alertmanager, alerts: list[Alerts]
+) -> None:
+    node.start()
+    node.wait_published()
+    alerts.append(Alerts("--nats", node.url, "--webhook", alertmanager.alerts_url, *ARGS))
+    alertmanager.wait_alerts(only("cpu_fallback"), "idle")
+    assert node.worker is not None
+    node.worker.kill()  # the node dies: nothing of it says the shard is no more
+    node.worker = None
+
+    refused = run_placewatch("forget", NODE, "--nats", node.url)
+    assert refused.returncode == 2  # its lease is live for three 1 s intervals
+    assert f"node {NODE} has a live worker" in refused.stderr
+    time.sleep(4)
+    assert [a["labels"]["verdict"] for a in alertmanager.alerts("idle")] == ["cpu_fallback"]
+
+    done = run_placewatch("forget", NODE, "--nats", node.url)
+    assert done.returncode == 0, done.stderr
+    assert f"  {NODE} idle: cpu_fallback: says gone, and its fallback resolved" in done.stdout
+    alertmanager.wait_alerts(lambda found: found == [], "idle")
+
+    code, _, err = alerts[-1].stop()
+    assert code == 0, err
+    alerts.append(Alerts("--nats", node.url, "--webhook", alertmanager.alerts_url, *ARGS))
+    time.sleep(4)  # a restarted `alerts` reads the bucket, and four resends pass
+    assert alertmanager.alerts() == []
+    code, _, err = alerts[-1].stop()
+    assert code == 0, err
+
+    node.start()  # a worker under the name again: it takes the lease and publishes afresh
+    node.wait_published()

@@ -1,0 +1,292 @@
+"""`placewatch forget NODE`: the bus lets go of a node that is gone for good.
+
+A node whose worker stopped for ever (decommissioned, renamed, its disk dead) leaves what
+the bus keeps of it: its shards' last statuses in the compute bucket, its last telemetry
+and inventory in their streams. `placewatch alerts` takes the bucket for what is true now,
+so a fallback the node left firing is posted to Alertmanager for as long as it runs, and
+again after every restart; a FleetView that starts later holds the node, stale, for ever.
+
+forget says for the node what its worker says of a shard it no longer watches: each
+shard `gone`, each fallback left firing resolved, stored once in the events stream as a
+worker's events are, so that every consumer hears it live or when it catches up. Then it
+removes the node's keys from the compute bucket and its last telemetry and inventory
+from their streams. The history in the events stream stays.
+
+It never speaks over a live worker. It takes the node's lease, as a worker does before it
+publishes: a lease that is live refuses it (exit 2, nothing changed), and a worker that
+starts meanwhile is refused until forget gives the lease back. What it cannot read, it
+does not remove: a key whose value is not a ComputeStatus is named and left. The node's
+placements are its control plane's, and are only counted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import socket
+import sys
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TextIO
+
+import anyio
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client
+
+from placewatch.consumer.connection import Unreachable, connect_within
+from placewatch.consumer.lifecycle import drain
+from placewatch.schemas import FALLBACK_VERDICTS, subjects
+from placewatch.schemas.partitions import PARTITIONED, node_subjects
+from placewatch.schemas.streams import for_prefix
+
+from .bus.kvfollow import Values, follow
+from .bus.lease import Holder, LeaseHeld, LeaseKeeper, failure, node_lease
+from .bus.options import connect_options
+from .bus.outbox import PREVIOUS_HEARTBEAT_S, EventOutbox, NodeStatuses, node_statuses
+from .bus.streams import StreamSettings
+from .config import Settings
+from .pipeline import new_session
+from .shards.events import EventTracker
+
+log = logging.getLogger(__name__)
+
+EXIT_FORGOTTEN, EXIT_FAILED, EXIT_LIVE = 0, 1, 2
+LEASE_INTERVAL_S = 10.0
+"""The interval the lease forget takes says: should forget die holding it, a worker with the
+node's name may start 30 s later (three intervals)."""
+TIMEOUT_S = 5.0
+
+
+def add_arguments(forget: argparse.ArgumentParser) -> None:
+    forget.add_argument(
+        "node", metavar="NODE", help="the node's name, as its worker published it (its --node)"
+    )
+    forget.add_argument(
+        "--dry-run", action="store_true", help="say what would be done, and change nothing"
+    )
+    forget.add_argument(
+        "--timeout",
+        type=float,
+        default=TIMEOUT_S,
+        metavar="SECONDS",
+        help=f"limit for connecting and for each answer of the server ({TIMEOUT_S:g})",
+    )
+
+
+def command(settings: Settings, args: argparse.Namespace) -> int:
+    if args.log_level is None:  # a command that says what it did: only warnings besides
+        logging.getLogger().setLevel(logging.WARNING)
+    try:
+        code: int = anyio.run(
+            forget, settings, args.dry_run, args.timeout, sys.stdout, backend="asyncio"
+        )
+    except Unreachable as exc:
+        print(f"placewatch: forget {settings.node}: {exc}; nothing changed", file=sys.stderr)
+        return EXIT_FAILED
+    return code
+
+
+async def forget(settings: Settings, dry_run: bool, timeout_s: float, out: TextIO) -> int:
+    """Forget `settings.node` on the bus (or, `dry_run`, say what that would do); the exit
+    code. Raises Unreachable when no server answers within `timeout_s`."""
+    nc = await connect_within(
+        settings.nats or [subjects.LOCAL_URL],
+        f"placewatch forget {settings.node}",
+        # The node's inbox, as its worker has: the node's own credentials may do what they allow.
+        connect_options(settings) | {"inbox_prefix": subjects.inbox(settings.node)},
+        timeout_s,
+    )
+    try:
+        return await Forget(nc, settings, timeout_s, out).run(dry_run)
+    finally:
+        await drain(nc)
+
+
+@dataclass
+class Forget:
+    nc: Client
+    settings: Settings
+    timeout_s: float
+    out: TextIO
+
+    def __post_init__(self) -> None:
+        self.node = self.settings.node
+        self.prefix = self.settings.prefix
+        self.stores = for_prefix(self.prefix)
+        self.js = self.nc.jetstream(timeout=self.timeout_s)
+        session = new_session()
+        self.keeper = LeaseKeeper(
+            node_lease(self.node, session, LEASE_INTERVAL_S),
+            StreamSettings(),  # the leases bucket made, as a worker makes it, where missing
+            prefix=self.prefix,
+        )
+        self.tracker = EventTracker(self.node, session, self.prefix)
+
+    async def run(self, dry_run: bool) -> int:
+        try:
+            with anyio.fail_after(self.timeout_s * 4):
+                holder = await self.keeper.holder(self.nc, self.js)
+                now = self.keeper.server_now()
+                if holder is not None and holder.live(now, LEASE_INTERVAL_S):
+                    return self._fail(refused(self.node, holder, now), EXIT_LIVE)
+                left = await self._read()  # and a prefix that holds nothing stops here
+                if dry_run:
+                    return await self._tell(left, dry_run=True)
+                await self.keeper.take_once(self.nc, self.js)
+            try:
+                return await self._forget()
+            finally:
+                await self.keeper.release()
+        except LeaseHeld:  # a worker started between the read and the take
+            return self._fail(
+                f"a worker took node {self.node}'s lease as forget was about to: it is live",
+                EXIT_LIVE,
+            )
+        except nats.js.errors.NotFoundError as exc:
+            return self._fail(
+                f"this server keeps nothing under prefix {self.prefix} ({failure(exc)}): check "
+                "--prefix (PLACEWATCH_PREFIX); nothing was changed"
+            )
+        except (nats.js.errors.ServiceUnavailableError, nats.errors.NoRespondersError):
+            return self._fail("the server has no JetStream, so it keeps nothing of any node")
+        except (nats.errors.Error, TimeoutError) as exc:
+            return self._fail(f"the server did not do what was asked ({failure(exc)})")
+
+    async def _forget(self) -> int:
+        left = await self._read()
+        changes = self.tracker.forget(list(left.statuses.values()), self._reason())
+        code = await self._tell(left, dry_run=False)
+        events = self.stores.events.name
+        with anyio.fail_after(self.timeout_s * 4):
+            outbox = EventOutbox(
+                self.nc, self.prefix, self.settings.encoding, streams=StreamSettings(create=False)
+            )
+            await outbox.setup()
+            outbox.add(changes)
+            await outbox.flush()
+        if outbox.pending:
+            return self._fail(
+                f"{len(outbox.pending)} of {len(changes)} messages were not stored in stream "
+                f"{events}, so nothing was removed; run forget again (what was stored is "
+                "stored once)"
+            )
+        sent = f"{len(changes)} messages stored in stream {events}"
+        try:
+            with anyio.fail_after(self.timeout_s * 4):
+                removed = await self._remove(list(left.statuses))
+        except (nats.errors.Error, TimeoutError) as exc:
+            return self._fail(
+                f"{sent}, so every consumer hears its shards gone; but what the bus keeps of "
+                f"the node was not removed ({failure(exc)}): forget's credentials must be "
+                "allowed to purge the streams (docs/operations.md, A node gone for good); run "
+                "it again with such credentials"
+            )
+        print(
+            f"forgot node {self.node}: {sent}; {removed}; its lease given back",
+            file=self.out,
+            flush=True,
+        )
+        return code
+
+    async def _remove(self, keys: list[str]) -> str:
+        """Remove the node's `keys` from the compute bucket, and its last telemetry and
+        inventory (as published and as partitioned) from their streams; what was done."""
+        compute = self.stores.compute
+        for key in keys:
+            subject = subjects.kv_subject(compute.name, key)
+            await self.js.purge_stream(compute.stream, subject=subject)
+        done = [f"{len(keys)} keys removed from KV {compute.name}"]
+        for kind in PARTITIONED:
+            stream = self.stores.streams_by_kind[kind].name
+            try:
+                for subject in node_subjects(kind, self.node, self.prefix):
+                    await self.js.purge_stream(stream, subject=subject)
+            except nats.js.errors.NotFoundError:
+                done.append(f"no stream {stream}")
+            else:
+                done.append(f"its {kind} removed from stream {stream}")
+        return "; ".join(done[:1]) + "; " + " and ".join(done[1:])
+
+    async def _read(self) -> NodeStatuses:
+        """What the compute bucket holds of the node: all of it, or raise."""
+        left = await node_statuses(self.nc, self.stores.compute.name, self.node)
+        if left.stopped:
+            raise nats.errors.Error(
+                f"the node's keys in KV {self.stores.compute.name} were not all read: "
+                f"{left.stopped}; nothing was changed"
+            )
+        return left
+
+    async def _tell(self, left: NodeStatuses, *, dry_run: bool) -> int:
+        """Say, shard by shard, what forget does (or would); EXIT_FAILED when something of
+        the node is left that it cannot remove."""
+        will = "would say" if dry_run else "says"
+        for status in left.statuses.values():
+            if status.verdict == "gone":
+                told = "already gone"
+            elif status.verdict in FALLBACK_VERDICTS:
+                told = f"{status.verdict}: {will} gone, and its fallback resolved"
+            else:
+                told = f"{status.verdict}: {will} gone"
+            print(f"  {self.node} {status.shard}: {told}", file=self.out)
+        for key in left.unreadable:
+            print(
+                f"  {self.node}: key {key!r} in KV {self.stores.compute.name} holds no "
+                "ComputeStatus this version can read: left as it is (delete it with "
+                f"`nats kv del {self.stores.compute.name} {key}` if nothing needs it)",
+                file=self.out,
+            )
+        placed = await self._placements()
+        if placed:
+            print(
+                f"  {self.node}: {placed} placements in KV {self.stores.placements.name} are "
+                "left to the control plane that wrote them; a worker started under this name "
+                "acts on them",
+                file=self.out,
+            )
+        if dry_run:
+            print(
+                f"node {self.node}: {len(left.statuses)} shard statuses, and its telemetry and "
+                "inventory, would be removed from the bus (--dry-run: nothing changed)",
+                file=self.out,
+            )
+        self.out.flush()
+        return EXIT_FAILED if left.unreadable else EXIT_FORGOTTEN
+
+    async def _placements(self) -> int:
+        """How many placements the node has; 0 where they cannot be read."""
+        found: Values = {}
+        try:
+            await follow(
+                self.nc,
+                self.stores.placements.name,
+                subjects.node_keys(self.node),
+                heartbeat=PREVIOUS_HEARTBEAT_S,
+                latest=found.update,
+            )
+        except (nats.errors.Error, TimeoutError):
+            return 0
+        return sum(value is not None for value in found.values())
+
+    def _reason(self) -> str:
+        return (
+            f"forgotten: `placewatch forget` on {socket.gethostname()} said node {self.node} "
+            "is gone for good"
+        )
+
+    def _fail(self, why: str, code: int = EXIT_FAILED) -> int:
+        print(f"placewatch: forget {self.node}: {why}", file=sys.stderr, flush=True)
+        return code
+
+
+def refused(node: str, holder: Holder, now: datetime) -> str:
+    """Why forget leaves a node whose lease is live alone, and what to do."""
+    age = max((now - holder.stored).total_seconds(), 0.0)
+    left = max((holder.expires(LEASE_INTERVAL_S) - now).total_seconds(), 0.0)
+    return (
+        f"node {node} has a live worker ({holder.who()}; its lease was written {age:.1f} s "
+        f"ago and expires in {left:.1f} s): forget is for a node whose worker is gone. Stop "
+        "that worker (it then gives its lease back), or wait for its lease to expire, and "
+        "run forget again; nothing was changed"
+    )
