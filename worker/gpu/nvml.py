@@ -28,7 +28,7 @@ import anyio.to_thread
 from placewatch.schemas import GpuProcess, GpuSample, MigInstance, SourceStatus
 from placewatch.schemas.messages import Vendor
 
-from . import ActivityWanted, SourceOptions
+from . import ActivityWanted, SourceOptions, values
 from .nvml_health import Refusals, XidEvents, read_health
 from .process_activity import IDLE, Usage, attach_usage
 
@@ -131,9 +131,9 @@ def _read_gpu(
     memory = _memory(nvml, handle, ask)
     utilization = ask("nvmlDeviceGetUtilizationRates", handle)
     pci = ask("nvmlDeviceGetPciInfo", handle)
-    power_mw = ask("nvmlDeviceGetPowerUsage", handle)
-    cap_mw = ask("nvmlDeviceGetEnforcedPowerLimit", handle)
-    energy_mj = once("nvmlDeviceGetTotalEnergyConsumption")
+    power_mw = _whole(ask("nvmlDeviceGetPowerUsage", handle))
+    cap_mw = _whole(ask("nvmlDeviceGetEnforcedPowerLimit", handle))
+    energy_mj = _whole(once("nvmlDeviceGetTotalEnergyConsumption"))
     fan = once("nvmlDeviceGetFanSpeed")
     mode = ask("nvmlDeviceGetMigMode", handle)
     mig_enabled = None if mode is None else mode[0] == nvml.NVML_DEVICE_MIG_ENABLE
@@ -214,12 +214,17 @@ def _memory(nvml: Any, handle: Any, ask: Any) -> Memory | None:
     version = getattr(nvml, "nvmlMemory_v2", None)
     memory = None if version is None else ask("nvmlDeviceGetMemoryInfo", handle, version)
     if memory is not None:
-        used = int(memory.total) - int(memory.free) - int(memory.reserved)
-        return Memory(int(memory.total), max(used, 0), int(memory.free))
+        total, free, reserved = _whole(memory.total), _whole(memory.free), _whole(memory.reserved)
+        if total is None or free is None or reserved is None:
+            return None  # a u64 sentinel or garbage: no reading, not 16 EiB
+        return Memory(total, max(total - free - reserved, 0), free)
     memory = ask("nvmlDeviceGetMemoryInfo", handle)
     if memory is None:
         return None
-    return Memory(int(memory.total), int(memory.used), int(memory.free))
+    total, used, free = _whole(memory.total), _whole(memory.used), _whole(memory.free)
+    if total is None or used is None or free is None:
+        return None
+    return Memory(total, used, free)
 
 
 class ProcessLists:
@@ -321,10 +326,8 @@ class ProcessUtilization:
 def _processes(nvml: Any, infos: Any) -> list[GpuProcess]:
     found = []
     for info in infos or []:
-        used = getattr(info, "usedGpuMemory", None)
         # Older bindings hand back the raw "not available" sentinel instead of None.
-        if used is not None and (used < 0 or used >= 1 << 63):
-            used = None
+        used = _whole(getattr(info, "usedGpuMemory", None))
         found.append(GpuProcess(pid=int(info.pid), used_bytes=used))
     return found
 
@@ -339,8 +342,7 @@ def _float(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) else None
 
 
-def _whole(value: Any) -> int | None:
-    return value if isinstance(value, int) and value >= 0 else None
+_whole = values.whole
 
 
 def _pct(value: Any) -> float | None:

@@ -29,7 +29,7 @@ import msgspec
 
 from placewatch.schemas import GpuHealth
 
-from . import recovery
+from . import recovery, values
 from .clock_events import clock_event_names
 from .health import RESET_XIDS
 
@@ -134,8 +134,7 @@ def clock_events(reasons: Any) -> list[str]:
     return clock_event_names(reasons)
 
 
-def _count(value: Any) -> int | None:
-    return int(value) if isinstance(value, int) and value >= 0 else None
+_count = values.whole
 
 
 def _length(pages: Any) -> int | None:

@@ -155,6 +155,15 @@ def count(value: object) -> int | None:
     return whole if whole <= _LARGEST_COUNT else None
 
 
+def whole(value: object) -> int | None:
+    """An integer a driver's library handed over (NVML's u32 and u64): None unless it is an
+    int from 0 to 2**63 - 1. A u64's -1 (18446744073709551615) is how a driver says "no
+    reading" where it gives no error, and would read as 16 EiB of free memory."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return value if 0 <= value <= _LARGEST_COUNT else None
+
+
 def flag(value: object) -> bool | None:
     """A yes/no reading as nvidia-smi prints it ("Yes", "No"); None for anything else."""
     if not isinstance(value, str):

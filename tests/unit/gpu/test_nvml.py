@@ -71,6 +71,49 @@ def test_a_gpu_the_driver_lost_leaves_the_others_read() -> None:
     assert status.error.startswith("NVML cannot read GPU 0: GPU is lost; the other GPUs are read")
 
 
+U64_MINUS_1 = (1 << 64) - 1
+"""What a driver hands back as "no reading" where it raises no error."""
+
+
+class SentinelNvml(FakeNvml):
+    """GPU 0 answers every integer reading with a u64's -1, as a driver does for a reading
+    it has not; GPU 1 answers as the capture says."""
+
+    def _lie(self, h: Any, real: Any) -> Any:
+        return U64_MINUS_1 if h.gpu.index == 0 else real
+
+    def nvmlDeviceGetMemoryInfo(self, h: Any, version: int = 0) -> Any:
+        memory = super().nvmlDeviceGetMemoryInfo(h, version)
+        if h.gpu.index == 0:
+            memory.free = U64_MINUS_1
+        return memory
+
+    def nvmlDeviceGetPowerUsage(self, h: Any) -> int:
+        return int(self._lie(h, super().nvmlDeviceGetPowerUsage(h)))
+
+    def nvmlDeviceGetClockInfo(self, h: Any, type: int) -> int:
+        return int(self._lie(h, super().nvmlDeviceGetClockInfo(h, type)))
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, h: Any) -> int:
+        return int(self._lie(h, super().nvmlDeviceGetTotalEnergyConsumption(h)))
+
+
+@pytest.mark.parametrize("v2", [True, False])
+def test_a_u64_sentinel_is_no_reading_never_16_eib_free(v2: bool) -> None:
+    gpus = [msgspec.structs.replace(g, sm_clock_mhz=1980, energy_j=5.0e6) for g in captured()]
+    (lying, honest), _ = sample(NvmlSource(SentinelNvml(gpus, v2=v2)))
+    assert (lying.memory_total_bytes, lying.memory_used_bytes, lying.memory_free_bytes) == (
+        None,
+        None,
+        None,
+    )
+    assert (lying.power_w, lying.sm_clock_mhz, lying.energy_j) == (None, None, None)
+    assert lying.power_cap_w == 400.0  # what it did read is kept
+    assert honest.memory_free_bytes is not None and honest.memory_free_bytes < 81920 * MiB
+    assert (honest.sm_clock_mhz, honest.energy_j) == (1980, 5.0e6)
+    msgspec.msgpack.encode(lying)  # fits MessagePack's and the consumers' 64-bit integers
+
+
 def test_the_process_list_is_read_in_one_driver_call_where_the_bindings_allow() -> None:
     # 70 processes, more than the first read makes room for: it asks again with room for
     # them, and later reads ask once. What they give is what the bindings' own call gives.

@@ -61,6 +61,15 @@ def test_is_missing_follows_the_stated_rule(value: str) -> None:
     assert values.is_missing(value) == reference(value)
 
 
+def test_a_drivers_integer_is_whole_from_0_to_2_to_the_63_minus_1() -> None:
+    """What NVML's bindings hand over: ints, a u64's -1 among them."""
+    assert values.whole(0) == 0
+    assert values.whole((1 << 63) - 1) == (1 << 63) - 1
+    assert [values.whole(v) for v in [1 << 63, (1 << 64) - 1, -1, True, 1.5, "7", None]] == [
+        None
+    ] * 7
+
+
 def test_numbers_past_64_bits_are_no_reading() -> None:
     """A u64's -1 (18446744073709551615) is how some tools say "none"; a pid of 1e23 is
     garbage. Either would not fit MessagePack's integers nor a consumer's int64."""
