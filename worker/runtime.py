@@ -182,8 +182,14 @@ class Worker:
         self.lease: LeaseKeeper | None = None
         """The node's lease, refreshed with the telemetry when a refresh is due."""
         self._asks, self._asked = anyio.create_memory_object_stream[anyio.Event | None](math.inf)
+        self._removed = 0
+        """The lease removals this worker has said everything again for."""
 
     async def _tick(self) -> None:
+        if self.lease is not None and self.lease.removed != self._removed:
+            self._removed = self.lease.removed
+            self.tracker.say_again()  # the bus may hold nothing of this node now
+            self.publisher.inventory_sent = None
         reading = await self.pipeline.read()  # 1. the GPUs and the host
         shards = await self.pipeline.judge(reading)  # 2. every shard, on those readings
         sample = self.pipeline.sample(reading, shards)  # 3. the sample, built

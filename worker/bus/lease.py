@@ -200,6 +200,10 @@ class LeaseKeeper:
         """The server's clock minus this node's, as the last take measured it; None where the
         server did not say."""
         self.ended: LeaseHeld | LeaseLost | None = None
+        self.removed = 0
+        """How often a refresh found this worker's lease removed by someone else (`placewatch
+        forget` while this worker could not refresh, or `nats kv del`) and took it again: what
+        the bus kept of this node may be gone, so the worker says it all again."""
         self._kv: KeyValue | None = None
         self._written = time.monotonic()
         """When the lease was last written (tried), by the monotonic clock."""
@@ -335,10 +339,12 @@ class LeaseKeeper:
     async def _write(self, js: JetStreamContext, last: int, *, refreshing: bool) -> None:
         """Write the lease over revision `last`; when the server refuses it because the key
         changed since, read who holds it now and decide: ours (a write whose answer was lost),
-        none (deleted: write again), another's (held, expired, or taken from us)."""
+        none (deleted: write again; in a refresh, someone removed it: `removed`), another's
+        (held, expired, or taken from us)."""
         assert self._kv is not None
         self._written = time.monotonic()
         taken_from: Holder | None = None
+        removed = False
         for _ in range(WRITE_TRIES):
             try:
                 self.revision = await self._kv.update(self.key, self.value, last=last)
@@ -348,6 +354,9 @@ class LeaseKeeper:
                 self._say_taken(taken_from, refreshing)
                 return
             if holder is None or holder.deleted:
+                if refreshing and not removed:  # by another: this worker deletes its own
+                    removed = True  # lease only as it stops
+                    self._say_removed()
                 last, taken_from = (holder.revision if holder else 0), None
                 continue
             if holder.lease is not None and holder.lease.session == self.lease.session:
@@ -396,6 +405,15 @@ class LeaseKeeper:
         except nats.js.errors.NotFoundError:
             return None
         return holder_of(msg.seq or 0, msg.time or self.clock(), msg.data, msg.headers)
+
+    def _say_removed(self) -> None:
+        self.removed += 1
+        log.warning(
+            "node %s's lease was removed while this worker held it (`placewatch forget` while "
+            "it could not refresh, or deleted by hand): taken again, and every shard's status "
+            "and the inventory are published again",
+            self.lease.node,
+        )
 
     def _say_taken(self, taken_from: Holder | None, refreshing: bool) -> None:
         node = self.lease.node

@@ -64,6 +64,13 @@ class EventTracker:
                 self._firing.add(status.shard)
                 self._seeded[status.shard] = status
 
+    def say_again(self) -> None:
+        """What this session said may be gone from the bus (`placewatch forget` said its
+        shards gone while it could not refresh its lease): each shard's status is published
+        again at the next tick, and a fallback still under way fires again."""
+        self._last.clear()
+        self._firing.clear()
+
     def forget(self, previous: Sequence[ComputeStatus], reason: str) -> list[Outgoing]:
         """Every shard of `previous` (what the node's sessions left in the compute bucket)
         `gone` for `reason`, and each fallback it left firing resolved: said for a node whose

@@ -148,3 +148,17 @@ def test_forget_says_each_shard_gone_and_resolves_what_was_left_firing_under_its
             "forgotten: the node is gone",
         )
         assert said.placed_gpus == [1]  # what it was placed on, as the worker last said
+
+
+def test_say_again_publishes_every_status_at_the_next_tick_and_fires_again() -> None:
+    t = EventTracker("n1", "s1")
+    t.changes([status("cpu_fallback")])
+    assert t.changes([status("cpu_fallback")]) == []
+    t.say_again()
+    again = t.changes([status("cpu_fallback")])
+    assert kinds(again) == [
+        ("placewatch.fallback.n1.llama-a", "firing"),
+        ("placewatch.compute.n1.llama-a", "cpu_fallback"),
+    ]
+    assert [o.msg_id for o in again] == ["n1.llama-a.s1.2.firing", "n1.llama-a.s1.2"]  # new ids
+    assert t.changes([status("cpu_fallback")]) == []
