@@ -239,8 +239,9 @@ HELP = {
         "say on the bus that a node is gone for good (its shards gone, its fallbacks resolved)",
         "For a node whose worker will not come back: publish each of its shards' `gone` "
         "status and the resolution of each fallback it left firing, then remove its keys from "
-        "the compute bucket and its last telemetry and inventory from their streams. Refused "
-        "while the node's lease is live (exit 2). Exit 0 when all of it was done, else 1.",
+        "the compute bucket and its last telemetry and inventory from their streams; with "
+        "--silent-for, for every node of which the bus kept nothing newer. Refused while a "
+        "node's lease is live (exit 2). Exit 0 when all of it was done, else 1.",
     ),
     "watch": (
         "a live view of the fleet from the bus",

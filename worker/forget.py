@@ -23,23 +23,28 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import socket
 import sys
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TextIO
 
 import anyio
+import msgspec
 import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
 
 from placewatch.consumer.connection import Unreachable, connect_within
 from placewatch.consumer.lifecycle import drain
-from placewatch.schemas import FALLBACK_VERDICTS, subjects
+from placewatch.consumer.retained import Incomplete, compute_statuses, last_per_subject, stored_at
+from placewatch.schemas import FALLBACK_VERDICTS, DecodeError, decode, subjects
 from placewatch.schemas.partitions import PARTITIONED, node_subjects
 from placewatch.schemas.streams import for_prefix
 
+from .bus.clock import clock_offset
 from .bus.kvfollow import Values, follow
 from .bus.lease import Holder, LeaseHeld, LeaseKeeper, failure, node_lease
 from .bus.options import connect_options
@@ -52,6 +57,7 @@ from .shards.events import EventTracker
 log = logging.getLogger(__name__)
 
 EXIT_FORGOTTEN, EXIT_FAILED, EXIT_LIVE = 0, 1, 2
+EXIT_USAGE = 2
 LEASE_INTERVAL_S = 10.0
 """The interval the lease forget takes says: should forget die holding it, a worker with the
 node's name may start 30 s later (three intervals)."""
@@ -60,7 +66,17 @@ TIMEOUT_S = 5.0
 
 def add_arguments(forget: argparse.ArgumentParser) -> None:
     forget.add_argument(
-        "node", metavar="NODE", help="the node's name, as its worker published it (its --node)"
+        "node",
+        metavar="NODE",
+        nargs="?",
+        help="the node's name, as its worker published it (its --node)",
+    )
+    forget.add_argument(
+        "--silent-for",
+        type=duration,
+        metavar="DURATION",
+        help="instead of NODE: every node of which the bus has kept nothing newer than this "
+        "(90s, 30m, 12h, 7d), each as NODE would be",
     )
     forget.add_argument(
         "--dry-run", action="store_true", help="say what would be done, and change nothing"
@@ -74,44 +90,146 @@ def add_arguments(forget: argparse.ArgumentParser) -> None:
     )
 
 
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def duration(text: str) -> float:
+    """Seconds from `90`, `90s`, `30m`, `12h` or `7d`; argparse's error otherwise."""
+    number, unit = (text[:-1], text[-1]) if text[-1:] in _UNITS else (text, "s")
+    try:
+        seconds = float(number) * _UNITS[unit]
+    except ValueError:
+        seconds = math.nan
+    if not 0 < seconds <= 366 * 86400:  # NaN and inf too
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a duration: give a number of seconds, or one ending in s, m, h or "
+            "d (90s, 30m, 12h, 7d), up to a year"
+        )
+    return seconds
+
+
 def command(settings: Settings, args: argparse.Namespace) -> int:
+    if (args.node is None) == (args.silent_for is None):
+        print(
+            "placewatch: forget: give one NODE, or --silent-for DURATION for every node the "
+            "bus has heard nothing of for that long",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     if args.log_level is None:  # a command that says what it did: only warnings besides
         logging.getLogger().setLevel(logging.WARNING)
+    what = settings.node if args.silent_for is None else "--silent-for"
     try:
         code: int = anyio.run(
-            forget, settings, args.dry_run, args.timeout, sys.stdout, backend="asyncio"
+            forget,
+            settings,
+            Asked(args.dry_run, args.timeout, args.silent_for),
+            sys.stdout,
+            backend="asyncio",
         )
     except Unreachable as exc:
-        print(f"placewatch: forget {settings.node}: {exc}; nothing changed", file=sys.stderr)
+        print(f"placewatch: forget {what}: {exc}; nothing changed", file=sys.stderr)
         return EXIT_FAILED
     return code
 
 
-async def forget(settings: Settings, dry_run: bool, timeout_s: float, out: TextIO) -> int:
-    """Forget `settings.node` on the bus (or, `dry_run`, say what that would do); the exit
-    code. Raises Unreachable when no server answers within `timeout_s`."""
+@dataclass(frozen=True)
+class Asked:
+    """What the command line asks of forget besides the settings."""
+
+    dry_run: bool = False
+    timeout_s: float = TIMEOUT_S
+    silent_for_s: float | None = None
+    """Forget every node silent this long, instead of `settings.node`."""
+
+
+async def forget(settings: Settings, asked: Asked, out: TextIO) -> int:
+    """Forget `settings.node` on the bus, or every node silent for `asked.silent_for_s` (or,
+    `asked.dry_run`, say what that would do); the exit code, the worst of the nodes'. Raises
+    Unreachable when no server answers within `asked.timeout_s`."""
     nc = await connect_within(
         settings.nats or [subjects.LOCAL_URL],
         f"placewatch forget {settings.node}",
         # The node's inbox, as its worker has: the node's own credentials may do what they allow.
         connect_options(settings) | {"inbox_prefix": subjects.inbox(settings.node)},
-        timeout_s,
+        asked.timeout_s,
     )
     try:
-        return await Forget(nc, settings, timeout_s, out).run(dry_run)
+        if asked.silent_for_s is None:
+            return await Forget(nc, settings, settings.node, asked, out).run()
+        nodes = await _silent(nc, settings.prefix, asked, out)
+        if nodes is None:
+            return EXIT_FAILED
+        codes = [await Forget(nc, settings, node, asked, out).run() for node in nodes]
+        return max(codes, default=EXIT_FORGOTTEN)
     finally:
         await drain(nc)
+
+
+async def _silent(nc: Client, prefix: str, asked: Asked, out: TextIO) -> list[str] | None:
+    """The nodes silent for `asked.silent_for_s`, said; None (and why, said) when the bus
+    could not be read to its end."""
+    assert asked.silent_for_s is not None
+    try:
+        with anyio.fail_after(asked.timeout_s * 4):
+            newest = await newest_stored(nc, prefix, asked.timeout_s * 3)
+            offset = await clock_offset(nc, for_prefix(prefix).telemetry.name) or 0.0
+    except (Incomplete, nats.errors.Error, TimeoutError) as exc:
+        print(
+            f"placewatch: forget --silent-for: the bus could not be read to its end "
+            f"({failure(exc)}); nothing changed",
+            file=sys.stderr,
+        )
+        return None
+    since = time.time() + offset - asked.silent_for_s
+    nodes = sorted(node for node, stored in newest.items() if stored < since)
+    said = ", ".join(nodes) if nodes else "none"
+    print(
+        f"{len(nodes)} of {len(newest)} nodes silent for more than "
+        f"{asked.silent_for_s:g} s: {said}",
+        file=out,
+        flush=True,
+    )
+    return nodes
+
+
+class _Named(msgspec.Struct):
+    node: str
+
+
+async def newest_stored(nc: Client, prefix: str, within: float) -> dict[str, float]:
+    """Each node the bus keeps anything of (its telemetry, inventory, shards' statuses),
+    with when the server stored the newest of it (seconds since the epoch, its clock)."""
+    stores = for_prefix(prefix)
+    newest: dict[str, float] = {}
+
+    def seen(node: str, stored: float) -> None:
+        newest[node] = max(stored, newest.get(node, 0.0))
+
+    for kind in PARTITIONED:
+        kept = await last_per_subject(
+            nc, stores.streams_by_kind[kind].name, f"{prefix}.{kind}.>", within, complete=True
+        )
+        for msg in kept:
+            try:
+                seen(decode(msg.data, _Named, msg.headers or {}).node, stored_at(msg))
+            except DecodeError:
+                continue  # not a node's message: nobody's to forget
+    for status, stored in await compute_statuses(nc, prefix, within):
+        seen(status.node, stored)
+    return newest
 
 
 @dataclass
 class Forget:
     nc: Client
     settings: Settings
-    timeout_s: float
+    node: str
+    asked: Asked
     out: TextIO
 
     def __post_init__(self) -> None:
-        self.node = self.settings.node
+        self.timeout_s = self.asked.timeout_s
         self.prefix = self.settings.prefix
         self.stores = for_prefix(self.prefix)
         self.js = self.nc.jetstream(timeout=self.timeout_s)
@@ -123,7 +241,8 @@ class Forget:
         )
         self.tracker = EventTracker(self.node, session, self.prefix)
 
-    async def run(self, dry_run: bool) -> int:
+    async def run(self) -> int:
+        dry_run = self.asked.dry_run
         try:
             with anyio.fail_after(self.timeout_s * 4):
                 holder = await self.keeper.holder(self.nc, self.js)

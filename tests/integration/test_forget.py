@@ -17,7 +17,15 @@ import pytest
 from placewatch.bus.lease import LeaseKeeper, node_lease
 from placewatch.bus.outbox import EventOutbox
 from placewatch.bus.streams import StreamSettings
-from placewatch.schemas import ComputeStatus, FallbackEvent, decode_any, partitions, subjects
+from placewatch.schemas import (
+    ComputeStatus,
+    FallbackEvent,
+    NodeTelemetry,
+    decode_any,
+    encode,
+    partitions,
+    subjects,
+)
 from placewatch.schemas.streams import for_prefix
 from placewatch.shards.events import EventTracker
 
@@ -311,8 +319,9 @@ def forget_user() -> str:
     return block.group(1).replace("$FORGET_PASSWORD", "forgetpw")
 
 
+@pytest.mark.parametrize("silent", [False, True], ids=["NODE", "--silent-for"])
 def test_the_documented_forget_credentials_forget_a_node_with_no_refusal(
-    tmp_path: Path,
+    tmp_path: Path, silent: bool
 ) -> None:
     config = two_nodes().replace("  ]\n}\n", forget_user() + "  ]\n}\n")
     server = NatsServer(tmp_path / "js", config=config)
@@ -322,14 +331,19 @@ def test_the_documented_forget_credentials_forget_a_node_with_no_refusal(
         anyio.run(create_streams_as_admin, server.url, backend="asyncio")
         anyio.run(left_by_a_dead_node, admin, backend="asyncio")
         anyio.run(take_lease, admin, NODE, 0.2, backend="asyncio")
-        time.sleep(0.7)  # its lease expired: three of its 0.2 s intervals
+        time.sleep(1.2)  # its lease expired: three of its 0.2 s intervals; and 1 s silent
+        anyio.run(publish_telemetry, admin, OTHER, backend="asyncio")  # OTHER is heard from
         as_forget = clean_env() | {"PLACEWATCH_USER": "forget", "PLACEWATCH_PASSWORD": "forgetpw"}
+        which = ["--silent-for", "1s"] if silent else [NODE]
 
-        done = run_placewatch("forget", NODE, "--nats", server.url, "--timeout", "2", env=as_forget)
+        done = run_placewatch(
+            "forget", *which, "--nats", server.url, "--timeout", "2", env=as_forget
+        )
 
         assert done.returncode == 0, done.stderr
         assert done.stderr == ""
-        assert done.stdout.splitlines() == [*told("says"), forgot(3)]
+        said = [f"1 of 2 nodes silent for more than 1 s: {NODE}"] if silent else []
+        assert done.stdout.splitlines() == [*said, *told("says"), forgot(3)]
         now = anyio.run(kept, admin, backend="asyncio")
         assert not [k for k in now["keys"] if k.startswith(NODE)]  # type: ignore[attr-defined]
         assert now["telemetry"] == [
@@ -338,3 +352,49 @@ def test_the_documented_forget_credentials_forget_a_node_with_no_refusal(
         ]
     finally:
         server.stop()
+
+
+async def publish_telemetry(url: str, node: str) -> None:
+    """A NodeTelemetry of `node` into the telemetry stream now: the node is heard from."""
+    async with await nats.connect(url) as nc:
+        telemetry = NodeTelemetry(
+            node=node,
+            session="a1b2c3d4e5f6",
+            time=datetime.now(UTC),
+            seq=2,
+            interval_s=2.0,
+            inventory="i1",
+        )
+        payload, headers = encode(telemetry)
+        await nc.jetstream().publish(subjects.telemetry(node), payload, headers=headers)
+
+
+def test_silent_for_forgets_every_node_the_bus_heard_nothing_of_for_that_long(
+    nats_server: NatsServer,
+) -> None:
+    anyio.run(left_by_a_dead_node, nats_server.url, backend="asyncio")
+    time.sleep(1.5)
+    anyio.run(publish_telemetry, nats_server.url, OTHER, backend="asyncio")
+    before = anyio.run(kept, nats_server.url, backend="asyncio")
+
+    dry = run_placewatch("forget", "--silent-for", "1s", "--nats", nats_server.url, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert dry.stdout.splitlines()[0] == f"1 of 2 nodes silent for more than 1 s: {NODE}"
+    assert anyio.run(kept, nats_server.url, backend="asyncio") == before
+
+    done = run_placewatch("forget", "--silent-for", "1s", "--nats", nats_server.url)
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        f"1 of 2 nodes silent for more than 1 s: {NODE}",
+        *told("says"),
+        forgot(3),
+    ]
+    now = anyio.run(kept, nats_server.url, backend="asyncio")
+    assert not [k for k in now["keys"] if k.startswith(NODE)]  # type: ignore[attr-defined]
+    assert len(now["keys"]) == 3  # type: ignore[arg-type]
+    assert f"placewatch.telemetry.{OTHER}" in now["telemetry"]  # type: ignore[operator]
+
+    nobody = run_placewatch("forget", "--silent-for", "1h", "--nats", nats_server.url)
+    assert nobody.returncode == 0, nobody.stderr
+    assert nobody.stdout == "0 of 1 nodes silent for more than 3600 s: none\n"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -10,6 +11,7 @@ import pytest
 
 from placewatch import __version__
 from placewatch.cli import COMMANDS, HELP, main
+from placewatch.forget import duration
 
 COMMAND_NAMES = [
     "run", "sample", "doctor", "health", "forget", "watch", "alerts", "exporter", "schema",
@@ -151,8 +153,29 @@ def test_forget_takes_a_node_and_the_bus_flags_and_no_node_flag(
     )
     assert option_line(out, "--prefix").startswith("--prefix PREFIX")
     assert "--health-file" not in out and "--interval" not in out
-    code, _, err = exits(["forget"], capsys)
+    assert option_line(out, "--silent-for").startswith("--silent-for DURATION")
+    for argv in (["forget"], ["forget", "gpu-07", "--silent-for", "1h"]):
+        assert main(argv) == 2
+        assert capsys.readouterr().err == (
+            "placewatch: forget: give one NODE, or --silent-for DURATION for every node the bus "
+            "has heard nothing of for that long\n"
+        )
+    code, _, err = exits(["forget", "--silent-for", "soon"], capsys)
     assert code == 2
     assert err.splitlines()[-1] == (
-        "placewatch forget: error: the following arguments are required: NODE"
+        "placewatch forget: error: argument --silent-for: 'soon' is not a duration: give a "
+        "number of seconds, or one ending in s, m, h or d (90s, 30m, 12h, 7d), up to a year"
     )
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("90", 90), ("90s", 90), ("1.5m", 90), ("12h", 43200), ("7d", 604800)]
+)
+def test_a_duration_is_seconds_or_a_number_with_its_unit(text: str, seconds: float) -> None:
+    assert duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "0", "-5m", "nan", "inf", "1y", "400d", "h", "m5"])
+def test_a_duration_that_is_none_is_refused(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match="is not a duration"):
+        duration(text)
