@@ -16,12 +16,15 @@ import pytest
 
 from placewatch.cli import EXIT_CONFIG, EXIT_LEASE_LOST
 from placewatch.config import ENV_CONFIG, FIELDS, env_name
+from placewatch.forget import duration
 
 from tests.conftest import ROOT
 
 UNITS = ROOT / "deploy" / "systemd"
 WORKER = UNITS / "placewatch.service"
 ALERTS = UNITS / "placewatch-alerts.service"
+FORGET = UNITS / "placewatch-forget.service"
+FORGET_TIMER = UNITS / "placewatch-forget.timer"
 MOST_EXPOSURE = 5.0
 needs_analyze = pytest.mark.skipif(
     shutil.which("systemd-analyze") is None,
@@ -109,6 +112,22 @@ def test_the_alerts_unit_runs_alerts_with_nothing_of_the_node() -> None:
         assert name in {env_name(f) for f in FIELDS} | {ENV_CONFIG}, name
 
 
+def test_the_forget_unit_forgets_nodes_silent_for_a_day_once_a_day() -> None:
+    service = unit(FORGET)["Service"]
+    assert service["Type"] == "oneshot"
+    assert service["ExecStart"] == (
+        "/opt/placewatch/bin/placewatch forget --silent-for ${FORGET_SILENT_FOR}"
+    )
+    assert values(FORGET, "Environment") == ["FORGET_SILENT_FOR=1d"]
+    assert duration("1d") == 86400  # the default is a duration forget takes
+    assert not "FORGET_SILENT_FOR".startswith("PLACEWATCH_")
+    assert service["DynamicUser"] == "yes"
+    assert service["CapabilityBoundingSet"] == ""
+    timer = unit(FORGET_TIMER)["Timer"]
+    assert (timer["OnCalendar"], timer["Persistent"]) == ("daily", "true")
+    assert unit(FORGET_TIMER)["Install"]["WantedBy"] == "timers.target"
+
+
 def exposure(path: Path) -> float:
     done = subprocess.run(
         ["systemd-analyze", "security", "--offline=true", "--no-pager", str(path)],
@@ -123,7 +142,7 @@ def exposure(path: Path) -> float:
 
 
 @needs_analyze
-@pytest.mark.parametrize("path", [WORKER, ALERTS], ids=lambda p: p.name)
+@pytest.mark.parametrize("path", [WORKER, ALERTS, FORGET], ids=lambda p: p.name)
 def test_a_unit_s_exposure_is_at_most_five(path: Path) -> None:
     assert exposure(path) <= MOST_EXPOSURE
 
@@ -138,13 +157,17 @@ def test_the_exposure_check_tells_a_bare_unit_from_a_hardened_one(tmp_path: Path
 
 
 @needs_analyze
-@pytest.mark.parametrize("path", [WORKER, ALERTS], ids=lambda p: p.name)
-def test_a_unit_has_no_unknown_keys(path: Path, tmp_path: Path) -> None:
-    # verify wants ExecStart to exist; the rest of the unit is checked as written.
-    copy = tmp_path / path.name
-    copy.write_text(path.read_text().replace("/opt/placewatch/bin/placewatch", "/bin/true"))
+@pytest.mark.parametrize(
+    "paths", [[WORKER], [ALERTS], [FORGET, FORGET_TIMER]], ids=lambda p: p[-1].name
+)
+def test_a_unit_has_no_unknown_keys(paths: list[Path], tmp_path: Path) -> None:
+    # verify wants ExecStart to exist; the rest of the unit is checked as written. A timer is
+    # checked beside the service it starts.
+    copies = [tmp_path / path.name for path in paths]
+    for path, copy in zip(paths, copies, strict=True):
+        copy.write_text(path.read_text().replace("/opt/placewatch/bin/placewatch", "/bin/true"))
     done = subprocess.run(
-        ["systemd-analyze", "verify", "--man=no", str(copy)],
+        ["systemd-analyze", "verify", "--man=no", *map(str, copies)],
         capture_output=True,
         text=True,
         timeout=60,
