@@ -1,4 +1,5 @@
-"""`placewatch forget NODE`: the bus lets go of a node that is gone for good.
+"""`placewatch forget NODE` (or `--silent-for DURATION`): the bus lets go of a node that is
+gone for good.
 
 A node whose worker stopped for ever (decommissioned, renamed, its disk dead) leaves what
 the bus keeps of it: its shards' last statuses in the compute bucket, its last telemetry
@@ -17,6 +18,10 @@ publishes: a lease that is live refuses it (exit 2, nothing changed), and a work
 starts meanwhile is refused until forget gives the lease back. What it cannot read, it
 does not remove: a key whose value is not a ComputeStatus is named and left. The node's
 placements are its control plane's, and are only counted.
+
+`--silent-for` finds the nodes for a fleet whose node names come and go: each node of which
+the bus keeps anything (telemetry, inventory, statuses) whose newest was stored by the server
+longer ago than that, by the server's clock, is forgotten in turn as above.
 """
 
 from __future__ import annotations
