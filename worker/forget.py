@@ -50,8 +50,9 @@ from placewatch.schemas.partitions import PARTITIONED, node_subjects
 from placewatch.schemas.streams import for_prefix
 
 from .bus.clock import clock_offset
+from .bus.holder import Holder
 from .bus.kvfollow import Values, follow
-from .bus.lease import Holder, LeaseHeld, LeaseKeeper, failure, node_lease
+from .bus.lease import LeaseHeld, LeaseKeeper, failure, node_lease
 from .bus.options import connect_options
 from .bus.outbox import PREVIOUS_HEARTBEAT_S, EventOutbox, NodeStatuses, node_statuses
 from .bus.streams import StreamSettings

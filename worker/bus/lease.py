@@ -34,8 +34,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 import anyio
@@ -44,13 +43,13 @@ import nats.js.errors
 from anyio.abc import TaskStatus
 from nats.aio.client import Client
 from nats.js import JetStreamContext
-from nats.js.kv import KV_MARKER_REASON, KeyValue
+from nats.js.kv import KeyValue
 
-from placewatch.schemas import LEASE_INTERVALS, DecodeError, NodeLease, decode, encode, subjects
+from placewatch.schemas import LEASE_INTERVALS, NodeLease, encode, subjects
 from placewatch.schemas.streams import for_prefix
 
 from .clock import CLOCK_OFF_S, clock_offset, describe, now_utc
-from .kvfollow import EXPIRED
+from .holder import Holder, holder_of
 from .outbox import JETSTREAM_RECHECK_S
 from .streams import StreamSettings, ensure_bucket
 
@@ -88,51 +87,6 @@ def node_lease(node: str, session: str, interval_s: float) -> NodeLease:
         started=now_utc(),
         interval_s=interval_s,
     )
-
-
-@dataclass(frozen=True)
-class Holder:
-    """The node's key in the leases bucket, as the server stored it last."""
-
-    revision: int
-    stored: datetime
-    """The server's timestamp of the entry."""
-    lease: NodeLease | None
-    """None: a delete marker, or a value that is not a lease."""
-    deleted: bool = False
-    size: int = 0
-
-    def expires(self, own_interval_s: float) -> datetime:
-        """LEASE_INTERVALS of its holder's intervals after it was stored; for a value that is
-        not a lease, of this worker's."""
-        if self.lease is not None:
-            return self.lease.expires(self.stored)
-        return self.stored + timedelta(seconds=LEASE_INTERVALS * own_interval_s)
-
-    def live(self, now: datetime, own_interval_s: float) -> bool:
-        return not self.deleted and now < self.expires(own_interval_s)
-
-    def who(self) -> str:
-        if self.lease is None:
-            return f"a value that is not a placewatch lease ({self.size} bytes)"
-        return f"host {self.lease.host}, pid {self.lease.pid}, session {self.lease.session}"
-
-
-def holder_of(
-    revision: int, stored: datetime, data: bytes | None, headers: Mapping[str, str] | None
-) -> Holder:
-    """The entry a stream message get returned, read; never raises on what the value holds."""
-    headers = headers or {}
-    if (
-        headers.get(subjects.KV_OPERATION) in subjects.KV_DELETED
-        or headers.get(KV_MARKER_REASON) in EXPIRED
-    ):
-        return Holder(revision, stored, None, deleted=True)
-    try:
-        lease: NodeLease | None = decode(data or b"", NodeLease)
-    except DecodeError:
-        lease = None
-    return Holder(revision, stored, lease, size=len(data or b""))
 
 
 def held_message(node: str, holder: Holder, now: datetime, own_interval_s: float) -> str:

@@ -11,7 +11,8 @@ from datetime import UTC, datetime, timedelta
 import msgspec
 import pytest
 
-from placewatch.bus.lease import Holder, held_message, holder_of, lost_message, node_lease
+from placewatch.bus.holder import Holder, holder_of
+from placewatch.bus.lease import held_message, lost_message, node_lease
 from placewatch.schemas import LEASE_INTERVALS, NodeLease, encode
 
 STORED = datetime(2026, 11, 30, 6, 12, 3, 500000, tzinfo=UTC)
