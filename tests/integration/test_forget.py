@@ -16,7 +16,7 @@ import pytest
 
 from placewatch.bus.lease import LeaseKeeper, node_lease
 from placewatch.bus.outbox import EventOutbox
-from placewatch.bus.streams import StreamSettings
+from placewatch.bus.streams import StreamSettings, ensure_bucket
 from placewatch.schemas import (
     ComputeStatus,
     FallbackEvent,
@@ -26,7 +26,7 @@ from placewatch.schemas import (
     partitions,
     subjects,
 )
-from placewatch.schemas.streams import for_prefix
+from placewatch.schemas.streams import PLACEMENTS, for_prefix
 from placewatch.shards.events import EventTracker
 
 from tests.conftest import ROOT, NatsServer, clean_env, free_port, run_placewatch
@@ -398,3 +398,27 @@ def test_silent_for_forgets_every_node_the_bus_heard_nothing_of_for_that_long(
     nobody = run_placewatch("forget", "--silent-for", "1h", "--nats", nats_server.url)
     assert nobody.returncode == 0, nobody.stderr
     assert nobody.stdout == "0 of 1 nodes silent for more than 3600 s: none\n"
+
+
+def test_the_nodes_placements_are_counted_and_left_to_its_control_plane(
+    nats_server: NatsServer,
+) -> None:
+    anyio.run(left_by_a_dead_node, nats_server.url, backend="asyncio")
+
+    async def place() -> None:
+        async with await nats.connect(nats_server.url) as nc:
+            kv = await ensure_bucket(nc.jetstream(), PLACEMENTS, StreamSettings())
+            for shard in ("embed", "llama-8b.a"):
+                await kv.put(subjects.shard_key(NODE, shard), b'{"id": "x", "gpus": [0]}')
+
+    anyio.run(place, backend="asyncio")
+
+    done = run_placewatch("forget", NODE, "--nats", nats_server.url)
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        *told("says"),
+        f"  {NODE}: 2 placements in KV placewatch_placements are left to the control plane "
+        "that wrote them; a worker started under this name acts on them",
+        forgot(3),
+    ]
