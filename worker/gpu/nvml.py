@@ -215,15 +215,16 @@ def _memory(nvml: Any, handle: Any, ask: Any) -> Memory | None:
     memory = None if version is None else ask("nvmlDeviceGetMemoryInfo", handle, version)
     if memory is not None:
         total, free, reserved = _whole(memory.total), _whole(memory.free), _whole(memory.reserved)
-        if total is None or free is None or reserved is None:
-            return None  # a u64 sentinel or garbage: no reading, not 16 EiB
-        return Memory(total, max(total - free - reserved, 0), free)
-    memory = ask("nvmlDeviceGetMemoryInfo", handle)
-    if memory is None:
-        return None
-    total, used, free = _whole(memory.total), _whole(memory.used), _whole(memory.free)
+        used = None
+        if total is not None and free is not None and reserved is not None:
+            used = max(total - free - reserved, 0)
+    else:
+        memory = ask("nvmlDeviceGetMemoryInfo", handle)
+        if memory is None:
+            return None
+        total, used, free = _whole(memory.total), _whole(memory.used), _whole(memory.free)
     if total is None or used is None or free is None:
-        return None
+        return None  # a u64 sentinel or garbage: no reading, not 16 EiB
     return Memory(total, used, free)
 
 
