@@ -51,10 +51,9 @@ from placewatch.schemas.streams import for_prefix
 
 from .bus.clock import clock_offset
 from .bus.holder import Holder
-from .bus.kvfollow import Values, follow
 from .bus.lease import LeaseHeld, LeaseKeeper, failure, node_lease
 from .bus.options import connect_options
-from .bus.outbox import PREVIOUS_HEARTBEAT_S, EventOutbox, NodeStatuses, node_statuses
+from .bus.outbox import EventOutbox, NodeStatuses, node_statuses, node_values
 from .bus.streams import StreamSettings
 from .config import Settings
 from .pipeline import new_session
@@ -381,15 +380,8 @@ class Forget:
 
     async def _placements(self) -> int:
         """How many placements the node has; 0 where they cannot be read."""
-        found: Values = {}
         try:
-            await follow(
-                self.nc,
-                self.stores.placements.name,
-                subjects.node_keys(self.node),
-                heartbeat=PREVIOUS_HEARTBEAT_S,
-                latest=found.update,
-            )
+            found, _ = await node_values(self.nc, self.stores.placements.name, self.node)
         except (nats.errors.Error, TimeoutError):
             return 0
         return sum(value is not None for value in found.values())

@@ -26,7 +26,7 @@ from placewatch.schemas import (
     partitions,
     subjects,
 )
-from placewatch.schemas.streams import PLACEMENTS, for_prefix
+from placewatch.schemas.streams import COMPUTE, PLACEMENTS, Bucket, for_prefix
 from placewatch.shards.events import EventTracker
 
 from tests.conftest import ROOT, NatsServer, clean_env, free_port, run_placewatch
@@ -88,6 +88,15 @@ async def kept(url: str, prefix: str = subjects.DEFAULT_PREFIX) -> dict[str, obj
             msg = await js.get_msg(stores.events.name, seq)
             said.append(decode_any(msg.data or b"", msg.headers or {}))
         return {"keys": keys, **per_node, "said": said}
+
+
+async def put(url: str, bucket: Bucket, values: dict[str, bytes]) -> None:
+    """Each value under its key in `bucket`, made where missing, as a writer other than the
+    worker puts it (a control plane's placements, a value of another version)."""
+    async with await nats.connect(url) as nc:
+        kv = await ensure_bucket(nc.jetstream(), bucket, StreamSettings())
+        for key, value in values.items():
+            await kv.put(key, value)
 
 
 def told(will: str) -> list[str]:
@@ -202,12 +211,7 @@ def test_a_key_forget_cannot_read_is_named_and_left_and_the_rest_forgotten(
 ) -> None:
     anyio.run(left_by_a_dead_node, nats_server.url, backend="asyncio")
 
-    async def garbage() -> None:
-        async with await nats.connect(nats_server.url) as nc:
-            kv = await nc.jetstream().key_value("placewatch_compute")
-            await kv.put(f"{NODE}.weird", b"\x00not a status")
-
-    anyio.run(garbage, backend="asyncio")
+    anyio.run(put, nats_server.url, COMPUTE, {f"{NODE}.weird": b"\x00not a status"})
 
     done = run_placewatch("forget", NODE, "--nats", nats_server.url)
 
@@ -405,13 +409,9 @@ def test_the_nodes_placements_are_counted_and_left_to_its_control_plane(
 ) -> None:
     anyio.run(left_by_a_dead_node, nats_server.url, backend="asyncio")
 
-    async def place() -> None:
-        async with await nats.connect(nats_server.url) as nc:
-            kv = await ensure_bucket(nc.jetstream(), PLACEMENTS, StreamSettings())
-            for shard in ("embed", "llama-8b.a"):
-                await kv.put(subjects.shard_key(NODE, shard), b'{"id": "x", "gpus": [0]}')
-
-    anyio.run(place, backend="asyncio")
+    placement = b'{"id": "x", "gpus": [0]}'
+    placed = {subjects.shard_key(NODE, shard): placement for shard in ("embed", "llama-8b.a")}
+    anyio.run(put, nats_server.url, PLACEMENTS, placed)
 
     done = run_placewatch("forget", NODE, "--nats", nats_server.url)
 

@@ -61,15 +61,22 @@ class NodeStatuses:
     """Why the read stopped before the last key, if it did."""
 
 
-async def node_statuses(nc: Client, bucket: str, node: str) -> NodeStatuses:
-    """The latest value of each of `node`'s keys in the compute bucket `bucket`, read once.
-    Raises nats.errors.Error when they cannot be read (no bucket, no JetStream, no
-    permission)."""
+async def node_values(nc: Client, bucket: str, node: str) -> tuple[Values, str]:
+    """The latest value of each of `node`'s keys in `bucket` (placements or compute), read
+    once, and why the read stopped early ("" when it did not). Raises nats.errors.Error when
+    they cannot be read (no bucket, no JetStream, no permission)."""
     found: Values = {}
-    left = NodeStatuses()
-    left.stopped = await follow(
+    stopped = await follow(
         nc, bucket, subjects.node_keys(node), heartbeat=PREVIOUS_HEARTBEAT_S, latest=found.update
     )
+    return found, stopped
+
+
+async def node_statuses(nc: Client, bucket: str, node: str) -> NodeStatuses:
+    """The latest status under each of `node`'s keys in the compute bucket `bucket` (as
+    node_values reads them)."""
+    found, stopped = await node_values(nc, bucket, node)
+    left = NodeStatuses(stopped=stopped)
     for key, value in sorted(found.items()):
         if value is None:
             continue  # deleted
