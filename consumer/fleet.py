@@ -17,6 +17,8 @@ read from a stream), so a node whose clock is behind is not stale and one whose 
 goes stale when it stops. Telemetry that names an inventory the view does
 not hold (the stream lost it, or there is no stream) has the view ask the node's `inventory`
 endpoint. A fresh cluster (no stream, no bucket, or no JetStream at all) is an empty fleet.
+A node that `placewatch forget` says is gone for good (a NodeForgotten) is let go: its
+telemetry, inventory and statuses; what the bus keeps of it was removed before.
 
 Held at fleet scale: each node's two messages are kept as the bytes they came in (held.py),
 a few KiB per node in objects the garbage collector need not walk.
@@ -47,6 +49,7 @@ from placewatch.schemas import (
     ComputeStatus,
     DecodeError,
     FallbackEvent,
+    NodeForgotten,
     NodeInventory,
     NodeSample,
     NodeTelemetry,
@@ -70,7 +73,7 @@ ASK_TIMEOUT_S = 2.0
 ASK_EVERY_S = 10.0
 """The least time between two asks of one node for its inventory."""
 
-Message = NodeTelemetry | NodeInventory | ComputeStatus | FallbackEvent
+Message = NodeTelemetry | NodeInventory | ComputeStatus | FallbackEvent | NodeForgotten
 ShardKey = tuple[str, str]
 """(node, shard), the exact names the payloads carry."""
 
@@ -135,15 +138,25 @@ class FleetView:
         self._subs: list[Subscription] = []
         self._asked: dict[str, float] = {}
         self._asks: set[asyncio.Task[None]] = set()
+        self._forgotten: set[str] | None = None
+        """The nodes forgotten while start() reads the streams, whose copies it then ignores."""
 
     async def start(self) -> None:
         """Subscribe, then fill from the inventory and telemetry streams and the compute
         bucket."""
         inventory = partitions.consumer_subject("inventory", self.prefix, self.partition)
         telemetry = partitions.consumer_subject("telemetry", self.prefix, self.partition)
-        for subject in (inventory, telemetry, *subjects.all_events(self.prefix)):
+        live = (inventory, telemetry, subjects.all_forgotten(self.prefix))
+        for subject in (*live, *subjects.all_events(self.prefix)):
             self._subs.append(await self.nc.subscribe(subject, cb=self._live))
         deadline = time.monotonic() + self.fill_timeout
+        self._forgotten = set()
+        try:
+            await self._fill(inventory, telemetry, deadline)
+        finally:
+            self._forgotten = None  # only copies read from the streams need it
+
+    async def _fill(self, inventory: str, telemetry: str, deadline: float) -> None:
         for msg in await self._latest(self.stores.inventory.name, inventory, deadline):
             self._hold(msg.data, msg.headers, NodeInventory, stored_at(msg))
         for msg in await self._latest(self.stores.telemetry.name, telemetry, deadline):
@@ -258,7 +271,11 @@ class FleetView:
             log.debug("ignored a message: %s", exc)
             return
         seen = time.time() if stored is None else stored
-        if isinstance(message, NodeTelemetry):
+        if isinstance(message, NodeForgotten):
+            taken = self._forget(message.node)
+        elif self._forgotten and stored is not None and _node(message) in self._forgotten:
+            return  # read from a stream as the node was forgotten: what it kept is gone
+        elif isinstance(message, NodeTelemetry):
             taken = self._telemetry(message, data, headers, seen, stored)
         elif isinstance(message, NodeInventory):
             taken = self._inventory(message, data, headers, seen, stored)
@@ -322,6 +339,18 @@ class FleetView:
         )
         return True
 
+    def _forget(self, node: str) -> bool:
+        """Let a node go; whether the view held anything of it."""
+        if self._forgotten is not None:
+            self._forgotten.add(node)
+        self._asked.pop(node, None)
+        held = [self.nodes.pop(node, None), self.inventories.pop(node, None)]
+        keys = [key for key in self.shards if key[0] == node]
+        for key in keys:
+            del self.shards[key], self._status_seen[key]
+            self._since.pop(key, None)
+        return bool(keys) or any(h is not None for h in held)
+
     def _ask_inventory(self, node: str) -> None:
         """Ask the node for the inventory its telemetry names, unless asked lately: the
         inventory it published may come any moment (or came before the view started and
@@ -373,7 +402,12 @@ _KINDS: dict[str, type[Message]] = {
     "inventory": NodeInventory,
     "compute": ComputeStatus,
     "fallback": FallbackEvent,
+    "forgotten": NodeForgotten,
 }
+
+
+def _node(message: Message) -> str:
+    return message.status.node if isinstance(message, FallbackEvent) else message.node
 
 
 def _newer(stored: float | None, held_seen: float) -> bool:

@@ -132,6 +132,15 @@ def _channels(prefix: str) -> dict[str, Any]:
             "`misplaced`; `resolved` when it leaves it. Stored in the stream "
             f"`{stores.events.name}`, deduplicated by `Nats-Msg-Id`.",
         ),
+        "forgotten": _channel(
+            f"{prefix}.forgotten.{{node}}",
+            "NodeForgotten",
+            node,
+            "Once, from `placewatch forget`, after it has said the node's shards `gone` and "
+            "removed what the bus kept of the node (its statuses, telemetry and inventory), "
+            "as a core NATS message that no stream keeps: a view that holds the node lets it "
+            "go, and one that starts later finds nothing of it.",
+        ),
         "computeBucket": _channel(
             subjects.kv_subject(compute, "{node}.{shard}"),
             "ComputeStatusEntry",
@@ -171,6 +180,9 @@ def _operations() -> dict[str, Any]:
         "sendFallbackEvent": _operation(
             "send", "fallback", "FallbackEvent", "Publish a fallback firing or resolved."
         ),
+        "sendNodeForgotten": _operation(
+            "send", "forgotten", "NodeForgotten", "Say a node gone for good (`forget`)."
+        ),
         "putComputeStatus": _operation(
             "send", "computeBucket", "ComputeStatusEntry", "Keep a shard's latest status."
         ),
@@ -197,6 +209,9 @@ def _messages(payloads: dict[str, Any]) -> dict[str, Any]:
             payloads,
             "A shard placed on GPUs entered or left a fallback verdict.",
             event=True,
+        ),
+        "NodeForgotten": _message(
+            "NodeForgotten", payloads, "A node gone for good, said by `placewatch forget`."
         ),
         "ComputeStatusEntry": {
             "name": "ComputeStatusEntry",

@@ -426,6 +426,19 @@ class NodeLease(msgspec.Struct, frozen=True, kw_only=True, gc=False):
         return stored + timedelta(seconds=LEASE_INTERVALS * self.interval_s)
 
 
+class NodeForgotten(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """A node gone for good, published on placewatch.forgotten.<node> by `placewatch forget`
+    once it has removed what the bus kept of the node, so that a view holding the node lets
+    it go. A core NATS message that no stream keeps: a view that starts later finds nothing
+    of the node to hold."""
+
+    schema: int = SCHEMA_VERSION
+    node: str
+    time: Time
+    reason: str
+    """Who forgot it, and why (`forgotten: placewatch forget on <host> said ...`)."""
+
+
 MESSAGE_TYPES: tuple[type[msgspec.Struct], ...] = (
     NodeTelemetry,
     NodeInventory,
@@ -433,5 +446,6 @@ MESSAGE_TYPES: tuple[type[msgspec.Struct], ...] = (
     FallbackEvent,
     PlacementSpec,
     NodeLease,
+    NodeForgotten,
 )
 """The top-level messages of the contract, each named in the Placewatch-Type header."""

@@ -98,6 +98,11 @@ def fallback(node: str, shard: str, prefix: str = DEFAULT_PREFIX) -> str:
     return f"{prefix}.fallback.{token(node)}.{token(shard)}"
 
 
+def forgotten(node: str, prefix: str = DEFAULT_PREFIX) -> str:
+    """Where `placewatch forget` says the node is gone for good (a NodeForgotten)."""
+    return f"{prefix}.forgotten.{token(node)}"
+
+
 def service(node: str, prefix: str = DEFAULT_PREFIX) -> str:
     """The group of a node's micro service endpoints (`.telemetry`, `.inventory`, `.shards`,
     `.recheck`)."""
@@ -119,6 +124,10 @@ def all_compute(prefix: str = DEFAULT_PREFIX) -> str:
 
 def all_fallback(prefix: str = DEFAULT_PREFIX) -> str:
     return f"{prefix}.fallback.>"
+
+
+def all_forgotten(prefix: str = DEFAULT_PREFIX) -> str:
+    return f"{prefix}.forgotten.*"
 
 
 def all_events(prefix: str = DEFAULT_PREFIX) -> list[str]:

@@ -11,7 +11,8 @@ forget says for the node what its worker says of a shard it no longer watches: e
 shard `gone`, each fallback left firing resolved, stored once in the events stream as a
 worker's events are, so that every consumer hears it live or when it catches up. Then it
 removes the node's keys from the compute bucket and its last telemetry and inventory
-from their streams. The history in the events stream stays.
+from their streams, and tells the views that run (a NodeForgotten): a FleetView lets the
+node go. The history in the events stream stays.
 
 It never speaks over a live worker. It takes the node's lease, as a worker does before it
 publishes: a lease that is live refuses it (exit 2, nothing changed), and a worker that
@@ -33,7 +34,7 @@ import socket
 import sys
 import time
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TextIO
 
 import anyio
@@ -45,7 +46,14 @@ from nats.aio.client import Client
 from placewatch.consumer.connection import Unreachable, connect_within
 from placewatch.consumer.lifecycle import drain
 from placewatch.consumer.retained import Incomplete, compute_statuses, last_per_subject, stored_at
-from placewatch.schemas import FALLBACK_VERDICTS, DecodeError, decode, subjects
+from placewatch.schemas import (
+    FALLBACK_VERDICTS,
+    DecodeError,
+    NodeForgotten,
+    decode,
+    encode,
+    subjects,
+)
 from placewatch.schemas.partitions import PARTITIONED, node_subjects
 from placewatch.schemas.streams import for_prefix
 
@@ -306,12 +314,29 @@ class Forget:
                 "allowed to purge the streams (docs/operations.md, A node gone for good); run "
                 "it again with such credentials"
             )
+        try:
+            told = await self._tell_views()
+        except (nats.errors.Error, TimeoutError) as exc:
+            return self._fail(
+                f"{sent}; {removed}; but the views were not told ({failure(exc)}): a FleetView "
+                "that runs holds the node, stale, until it restarts"
+            )
         print(
-            f"forgot node {self.node}: {sent}; {removed}; its lease given back",
+            f"forgot node {self.node}: {sent}; {removed}; {told}; its lease given back",
             file=self.out,
             flush=True,
         )
         return code
+
+    async def _tell_views(self) -> str:
+        """Say the node forgotten to the views that run (a FleetView lets it go); what was
+        done."""
+        subject = subjects.forgotten(self.node, self.prefix)
+        said = NodeForgotten(node=self.node, time=datetime.now(UTC), reason=self._reason())
+        payload, headers = encode(said, self.settings.encoding)
+        await self.nc.publish(subject, payload, headers=headers)
+        await self.nc.flush(max(math.ceil(self.timeout_s), 1))  # nats-py takes whole seconds
+        return f"the views told on {subject}"
 
     async def _remove(self, keys: list[str]) -> str:
         """Remove the node's `keys` from the compute bucket, and its last telemetry and

@@ -30,6 +30,8 @@ GENERATED = {
     "docs/asyncapi.json": ("schema", "--asyncapi"),
 }
 TYPES: dict[str, type[msgspec.Struct]] = {t.__name__: t for t in MESSAGE_TYPES}
+UNSTORED = ("NodeTelemetry", "NodeInventory", "NodeForgotten")
+"""The messages published without a message id: no stream deduplicates them."""
 SAMPLE = re.compile(r"<!-- sample: ([\w-]+) -->\n```(\w+)\n(.*?)\n```", re.DOTALL)
 
 
@@ -116,6 +118,7 @@ def test_asyncapi_describes_the_subjects_headers_and_server() -> None:
         "inventory": "placewatch.inventory.{node}",
         "compute": "placewatch.compute.{node}.{shard}",
         "fallback": "placewatch.fallback.{node}.{shard}",
+        "forgotten": "placewatch.forgotten.{node}",
         "computeBucket": "$KV.placewatch_compute.{node}.{shard}",
         "placements": "$KV.placewatch_placements.{node}.{shard}",
         "leases": "$KV.placewatch_leases.{node}",
@@ -136,14 +139,20 @@ def test_asyncapi_describes_the_subjects_headers_and_server() -> None:
     assert actions["sendFallbackEvent"] == ("send", "#/channels/fallback")
     assert actions["receivePlacements"] == ("receive", "#/channels/placements")
     messages = doc["components"]["messages"]
-    for name in ("NodeTelemetry", "NodeInventory", "ComputeStatus", "FallbackEvent"):
+    for name in (
+        "NodeTelemetry",
+        "NodeInventory",
+        "ComputeStatus",
+        "FallbackEvent",
+        "NodeForgotten",
+    ):
         headers = messages[name]["headers"]
         assert headers["properties"]["Placewatch-Type"]["const"] == name
         assert headers["properties"]["Content-Type"]["enum"] == [
             "application/json",
             "application/msgpack",
         ]
-        event = name not in ("NodeTelemetry", "NodeInventory")
+        event = name not in UNSTORED
         assert ("Nats-Msg-Id" in headers["required"]) is event
         assert messages[name]["payload"] == {"$ref": f"#/components/schemas/{name}"}
     assert doc["components"]["schemas"]["ComputeStatus"]["properties"]["verdict"]["enum"]
@@ -158,7 +167,7 @@ def test_asyncapi_headers_describe_what_encode_sends() -> None:
         if name in ("PlacementSpec", "NodeLease"):
             continue  # KV values, written without headers
         message = decode(payload.encode(), TYPES[name])
-        event = name not in ("NodeTelemetry", "NodeInventory")
+        event = name not in UNSTORED
         msg_id = "gpu-07.llama-8b-a.d9eab6f1c983.1" if event else None
         _, headers = encode(message, msg_id=msg_id)
         schema = doc["components"]["messages"][name]["headers"]
@@ -215,6 +224,7 @@ def test_subjects_md_names_every_subject_stream_bucket_and_header() -> None:
         "placewatch.inventory.<node>",
         "placewatch.compute.<node>.<shard>",
         "placewatch.fallback.<node>.<shard>",
+        "placewatch.forgotten.<node>",
         EVENTS.name,
         TELEMETRY.name,
         PLACEMENTS.name,

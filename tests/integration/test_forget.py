@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import anyio
+import msgspec
 import nats
 import nats.js.errors
 import pytest
@@ -17,9 +18,12 @@ import pytest
 from placewatch.bus.lease import LeaseKeeper, node_lease
 from placewatch.bus.outbox import EventOutbox
 from placewatch.bus.streams import StreamSettings, ensure_bucket
+from placewatch.consumer import FleetView, Message
 from placewatch.schemas import (
     ComputeStatus,
     FallbackEvent,
+    NodeForgotten,
+    NodeInventory,
     NodeTelemetry,
     decode_any,
     encode,
@@ -113,8 +117,8 @@ def forgot(messages: int) -> str:
     return (
         f"forgot node {NODE}: {messages} messages stored in stream PLACEWATCH_EVENTS; 3 keys "
         "removed from KV placewatch_compute; its telemetry removed from stream "
-        "PLACEWATCH_TELEMETRY and its inventory removed from stream PLACEWATCH_INVENTORY; its "
-        "lease given back"
+        "PLACEWATCH_TELEMETRY and its inventory removed from stream PLACEWATCH_INVENTORY; the "
+        f"views told on placewatch.forgotten.{NODE}; its lease given back"
     )
 
 
@@ -358,19 +362,21 @@ def test_the_documented_forget_credentials_forget_a_node_with_no_refusal(
         server.stop()
 
 
-async def publish_telemetry(url: str, node: str) -> None:
-    """A NodeTelemetry of `node` into the telemetry stream now: the node is heard from."""
+async def publish_telemetry(url: str, node: str, *, inventory: bool = False) -> None:
+    """A NodeTelemetry of `node` into the telemetry stream now (and, `inventory`, the
+    NodeInventory it names): the node is heard from."""
+    now = datetime.now(UTC)
+    telemetry = NodeTelemetry(
+        node=node, session="a1b2c3d4e5f6", time=now, seq=2, interval_s=2.0, inventory="i1"
+    )
+    said: list[tuple[str, msgspec.Struct]] = [(subjects.telemetry(node), telemetry)]
+    if inventory:
+        kept = NodeInventory(node=node, session="a1b2c3d4e5f6", time=now, id="i1")
+        said.insert(0, (subjects.inventory(node), kept))
     async with await nats.connect(url) as nc:
-        telemetry = NodeTelemetry(
-            node=node,
-            session="a1b2c3d4e5f6",
-            time=datetime.now(UTC),
-            seq=2,
-            interval_s=2.0,
-            inventory="i1",
-        )
-        payload, headers = encode(telemetry)
-        await nc.jetstream().publish(subjects.telemetry(node), payload, headers=headers)
+        for subject, message in said:
+            payload, headers = encode(message)
+            await nc.jetstream().publish(subject, payload, headers=headers)
 
 
 def test_silent_for_forgets_every_node_the_bus_heard_nothing_of_for_that_long(
@@ -422,3 +428,48 @@ def test_the_nodes_placements_are_counted_and_left_to_its_control_plane(
         "that wrote them; a worker started under this name acts on them",
         forgot(3),
     ]
+
+
+def test_a_view_that_runs_lets_the_node_go_and_one_started_later_never_holds_it(
+    nats_server: NatsServer,
+) -> None:
+    url = nats_server.url
+    anyio.run(left_by_a_dead_node, url, backend="asyncio")
+
+    async def scenario() -> None:
+        for node in (NODE, OTHER):
+            await publish_telemetry(url, node, inventory=True)
+        async with await nats.connect(url) as nc:
+            heard: list[Message] = []
+            view = FleetView(nc, on_change=heard.append)
+            await view.start()
+            assert [n for n in (NODE, OTHER) if view.sample(n) is not None] == [NODE, OTHER]
+            assert [f.node for f in view.firing()] == [NODE, OTHER]
+            heard.clear()
+
+            done = await anyio.to_thread.run_sync(
+                lambda: run_placewatch("forget", NODE, "--nats", url)
+            )
+
+            assert done.returncode == 0, done.stderr
+            with anyio.fail_after(5):
+                while NODE in view.inventories:
+                    await anyio.sleep(0.02)
+            assert (sorted(view.nodes), sorted(view.inventories)) == ([OTHER], [OTHER])
+            assert {node for node, _ in view.shards} == {OTHER}
+            assert [f.node for f in view.firing()] == [OTHER]
+            # The shards said gone first, then the node forgotten: a view hears them in order.
+            assert [type(m).__name__ for m in heard][-1] == "NodeForgotten"
+            assert {m.node for m in heard if isinstance(m, ComputeStatus)} == {NODE}
+            said = heard[-1]
+            assert isinstance(said, NodeForgotten)
+            assert said.node == NODE and "`placewatch forget` on " in said.reason
+            await view.stop()
+
+            later = FleetView(nc)
+            await later.start()
+            assert (sorted(later.nodes), sorted(later.inventories)) == ([OTHER], [OTHER])
+            assert {node for node, _ in later.shards} == {OTHER}
+            await later.stop()
+
+    anyio.run(scenario, backend="asyncio")

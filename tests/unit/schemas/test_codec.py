@@ -148,7 +148,8 @@ def test_an_unknown_type_lists_the_ones_there_are() -> None:
         decode_any(b"{}", {})
     assert str(caught.value) == (
         "unknown Placewatch-Type '': expected one of "
-        "NodeTelemetry, NodeInventory, ComputeStatus, FallbackEvent, PlacementSpec, NodeLease"
+        "NodeTelemetry, NodeInventory, ComputeStatus, FallbackEvent, PlacementSpec, NodeLease, "
+        "NodeForgotten"
     )
 
 
@@ -178,6 +179,7 @@ def test_json_schema_names_every_message() -> None:
             "FallbackEvent",
             "PlacementSpec",
             "NodeLease",
+            "NodeForgotten",
         )
     ]
     readings = schema["$defs"]["GpuReading"]["properties"]

@@ -108,7 +108,7 @@ def test_fallback_verdicts_are_the_three_of_a_shard_not_computing_on_its_gpus() 
     }  # fmt: skip
 
 
-def test_the_top_level_messages_are_the_six_a_header_can_name() -> None:
+def test_the_top_level_messages_are_the_seven_a_header_can_name() -> None:
     assert [t.__name__ for t in MESSAGE_TYPES] == [
         "NodeTelemetry",
         "NodeInventory",
@@ -116,4 +116,5 @@ def test_the_top_level_messages_are_the_six_a_header_can_name() -> None:
         "FallbackEvent",
         "PlacementSpec",
         "NodeLease",
+        "NodeForgotten",
     ]
