@@ -17,8 +17,7 @@ read from a stream), so a node whose clock is behind is not stale and one whose 
 goes stale when it stops. Telemetry that names an inventory the view does
 not hold (the stream lost it, or there is no stream) has the view ask the node's `inventory`
 endpoint. A fresh cluster (no stream, no bucket, or no JetStream at all) is an empty fleet.
-A node that `placewatch forget` says is gone for good (a NodeForgotten) is let go: its
-telemetry, inventory and statuses; what the bus keeps of it was removed before.
+A node `placewatch forget` says is gone for good (NodeForgotten) is let go, statuses and all.
 
 Held at fleet scale: each node's two messages are kept as the bytes they came in (held.py),
 a few KiB per node in objects the garbage collector need not walk.
@@ -59,7 +58,7 @@ from placewatch.schemas import (
 )
 from placewatch.schemas.messages import Verdict
 from placewatch.schemas.service import endpoint
-from placewatch.schemas.streams import for_prefix
+from placewatch.schemas.streams import consumers_refused, for_prefix
 
 from . import capacity
 from .capacity import GpuCandidate, SharedGpu, StaleNode
@@ -393,7 +392,8 @@ class FleetView:
         try:
             return await last_per_subject(self.nc, stream, subject, _left(deadline))
         except (nats.errors.Error, TimeoutError) as exc:
-            log.warning("cannot read %s (%s); following live messages only", stream, exc)
+            why = consumers_refused(exc, stream) or exc
+            log.warning("cannot read %s (%s); following live messages only", stream, why)
             return []
 
 

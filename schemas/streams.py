@@ -32,6 +32,35 @@ DUPLICATE_WINDOW_S = 300.0
 """How long the events stream remembers a Nats-Msg-Id: a retried publish inside it is stored
 once."""
 
+MAX_CONSUMERS = 1_000_000
+"""The consumers each stream and bucket may have, set when it is made. nats-server 2.15 gives a
+stream that sets no limit its `default_max_consumers`, 1,000 unless the server says otherwise:
+every worker holds a consumer on the placements bucket for as long as it runs, and FleetViews,
+workers that start and `placewatch forget` make short-lived ones on the others, so a fleet of
+more than a thousand nodes would be refused from the 1,001st on."""
+DEFAULT_CONSUMER_LIMIT_SINCE = (2, 15)
+"""The first nats-server that limits a stream's consumers when the stream sets no limit."""
+TOO_MANY_CONSUMERS = 10026
+"""JetStream's error code for a consumer refused by its stream's limit."""
+
+
+def raise_consumer_limit(stream: str) -> str:
+    """The NATS CLI command that gives a stream made without a consumer limit placewatch's."""
+    return f"nats stream edit {stream} --max-consumers {MAX_CONSUMERS} -f"
+
+
+def consumers_refused(exc: BaseException, stream: str) -> str | None:
+    """What to do when `exc` is the server refusing a consumer on `stream` because the stream
+    has as many as its limit allows; None for any other error."""
+    if getattr(exc, "err_code", None) != TOO_MANY_CONSUMERS:
+        return None
+    return (
+        f"stream {stream} has as many consumers as its limit allows (nats-server 2.15 gives a "
+        "stream made without a limit 1,000, and every worker holds one on the placements "
+        f"bucket): raise it with `{raise_consumer_limit(stream)}`"
+    )
+
+
 MAX_PREFIX_CHARS = 64
 """The longest prefix: its names stay short as a stream's folder on a server's disk."""
 PREFIX_RULE = "one or more tokens joined by dots, each of lowercase letters a-z, digits and '-'"
@@ -91,7 +120,8 @@ class Stream:
             limits += f" --max-msgs-per-subject {self.max_msgs_per_subject}"
         return (
             f"nats stream add {self.name} --subjects '{','.join(self.subjects)}' "
-            f"--storage {storage} --replicas {replicas}{limits} --defaults"
+            f"--storage {storage} --replicas {replicas}{limits} --max-consumers {MAX_CONSUMERS} "
+            "--defaults"
         )
 
 
@@ -119,9 +149,8 @@ class Bucket:
             f"nats kv add {self.name} --history {self.history} --storage {storage} "
             f"--replicas {replicas}"
         )
-        if self.rollup:
-            return add
-        return f"{add} && nats stream edit {self.stream} --no-allow-rollup -f"
+        rollup = "" if self.rollup else " --no-allow-rollup"
+        return f"{add} && nats stream edit {self.stream} --max-consumers {MAX_CONSUMERS}{rollup} -f"
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from placewatch.consumer.connection import connect
 from placewatch.consumer.heartbeat import check_folder
 from placewatch.consumer.lifecycle import drain, stop_on_signal
 from placewatch.schemas import ComputeStatus, FallbackEvent, lean, subjects
+from placewatch.schemas.streams import consumers_refused
 
 from .bus.lease import LeaseKeeper, node_lease
 from .bus.options import connect_options
@@ -287,7 +288,7 @@ async def _follow_placements(bucket: PlacementsBucket, nc: Client, streams: Stre
         except (nats.errors.Error, TimeoutError) as exc:
             if time.monotonic() - started >= RETRY_MOST_S:
                 delay, said = RETRY_FIRST_S, ""
-            why = _follow_failure(exc)
+            why = _follow_failure(exc, bucket.bucket.stream)
             log.log(
                 logging.DEBUG if why == said else logging.WARNING,
                 "cannot watch KV %s (%s); retrying in %g s, then at most every %g s",
@@ -301,10 +302,10 @@ async def _follow_placements(bucket: PlacementsBucket, nc: Client, streams: Stre
         delay = min(delay * 2, RETRY_MOST_S)
 
 
-def _follow_failure(exc: BaseException) -> str:
+def _follow_failure(exc: BaseException, stream: str) -> str:
     if isinstance(exc, (nats.js.errors.ServiceUnavailableError, nats.errors.NoRespondersError)):
         return (
             "the server has no JetStream: placements come from the shards file and discovery "
             "alone; enable it with nats-server -js"
         )
-    return str(exc) or type(exc).__name__
+    return consumers_refused(exc, stream) or str(exc) or type(exc).__name__

@@ -15,7 +15,7 @@ from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, StorageType, StreamConfig
 from nats.js.kv import KeyValue
 
-from placewatch.schemas.streams import Bucket, Stream
+from placewatch.schemas.streams import MAX_CONSUMERS, Bucket, Stream
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +40,7 @@ def stream_config(stream: Stream, settings: StreamSettings) -> StreamConfig:
         subjects=list(stream.subjects),
         storage=settings.storage_type,
         num_replicas=settings.replicas,
+        max_consumers=MAX_CONSUMERS,
     )
     if stream.duplicate_window_s is not None:
         config.duplicate_window = stream.duplicate_window_s
@@ -68,8 +69,9 @@ async def ensure_bucket(js: JetStreamContext, bucket: Bucket, settings: StreamSe
 
     With direct gets, as the NATS CLI makes a bucket (nats-py does not by default): a node's
     credentials may then read its own key by its subject alone, never by a request body
-    naming any key. And without rollups where `bucket.rollup` says so, set by an update
-    after the create, as nats-py's create_key_value has no setting for it.
+    naming any key. With MAX_CONSUMERS, and without rollups where `bucket.rollup` says so,
+    set by an update after the create, as nats-py's create_key_value has no setting for
+    either.
     """
     try:
         return await js.key_value(bucket.name)
@@ -86,9 +88,15 @@ async def ensure_bucket(js: JetStreamContext, bucket: Bucket, settings: StreamSe
             replicas=settings.replicas,
             direct=True,
         )
-        if not bucket.rollup:
-            config = (await js.stream_info(bucket.stream)).config
-            config.allow_rollup_hdrs = False
+        config = (await js.stream_info(bucket.stream)).config
+        config.allow_rollup_hdrs = config.allow_rollup_hdrs and bucket.rollup
+        unlimited, config.max_consumers = config.max_consumers, MAX_CONSUMERS
+        try:
+            await js.update_stream(config)
+        except nats.js.errors.APIError:
+            # A server before 2.12 changes no stream's consumer limit ("can not change
+            # MaxConsumers"); nor does it limit a stream that sets none.
+            config.max_consumers = unlimited
             await js.update_stream(config)
         log.info("created KV bucket %s", bucket.name)
         return kv

@@ -20,7 +20,12 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 
 from placewatch.schemas import partitions, subjects
-from placewatch.schemas.streams import for_prefix
+from placewatch.schemas.streams import (
+    DEFAULT_CONSUMER_LIMIT_SINCE,
+    MAX_CONSUMERS,
+    for_prefix,
+    raise_consumer_limit,
+)
 
 from ..bus.clock import CLOCK_OFF_S, clock_offset, describe, now_utc
 from ..config import Settings
@@ -100,6 +105,8 @@ class _JetStreamChecks:
             except (nats.errors.Error, TimeoutError) as exc:
                 self._unanswered(name, f"$JS.API.STREAM.INFO.{stream.name}", exc, seen)
                 continue
+            if self._consumers_limited(name, stream.name, info.config.max_consumers):
+                continue
             held = list(info.config.subjects or [])
             lacking = [s for s in stream.subjects if not any(subjects.covers(h, s) for h in held)]
             found = (
@@ -152,6 +159,9 @@ class _JetStreamChecks:
                     "and a delete need no rollup)",
                 )
                 continue
+            config = status.stream_info.config
+            if self._consumers_limited(name, bucket.stream, config.max_consumers):
+                continue
             self.report.ok(name, f"{count(status.values, 'key')}, history {status.history}")
 
     async def server_clock(self) -> None:
@@ -179,6 +189,24 @@ class _JetStreamChecks:
             )
         else:
             self.report.ok(CLOCK, f"{describe(offset)}, within {CLOCK_OFF_S:g} s")
+
+    def _consumers_limited(self, name: str, stream: str, limit: int | None) -> bool:
+        """Fail a stream made without a consumer limit on a server that then gives it its
+        default (nats-server 2.15: 1,000); whether it did."""
+        version = self.nc.connected_server_version
+        if (limit or 0) > 0 or (version.major, version.minor) < DEFAULT_CONSUMER_LIMIT_SINCE:
+            return False
+        self.report.fail(
+            name,
+            "sets no consumer limit, so this server (nats-server "
+            f"{version.major}.{version.minor}) gives it its default_max_consumers, 1,000 unless "
+            "its configuration says otherwise: every worker holds a consumer on the placements "
+            "bucket and makes short-lived ones on the others, so from about the 1,000th node on "
+            "workers are refused",
+            f"{raise_consumer_limit(stream)} (the {MAX_CONSUMERS:,} the worker sets when it "
+            "creates it)",
+        )
+        return True
 
     def _missing(self, name: str, command: str) -> None:
         if self.settings.create:

@@ -381,7 +381,9 @@ def test_with_no_create_a_missing_leases_bucket_is_named_and_nothing_published_u
     missing = [line for line in err.splitlines() if "cannot take node n1's lease" in line]
     assert len(missing) == 1, err  # said once, not every try
     command = LEASES.command("file", 1)
-    assert command.endswith("nats stream edit KV_placewatch_leases --no-allow-rollup -f")
+    assert command.endswith(
+        "nats stream edit KV_placewatch_leases --max-consumers 1000000 --no-allow-rollup -f"
+    )
     assert (
         f"KV bucket placewatch_leases does not exist and --no-create is set; create it "
         f"({command}) or let the worker create it); nothing is published until it is taken"

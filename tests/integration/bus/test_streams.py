@@ -10,10 +10,10 @@ import nats
 import nats.js.errors
 import pytest
 from nats.js import JetStreamContext
-from nats.js.api import DiscardPolicy, StorageType, StreamConfig
+from nats.js.api import AckPolicy, ConsumerConfig, DiscardPolicy, StorageType, StreamConfig
 
 from placewatch.bus.streams import StreamSettings, ensure_bucket, ensure_stream
-from placewatch.schemas.streams import COMPUTE, EVENTS, PLACEMENTS, for_prefix
+from placewatch.schemas.streams import COMPUTE, EVENTS, MAX_CONSUMERS, PLACEMENTS, for_prefix
 
 from tests.conftest import NatsServer
 
@@ -45,6 +45,32 @@ def test_missing_streams_are_created_as_the_table_says(nats_server: NatsServer) 
     on_server(nats_server.url, body)
 
 
+def test_what_the_worker_makes_takes_more_consumers_than_a_servers_default(
+    nats_server: NatsServer,
+) -> None:
+    # nats-server 2.15 gives a stream made without a limit 1,000 consumers; every worker holds
+    # one on the placements bucket, so a fleet of 1,001 nodes would have one refused.
+    async def body(js: JetStreamContext) -> None:
+        await ensure_bucket(js, PLACEMENTS, StreamSettings())
+        await ensure_stream(js, EVENTS, StreamSettings())
+        for stream, subject in (
+            (PLACEMENTS.stream, "$KV.placewatch_placements.n"),
+            (EVENTS.name, "placewatch.compute.n"),
+        ):
+            assert (await js.stream_info(stream)).config.max_consumers == MAX_CONSUMERS
+            for i in range(1_001):
+                config = ConsumerConfig(
+                    name=f"node-{i}",
+                    filter_subject=f"{subject}{i}.>",
+                    ack_policy=AckPolicy.NONE,
+                    mem_storage=True,
+                )
+                await js.add_consumer(stream, config)
+            assert (await js.stream_info(stream)).state.consumer_count == 1_001
+
+    on_server(nats_server.url, body)
+
+
 def test_an_existing_stream_is_kept_as_it_is(nats_server: NatsServer) -> None:
     async def body(js: JetStreamContext) -> None:
         await js.add_stream(StreamConfig(name="PLACEWATCH_EVENTS", subjects=["ops.compute.>"]))
@@ -65,7 +91,7 @@ def test_with_no_create_a_missing_stream_names_the_command_to_make_it(
         assert caught.value.description == (
             "stream PW_EVENTS does not exist and --no-create is set; create it "
             "(nats stream add PW_EVENTS --subjects 'pw.compute.>,pw.fallback.>' "
-            "--storage file --replicas 3 --dupe-window 5m --defaults) "
+            "--storage file --replicas 3 --dupe-window 5m --max-consumers 1000000 --defaults) "
             "or let the worker create it"
         )
         assert await js.streams_info() == []
@@ -112,7 +138,8 @@ def test_with_no_create_a_missing_bucket_is_an_error(nats_server: NatsServer) ->
             await ensure_bucket(js, PLACEMENTS, StreamSettings(create=False, replicas=3))
         assert caught.value.description == (
             "KV bucket placewatch_placements does not exist and --no-create is set; create it "
-            "(nats kv add placewatch_placements --history 1 --storage file --replicas 3) "
+            "(nats kv add placewatch_placements --history 1 --storage file --replicas 3 && nats "
+            "stream edit KV_placewatch_placements --max-consumers 1000000 -f) "
             "or let the worker create it"
         )
         with pytest.raises(nats.js.errors.BucketNotFoundError):

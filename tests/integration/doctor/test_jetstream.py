@@ -18,7 +18,7 @@ from placewatch.config import Settings
 from placewatch.doctor.jetstream import _JetStreamChecks
 from placewatch.doctor.report import Report
 from placewatch.doctor.server import ServerErrors
-from placewatch.schemas.streams import EVENTS
+from placewatch.schemas.streams import DEFAULT_CONSUMER_LIMIT_SINCE, EVENTS, MAX_CONSUMERS
 
 from tests.conftest import FakeGpuTools, NatsServer, run_placewatch
 from tests.integration.test_security import create_streams_as_admin, node_permissions
@@ -61,10 +61,15 @@ async def make_streams_one_too_narrow(url: str) -> None:
             StreamConfig(
                 name="PLACEWATCH_EVENTS",
                 subjects=["placewatch.compute.>", "placewatch.fallback.>"],
+                max_consumers=MAX_CONSUMERS,
             )
         )
         await js.add_stream(
-            StreamConfig(name="PLACEWATCH_TELEMETRY", subjects=["placewatch.telemetry.gpu-01"])
+            StreamConfig(
+                name="PLACEWATCH_TELEMETRY",
+                subjects=["placewatch.telemetry.gpu-01"],
+                max_consumers=MAX_CONSUMERS,
+            )
         )
     finally:
         await nc.close()
@@ -99,7 +104,11 @@ async def make_a_telemetry_stream_from_before_partitions(url: str) -> None:
     nc = await nats.connect(url)
     try:
         await nc.jetstream().add_stream(
-            StreamConfig(name="ACME_PW_TELEMETRY", subjects=["acme.pw.telemetry.*"])
+            StreamConfig(
+                name="ACME_PW_TELEMETRY",
+                subjects=["acme.pw.telemetry.*"],
+                max_consumers=MAX_CONSUMERS,
+            )
         )
     finally:
         await nc.close()
@@ -173,12 +182,12 @@ def test_a_refused_publish_and_missing_streams_under_no_create_say_what_to_do(
         "fail  stream PLACEWATCH_EVENTS: does not exist, and --no-create is set; next: an "
         "operator creates it: nats stream add PLACEWATCH_EVENTS --subjects "
         "'placewatch.compute.>,placewatch.fallback.>' --storage file --replicas 1 "
-        "--dupe-window 5m --defaults"
+        "--dupe-window 5m --max-consumers 1000000 --defaults"
     )
     (compute,) = lines(done.stdout, "bucket placewatch_compute")
     assert compute.endswith(
         "nats kv add placewatch_compute --history 1 --storage file --replicas 1"
-        " && nats stream edit KV_placewatch_compute --no-allow-rollup -f"
+        " && nats stream edit KV_placewatch_compute --max-consumers 1000000 --no-allow-rollup -f"
     )
     assert "n1-password" not in done.stdout + done.stderr
 
@@ -288,3 +297,56 @@ def test_a_node_clock_off_the_servers_fails_the_clock_check_saying_by_how_much(
     )
     assert checked.todo == "check NTP on this node (timedatectl, chronyc tracking)"
     assert written[1] == f"fail  clock: {checked.found}; next: {checked.todo}"
+
+
+async def server_version(url: str) -> tuple[int, int]:
+    async with await nats.connect(url) as nc:
+        version = nc.connected_server_version
+        return version.major, version.minor
+
+
+async def make_the_events_stream_without_a_consumer_limit(url: str) -> None:
+    """As placewatch made it before it set the limit, and as `nats stream add` makes it."""
+    async with await nats.connect(url) as nc:
+        await nc.jetstream().add_stream(
+            StreamConfig(name=EVENTS.name, subjects=list(EVENTS.subjects))
+        )
+
+
+async def raise_the_limit(url: str) -> None:
+    """The edit doctor gives: `nats stream edit PLACEWATCH_EVENTS --max-consumers 1000000`."""
+    async with await nats.connect(url) as nc:
+        js = nc.jetstream()
+        config = (await js.stream_info(EVENTS.name)).config
+        config.max_consumers = MAX_CONSUMERS
+        await js.update_stream(config)
+
+
+def test_a_stream_without_a_consumer_limit_fails_on_a_server_that_gives_it_1000(
+    nats_server: NatsServer, fake_gpu: FakeGpuTools
+) -> None:
+    version = anyio.run(server_version, nats_server.url)
+    if version < DEFAULT_CONSUMER_LIMIT_SINCE:
+        pytest.skip(f"nats-server {version} limits no stream that sets no consumer limit")
+    anyio.run(make_the_events_stream_without_a_consumer_limit, nats_server.url)
+    fake_gpu.nvidia_smi(A100_GPUS)
+    argv = ("doctor", "--nats", nats_server.url, "--node", "n1")
+
+    done = run_placewatch(*argv, env=fake_gpu.env())
+
+    assert done.returncode == 1
+    assert lines(done.stdout, "stream PLACEWATCH_EVENTS") == [
+        "fail  stream PLACEWATCH_EVENTS: sets no consumer limit, so this server (nats-server "
+        f"{version[0]}.{version[1]}) gives it its default_max_consumers, 1,000 unless its "
+        "configuration says otherwise: every worker holds a consumer on the placements bucket "
+        "and makes short-lived ones on the others, so from about the 1,000th node on workers "
+        "are refused; next: nats stream edit PLACEWATCH_EVENTS --max-consumers 1000000 -f "
+        "(the 1,000,000 the worker sets when it creates it)"
+    ]
+
+    anyio.run(raise_the_limit, nats_server.url)
+    again = run_placewatch(*argv, env=fake_gpu.env())
+    assert lines(again.stdout, "stream PLACEWATCH_EVENTS") == [
+        "ok    stream PLACEWATCH_EVENTS: 0 messages, subjects placewatch.compute.>, "
+        "placewatch.fallback.>, R1"
+    ]

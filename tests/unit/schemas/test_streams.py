@@ -3,6 +3,7 @@ NATS CLI command an operator runs to make each as the worker would."""
 
 from __future__ import annotations
 
+import nats.js.errors
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -21,6 +22,7 @@ from placewatch.schemas.streams import (
     TELEMETRY,
     Stream,
     bucket_name,
+    consumers_refused,
     for_prefix,
     per_node,
     stem,
@@ -127,7 +129,7 @@ def test_the_telemetry_stream_takes_each_node_as_published_and_as_partitioned() 
 def test_the_events_command_sets_the_duplicate_window_in_minutes() -> None:
     assert for_prefix("pw").events.command("file", 3) == (
         "nats stream add PW_EVENTS --subjects 'pw.compute.>,pw.fallback.>' "
-        "--storage file --replicas 3 --dupe-window 5m --defaults"
+        "--storage file --replicas 3 --dupe-window 5m --max-consumers 1000000 --defaults"
     )
 
 
@@ -135,7 +137,7 @@ def test_the_telemetry_command_keeps_one_message_per_subject() -> None:
     assert TELEMETRY.command("memory", 1) == (
         "nats stream add PLACEWATCH_TELEMETRY "
         "--subjects 'placewatch.telemetry.*,placewatch.telemetry.*.*' "
-        "--storage memory --replicas 1 --max-msgs-per-subject 1 --defaults"
+        "--storage memory --replicas 1 --max-msgs-per-subject 1 --max-consumers 1000000 --defaults"
     )
 
 
@@ -143,21 +145,22 @@ def test_a_window_that_is_not_whole_minutes_is_written_as_a_fraction() -> None:
     stream = Stream("S", ("p.compute.>",), "test", duplicate_window_s=90.0)
     assert stream.command("file", 1) == (
         "nats stream add S --subjects 'p.compute.>' "
-        "--storage file --replicas 1 --dupe-window 1.5m --defaults"
+        "--storage file --replicas 1 --dupe-window 1.5m --max-consumers 1000000 --defaults"
     )
 
 
 def test_a_bucket_command_and_the_stream_that_holds_it() -> None:
     assert PLACEMENTS.command("file", 1) == (
         "nats kv add placewatch_placements --history 1 --storage file --replicas 1"
+        " && nats stream edit KV_placewatch_placements --max-consumers 1000000 -f"
     )
     assert COMPUTE.command("memory", 3) == (
         "nats kv add placewatch_compute --history 1 --storage memory --replicas 3"
-        " && nats stream edit KV_placewatch_compute --no-allow-rollup -f"
+        " && nats stream edit KV_placewatch_compute --max-consumers 1000000 --no-allow-rollup -f"
     )
     assert for_prefix("acme.pw").leases.command("file", 3) == (
         "nats kv add acme_pw_leases --history 1 --storage file --replicas 3"
-        " && nats stream edit KV_acme_pw_leases --no-allow-rollup -f"
+        " && nats stream edit KV_acme_pw_leases --max-consumers 1000000 --no-allow-rollup -f"
     )
     assert (PLACEMENTS.stream, COMPUTE.stream, LEASES.stream) == (
         "KV_placewatch_placements",
@@ -171,8 +174,23 @@ def test_buckets_every_node_writes_take_no_rollup() -> None:
     assert (PLACEMENTS.rollup, COMPUTE.rollup, LEASES.rollup) == (True, False, False)
     assert LEASES.command("file", 3) == (
         "nats kv add placewatch_leases --history 1 --storage file --replicas 3"
-        " && nats stream edit KV_placewatch_leases --no-allow-rollup -f"
+        " && nats stream edit KV_placewatch_leases --max-consumers 1000000 --no-allow-rollup -f"
     )
+
+
+def test_a_refused_consumer_says_which_stream_and_the_edit_that_raises_its_limit() -> None:
+    refused = nats.js.errors.BadRequestError(
+        code=400, err_code=10026, description="maximum consumers limit reached"
+    )
+    assert consumers_refused(refused, "KV_placewatch_placements") == (
+        "stream KV_placewatch_placements has as many consumers as its limit allows "
+        "(nats-server 2.15 gives a stream made without a limit 1,000, and every worker holds one "
+        "on the placements bucket): raise it with "
+        "`nats stream edit KV_placewatch_placements --max-consumers 1000000 -f`"
+    )
+    other = nats.js.errors.BadRequestError(code=400, err_code=10012, description="bad request")
+    assert consumers_refused(other, "S") is None
+    assert consumers_refused(TimeoutError(), "S") is None
 
 
 def test_the_table_lists_each_stream_and_bucket_once() -> None:
