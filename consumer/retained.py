@@ -62,6 +62,25 @@ async def last_per_subject(
     What is left unread (after `within` seconds, or a failed fetch) is left out, or, with
     `complete`, raises Incomplete; a consumer that cannot be made raises nats-py's error.
     """
+    found: list[Msg] = []
+    await each_last_per_subject(
+        nc, stream, subject, within, found.extend, complete=complete, release=release
+    )
+    return found
+
+
+async def each_last_per_subject(
+    nc: Client,
+    stream: str,
+    subject: str,
+    within: float,
+    take: Callable[[list[Msg]], object],
+    *,
+    complete: bool = False,
+    release: Release = unsubscribe,
+) -> int:
+    """last_per_subject, handing each batch to `take` as it comes rather than holding them
+    all (a fleet's last telemetry is a few hundred MB); how many were taken."""
     js = nc.jetstream()
     deadline = time.monotonic() + within
     name = f"placewatch-read-{secrets.token_hex(6)}"
@@ -76,11 +95,11 @@ async def last_per_subject(
     try:
         info = await js.add_consumer(stream, config, timeout=_left(deadline))
     except nats.js.errors.NotFoundError:
-        return []  # a fresh cluster: no worker has created it yet
+        return 0  # a fresh cluster: no worker has created it yet
     except (nats.errors.NoRespondersError, nats.js.errors.ServiceUnavailableError):
-        return []  # a server without JetStream keeps nothing
+        return 0  # a server without JetStream keeps nothing
     pending = info.num_pending or 0
-    found: list[Msg] = []
+    taken = 0
     sub = await js.pull_subscribe_bind(stream=stream, name=name)
     try:
         while pending > 0 and time.monotonic() < deadline:
@@ -88,15 +107,16 @@ async def last_per_subject(
                 batch = await sub.fetch(min(pending, BATCH), timeout=_left(deadline))
             except (nats.errors.Error, TimeoutError):
                 break  # what was read stands; `complete` says what was not
-            found += batch
+            take(batch)
+            taken += len(batch)
             pending = batch[-1].metadata.num_pending if batch else 0
     finally:
         await release(sub)
     if pending > 0 and complete:
         raise Incomplete(
-            f"read {len(found)} of the last messages of {stream} in {within:g} s, {pending} left"
+            f"read {taken} of the last messages of {stream} in {within:g} s, {pending} left"
         )
-    return found
+    return taken
 
 
 async def compute_statuses(

@@ -42,10 +42,16 @@ import msgspec
 import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 
 from placewatch.consumer.connection import Unreachable, connect_within
 from placewatch.consumer.lifecycle import drain
-from placewatch.consumer.retained import Incomplete, compute_statuses, last_per_subject, stored_at
+from placewatch.consumer.retained import (
+    Incomplete,
+    compute_statuses,
+    each_last_per_subject,
+    stored_at,
+)
 from placewatch.schemas import (
     FALLBACK_VERDICTS,
     DecodeError,
@@ -219,15 +225,16 @@ async def newest_stored(nc: Client, prefix: str, within: float) -> dict[str, flo
     def seen(node: str, stored: float) -> None:
         newest[node] = max(stored, newest.get(node, 0.0))
 
-    for kind in PARTITIONED:
-        kept = await last_per_subject(
-            nc, stores.streams_by_kind[kind].name, f"{prefix}.{kind}.>", within, complete=True
-        )
-        for msg in kept:
+    def take(batch: list[Msg]) -> None:
+        for msg in batch:
             try:
                 seen(decode(msg.data, _Named, msg.headers or {}).node, stored_at(msg))
             except DecodeError:
                 continue  # not a node's message: nobody's to forget
+
+    for kind in PARTITIONED:  # a batch at a time: a fleet's last messages are hundreds of MB
+        stream = stores.streams_by_kind[kind].name
+        await each_last_per_subject(nc, stream, f"{prefix}.{kind}.>", within, take, complete=True)
     for status, stored in await compute_statuses(nc, prefix, within):
         seen(status.node, stored)
     return newest

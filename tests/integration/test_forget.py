@@ -17,8 +17,10 @@ import pytest
 
 from placewatch.bus.lease import LeaseKeeper, node_lease
 from placewatch.bus.outbox import EventOutbox
-from placewatch.bus.streams import StreamSettings, ensure_bucket
+from placewatch.bus.streams import StreamSettings, ensure_bucket, ensure_stream
 from placewatch.consumer import FleetView, Message
+from placewatch.consumer.retained import BATCH
+from placewatch.forget import newest_stored
 from placewatch.schemas import (
     ComputeStatus,
     FallbackEvent,
@@ -473,3 +475,43 @@ def test_a_view_that_runs_lets_the_node_go_and_one_started_later_never_holds_it(
             await later.stop()
 
     anyio.run(scenario, backend="asyncio")
+
+
+async def newest_of_a_fleet(url: str, nodes: list[str]) -> tuple[float, dict[str, float]]:
+    """Each of `nodes` heard from (its telemetry; every other one's inventory too) and a
+    message that is no node's in the telemetry stream; when that began, and what
+    newest_stored then finds."""
+    began = time.time()
+    stores = for_prefix(subjects.DEFAULT_PREFIX)
+    async with await nats.connect(url) as nc:
+        js = nc.jetstream()
+        for stream in (stores.telemetry, stores.inventory):
+            await ensure_stream(js, stream, StreamSettings())
+        for i, node in enumerate(nodes):
+            telemetry = NodeTelemetry(
+                node=node,
+                session="s1",
+                time=datetime.now(UTC),
+                seq=1,
+                interval_s=2.0,
+                inventory="i",
+            )
+            payload, headers = encode(telemetry)
+            await js.publish(subjects.telemetry(node), payload, headers=headers)
+            if i % 2 == 0:
+                inventory = NodeInventory(node=node, session="s1", time=datetime.now(UTC), id="i")
+                payload, headers = encode(inventory)
+                await js.publish(subjects.inventory(node), payload, headers=headers)
+        await js.publish(subjects.telemetry("stray"), b"not a message")
+        return began, await newest_stored(nc, subjects.DEFAULT_PREFIX, 10.0)
+
+
+def test_silent_for_finds_every_node_of_a_fleet_larger_than_a_batch(
+    nats_server: NatsServer,
+) -> None:
+    nodes = [f"gpu-{i:04d}" for i in range(3 * BATCH + 7)]
+
+    began, newest = anyio.run(newest_of_a_fleet, nats_server.url, nodes, backend="asyncio")
+
+    assert sorted(newest) == nodes  # the stray message is nobody's
+    assert all(began - 1 <= stored <= time.time() + 1 for stored in newest.values())
