@@ -1,6 +1,6 @@
 """deploy/kubernetes/: the manifests are valid Kubernetes objects (checked against the API's
 own JSON schemas, which kubernetes-validate ships, strictly: an unknown key is an error), and
-the DaemonSet gives the worker what it needs and no more."""
+the DaemonSet gives the worker what it needs and no more, the forget CronJob less still."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from placewatch.config import ENV_CONFIG, FIELDS, env_name
+from placewatch.forget import duration
 
 from tests.conftest import ROOT
 
@@ -22,6 +23,8 @@ VERSIONS = ("1.28.0", "1.37.0")
 used), and the newest whose schemas kubernetes-validate ships."""
 MEASURED_RSS_MIB = 54
 """docs/benchmarks.md: the worker's RSS with NVML loaded on an H200 node."""
+FORGET_RSS_MIB_20000_NODES = 124
+"""docs/benchmarks.md (Forget over a fleet): forget --silent-for's peak RSS over 20,000 nodes."""
 
 
 def documents(path: Path) -> list[dict[str, Any]]:
@@ -37,11 +40,20 @@ def validate(document: dict[str, Any], version: str) -> None:
 
 
 def objects() -> dict[str, dict[str, Any]]:
-    return {d["kind"]: d for path in MANIFESTS for d in documents(path)}
+    """Every object of the manifests by kind and name: `Secret/placewatch-nats`."""
+    return {
+        f"{d['kind']}/{d['metadata']['name']}": d for path in MANIFESTS for d in documents(path)
+    }
 
 
 def daemonset() -> dict[str, Any]:
-    return objects()["DaemonSet"]
+    return objects()["DaemonSet/placewatch"]
+
+
+def forget_pod() -> dict[str, Any]:
+    pod = objects()["CronJob/placewatch-forget"]["spec"]["jobTemplate"]["spec"]["template"]
+    assert isinstance(pod["spec"], dict)
+    return pod["spec"]
 
 
 def worker() -> dict[str, Any]:
@@ -50,12 +62,19 @@ def worker() -> dict[str, Any]:
     return container
 
 
-def test_the_manifests_are_a_namespace_account_daemonset_and_secret() -> None:
-    assert [p.name for p in MANIFESTS] == ["placewatch.yaml", "secret.example.yaml"]
-    assert sorted(objects()) == ["DaemonSet", "Namespace", "Secret", "ServiceAccount"]
-    namespace = objects()["Namespace"]["metadata"]["name"]
-    for kind in ("DaemonSet", "Secret", "ServiceAccount"):
-        assert objects()[kind]["metadata"]["namespace"] == namespace, kind
+def test_the_manifests_are_a_namespace_account_daemonset_cronjob_and_secrets() -> None:
+    assert [p.name for p in MANIFESTS] == ["forget.yaml", "placewatch.yaml", "secret.example.yaml"]
+    assert sorted(objects()) == [
+        "CronJob/placewatch-forget",
+        "DaemonSet/placewatch",
+        "Namespace/placewatch",
+        "Secret/placewatch-forget",
+        "Secret/placewatch-nats",
+        "ServiceAccount/placewatch",
+    ]
+    for name, thing in objects().items():
+        if thing["kind"] != "Namespace":
+            assert thing["metadata"]["namespace"] == "placewatch", name
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -96,7 +115,7 @@ def test_the_worker_sees_host_pids_and_every_gpu_without_taking_one() -> None:
 
 def test_credentials_come_from_the_secret_and_every_variable_is_a_setting() -> None:
     (source,) = worker()["envFrom"]
-    secret = objects()["Secret"]
+    secret = objects()["Secret/placewatch-nats"]
     assert source["secretRef"]["name"] == secret["metadata"]["name"]
     known = {env_name(f) for f in FIELDS} | {ENV_CONFIG}
     names = [e["name"] for e in worker()["env"]] + list(secret["stringData"])
@@ -140,3 +159,29 @@ def test_it_runs_read_only_with_two_capabilities() -> None:
     assert context["capabilities"] == {"drop": ["ALL"], "add": ["SYS_PTRACE", "DAC_READ_SEARCH"]}
     pod = daemonset()["spec"]["template"]["spec"]
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+
+
+def test_forget_runs_daily_one_at_a_time_as_nobody_with_the_forget_credentials() -> None:
+    job = objects()["CronJob/placewatch-forget"]["spec"]
+    assert job["schedule"] == "17 3 * * *"
+    assert job["concurrencyPolicy"] == "Forbid"
+    assert job["jobTemplate"]["spec"]["backoffLimit"] == 0
+    (container,) = forget_pod()["containers"]
+    assert container["args"][:2] == ["forget", "--silent-for"]
+    assert duration(container["args"][2]) == 86400
+    assert container["image"] == worker()["image"]
+    (source,) = container["envFrom"]
+    secret = objects()["Secret/" + source["secretRef"]["name"]]
+    assert secret["stringData"]["PLACEWATCH_USER"] == "forget"
+    known = {env_name(f) for f in FIELDS}
+    assert all(
+        name in known for name in [*secret["stringData"], *(e["name"] for e in container["env"])]
+    )
+    # No GPU, no host PIDs, no root, no capability: it only talks to NATS.
+    pod = forget_pod()
+    assert "hostPID" not in pod and "runtimeClassName" not in pod and "nodeSelector" not in pod
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] == 65534
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert mib(container["resources"]["limits"]["memory"]) >= 4 * FORGET_RSS_MIB_20000_NODES
