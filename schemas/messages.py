@@ -427,10 +427,8 @@ class NodeLease(msgspec.Struct, frozen=True, kw_only=True, gc=False):
 
 
 class NodeForgotten(msgspec.Struct, frozen=True, kw_only=True, gc=False):
-    """A node gone for good, published on placewatch.forgotten.<node> by `placewatch forget`
-    once it has removed what the bus kept of the node, so that a view holding the node lets
-    it go. A core NATS message that no stream keeps: a view that starts later finds nothing
-    of the node to hold."""
+    """A node gone for good: `placewatch forget` says so on placewatch.forgotten.<node>, in
+    core NATS, once the bus keeps nothing of it, and a view holding the node lets it go."""
 
     schema: int = SCHEMA_VERSION
     node: str
