@@ -70,6 +70,7 @@ from .bus.options import connect_options
 from .bus.outbox import EventOutbox, NodeStatuses, node_statuses, node_values
 from .bus.streams import StreamSettings
 from .config import Settings
+from .doctor.report import count
 from .pipeline import new_session
 from .shards.events import EventTracker
 
@@ -310,7 +311,7 @@ class Forget:
                 f"{events}, so nothing was removed; run forget again (what was stored is "
                 "stored once)"
             )
-        sent = f"{len(changes)} messages stored in stream {events}"
+        sent = f"{count(len(changes), 'message')} stored in stream {events}"
         try:
             with anyio.fail_after(self.timeout_s * 4):
                 removed = await self._remove(list(left.statuses))
@@ -352,7 +353,7 @@ class Forget:
         for key in keys:
             subject = subjects.kv_subject(compute.name, key)
             await self.js.purge_stream(compute.stream, subject=subject)
-        done = [f"{len(keys)} keys removed from KV {compute.name}"]
+        done = [f"{count(len(keys), 'key')} removed from KV {compute.name}"]
         for kind in PARTITIONED:
             stream = self.stores.streams_by_kind[kind].name
             try:
@@ -395,16 +396,18 @@ class Forget:
             )
         placed = await self._placements()
         if placed:
+            them = "it" if placed == 1 else "them"
             print(
-                f"  {self.node}: {placed} placements in KV {self.stores.placements.name} are "
-                "left to the control plane that wrote them; a worker started under this name "
-                "acts on them",
+                f"  {self.node}: {count(placed, 'placement')} in KV "
+                f"{self.stores.placements.name}, left to the control plane that wrote {them}; "
+                f"a worker started under this name acts on {them}",
                 file=self.out,
             )
         if dry_run:
             print(
-                f"node {self.node}: {len(left.statuses)} shard statuses, and its telemetry and "
-                "inventory, would be removed from the bus (--dry-run: nothing changed)",
+                f"node {self.node}: {count(len(left.statuses), 'shard status', 'es')}, and its "
+                "telemetry and inventory, would be removed from the bus (--dry-run: nothing "
+                "changed)",
                 file=self.out,
             )
         self.out.flush()

@@ -412,13 +412,17 @@ def test_silent_for_forgets_every_node_the_bus_heard_nothing_of_for_that_long(
     assert nobody.stdout == "0 of 1 nodes silent for more than 3600 s: none\n"
 
 
+@pytest.mark.parametrize(
+    ("shards", "said", "them"),
+    [(("embed", "llama-8b.a"), "2 placements", "them"), (("embed",), "1 placement", "it")],
+)
 def test_the_nodes_placements_are_counted_and_left_to_its_control_plane(
-    nats_server: NatsServer,
+    nats_server: NatsServer, shards: tuple[str, ...], said: str, them: str
 ) -> None:
     anyio.run(left_by_a_dead_node, nats_server.url, backend="asyncio")
 
     placement = b'{"id": "x", "gpus": [0]}'
-    placed = {subjects.shard_key(NODE, shard): placement for shard in ("embed", "llama-8b.a")}
+    placed = {subjects.shard_key(NODE, shard): placement for shard in shards}
     anyio.run(put, nats_server.url, PLACEMENTS, placed)
 
     done = run_placewatch("forget", NODE, "--nats", nats_server.url)
@@ -426,8 +430,8 @@ def test_the_nodes_placements_are_counted_and_left_to_its_control_plane(
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
         *told("says"),
-        f"  {NODE}: 2 placements in KV placewatch_placements are left to the control plane "
-        "that wrote them; a worker started under this name acts on them",
+        f"  {NODE}: {said} in KV placewatch_placements, left to the control plane that wrote "
+        f"{them}; a worker started under this name acts on {them}",
         forgot(3),
     ]
 
