@@ -18,6 +18,9 @@ goes stale when it stops. Telemetry that names an inventory the view does
 not hold (the stream lost it, or there is no stream) has the view ask the node's `inventory`
 endpoint. A fresh cluster (no stream, no bucket, or no JetStream at all) is an empty fleet.
 A node `placewatch forget` says is gone for good (NodeForgotten) is let go, statuses and all.
+After a reconnect the view fills again (core subscriptions keep nothing of what came while
+the connection was away) and lets go of what the bus no longer keeps and it has not heard
+since: a node forgotten meanwhile, a status deleted.
 
 Held at fleet scale: each node's two messages are kept as the bytes they came in (held.py),
 a few KiB per node in objects the garbage collector need not walk.
@@ -34,10 +37,9 @@ import contextlib
 import logging
 import time
 import zlib
-from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
+from collections.abc import Callable, Coroutine, Mapping
+from typing import NamedTuple
 
-import msgspec
 import nats.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
@@ -50,20 +52,17 @@ from placewatch.schemas import (
     FallbackEvent,
     NodeForgotten,
     NodeInventory,
-    NodeSample,
     NodeTelemetry,
     decode,
     partitions,
     subjects,
 )
-from placewatch.schemas.messages import Verdict
 from placewatch.schemas.service import endpoint
 from placewatch.schemas.streams import consumers_refused, for_prefix
 
-from . import capacity
-from .capacity import GpuCandidate, SharedGpu, StaleNode
-from .held import Held, Holdings, content_type, decoded, join
+from .held import Held, Holdings, content_type
 from .retained import kv_headers, last_per_subject, stored_at
+from .snapshot import FiringFallback, Fleet, FleetState, ShardKey, utc_now
 
 log = logging.getLogger(__name__)
 
@@ -71,35 +70,26 @@ FILL_TIMEOUT_S = 5.0
 ASK_TIMEOUT_S = 2.0
 ASK_EVERY_S = 10.0
 """The least time between two asks of one node for its inventory."""
+RECONNECT_CHECK_S = 0.5
+"""How often the view looks whether its connection came back."""
 
 Message = NodeTelemetry | NodeInventory | ComputeStatus | FallbackEvent | NodeForgotten
-ShardKey = tuple[str, str]
-"""(node, shard), the exact names the payloads carry."""
+GONE_FROM_STREAMS = (
+    "the bus no longer keeps its telemetry or inventory: forgotten while this view's "
+    "connection was away"
+)
+"""The reason of a NodeForgotten a view tells (on_change) of a node it lets go that way."""
 
 
-class FiringFallback(msgspec.Struct, frozen=True, kw_only=True):
-    """A shard placed on GPUs that does not compute (only) on them, as of its latest status."""
+class Kept(NamedTuple):
+    """What a fill found the bus keeps (None: a read failed): the nodes of which it keeps an
+    inventory or telemetry, and the statuses."""
 
-    node: str
-    shard: str
-    verdict: Verdict
-    since: datetime
-    """When it entered a fallback verdict (the time of that status)."""
-    reason: str
+    nodes: set[str] | None
+    statuses: set[ShardKey] | None
 
 
-class Fleet(msgspec.Struct, frozen=True, kw_only=True):
-    """The fleet at one moment, sorted by node and shard: each node's sample, its inventory
-    and telemetry joined (a node whose inventory the view has not got yet is left out)."""
-
-    nodes: list[NodeSample]
-    shards: list[ComputeStatus]
-    firing: list[FiringFallback]
-    seen: dict[str, float] = msgspec.field(default_factory=dict)
-    """Node -> when the view took its latest telemetry (Held.seen)."""
-
-
-class FleetView:
+class FleetView(FleetState):
     """The latest NodeTelemetry and NodeInventory per node and ComputeStatus per shard, from
     the bus.
 
@@ -119,53 +109,117 @@ class FleetView:
         on_change: Callable[[Message], object] | None = None,
         fill_timeout: float = FILL_TIMEOUT_S,
     ) -> None:
+        super().__init__()
         self.nc = nc
         self.prefix = prefix
         self.stores = for_prefix(prefix)
         self.partition = _partition(partition, partitions)
         self.on_change = on_change
         self.fill_timeout = fill_timeout
-        self.nodes: dict[str, Held] = {}
-        """Each node's latest telemetry."""
-        self.inventories: dict[str, Held] = {}
-        """Each node's latest inventory."""
-        self.shards: dict[ShardKey, ComputeStatus] = {}
         self.undecodable = 0
         """Messages that were not what their subject and headers said; ignored."""
-        self._since: dict[ShardKey, datetime] = {}
         self._status_seen: dict[ShardKey, float] = {}
         self._subs: list[Subscription] = []
         self._asked: dict[str, float] = {}
-        self._asks: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        """Asks for inventories, and the watch for reconnects, running."""
         self._forgotten: set[str] | None = None
-        """The nodes forgotten while start() reads the streams, whose copies it then ignores."""
+        """The nodes forgotten while a fill reads the streams, whose copies it then ignores;
+        None while no fill runs."""
+        self._reconnects = 0
+        """The connection's reconnects as the last fill began."""
 
     async def start(self) -> None:
         """Subscribe, then fill from the inventory and telemetry streams and the compute
         bucket."""
-        inventory = partitions.consumer_subject("inventory", self.prefix, self.partition)
-        telemetry = partitions.consumer_subject("telemetry", self.prefix, self.partition)
-        live = (inventory, telemetry, subjects.all_forgotten(self.prefix))
+        live = (*self._followed(), subjects.all_forgotten(self.prefix))
         for subject in (*live, *subjects.all_events(self.prefix)):
             self._subs.append(await self.nc.subscribe(subject, cb=self._live))
-        deadline = time.monotonic() + self.fill_timeout
+        self._reconnects = self.nc.stats["reconnects"]
         self._forgotten = set()
         try:
-            await self._fill(inventory, telemetry, deadline)
+            await self._fill()
         finally:
             self._forgotten = None  # only copies read from the streams need it
+        self._spawn(self._follow_reconnects())
 
-    async def _fill(self, inventory: str, telemetry: str, deadline: float) -> None:
-        for msg in await self._latest(self.stores.inventory.name, inventory, deadline):
-            self._hold(msg.data, msg.headers, NodeInventory, stored_at(msg))
-        for msg in await self._latest(self.stores.telemetry.name, telemetry, deadline):
-            self._hold(msg.data, msg.headers, NodeTelemetry, stored_at(msg))
+    def _followed(self) -> tuple[str, str]:
+        """The inventory and telemetry subjects of the view's partition."""
+        return (
+            partitions.consumer_subject("inventory", self.prefix, self.partition),
+            partitions.consumer_subject("telemetry", self.prefix, self.partition),
+        )
+
+    async def _fill(self) -> Kept:
+        """Take what the streams and the bucket keep; what they keep (None: not read)."""
+        deadline = time.monotonic() + self.fill_timeout
+        inventory, telemetry = self._followed()
         compute = self.stores.compute
-        for msg in await self._latest(compute.stream, subjects.kv_subject(compute.name), deadline):
-            headers = msg.headers or {}
+        inventories = await self._take(
+            self.stores.inventory.name, inventory, NodeInventory, deadline
+        )
+        telemetries = await self._take(
+            self.stores.telemetry.name, telemetry, NodeTelemetry, deadline
+        )
+        statuses = await self._take(
+            compute.stream, subjects.kv_subject(compute.name), ComputeStatus, deadline
+        )
+        if inventories is None or telemetries is None:
+            return Kept(None, statuses)
+        return Kept({node for node, _ in inventories | telemetries}, statuses)
+
+    async def _take(
+        self, stream: str, subject: str, kind: type[Message], deadline: float
+    ) -> set[ShardKey] | None:
+        """Take the last message of each subject of `stream`; the (node, shard) of each
+        message taken (shard "": a node's own), None where the stream could not be read."""
+        msgs = await self._latest(stream, subject, deadline)
+        if msgs is None:
+            return None
+        found: set[ShardKey] = set()
+        for msg in msgs:
+            headers: Mapping[str, str] = msg.headers or {}
             if headers.get(subjects.KV_OPERATION) in subjects.KV_DELETED:
                 continue
-            self._hold(msg.data, kv_headers(msg.data, headers), ComputeStatus, stored_at(msg))
+            if kind is ComputeStatus:
+                headers = kv_headers(msg.data, headers)
+            message = self._hold(msg.data, headers, kind, stored_at(msg))
+            if isinstance(message, ComputeStatus):
+                found.add((message.node, message.shard))
+            elif message is not None:
+                found.add((_node(message), ""))
+        return found
+
+    async def _follow_reconnects(self) -> None:
+        """Catch up each time the connection came back, until it is closed."""
+        while not self.nc.is_closed:
+            await asyncio.sleep(RECONNECT_CHECK_S)
+            if self.nc.stats["reconnects"] != self._reconnects:
+                await self._catch_up()
+
+    async def _catch_up(self) -> None:
+        """The connection came back: what was published while it was away never came (core
+        subscriptions keep nothing), so the view fills again from the streams and the bucket
+        and lets go of what they no longer keep (a node forgotten, a status deleted) and did
+        not come live since."""
+        self._reconnects = self.nc.stats["reconnects"]
+        self._forgotten = set()
+        began = time.time()
+        try:
+            kept = await self._fill()
+        finally:
+            self._forgotten = None
+        self._let_go(kept, began)
+
+    def _let_go(self, kept: Kept, began: float) -> None:
+        for node in () if kept.nodes is None else {*self.nodes, *self.inventories} - kept.nodes:
+            if max(h.seen for h in (self.nodes.get(node), self.inventories.get(node)) if h) < began:
+                self._forget(node)
+                self._told(NodeForgotten(node=node, time=utc_now(), reason=GONE_FROM_STREAMS))
+        for key in () if kept.statuses is None else set(self.shards) - kept.statuses:
+            if self._status_seen[key] < began:
+                del self.shards[key], self._status_seen[key]
+                self._since.pop(key, None)
 
     async def stop(self) -> None:
         """Stop following the bus; the view keeps what it knew."""
@@ -173,78 +227,8 @@ class FleetView:
         for sub in subs:
             with contextlib.suppress(nats.errors.Error):  # closed already: nothing to undo
                 await sub.unsubscribe()
-        for task in list(self._asks):
+        for task in list(self._tasks):
             task.cancel()
-
-    def telemetry(self, node: str) -> NodeTelemetry | None:
-        """The node's latest telemetry."""
-        return decoded(self.nodes.get(node), NodeTelemetry)
-
-    def inventory(self, node: str) -> NodeInventory | None:
-        """The node's latest inventory."""
-        return decoded(self.inventories.get(node), NodeInventory)
-
-    def sample(self, node: str) -> NodeSample | None:
-        """The node's latest telemetry joined with the inventory it names, and its shards'
-        pids and reasons from their statuses; None until the view holds both."""
-        return join(
-            self.nodes.get(node),
-            self.inventories.get(node),
-            lambda shard: self.shards.get((node, shard)),  # by key: not every shard's walk
-        )
-
-    def gpus_for(
-        self, nbytes: int, *, max_age: float | None = None, now: datetime | None = None
-    ) -> list[GpuCandidate]:
-        """The GPUs of live nodes that have `nbytes` free now, the most free first, each
-        with its sample's age (placewatch.consumer.capacity). `max_age`: seconds after
-        which a node's sample is stale (None: three of its intervals)."""
-        return capacity.gpus_for(self.holdings(), nbytes, now or _now(), max_age)
-
-    def shared_gpus(
-        self, max_age: float | None = None, *, now: datetime | None = None
-    ) -> list[SharedGpu]:
-        """The GPUs (by uuid) that more than one live node reports: two workers watch one
-        machine under two names (gpus_for offers each once)."""
-        return capacity.shared_gpus(self.holdings(), now or _now(), max_age)
-
-    def stale(
-        self, max_age: float | None = None, *, now: datetime | None = None
-    ) -> list[StaleNode]:
-        """The nodes whose latest sample is older than `max_age` seconds (None: three of
-        their intervals), the oldest first."""
-        return capacity.stale(self.holdings(), now or _now(), max_age)
-
-    def holdings(self) -> Holdings:
-        """What the view holds now, copied (a dict copy per kind: the Held values are
-        shared, never changed); call it on the event loop."""
-        return Holdings(dict(self.nodes), dict(self.inventories))
-
-    def status(self, node: str, shard: str) -> ComputeStatus | None:
-        return self.shards.get((node, shard))
-
-    def firing(self) -> list[FiringFallback]:
-        """Shards whose latest status is a fallback verdict, by node and shard."""
-        return [
-            FiringFallback(
-                node=s.node,
-                shard=s.shard,
-                verdict=s.verdict,
-                since=self._since.get(key, s.time),
-                reason=s.reason,
-            )
-            for key, s in sorted(self.shards.items())
-            if s.verdict in FALLBACK_VERDICTS
-        ]
-
-    def snapshot(self) -> Fleet:
-        samples = (self.sample(n) for n in sorted(self.nodes))
-        return Fleet(
-            nodes=[s for s in samples if s is not None],
-            shards=[self.shards[k] for k in sorted(self.shards)],
-            firing=self.firing(),
-            seen={node: held.seen for node, held in self.nodes.items()},
-        )
 
     async def _live(self, msg: Msg) -> None:
         kind = msg.subject[len(self.prefix) + 1 :].split(".", 1)[0]
@@ -260,20 +244,21 @@ class FleetView:
         headers: Mapping[str, str] | None,
         type_: type[Message],
         stored: float | None = None,
-    ) -> None:
+    ) -> Message | None:
         """Take a message that came live (`stored` None) or, stored by the server at
-        `stored` (seconds since the epoch), read from a stream or bucket."""
+        `stored` (seconds since the epoch), read from a stream or bucket; the message, or
+        None where it was not one or its node is forgotten."""
         try:
             message: Message = decode(data, type_, headers)
         except DecodeError as exc:
             self.undecodable += 1
             log.debug("ignored a message: %s", exc)
-            return
+            return None
         seen = time.time() if stored is None else stored
         if isinstance(message, NodeForgotten):
             taken = self._forget(message.node)
         elif self._forgotten and stored is not None and _node(message) in self._forgotten:
-            return  # read from a stream as the node was forgotten: what it kept is gone
+            return None  # read from a stream as the node was forgotten: what it kept is gone
         elif isinstance(message, NodeTelemetry):
             taken = self._telemetry(message, data, headers, seen, stored)
         elif isinstance(message, NodeInventory):
@@ -282,7 +267,12 @@ class FleetView:
             taken = self._status(message.status, seen, stored)
         else:
             taken = self._status(message, seen, stored)
-        if taken and self.on_change is not None:
+        if taken:
+            self._told(message)
+        return message
+
+    def _told(self, message: Message) -> None:
+        if self.on_change is not None:
             try:
                 self.on_change(message)
             except Exception:
@@ -358,9 +348,12 @@ class FleetView:
         if now - self._asked.get(node, -ASK_EVERY_S) < ASK_EVERY_S or not self._subs:
             return
         self._asked[node] = now
-        task = asyncio.get_running_loop().create_task(self._ask(node))
-        self._asks.add(task)
-        task.add_done_callback(self._asks.discard)
+        self._spawn(self._ask(node))
+
+    def _spawn(self, work: Coroutine[None, None, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _ask(self, node: str) -> None:
         try:
@@ -387,14 +380,14 @@ class FleetView:
             self._since[key] = s.time
         return True
 
-    async def _latest(self, stream: str, subject: str, deadline: float) -> list[Msg]:
-        """The last message of each subject in `stream`; none when it cannot be read."""
+    async def _latest(self, stream: str, subject: str, deadline: float) -> list[Msg] | None:
+        """The last message of each subject in `stream`; None when it cannot be read."""
         try:
             return await last_per_subject(self.nc, stream, subject, _left(deadline))
         except (nats.errors.Error, TimeoutError) as exc:
             why = consumers_refused(exc, stream) or exc
             log.warning("cannot read %s (%s); following live messages only", stream, why)
-            return []
+            return None
 
 
 _KINDS: dict[str, type[Message]] = {
@@ -428,10 +421,6 @@ def _partition(partition: int | None, count: int | None) -> int | None:
         )
     partitions.check(partition, count)
     return partition
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
 
 
 def _left(deadline: float) -> float:

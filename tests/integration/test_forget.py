@@ -19,6 +19,7 @@ from placewatch.bus.lease import LeaseKeeper, node_lease
 from placewatch.bus.outbox import EventOutbox
 from placewatch.bus.streams import StreamSettings, ensure_bucket, ensure_stream
 from placewatch.consumer import FleetView, Message
+from placewatch.consumer.fleet import GONE_FROM_STREAMS
 from placewatch.consumer.retained import BATCH
 from placewatch.forget import newest_stored
 from placewatch.schemas import (
@@ -35,9 +36,10 @@ from placewatch.schemas import (
 from placewatch.schemas.streams import COMPUTE, PLACEMENTS, Bucket, for_prefix
 from placewatch.shards.events import EventTracker
 
-from tests.conftest import ROOT, NatsServer, clean_env, free_port, run_placewatch
+from tests.conftest import ROOT, NatsServer, clean_env, free_port, run_placewatch, until
 from tests.integration.test_permissions import two_nodes
 from tests.integration.test_security import create_streams_as_admin
+from tests.support.relay import Relay
 
 NODE, OTHER = "gpu-07", "gpu-08"
 
@@ -478,6 +480,59 @@ def test_a_view_that_runs_lets_the_node_go_and_one_started_later_never_holds_it(
             assert {node for node, _ in later.shards} == {OTHER}
             await later.stop()
 
+    anyio.run(scenario, backend="asyncio")
+
+
+def test_a_view_cut_off_while_the_node_is_forgotten_lets_it_go_once_it_is_back(
+    nats_server: NatsServer,
+) -> None:
+    # The view's connection runs through a relay that is cut while NODE is forgotten and
+    # OTHER's embed falls back: it hears neither, then catches up from the bus once back,
+    # though no node publishes again.
+    url = nats_server.url
+    anyio.run(left_by_a_dead_node, url, backend="asyncio")
+
+    async def scenario() -> None:
+        for node in (NODE, OTHER):
+            await publish_telemetry(url, node, inventory=True)
+        with Relay(nats_server.port) as relay:
+            nc = await nats.connect(relay.url, reconnect_time_wait=0.1, max_reconnect_attempts=-1)
+            heard: list[Message] = []
+            view = FleetView(nc, on_change=heard.append)
+            await view.start()
+            assert (sorted(view.nodes), sorted(view.inventories)) == ([NODE, OTHER], [NODE, OTHER])
+            assert view.status(OTHER, "embed").verdict == "gpu"  # type: ignore[union-attr]
+
+            relay.cut()
+            await until(lambda: not nc.is_connected)
+            done = await anyio.to_thread.run_sync(
+                lambda: run_placewatch("forget", NODE, "--nats", url)
+            )
+            assert done.returncode == 0, done.stderr
+            async with await nats.connect(url) as writer:
+                outbox = EventOutbox(writer)
+                outbox.add(EventTracker(OTHER, "b2c3d4e5f6a1").changes([fell_back]))
+                assert await outbox.flush() == 2  # its status and the fallback it fires
+            assert NODE in view.nodes and view.status(OTHER, "embed").verdict == "gpu"  # type: ignore[union-attr]
+            heard.clear()
+
+            relay.mend()
+            await until(lambda: nc.is_connected)
+            await until(lambda: NODE not in view.nodes and NODE not in view.inventories)
+
+            assert (sorted(view.nodes), sorted(view.inventories)) == ([OTHER], [OTHER])
+            assert {node for node, _ in view.shards} == {OTHER}
+            assert [(f.node, f.shard) for f in view.firing()] == [
+                (OTHER, "embed"),
+                (OTHER, "llama-8b.a"),
+            ]
+            said = [m for m in heard if isinstance(m, NodeForgotten)]
+            assert [(m.node, m.reason) for m in said] == [(NODE, GONE_FROM_STREAMS)]
+            assert relay.accepted == 2
+            await view.stop()
+            await nc.close()
+
+    fell_back = status(OTHER, "embed", "cpu_fallback")
     anyio.run(scenario, backend="asyncio")
 
 

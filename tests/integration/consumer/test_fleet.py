@@ -39,6 +39,7 @@ def test_consumer_package_imports_only_the_contract_and_nats() -> None:
         "placewatch.consumer.fleet",
         "placewatch.consumer.held",
         "placewatch.consumer.retained",
+        "placewatch.consumer.snapshot",
     }
     assert "nats" in imported
     assert {"anyio", "psutil", "placewatch.bus", "placewatch.runtime"}.isdisjoint(imported)

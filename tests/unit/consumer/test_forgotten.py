@@ -3,12 +3,14 @@ go: the messages handed to it as its subscriptions and stream reads would."""
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 from typing import Any, cast
 
 import msgspec
 
 from placewatch.consumer import FleetView, Message
+from placewatch.consumer.fleet import GONE_FROM_STREAMS, Kept
 from placewatch.schemas import (
     ComputeStatus,
     NodeForgotten,
@@ -92,3 +94,35 @@ def test_what_a_stream_kept_of_a_node_forgotten_while_the_view_reads_it_is_not_h
     assert list(view.shards) == [("gpu-08", "llama")]
     hand(view, messages("gpu-07")[1])  # live: a worker started under the name since
     assert sorted(view.nodes) == list(NODES)
+
+
+def test_after_a_reconnect_what_the_bus_no_longer_keeps_and_was_not_heard_since_is_let_go() -> None:
+    view, heard = holding_both()
+    began = time.time() + 1  # every message was taken before the view's fill began
+    hand(view, messages("gpu-08")[2])  # ...save one gpu-08 status heard live since
+    view._status_seen[("gpu-08", "llama")] = began + 1
+
+    view._let_go(Kept(nodes={"gpu-08"}, statuses=set()), began)
+
+    assert (sorted(view.nodes), sorted(view.inventories)) == (["gpu-08"], ["gpu-08"])
+    assert list(view.shards) == [("gpu-08", "llama")]
+    assert [(type(m).__name__, getattr(m, "node", "")) for m in heard] == [
+        ("NodeForgotten", "gpu-07")
+    ]
+    assert isinstance(heard[0], NodeForgotten) and heard[0].reason == GONE_FROM_STREAMS
+
+
+def test_after_a_reconnect_a_read_that_failed_lets_nothing_go() -> None:
+    view, heard = holding_both()
+
+    view._let_go(Kept(nodes=None, statuses=None), time.time() + 1)
+
+    assert (sorted(view.nodes), len(view.shards), heard) == (list(NODES), 2, [])
+
+
+def test_after_a_reconnect_a_node_heard_since_the_fill_began_is_kept() -> None:
+    view, heard = holding_both()
+
+    view._let_go(Kept(nodes=set(), statuses=set()), began=0.0)  # each heard after it began
+
+    assert (sorted(view.nodes), len(view.shards), heard) == (list(NODES), 2, [])
