@@ -15,6 +15,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -38,6 +39,7 @@ from placewatch.schemas import (
     decode,
     lean,
 )
+from placewatch.shards.activity import ActivityWindows
 
 from tests.conftest import (
     SLEEP,
@@ -318,11 +320,22 @@ def test_pmon_reads_an_idle_holder_on_an_otherwise_idle_gpu_as_zero(holder: int)
 
 
 LAUNCH = "0.02.031.619 I slot launch_slot_: id  0 | task 0 | processing task, is_child = 0"
+STARTED_S = 2.0
+"""How long a holder's start shows in the driver's samples: on an H200 (driver 580.159.04)
+NVML's samples show a holder that then idles at 1% SM once, within 1.4 s of its `ready` (its
+context's creation), and at 0% from there on."""
+WINDOW_S = 2.5
+"""The shards' activity window in these tests. Any activity in the window holds a finding of
+idle serving off (shards.md), and the holder's start is activity: with the worker's 30 s
+window the holder would be found only 30 s after it started."""
 
 
 def serve(pid: int, sources: str, where: Path) -> ComputeStatus:
     """The status of a shard of `pid` placed on GPU 0 whose engine's log says a request is
-    running, after 5 s of ticks 0.7 s apart."""
+    running, after 5 s of ticks 0.7 s apart. The request starts once the holder's own start
+    is in the driver's samples, as an engine serves once it has loaded, and the window is
+    short enough for that start to leave it within the ticks."""
+    time.sleep(STARTED_S)
     log = where / "engine.log"
     log.write_text(LAUNCH + "\n")
     shards = where / "shards.toml"
@@ -331,6 +344,7 @@ def serve(pid: int, sources: str, where: Path) -> ComputeStatus:
         node="gpu-node", shards=str(shards), grace=0.0, discover=False, gpu_sources=[sources]
     )
     pipeline = Pipeline.from_settings(settings)
+    pipeline.shards.windows = ActivityWindows(WINDOW_S)
 
     async def ticks() -> ComputeStatus:
         assert pipeline.logs is not None

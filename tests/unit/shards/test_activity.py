@@ -106,6 +106,15 @@ def test_the_finding_holds_between_requests_until_the_gpu_shows_activity() -> No
     assert woke.idle_serving is None
 
 
+def test_activity_before_the_requests_holds_the_finding_off_while_it_is_in_the_window() -> None:
+    # A process's start shows in NVML's samples (1% SM once, as its context is made, on an
+    # H200): idle reads while it serves decide only once that read has left the window.
+    start = busy(1.0, sm=1.0)
+    assert run([start, idle(12.0), idle(14.0), idle(16.0)], LONG, now=21.0).idle_serving is None
+    found = run([start, idle(12.0), idle(14.0), idle(16.0)], LONG, now=31.5)
+    assert found.idle_serving == IdleServing("llama.cpp", 1, 9.5, 3, (0,))
+
+
 def test_another_process_starts_afresh() -> None:
     windows = ActivityWindows()
     for at in (12.0, 14.0, 16.0):
