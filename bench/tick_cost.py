@@ -113,12 +113,15 @@ class TimedNvml:
         self._nvml = nvml
         self.seconds = 0.0
         self.calls = 0
+        self.by_call: dict[str, float] = {}
+        """CPU seconds by NVML function since the last reset, the timing's own included."""
         self.overhead_s = self._overhead()
         """What the timing itself adds to each call's figure (two clock reads, each a system
         call): the least of many timed calls of nothing."""
 
     def reset(self) -> None:
         self.seconds, self.calls = 0.0, 0
+        self.by_call = {}
 
     @property
     def reads_s(self) -> float:
@@ -126,7 +129,7 @@ class TimedNvml:
         return max(self.seconds - self.calls * self.overhead_s, 0.0)
 
     def _overhead(self) -> float:
-        nothing = self._timed(lambda: None)
+        nothing = self._timed(lambda: None, "nothing")
         least = float("inf")
         for _ in range(2000):
             before = self.seconds
@@ -135,23 +138,25 @@ class TimedNvml:
         self.reset()
         return least
 
-    def _timed(self, function: Any) -> Any:
+    def _timed(self, function: Any, name: str) -> Any:
         def call(*args: Any) -> Any:
             started = time.thread_time()
             try:
                 return function(*args)
             finally:
-                self.seconds += time.thread_time() - started
+                took = time.thread_time() - started
+                self.seconds += took
                 self.calls += 1
+                self.by_call[name] = self.by_call.get(name, 0.0) + took
 
         return call
 
     def __getattr__(self, name: str) -> Any:
         found = getattr(self._nvml, name)
         if name == "_nvmlGetFunctionPointer":  # the lookup is no read; the call it gives is
-            timed = lambda *a: self._timed(found(*a))  # noqa: E731
+            timed = lambda call, *a: self._timed(found(call, *a), call)  # noqa: E731
         elif name.startswith("nvml") and callable(found) and not isinstance(found, type):
-            timed = self._timed(found)
+            timed = self._timed(found, name)
         else:
             return found
         setattr(self, name, timed)  # looked up once
@@ -463,6 +468,12 @@ def main() -> None:
             f"(timed on the path beside it, less {timer.overhead_s * 1e6:.2f} us a call of "
             f"timing), + {OVER_DRIVER_TARGET_MS:g} ms = {most * 1e3:.3f} "
             f"ms: {tick / most:.2f} of it; the worker's part {(tick - reads) * 1e3:.3f} ms"
+        )
+        ticks = len(costs[timed_path].own)
+        dearest = sorted(timer.by_call.items(), key=lambda kv: -kv[1])[:4]
+        print(
+            "  its dearest calls a tick: "
+            + ", ".join(f"{call} {took / ticks * 1e3:.3f} ms" for call, took in dearest)
         )
     print(
         "the least a tick on the nvidia-smi path can cost: both queries run bare with "
