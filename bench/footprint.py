@@ -19,9 +19,10 @@ Its growth: the RSS and the private memory, sampled together every half second, 
 least squares over the run once its first tenth is past (imports and first ticks), in MiB
 an hour, and the last tenth's median against the first's. The target, no growth, is taken as
 under 1 MiB an hour (a page of the allocator's here and there moves a short run's fit by
-more: the figure means something over an hour, `--seconds 3600`). What grows grows by the
-tick, so at a shorter `--interval` the script also gives the growth over an hour's ticks at
-2 s (1,800): the fitted slope a tick, times 1,800; `--interval 0.1 --seconds 180` runs them.
+more: the figure means something over an hour, `--seconds 3600`). What grew in the runs
+measured grew by the tick, so at a shorter `--interval` the script also gives the growth over
+an hour's ticks at 2 s (1,800): the fitted slope a tick, times 1,800; `--interval 0.1
+--seconds 180` runs them.
 
     python bench/footprint.py [--seconds S] [--interval S] [--real] [--gpu-sources LIST]
 """
@@ -244,8 +245,8 @@ def main() -> None:
             f"on the first's, over {wall:.0f} s)"
         )
     if args.interval != HOUR_INTERVAL_S and messages:
-        # What grows, grows by the tick: a run at a short interval puts an hour's ticks at
-        # 2 s into minutes, and its slope per tick times those ticks is the hour's growth.
+        # A run at a short interval puts an hour's ticks at 2 s into minutes: its slope a
+        # tick times those ticks is the hour's growth, where what grows grows by the tick.
         ticks_h = 3600 / HOUR_INTERVAL_S
         for name, samples in (("RSS", rss), ("private", private)):
             per_tick = growth(samples)[0] / 3600 * wall / messages

@@ -321,7 +321,7 @@ def test_pmon_reads_an_idle_holder_on_an_otherwise_idle_gpu_as_zero(holder: int)
 
 LAUNCH = "0.02.031.619 I slot launch_slot_: id  0 | task 0 | processing task, is_child = 0"
 STARTED_S = 2.0
-"""How long a holder's start shows in the driver's samples: on an H200 (driver 580.159.04)
+"""Time for a holder's start to reach the driver's samples: on an H200 (driver 580.159.04)
 NVML's samples show a holder that then idles at 1% SM once, within 1.4 s of its `ready` (its
 context's creation), and at 0% from there on."""
 WINDOW_S = 2.5
