@@ -164,19 +164,23 @@ class FleetView(FleetState):
         statuses = await self._take(
             compute.stream, subjects.kv_subject(compute.name), ComputeStatus, deadline
         )
-        if inventories is None or telemetries is None:
-            return Kept(None, statuses)
-        return Kept({node for node, _ in inventories | telemetries}, statuses)
+        nodes = None
+        if inventories is not None and telemetries is not None:
+            nodes = {_node(m) for m in (*inventories, *telemetries)}
+        keys = None
+        if statuses is not None:
+            keys = {(s.node, s.shard) for s in statuses if isinstance(s, ComputeStatus)}
+        return Kept(nodes, keys)
 
     async def _take(
         self, stream: str, subject: str, kind: type[Message], deadline: float
-    ) -> set[ShardKey] | None:
-        """Take the last message of each subject of `stream`; the (node, shard) of each
-        message taken (shard "": a node's own), None where the stream could not be read."""
+    ) -> list[Message] | None:
+        """Take the last message of each subject of `stream`; the messages it keeps (taken or
+        older than what the view holds), None where the stream could not be read."""
         msgs = await self._latest(stream, subject, deadline)
         if msgs is None:
             return None
-        found: set[ShardKey] = set()
+        kept: list[Message] = []
         for msg in msgs:
             headers: Mapping[str, str] = msg.headers or {}
             if headers.get(subjects.KV_OPERATION) in subjects.KV_DELETED:
@@ -184,11 +188,9 @@ class FleetView(FleetState):
             if kind is ComputeStatus:
                 headers = kv_headers(msg.data, headers)
             message = self._hold(msg.data, headers, kind, stored_at(msg))
-            if isinstance(message, ComputeStatus):
-                found.add((message.node, message.shard))
-            elif message is not None:
-                found.add((_node(message), ""))
-        return found
+            if message is not None:
+                kept.append(message)
+        return kept
 
     async def _follow_reconnects(self) -> None:
         """Catch up each time the connection came back, until it is closed."""
@@ -218,8 +220,7 @@ class FleetView(FleetState):
                 self._told(NodeForgotten(node=node, time=utc_now(), reason=GONE_FROM_STREAMS))
         for key in () if kept.statuses is None else set(self.shards) - kept.statuses:
             if self._status_seen[key] < began:
-                del self.shards[key], self._status_seen[key]
-                self._since.pop(key, None)
+                self._drop_status(key)
 
     async def stop(self) -> None:
         """Stop following the bus; the view keeps what it knew."""
@@ -336,9 +337,12 @@ class FleetView(FleetState):
         held = [self.nodes.pop(node, None), self.inventories.pop(node, None)]
         keys = [key for key in self.shards if key[0] == node]
         for key in keys:
-            del self.shards[key], self._status_seen[key]
-            self._since.pop(key, None)
+            self._drop_status(key)
         return bool(keys) or any(h is not None for h in held)
+
+    def _drop_status(self, key: ShardKey) -> None:
+        del self.shards[key], self._status_seen[key]
+        self._since.pop(key, None)
 
     def _ask_inventory(self, node: str) -> None:
         """Ask the node for the inventory its telemetry names, unless asked lately: the

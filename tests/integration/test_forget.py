@@ -438,15 +438,21 @@ def test_the_nodes_placements_are_counted_and_left_to_its_control_plane(
     ]
 
 
+async def both_heard_from(url: str) -> None:
+    """What NODE left when it died and OTHER keeps up, and each node's telemetry and
+    inventory in the streams: a view that starts holds both."""
+    await left_by_a_dead_node(url)
+    for node in (NODE, OTHER):
+        await publish_telemetry(url, node, inventory=True)
+
+
 def test_a_view_that_runs_lets_the_node_go_and_one_started_later_never_holds_it(
     nats_server: NatsServer,
 ) -> None:
     url = nats_server.url
-    anyio.run(left_by_a_dead_node, url, backend="asyncio")
+    anyio.run(both_heard_from, url, backend="asyncio")
 
     async def scenario() -> None:
-        for node in (NODE, OTHER):
-            await publish_telemetry(url, node, inventory=True)
         async with await nats.connect(url) as nc:
             heard: list[Message] = []
             view = FleetView(nc, on_change=heard.append)
@@ -490,11 +496,9 @@ def test_a_view_cut_off_while_the_node_is_forgotten_lets_it_go_once_it_is_back(
     # OTHER's embed falls back: it hears neither, then catches up from the bus once back,
     # though no node publishes again.
     url = nats_server.url
-    anyio.run(left_by_a_dead_node, url, backend="asyncio")
+    anyio.run(both_heard_from, url, backend="asyncio")
 
     async def scenario() -> None:
-        for node in (NODE, OTHER):
-            await publish_telemetry(url, node, inventory=True)
         with Relay(nats_server.port) as relay:
             nc = await nats.connect(relay.url, reconnect_time_wait=0.1, max_reconnect_attempts=-1)
             heard: list[Message] = []
