@@ -10,9 +10,11 @@
 # tools, for comparison with a machine without a GPU, and where the worker's
 # RSS comes from (bench/rss_stages.py); the loop cost against the node's own
 # nvidia-smi looping, the footprint's growth over an hour's ticks (at 0.1 s),
-# and the cold publish and the consume path on the node's processor. Each step
-# has a time limit, and a failed step does not stop the next; STEPS names the
-# steps to run (all by default), e.g. STEPS="real-tests tick-real loop-real".
+# the NVML tick split into its phases against the node's driver
+# (bench/nvml_parts.py), and the cold publish and the consume path on the
+# node's processor. Each step has a time limit, and a failed step does not stop
+# the next; STEPS names the steps to run (all by default), e.g.
+# STEPS="real-tests tick-real loop-real".
 # Needs placewatch and its test extra installed (placewatch and nats-server on
 # PATH); PYTHON names the interpreter (python3). Install them in a venv of their
 # own, as the README does: a machine image's shared environment imports its own
@@ -25,7 +27,7 @@ cd "$(dirname "$0")/.."
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 export PYTHONUNBUFFERED=1
-steps=${STEPS:-captures sample doctor real-tests tick-real loop-real footprint-real growth-real rss-stages tick-fake publish-node consume-node}
+steps=${STEPS:-captures sample doctor real-tests tick-real parts-real loop-real footprint-real growth-real rss-stages tick-fake publish-node consume-node}
 failed=0
 
 wanted() { [[ " $steps " == *" $1 "* ]]; }
@@ -103,6 +105,7 @@ fi
 
 step real-tests 150 "$py" -m pytest -v -p no:cacheprovider tests/integration/gpu/test_real_gpu.py
 step tick-real 150 "$py" bench/tick_cost.py --real --ticks 40
+step parts-real 90 "$py" bench/nvml_parts.py --real --ticks 30
 step loop-real 150 "$py" bench/loop_cost.py --real --seconds 40 --spawns 20
 step footprint-real 90 "$py" bench/footprint.py --real --seconds 60
 step growth-real 240 "$py" bench/footprint.py --real --interval 0.1 --seconds 180

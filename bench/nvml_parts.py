@@ -1,0 +1,175 @@
+"""Where the NVML tick's own part goes: the phases of one tick, each timed, against 1 ms.
+
+The NVML tick is set against the driver's own reads plus 1 ms (bench/tick_cost.py): what
+is over the reads is the worker's part. This script takes the same node (8 GPUs of the
+stand-in library, 64 GPU processes in 16 shards placed through a shards file, discovery
+off; `--real`: the node's own driver, the shards holding memory on GPU 0) and splits that
+part, tick by tick, each tick after the same pause as the worker's loop sleeps:
+
+- the tick, as `Pipeline.take` runs it: the read (the NVML read handed to a worker thread,
+  the host sample, each GPU's health judged), judging the shards, building the sample;
+- the same tick on a second pipeline whose NVML calls are timed in the thread that makes
+  them (their CPU, the bindings' own included, less what the timing adds inside them): the
+  driver's reads, which are not the worker's part (the timing's own Python around each call
+  would be, so the phases are taken on the untimed pipeline);
+- then, each after the same pause again: a call of nothing handed to a worker thread and
+  back, as the NVML read is (`anyio.to_thread.run_sync`), and the host sample alone.
+
+The NVML read's own Python is the read less those two and the driver's reads. The mean
+of each over the ticks is the figure; what the thread hop and the host sample take
+together is what any tick of this path pays before it reads a GPU or judges a shard.
+
+    python bench/nvml_parts.py [--ticks N] [--real]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import anyio
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.synthetic import query_apps_of, query_gpu  # noqa: E402
+from bench.tick_cost import (  # noqa: E402
+    GPUS,
+    OVER_DRIVER_TARGET_MS,
+    PAUSE_S,
+    PROCESSES,
+    SHARDS,
+    TimedNvml,
+    cuda_shard_processes,
+    sampler,
+    shard_processes,
+    shards_file,
+)
+from placewatch.gpu.nvidia_smi_csv import (  # noqa: E402
+    attach_processes,
+    parse_compute_apps,
+    parse_gpus,
+)
+from placewatch.gpu.nvml import NvmlSource  # noqa: E402
+from placewatch.gpu.nvml import load as load_nvml  # noqa: E402
+from placewatch.gpu.registry import VendorChain  # noqa: E402
+from placewatch.pipeline import Pipeline  # noqa: E402
+
+from tests.support.fake_nvml import FakeNvml  # noqa: E402
+
+PHASES = (
+    "the tick",
+    "the driver's reads",
+    "the worker's part",
+    "handing a read to a thread",
+    "the host sample",
+    "the NVML read's own Python",
+    f"judging {SHARDS} shards",
+    "building the sample",
+)
+
+
+def nvml_modules(groups: list[list[int]], real: bool) -> tuple[object, object, str]:
+    """Two NVML modules to read, one for each pipeline (the node's library twice, or two
+    stand-ins serving 8 GPUs and the shards' processes), and what they are, in words."""
+    if real:
+        module, why_not = load_nvml()
+        assert module is not None, why_not
+        return module, module, "the node's driver, every shard on GPU 0"
+    holders = [(s % GPUS, pid) for s, pids in enumerate(groups) for pid in pids]
+    gpus = attach_processes(parse_gpus(query_gpu(GPUS)), parse_compute_apps(query_apps_of(holders)))
+    return FakeNvml(gpus), FakeNvml(gpus), f"{GPUS} GPUs of the stand-in library"
+
+
+async def measure(
+    pipeline: Pipeline, timed: Pipeline, timer: TimedNvml, n: int
+) -> dict[str, list[float]]:
+    """n ticks, each after a pause and split into its phases; the same tick on the timed
+    pipeline, for the driver's reads; a thread hop of nothing and the host sample alone.
+    Each after a pause; CPU seconds of the whole process."""
+    cpu = time.process_time
+    found: dict[str, list[float]] = {phase: [] for phase in PHASES}
+    for _ in range(3):  # warm up: imports, the first host window, the shards' start times
+        await pipeline.take()
+        await timed.take()
+    for _ in range(n):
+        await anyio.sleep(PAUSE_S)
+        started = cpu()
+        reading = await pipeline.read()
+        read = cpu()
+        shards = await pipeline.judge(reading)
+        judged = cpu()
+        pipeline.sample(reading, shards)
+        built = cpu()
+        assert [b.verdict for b in shards.briefs] == ["gpu"] * SHARDS, shards.briefs
+        await anyio.sleep(PAUSE_S)
+        timer.reset()
+        await timed.take()
+        driver = timer.reads_s
+        await anyio.sleep(PAUSE_S)
+        before = cpu()
+        await anyio.to_thread.run_sync(lambda: None)
+        hop = cpu() - before
+        await anyio.sleep(PAUSE_S)
+        before = cpu()
+        pipeline.sampler.host.sample()
+        host = cpu() - before
+        tick = built - started
+        found["the tick"].append(tick)
+        found["the driver's reads"].append(driver)
+        found["the worker's part"].append(tick - driver)
+        found["handing a read to a thread"].append(hop)
+        found["the host sample"].append(host)
+        found["the NVML read's own Python"].append(read - started - driver - hop - host)
+        found[f"judging {SHARDS} shards"].append(judged - read)
+        found["building the sample"].append(built - judged)
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ticks", type=int, default=60)
+    parser.add_argument(
+        "--real", action="store_true", help="the node's own NVML, real GPU shards on GPU 0"
+    )
+    args = parser.parse_args()
+    processes = cuda_shard_processes if args.real else shard_processes
+    with tempfile.TemporaryDirectory() as tmp_name, processes() as groups:
+        module, other, what = nvml_modules(groups, args.real)
+        timer = TimedNvml(other)
+        shards = shards_file(Path(tmp_name), groups, 1 if args.real else GPUS)
+        pipeline = sampler(VendorChain("nvidia", [NvmlSource(module)]), shards)
+        timed = sampler(VendorChain("nvidia", [NvmlSource(timer)]), shards)
+        found = anyio.run(measure, pipeline, timed, timer, args.ticks, backend="asyncio")
+
+    mean = {phase: statistics.fmean(each) for phase, each in found.items()}
+    part = mean["the worker's part"]
+    print(
+        f"NVML tick by phase: {what}, {PROCESSES} GPU processes, {SHARDS} shards, "
+        f"{args.ticks} ticks, each after a {PAUSE_S:g} s pause, CPU ms (load "
+        f"{os.getloadavg()[0]:.2f})"
+    )
+    print(f"{'phase':<34}{'mean':>8}{'p50':>8}{'of the part':>13}")
+    for phase, each in found.items():
+        share = f"{mean[phase] / part:>13.2f}" if phase not in PHASES[:2] else ""
+        indent = "  " if PHASES.index(phase) > 2 else ""
+        print(
+            f"{indent + phase:<34}{mean[phase] * 1e3:>8.3f}"
+            f"{statistics.median(each) * 1e3:>8.3f}{share}"
+        )
+    fixed = mean["handing a read to a thread"] + mean["the host sample"]
+    print(
+        f"target: the worker's part at most {OVER_DRIVER_TARGET_MS:g} ms: {part * 1e3:.3f} ms, "
+        f"{part * 1e3 / OVER_DRIVER_TARGET_MS:.2f} of it; the thread hop and the host sample "
+        f"alone, which every tick of this path pays: {fixed * 1e3:.3f} ms, "
+        f"{fixed * 1e3 / OVER_DRIVER_TARGET_MS:.2f} of it"
+    )
+
+
+if __name__ == "__main__":
+    main()

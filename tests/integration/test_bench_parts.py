@@ -1,0 +1,37 @@
+"""`bench/nvml_parts.py` splits a judged NVML tick into the phases it names."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+
+from bench import nvml_parts
+from bench.tick_cost import GPUS, SHARDS, TimedNvml, sampler, shard_processes, shards_file
+from placewatch.gpu.nvml import NvmlSource
+from placewatch.gpu.registry import VendorChain
+
+
+def test_a_tick_of_the_stand_in_is_split_into_the_driver_s_reads_and_the_worker_s_phases(
+    tmp_path: Path,
+) -> None:
+    with shard_processes() as groups:
+        module, other, what = nvml_parts.nvml_modules(groups, real=False)
+        assert module is not other and what == f"{GPUS} GPUs of the stand-in library"
+        timer = TimedNvml(other)
+        shards = shards_file(tmp_path, groups, GPUS)
+        plain = sampler(VendorChain("nvidia", [NvmlSource(module)]), shards)
+        timed = sampler(VendorChain("nvidia", [NvmlSource(timer)]), shards)
+        # measure() itself asserts that every shard was judged on its GPU.
+        found = anyio.run(nvml_parts.measure, plain, timed, timer, 2, backend="asyncio")
+
+    assert list(found) == list(nvml_parts.PHASES)
+    assert all(len(each) == 2 for each in found.values())
+    for tick, reads, part in zip(
+        found["the tick"], found["the driver's reads"], found["the worker's part"], strict=True
+    ):
+        assert 0 < reads < tick and part == tick - reads
+    # Eight GPUs of readings a tick went through the timed bindings, and each phase took time.
+    assert timer.calls > GPUS * 10
+    for phase in ("handing a read to a thread", "the host sample", f"judging {SHARDS} shards"):
+        assert min(found[phase]) > 0, phase
