@@ -323,18 +323,18 @@ LAUNCH = "0.02.031.619 I slot launch_slot_: id  0 | task 0 | processing task, is
 STARTED_S = 2.0
 """Time for a holder's start to reach the driver's samples: on an H200 (driver 580.159.04)
 NVML's samples show a holder that then idles at 1% SM once, within 1.4 s of its `ready` (its
-context's creation), and at 0% from there on."""
-WINDOW_S = 2.5
-"""The shards' activity window in these tests. Any activity in the window holds a finding of
-idle serving off (shards.md), and the holder's start is activity: with the worker's 30 s
-window the holder would be found only 30 s after it started."""
+context's creation), and at 0% from there on. The first read of the shard's activity after
+it takes that sample."""
 
 
 def serve(pid: int, sources: str, where: Path) -> ComputeStatus:
     """The status of a shard of `pid` placed on GPU 0 whose engine's log says a request is
-    running, after 5 s of ticks 0.7 s apart. The request starts once the holder's own start
-    is in the driver's samples, as an engine serves once it has loaded, and the window is
-    short enough for that start to leave it within the ticks."""
+    running, after 9 ticks 0.7 s apart. The request starts once the holder's own start is in
+    the driver's samples, as an engine serves once it has loaded. Any activity in the
+    shard's window holds a finding of idle serving off (shards.md), and the start is
+    activity: the window starts afresh after the first read of the shard's activity, which
+    takes the start's sample, as the window of a shard that has served a while holds no
+    start."""
     time.sleep(STARTED_S)
     log = where / "engine.log"
     log.write_text(LAUNCH + "\n")
@@ -344,13 +344,16 @@ def serve(pid: int, sources: str, where: Path) -> ComputeStatus:
         node="gpu-node", shards=str(shards), grace=0.0, discover=False, gpu_sources=[sources]
     )
     pipeline = Pipeline.from_settings(settings)
-    pipeline.shards.windows = ActivityWindows(WINDOW_S)
 
     async def ticks() -> ComputeStatus:
         assert pipeline.logs is not None
         async with anyio.create_task_group() as tg:
             await tg.start(pipeline.logs.run)
-            tick = await pipeline.take()  # the log's lines are history: running from here
+            await pipeline.take()  # the log's lines are history: running from here
+            assert pipeline.shards.wants_activity == "any"  # the shard found, serving
+            await anyio.sleep(0.7)
+            tick = await pipeline.take()  # its first read of what the GPU processes ran
+            pipeline.shards.windows = ActivityWindows()
             for _ in range(7):
                 await anyio.sleep(0.7)
                 tick = await pipeline.take()

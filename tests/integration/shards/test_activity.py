@@ -21,6 +21,7 @@ from placewatch.host import HostSampler
 from placewatch.pipeline import Pipeline, Tick
 from placewatch.sampler import NodeSampler
 from placewatch.schemas import GpuProcess, GpuSample, ShardReading, lean
+from placewatch.shards.activity import ActivityWindows
 from placewatch.shards.engine_logs import EngineLogs
 from placewatch.shards.placements import ShardsFile
 from placewatch.shards.shard_pass import ShardPass
@@ -129,6 +130,42 @@ def test_serving_with_its_gpu_idle_turns_gpu_into_cpu_fallback_and_back(
             tg.cancel_scope.cancel()
 
     anyio.run(scenario, backend="asyncio")
+
+
+def test_the_engine_s_start_in_the_driver_s_samples_holds_the_finding_off_while_in_the_window(
+    engine: int, tmp_path: Path
+) -> None:
+    """As an H200's driver showed it (driver 580.159.04): one sample at 1% SM while the
+    engine made its CUDA context, before it served, then nothing. The first read of the
+    shard's activity takes that sample, and the finding waits until it leaves the window
+    (the real-GPU test, test_real_gpu.py's serve(), starts the window afresh after that read,
+    as a shard that has served a while has it)."""
+
+    async def serving(fresh_window: bool) -> str:
+        where = tmp_path / ("fresh" if fresh_window else "started")
+        where.mkdir()
+        log = where / "llama.log"
+        log.write_text(LAUNCH + "\n")  # history: the request runs from the first tick
+        pipeline, nvml, _ = node(engine, where, log=log)
+        nvml.samples[0] = [UtilizationSample(pid=engine, timeStamp=5, smUtil=1)]
+        assert pipeline.logs is not None
+        async with anyio.create_task_group() as tg:
+            await tg.start(pipeline.logs.run)
+            await ticks(pipeline, 1, every=0.3)
+            assert wanted(pipeline) == "any" and nvml.asked_since == []
+            await ticks(pipeline, 1, every=0.3)  # the first read of its activity
+            assert nvml.asked_since == [(0, 0)]
+            if fresh_window:
+                pipeline.shards.windows = ActivityWindows()
+            *_, last = await ticks(pipeline, 7, every=0.3)
+            tg.cancel_scope.cancel()
+        # The reads after the start's: nothing ran since its sample.
+        assert nvml.asked_since[-1] == (0, 5)
+        (status,) = last.shards.statuses
+        return status.verdict
+
+    assert anyio.run(serving, False, backend="asyncio") == "gpu"
+    assert anyio.run(serving, True, backend="asyncio") == "cpu_fallback"
 
 
 def test_a_request_in_the_log_before_the_worker_came_is_not_counted(
