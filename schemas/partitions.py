@@ -34,10 +34,14 @@ def check(partition: int, partitions: int) -> None:
             "(docs/operations.md, Partitions)"
         )
     if not 0 <= partition < partitions:
+        which = (
+            f"is not one of {partitions} partitions: give 0 to {partitions - 1}"
+            if partitions > 1
+            else "is out of range for 1 partition: give 0"
+        )
         raise ValueError(
-            f"partition {partition} is not one of {partitions} partitions: give 0 to "
-            f"{partitions - 1}, as the servers' mapping numbers them (docs/operations.md, "
-            "Partitions)"
+            f"partition {partition} {which}, as the servers' mapping numbers them "
+            "(docs/operations.md, Partitions)"
         )
 
 

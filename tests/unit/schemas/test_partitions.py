@@ -103,6 +103,12 @@ def test_streams_take_both_forms_and_consumers_all_or_one_partition() -> None:
             "numbers them (docs/operations.md, Partitions)",
         ),
         (
+            1,
+            1,
+            "partition 1 is out of range for 1 partition: give 0, as the servers' mapping "
+            "numbers them (docs/operations.md, Partitions)",
+        ),
+        (
             0,
             0,
             "0 partitions: give the N of the servers' partition mapping, 1 or more "
