@@ -136,11 +136,7 @@ class FleetView(FleetState):
         for subject in (*live, *subjects.all_events(self.prefix)):
             self._subs.append(await self.nc.subscribe(subject, cb=self._live))
         self._reconnects = self.nc.stats["reconnects"]
-        self._forgotten = set()
-        try:
-            await self._fill()
-        finally:
-            self._forgotten = None  # only copies read from the streams need it
+        await self._fill()
         self._spawn(self._follow_reconnects())
 
     def _followed(self) -> tuple[str, str]:
@@ -151,7 +147,15 @@ class FleetView(FleetState):
         )
 
     async def _fill(self) -> Kept:
-        """Take what the streams and the bucket keep; what they keep (None: not read)."""
+        """Take what the streams and the bucket keep; what they keep (None: not read). A node
+        forgotten meanwhile keeps nothing they had of it, read before the forget or after."""
+        self._forgotten = set()
+        try:
+            return await self._read_stores()
+        finally:
+            self._forgotten = None  # only copies read from the streams need it
+
+    async def _read_stores(self) -> Kept:
         deadline = time.monotonic() + self.fill_timeout
         inventory, telemetry = self._followed()
         compute = self.stores.compute
@@ -205,13 +209,8 @@ class FleetView(FleetState):
         and lets go of what they no longer keep (a node forgotten, a status deleted) and did
         not come live since."""
         self._reconnects = self.nc.stats["reconnects"]
-        self._forgotten = set()
         began = time.time()
-        try:
-            kept = await self._fill()
-        finally:
-            self._forgotten = None
-        self._let_go(kept, began)
+        self._let_go(await self._fill(), began)
 
     def _let_go(self, kept: Kept, began: float) -> None:
         for node in () if kept.nodes is None else {*self.nodes, *self.inventories} - kept.nodes:
