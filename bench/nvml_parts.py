@@ -37,7 +37,6 @@ import anyio
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.synthetic import query_apps_of, query_gpu  # noqa: E402
 from bench.tick_cost import (  # noqa: E402
     GPUS,
     OVER_DRIVER_TARGET_MS,
@@ -49,11 +48,7 @@ from bench.tick_cost import (  # noqa: E402
     sampler,
     shard_processes,
     shards_file,
-)
-from placewatch.gpu.nvidia_smi_csv import (  # noqa: E402
-    attach_processes,
-    parse_compute_apps,
-    parse_gpus,
+    stand_in_gpus,
 )
 from placewatch.gpu.nvml import NvmlSource  # noqa: E402
 from placewatch.gpu.nvml import load as load_nvml  # noqa: E402
@@ -74,16 +69,28 @@ PHASES = (
 )
 
 
-def nvml_modules(groups: list[list[int]], real: bool) -> tuple[object, object, str]:
-    """Two NVML modules to read, one for each pipeline (the node's library twice, or two
-    stand-ins serving 8 GPUs and the shards' processes), and what they are, in words."""
+def pipelines(
+    groups: list[list[int]], where: Path, real: bool
+) -> tuple[Pipeline, Pipeline, TimedNvml, str]:
+    """Two pipelines judging the shards `groups` (a shards file in `where`): one reading
+    NVML as the worker does, one with its calls timed; the timer; what they read, in words.
+    Each reads a module of its own: the node's library, or a stand-in serving 8 GPUs and the
+    shards' processes."""
     if real:
         module, why_not = load_nvml()
         assert module is not None, why_not
-        return module, module, "the node's driver, every shard on GPU 0"
-    holders = [(s % GPUS, pid) for s, pids in enumerate(groups) for pid in pids]
-    gpus = attach_processes(parse_gpus(query_gpu(GPUS)), parse_compute_apps(query_apps_of(holders)))
-    return FakeNvml(gpus), FakeNvml(gpus), f"{GPUS} GPUs of the stand-in library"
+        plain, timed, what = module, module, "the node's driver, every shard on GPU 0"
+    else:
+        gpus = stand_in_gpus(groups)
+        plain, timed, what = FakeNvml(gpus), FakeNvml(gpus), f"{GPUS} GPUs of the stand-in library"
+    timer = TimedNvml(timed)
+    shards = shards_file(where, groups, 1 if real else GPUS)
+    return (
+        sampler(VendorChain("nvidia", [NvmlSource(plain)]), shards),
+        sampler(VendorChain("nvidia", [NvmlSource(timer)]), shards),
+        timer,
+        what,
+    )
 
 
 async def measure(
@@ -140,11 +147,7 @@ def main() -> None:
     args = parser.parse_args()
     processes = cuda_shard_processes if args.real else shard_processes
     with tempfile.TemporaryDirectory() as tmp_name, processes() as groups:
-        module, other, what = nvml_modules(groups, args.real)
-        timer = TimedNvml(other)
-        shards = shards_file(Path(tmp_name), groups, 1 if args.real else GPUS)
-        pipeline = sampler(VendorChain("nvidia", [NvmlSource(module)]), shards)
-        timed = sampler(VendorChain("nvidia", [NvmlSource(timer)]), shards)
+        pipeline, timed, timer, what = pipelines(groups, Path(tmp_name), args.real)
         found = anyio.run(measure, pipeline, timed, timer, args.ticks, backend="asyncio")
 
     mean = {phase: statistics.fmean(each) for phase, each in found.items()}

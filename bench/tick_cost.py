@@ -86,6 +86,7 @@ from placewatch.host import MIN_WINDOW_S, HostSampler  # noqa: E402
 from placewatch.pipeline import Pipeline  # noqa: E402
 from placewatch.probe import ProbeRunner  # noqa: E402
 from placewatch.sampler import NodeSampler  # noqa: E402
+from placewatch.schemas import GpuSample  # noqa: E402
 from placewatch.shards.placements import ShardsFile  # noqa: E402
 from placewatch.shards.shard_pass import ShardPass  # noqa: E402
 
@@ -366,12 +367,22 @@ def smi_chain(tool: str = NVIDIA_SMI) -> VendorChain:
     return VendorChain("nvidia", [NvidiaSmiSource(ProbeRunner(), tool=tool)])
 
 
-def fake_node(tmp: Path, groups: list[list[int]]) -> Setup:
+def stand_in_answers(groups: list[list[int]]) -> tuple[str, str]:
+    """nvidia-smi's two answers for GPUS GPUs, shard s's processes on GPU s % GPUS."""
     holders = [(s % GPUS, pid) for s, pids in enumerate(groups) for pid in pids]
-    apps = query_apps_of(holders)
+    return query_gpu(GPUS), query_apps_of(holders)
+
+
+def stand_in_gpus(groups: list[list[int]]) -> list[GpuSample]:
+    """The GPUs those answers tell of, for the stand-in NVML library to serve."""
+    gpu_answer, apps = stand_in_answers(groups)
+    return attach_processes(parse_gpus(gpu_answer), parse_compute_apps(apps))
+
+
+def fake_node(tmp: Path, groups: list[list[int]]) -> Setup:
+    gpu_answer, apps = stand_in_answers(groups)
     shards = shards_file(tmp, groups, GPUS)
-    gpu_answer = query_gpu(GPUS)
-    gpus = attach_processes(parse_gpus(gpu_answer), parse_compute_apps(apps))
+    gpus = stand_in_gpus(groups)
     floor_tool, interpreter_tool = fake_tool(tmp, apps, None), fake_tool(tmp, apps, sys.executable)
     floor, interpreter = "nvidia-smi, floor tool (sh+cat)", "nvidia-smi, interpreter tool"
     nvml, timed = "NVML in process", TimedNvml(FakeNvml(gpus))

@@ -7,21 +7,19 @@ from pathlib import Path
 import anyio
 
 from bench import nvml_parts
-from bench.tick_cost import GPUS, SHARDS, TimedNvml, sampler, shard_processes, shards_file
+from bench.tick_cost import GPUS, SHARDS, shard_processes
 from placewatch.gpu.nvml import NvmlSource
-from placewatch.gpu.registry import VendorChain
 
 
 def test_a_tick_of_the_stand_in_is_split_into_the_driver_s_reads_and_the_worker_s_phases(
     tmp_path: Path,
 ) -> None:
     with shard_processes() as groups:
-        module, other, what = nvml_parts.nvml_modules(groups, real=False)
-        assert module is not other and what == f"{GPUS} GPUs of the stand-in library"
-        timer = TimedNvml(other)
-        shards = shards_file(tmp_path, groups, GPUS)
-        plain = sampler(VendorChain("nvidia", [NvmlSource(module)]), shards)
-        timed = sampler(VendorChain("nvidia", [NvmlSource(timer)]), shards)
+        plain, timed, timer, what = nvml_parts.pipelines(groups, tmp_path, real=False)
+        assert what == f"{GPUS} GPUs of the stand-in library"
+        (source,) = plain.sampler.chains[0].candidates
+        assert isinstance(source, NvmlSource)
+        assert source._nvml is not timer._nvml  # a stand-in each: neither's state the other's
         # measure() itself asserts that every shard was judged on its GPU.
         found = anyio.run(nvml_parts.measure, plain, timed, timer, 2, backend="asyncio")
 
