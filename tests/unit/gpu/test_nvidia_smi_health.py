@@ -287,6 +287,7 @@ def test_xml_capture_health(name: str) -> None:
     assert (h.pcie_gen, h.pcie_width, h.pcie_replays) == want["pcie"]
 
 
+@needs_corpus
 @pytest.mark.parametrize("path", corpus_files("nvidia-smi-csv"), ids=lambda p: p.name)
 def test_every_csv_capture_parses_valid_health(path: Path) -> None:
     for gpu in parse_gpus(path.read_text()):
@@ -295,6 +296,7 @@ def test_every_csv_capture_parses_valid_health(path: Path) -> None:
             assert gpu.sm_clock_mhz is not None
 
 
+@needs_corpus
 @pytest.mark.parametrize("path", corpus_files("nvidia-smi-xml"), ids=lambda p: p.name)
 def test_every_xml_capture_parses_valid_health(path: Path) -> None:
     gpus = parse_xml(path.read_text())
