@@ -27,7 +27,8 @@ a few KiB per node in objects the garbage collector need not walk.
 
 A view may take one of the partitions the servers' mapping spreads the nodes over
 (placewatch.schemas.partitions): then it holds that partition's nodes' telemetry and
-inventories, live and from the streams; statuses are not partitioned.
+inventories, live and from the streams (statuses are not partitioned), and checks that the
+servers partition as it was told (mapping.py: `problems()` says what it found).
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ from placewatch.schemas.service import endpoint
 from placewatch.schemas.streams import consumers_refused, for_prefix
 
 from .held import Held, Holdings, content_type
+from .mapping import PartitionCheck
 from .retained import kv_headers, last_per_subject, stored_at
 from .snapshot import FiringFallback, Fleet, FleetState, ShardKey, utc_now
 
@@ -113,7 +115,9 @@ class FleetView(FleetState):
         self.nc = nc
         self.prefix = prefix
         self.stores = for_prefix(prefix)
-        self.partition = _partition(partition, partitions)
+        self.check = PartitionCheck.of(prefix, partition, partitions)
+        """Whether the servers map as the view was told (None: a view of every node)."""
+        self.partition = None if self.check is None else self.check.partition
         self.on_change = on_change
         self.fill_timeout = fill_timeout
         self.undecodable = 0
@@ -135,9 +139,14 @@ class FleetView(FleetState):
         live = (*self._followed(), subjects.all_forgotten(self.prefix))
         for subject in (*live, *subjects.all_events(self.prefix)):
             self._subs.append(await self.nc.subscribe(subject, cb=self._live))
+        if self.check is not None:
+            self._subs += await self.check.subscribe(self.nc)
         self._reconnects = self.nc.stats["reconnects"]
         await self._fill()
         self._spawn(self._follow_reconnects())
+
+    def problems(self) -> list[str]:
+        return [] if self.check is None else list(self.check.problems)
 
     def _followed(self) -> tuple[str, str]:
         """The inventory and telemetry subjects of the view's partition."""
@@ -293,6 +302,8 @@ class FleetView(FleetState):
                     return False  # the stream's copy of a sample already seen live
             elif not _newer(stored, held.seen):
                 return False
+        elif self.check is not None:
+            self.check.taken(t.node, stored)  # new to the view: the servers' partition has it
         self.nodes[t.node] = Held(
             t.time,
             t.inventory,
@@ -318,6 +329,8 @@ class FleetView(FleetState):
         held = self.inventories.get(i.node)
         if held is not None and not _newer(stored, held.seen):
             return False
+        if held is None and self.check is not None:
+            self.check.taken(i.node, stored)
         self.inventories[i.node] = Held(
             i.time,
             i.id,
@@ -411,19 +424,6 @@ def _newer(stored: float | None, held_seen: float) -> bool:
     does (a node's messages arrive in the order it sent them); a copy from a stream or bucket
     only if the server stored it after that. Neither asks the node's clock."""
     return stored is None or stored > held_seen
-
-
-def _partition(partition: int | None, count: int | None) -> int | None:
-    """The partition a view takes (None: all), or ValueError saying what to give."""
-    if partition is None and count is None:
-        return None
-    if partition is None or count is None:
-        raise ValueError(
-            f"FleetView(partition={partition}, partitions={count}): give both, the partition "
-            "and the N of the servers' mapping, or neither for every node"
-        )
-    partitions.check(partition, count)
-    return partition
 
 
 def _left(deadline: float) -> float:

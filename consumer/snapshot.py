@@ -45,6 +45,9 @@ class Fleet(msgspec.Struct, frozen=True, kw_only=True):
     firing: list[FiringFallback]
     seen: dict[str, float] = msgspec.field(default_factory=dict)
     """Node -> when the view took its latest telemetry (Held.seen)."""
+    problems: list[str] = msgspec.field(default_factory=list)
+    """What makes the view less than it looks: a view of one partition on servers that
+    partition otherwise, or not at all (mapping.py)."""
 
 
 class FleetState:
@@ -120,6 +123,10 @@ class FleetState:
             if s.verdict in FALLBACK_VERDICTS
         ]
 
+    def problems(self) -> list[str]:
+        """What makes the view less than it looks (none here; FleetView checks its partition)."""
+        return []
+
     def snapshot(self) -> Fleet:
         samples = (self.sample(n) for n in sorted(self.nodes))
         return Fleet(
@@ -127,6 +134,7 @@ class FleetState:
             shards=[self.shards[k] for k in sorted(self.shards)],
             firing=self.firing(),
             seen={node: held.seen for node, held in self.nodes.items()},
+            problems=self.problems(),
         )
 
 

@@ -196,6 +196,7 @@ def _frame(fleet: Fleet, now: datetime, where: str) -> str:
         f"{_count(len(names), 'node')}  {_count(len(fleet.shards), 'shard')}  "
         f"{len(firing)} firing"
     ]
+    lines += [f"PROBLEM: {problem}" for problem in fleet.problems]
     shared = _shared(fleet, now)
     for name in names:
         lines.append("")

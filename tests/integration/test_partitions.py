@@ -184,6 +184,7 @@ def test_n_fleet_views_hold_every_node_exactly_once_live_and_filled_late(
             for p, view in enumerate(live):
                 assert set(view.nodes) == set(view.inventories) == expected(p, n), p
                 assert view.undecodable == 0
+                assert view.problems() == []  # the servers map as the view was told
             assert set(every.nodes) == set(every.inventories) == set(NODES)
             assert all(expected(p, n) for p in range(n))  # no partition is empty
             # What is held is what was published.
@@ -244,12 +245,74 @@ def test_without_the_mapping_every_node_is_seen_and_a_partition_sees_none(
             info = await nc.jetstream().stream_info(TELEMETRY.name, subjects_filter=">")
             assert set(info.state.subjects or {}) == {subjects.telemetry(n) for n in NODES}
             assert one.nodes == {}  # the partitions are the servers'
+            # ... which the view of one says, where a view of every node has nothing to say.
+            [problem] = one.problems()
+            assert problem.startswith("telemetry came on placewatch.telemetry.")
+            assert "the servers (one at least) have no partition mapping for placewatch" in problem
+            assert one.snapshot().problems == [problem]
+            assert every.problems() == every.snapshot().problems == []
         finally:
             for view in (every, one):
                 await view.stop()
             await nc.close()
 
     anyio.run(scenario, backend="asyncio")
+
+
+def told(p: int, n: int, servers: int = N) -> set[str]:
+    """What a view of partition p of n finds on servers that make `servers` partitions, when
+    every node publishes: nodes past n, and nodes of its partition that n puts elsewhere."""
+    kinds = set()
+    if any(partition_of(node, servers) >= n for node in NODES):
+        kinds.add("more than")
+    if any(partition_of(node, n) != p for node in expected(p, servers)):
+        kinds.add("another number")
+    return kinds
+
+
+def kinds(problems: list[str]) -> set[str]:
+    found = {"more than" for m in problems if "mapping makes more than the" in m}
+    return found | {"another number" for m in problems if "makes another number of" in m}
+
+
+@pytest.mark.parametrize(("p", "n"), [(1, 2), (0, 3), (1, 3), (2, 8), (3, 4)])
+def test_a_view_told_another_n_than_the_servers_says_so(tmp_path: Path, p: int, n: int) -> None:
+    """On the compose mapping (N = 4), a view told p/n: the nodes past n come on partition n,
+    and a node of its partition that n would put elsewhere says the N is another; a view
+    that starts late reads that from the stream alone, and says the stream may be stale."""
+    assert told(p, n) == ({"more than"} if n < N else set()) | (
+        {"another number"} if n not in (N, 2) else set()
+    )  # 2 divides 4: partition 1 of 4 is within partition 1 of 2; only the nodes past say
+    server = NatsServer(tmp_path / "js", config=COMPOSE_CONF.read_text())
+    server.start()
+
+    async def scenario() -> None:
+        nc = await nats.connect(server.url)
+        try:
+            for stream in (TELEMETRY, INVENTORY):
+                await ensure_stream(nc.jetstream(), stream, StreamSettings(storage="memory"))
+            view = FleetView(nc, partition=p, partitions=n)
+            await view.start()
+            await publish_fleet(server.url, 0)
+            await until(lambda: set(view.nodes) == expected(p))
+            await nc.flush()  # what the probes would take has come (one server, in order)
+            await anyio.sleep(0.2)  # and been handed to their callbacks
+            await until(lambda: kinds(view.problems()) == told(p, n))
+            assert len(view.problems()) == len(told(p, n))  # each said once
+            await view.stop()
+            late = FleetView(nc, partition=p, partitions=n)
+            await late.start()  # nothing publishes now: the stream alone
+            stored = [m for m in late.problems() if m.startswith("the stream keeps node")]
+            assert len(stored) == ("another number" in told(p, n))
+            assert all("or the stream keeps copies from before N changed" in m for m in stored)
+            await late.stop()
+        finally:
+            await nc.close()
+
+    try:
+        anyio.run(scenario, backend="asyncio")
+    finally:
+        server.stop()
 
 
 @pytest.mark.parametrize(
@@ -354,6 +417,13 @@ def test_watch_shows_the_nodes_of_one_partition(tmp_path: Path) -> None:
             )
             assert done.returncode == 0, done.stderr
             shown[p] = {t["node"] for t in json.loads(done.stdout)["nodes"]}
+            assert json.loads(done.stdout)["problems"] == []
+        # Told 8 where the servers make 4, it says what it found, in JSON and on the screen.
+        told_8 = ["watch", "--once", "--wait", "0", "--nats", server.url, "--partition", "1/8"]
+        as_json = run_placewatch(*told_8, "--json")
+        [problem] = json.loads(as_json.stdout)["problems"]
+        assert problem.startswith("the stream keeps node "), problem
+        assert f"PROBLEM: {problem}" in run_placewatch(*told_8).stdout
     finally:
         server.stop()
     assert shown == {p: expected(p) for p in range(N)}

@@ -38,6 +38,7 @@ def test_consumer_package_imports_only_the_contract_and_nats() -> None:
         "placewatch.consumer.capacity",
         "placewatch.consumer.fleet",
         "placewatch.consumer.held",
+        "placewatch.consumer.mapping",
         "placewatch.consumer.retained",
         "placewatch.consumer.snapshot",
     }

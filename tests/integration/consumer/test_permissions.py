@@ -21,6 +21,7 @@ from placewatch.schemas import (
     NodeSample,
     encode,
     lean,
+    partitions,
     subjects,
 )
 from placewatch.schemas.streams import COMPUTE, EVENTS, INVENTORY, TELEMETRY
@@ -200,3 +201,61 @@ def alertmanager_format_under_its_permissions(url: str, env: dict[str, str]) -> 
     assert [a["labels"]["shard"] for a in body if "endsAt" not in a] == ["qwen"]
     assert alerts.returncode == 0, err
     assert "refused" not in err.lower() and "violation" not in err.lower(), err
+
+
+def test_a_gateway_held_to_its_partition_checks_the_mapping_without_a_violation(
+    tmp_path: Path,
+) -> None:
+    """docs/consumers.md: a gateway of partition P of N may be held to `telemetry.P.*` and
+    `inventory.P.*`, with `telemetry.*` and `telemetry.N.*` for its check of the mapping."""
+    held = (
+        '"placewatch.telemetry.2.*"\n          "placewatch.inventory.2.*"\n'
+        '          "placewatch.telemetry.*"\n          "placewatch.telemetry.4.*"'
+    )
+    config = permissions().replace('"placewatch.telemetry.>"', "")  # the gateway's and watch's
+    config = config.replace('"placewatch.inventory.>"', held)
+    assert "placewatch.telemetry.>" not in config
+    server = NatsServer(tmp_path / "js", config=config + partitions.server_config("placewatch", 4))
+    server.start()
+    node = next(
+        f"gpu-{i:02d}" for i in range(100) if partitions.partition_of(f"gpu-{i:02d}", 4) == 2
+    )
+    try:
+
+        async def gateway() -> None:
+            errors: list[Exception] = []
+
+            async def error_cb(exc: Exception) -> None:
+                errors.append(exc)
+
+            nc = await nats.connect(
+                server.url, user="gw", password="gwpw", inbox_prefix="_INBOX.gw", error_cb=error_cb
+            )
+            admin = await nats.connect(server.url, user="admin", password="adminpw")
+            view = FleetView(nc, partition=2, partitions=4)
+            try:
+                await view.start()
+                inventory, telemetry = lean.split(
+                    NodeSample(node=node, session="s1", seq=0, time=WHEN, interval_s=2.0)
+                )
+                for message, subject in (
+                    (inventory, subjects.inventory(node)),
+                    (telemetry, subjects.telemetry(node)),
+                ):
+                    payload, headers = encode(message)
+                    await admin.publish(subject, payload, headers=headers)
+                await admin.flush()
+                with anyio.fail_after(5):
+                    while view.sample(node) is None:
+                        await anyio.sleep(0.05)
+                await nc.flush()
+                assert errors == []  # the probes' subscriptions are allowed
+                assert view.problems() == []  # and the servers map as the view was told
+            finally:
+                await view.stop()
+                await nc.close()
+                await admin.close()
+
+        anyio.run(gateway, backend="asyncio")
+    finally:
+        server.stop()

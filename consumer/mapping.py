@@ -1,0 +1,118 @@
+"""Whether the servers' partition mapping is the one a view of one partition was told.
+
+A view of partition P of N subscribes to the subjects the mapping makes for P. Told the
+wrong N, it would hold the servers' partition P of another N; on servers without the
+mapping, nothing at all. Either is a view that looks right and is not, so it checks both:
+
+- each node it takes the first time must be one that `partition_of(node, N)` puts in P:
+  the servers put it there (or the stream kept it there), so a node that is not says their
+  N is another (or the stream keeps copies from before N changed);
+- one message of the unmapped form (`<prefix>.telemetry.<node>`) is asked for: the
+  servers deliver it only where they do not map that subject, so its arrival says the
+  mapping is off;
+- one message of partition N (`<prefix>.telemetry.N.<node>`), one past the last of N, is
+  asked for: its arrival says the servers make more partitions than N. A view told too
+  large an N may meet no node at all (partition 3 of 4 where the servers make 2): the views
+  of the partitions that do exist say so, by the first check.
+
+Each subscription ends with its one message: on servers that map as the view was told,
+neither carries any. Credentials that hold a view to its partition allow both
+(docs/consumers.md, Least privilege).
+
+What it finds is in `problems`, logged once, and shown where the view is shown
+(`placewatch watch`, `FleetView.snapshot()`; the exporter's log).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+
+from placewatch.schemas import partitions
+
+log = logging.getLogger(__name__)
+
+SEE = "docs/operations.md, Partitions"
+
+
+class PartitionCheck:
+    """The checks of a view of `partition` of `count`."""
+
+    def __init__(self, prefix: str, partition: int, count: int) -> None:
+        partitions.check(partition, count)
+        self.prefix = prefix
+        self.partition = partition
+        self.count = count
+        self.problems: list[str] = []
+        """What the checks found, the first of each kind."""
+        self._kinds: set[str] = set()
+
+    @classmethod
+    def of(cls, prefix: str, partition: int | None, count: int | None) -> PartitionCheck | None:
+        """The check of a view of `partition` of `count` (None for a view of every node), or
+        ValueError saying what to give."""
+        if partition is None and count is None:
+            return None
+        if partition is None or count is None:
+            raise ValueError(
+                f"FleetView(partition={partition}, partitions={count}): give both, the "
+                "partition and the N of the servers' mapping, or neither for every node"
+            )
+        return cls(prefix, partition, count)
+
+    def taken(self, node: str, stored: float | None = None) -> None:
+        """A node the view takes the first time, live (`stored` None) or from a stream: the
+        servers put it in the view's partition."""
+        ours = partitions.partition_of(node, self.count)
+        if ours == self.partition:
+            return
+        where = f"in partition {self.partition}, where {self.count} partitions put it in {ours}"
+        if stored is None:
+            self._found(
+                "live",
+                f"the servers put node {node!r} {where}: their mapping makes another number "
+                f"of partitions than {self.count}; give its N ({SEE})",
+            )
+        else:
+            self._found(
+                "stored",
+                f"the stream keeps node {node!r} {where}: the servers' mapping makes another "
+                f"number of partitions than {self.count} (give its N), or the stream keeps "
+                f"copies from before N changed (purge it; {SEE})",
+            )
+
+    async def subscribe(self, nc: Client) -> list[Subscription]:
+        """Ask for one message of the unmapped telemetry subject, and one of partition N."""
+        return [
+            await nc.subscribe(f"{self.prefix}.telemetry.*", cb=self._unmapped, max_msgs=1),
+            await nc.subscribe(
+                f"{self.prefix}.telemetry.{self.count}.*", cb=self._past_n, max_msgs=1
+            ),
+        ]
+
+    async def _unmapped(self, msg: Msg) -> None:
+        self._found(
+            "unmapped",
+            f"telemetry came on {msg.subject}, not mapped to a partition: the servers (one "
+            f"at least) have no partition mapping for {self.prefix}, so a view of partition "
+            f"{self.partition} misses their nodes; turn the mapping on, or watch every node "
+            f"without a partition ({SEE})",
+        )
+
+    async def _past_n(self, msg: Msg) -> None:
+        self._found(
+            "past N",
+            f"telemetry came on {msg.subject}, in partition {self.count}: the servers' "
+            f"mapping makes more than the {self.count} partitions given, and the nodes past "
+            f"them are in no view; give its N ({SEE})",
+        )
+
+    def _found(self, kind: str, problem: str) -> None:
+        if kind in self._kinds:
+            return
+        self._kinds.add(kind)
+        self.problems.append(problem)
+        log.warning("partition %s/%s: %s", self.partition, self.count, problem)
