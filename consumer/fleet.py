@@ -146,7 +146,7 @@ class FleetView(FleetState):
         self._spawn(self._follow_reconnects())
 
     def problems(self) -> list[str]:
-        return [] if self.check is None else list(self.check.problems)
+        return [] if self.check is None else self.check.problems
 
     def _followed(self) -> tuple[str, str]:
         """The inventory and telemetry subjects of the view's partition."""

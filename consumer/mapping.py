@@ -20,7 +20,7 @@ neither carries any. Credentials that hold a view to its partition allow both
 (docs/consumers.md, Least privilege).
 
 What it finds is in `problems`, logged once, and shown where the view is shown
-(`placewatch watch`, `FleetView.snapshot()`; the exporter's log).
+(`placewatch watch`, `FleetView.snapshot()`; the exporter's placewatch_partition_problem).
 """
 
 from __future__ import annotations
@@ -36,6 +36,9 @@ from placewatch.schemas import partitions
 log = logging.getLogger(__name__)
 
 SEE = "docs/operations.md, Partitions"
+KINDS = ("unmapped", "more_partitions", "other_partitions", "stream_copies")
+"""What a check may find: servers without the mapping, with more partitions than N, with
+another number of them, or a stream that keeps nodes where N does not put them."""
 
 
 class PartitionCheck:
@@ -46,9 +49,8 @@ class PartitionCheck:
         self.prefix = prefix
         self.partition = partition
         self.count = count
-        self.problems: list[str] = []
-        """What the checks found, the first of each kind."""
-        self._kinds: set[str] = set()
+        self.found: dict[str, str] = {}
+        """What the checks found, the first of each kind (KINDS) by kind."""
 
     @classmethod
     def of(cls, prefix: str, partition: int | None, count: int | None) -> PartitionCheck | None:
@@ -72,13 +74,13 @@ class PartitionCheck:
         where = f"in partition {self.partition}, where {self.count} partitions put it in {ours}"
         if stored is None:
             self._found(
-                "live",
+                "other_partitions",
                 f"the servers put node {node!r} {where}: their mapping makes another number "
                 f"of partitions than {self.count}; give its N ({SEE})",
             )
         else:
             self._found(
-                "stored",
+                "stream_copies",
                 f"the stream keeps node {node!r} {where}: the servers' mapping makes another "
                 f"number of partitions than {self.count} (give its N), or the stream keeps "
                 f"copies from before N changed (purge it; {SEE})",
@@ -104,15 +106,18 @@ class PartitionCheck:
 
     async def _past_n(self, msg: Msg) -> None:
         self._found(
-            "past N",
+            "more_partitions",
             f"telemetry came on {msg.subject}, in partition {self.count}: the servers' "
             f"mapping makes more than the {self.count} partitions given, and the nodes past "
             f"them are in no view; give its N ({SEE})",
         )
 
+    @property
+    def problems(self) -> list[str]:
+        return list(self.found.values())
+
     def _found(self, kind: str, problem: str) -> None:
-        if kind in self._kinds:
+        if kind in self.found:
             return
-        self._kinds.add(kind)
-        self.problems.append(problem)
+        self.found[kind] = problem
         log.warning("partition %s/%s: %s", self.partition, self.count, problem)

@@ -27,6 +27,8 @@ from .metrics import (
     NODE_CLOCK_OFFSET,
     NODE_METRICS,
     NODE_UP,
+    PARTITION_PROBLEM,
+    PARTITION_PROBLEM_HELP,
     SHARD_GPU_BYTES,
     SHARD_UNHEALTHY_GPU,
     SHARD_VERDICT,
@@ -53,7 +55,8 @@ class FleetCollector(Collector):
 
     `node`: serve that node only. `stale_after`: seconds after which a node's last sample
     leaves /metrics (None: stale_limit's default). `clock`: the time now, in seconds since
-    the epoch."""
+    the epoch. `partition_problems`: the kinds of what the view's partition check found
+    (consumer/mapping.py)."""
 
     def __init__(
         self,
@@ -62,11 +65,13 @@ class FleetCollector(Collector):
         node: str | None = None,
         stale_after: float | None = None,
         clock: Callable[[], float] = time.time,
+        partition_problems: Callable[[], list[str]] = list,
     ) -> None:
         self.take = take
         self.node = node
         self.stale_after = stale_after
         self.clock = clock
+        self.partition_problems = partition_problems
 
     def collect(self) -> Iterator[Metric]:
         holdings = self.take()
@@ -96,6 +101,10 @@ class FleetCollector(Collector):
         yield from gpu.values()
         yield problems
         yield from nodes.values()
+        partition = GaugeMetricFamily(PARTITION_PROBLEM, PARTITION_PROBLEM_HELP, labels=["kind"])
+        for kind in self.partition_problems():
+            partition.add_metric([kind], 1.0)
+        yield partition
 
 
 def _family(m: GpuMetric) -> GaugeMetricFamily | CounterMetricFamily:

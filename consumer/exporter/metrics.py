@@ -226,6 +226,11 @@ SHARD_UNHEALTHY_GPU = "placewatch_shard_unhealthy_gpu"
 NODE_UP = "placewatch_node_up"
 NODE_AGE = "placewatch_node_sample_age_seconds"
 NODE_CLOCK_OFFSET = "placewatch_node_clock_offset_seconds"
+PARTITION_PROBLEM = "placewatch_partition_problem"
+PARTITION_PROBLEM_HELP = (
+    "1 for each way the servers' partition mapping is not the one --partition was told "
+    "(kind: unmapped, more_partitions, other_partitions, stream_copies); none while it is."
+)
 
 NODE_METRICS = {
     SHARD_VERDICT: (
@@ -261,7 +266,7 @@ NODE_METRICS = {
 
 def served() -> list[str]:
     """Every metric name the exporter serves."""
-    return [m.name for m in GPU_METRICS] + [GPU_PROBLEM, *NODE_METRICS]
+    return [m.name for m in GPU_METRICS] + [GPU_PROBLEM, *NODE_METRICS, PARTITION_PROBLEM]
 
 
 def device(g: GpuSample) -> str:

@@ -63,7 +63,16 @@ async def _serve(bus: Bus, args: argparse.Namespace) -> int:
             return Holdings({}, {})
         return anyio.from_thread.run_sync(holder[0].holdings, token=token)
 
-    collector = FleetCollector(take, node=args.only_node, stale_after=args.stale_after)
+    def partition_problems() -> list[str]:
+        check = holder[0].check if holder else None
+        return [] if check is None else anyio.from_thread.run_sync(list, check.found, token=token)
+
+    collector = FleetCollector(
+        take,
+        node=args.only_node,
+        stale_after=args.stale_after,
+        partition_problems=partition_problems,
+    )
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
     try:

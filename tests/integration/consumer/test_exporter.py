@@ -18,7 +18,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from placewatch.schemas import NodeSample, encode, lean, subjects
+from placewatch.schemas import NodeSample, encode, lean, partitions, subjects
 
 from tests.conftest import (
     GPU0,
@@ -300,3 +300,60 @@ def test_a_port_in_use_exits_1_with_one_line_naming_it() -> None:
     (line,) = done.stderr.splitlines()
     assert line.startswith(f"placewatch: --listen 127.0.0.1:{port}: cannot serve there (")
     assert "in use" in line
+
+
+def test_an_exporter_told_another_n_than_the_servers_serves_what_it_found(
+    tmp_path: Path, exporters: list[Exporter]
+) -> None:
+    """On servers that make 4 partitions, an exporter of partition 1 of 2 serves
+    placewatch_partition_problem{kind="more_partitions"} (the nodes of partitions 2 and 3 are
+    in no exporter), and one of partition 1 of 4 serves none."""
+    server = NatsServer(tmp_path / "js", config=partitions.server_config("placewatch", 4))
+    server.start()
+    nodes = [f"gpu-{i:03d}" for i in range(20)]
+    ours = {n for n in nodes if partitions.partition_of(n, 4) == 1}
+    assert {partitions.partition_of(n, 4) for n in nodes} == {0, 1, 2, 3}
+
+    async def publish() -> None:
+        nc = await nats.connect(server.url)
+        try:
+            for node in nodes:
+                inventory, telemetry = lean.split(
+                    NodeSample(node=node, session="s", seq=0, time=datetime.now(UTC), interval_s=1)
+                )
+                for message, subject in (
+                    (inventory, subjects.inventory(node)),
+                    (telemetry, subjects.telemetry(node)),
+                ):
+                    payload, headers = encode(message)
+                    await nc.publish(subject, payload, headers=headers)
+            await nc.flush()
+        finally:
+            await nc.close()
+
+    def up(text: str) -> set[str]:
+        return {s.labels["node"] for s in samples(text, "placewatch_node_up")}
+
+    try:
+        right = Exporter(server.url, "--partition", "1/4")
+        wrong = Exporter(server.url, "--partition", "1/2")
+        exporters += [right, wrong]
+        deadline = time.monotonic() + 20
+        while up(right.metrics()) != ours or "placewatch_partition_problem{" not in (
+            text := wrong.metrics()
+        ):
+            assert time.monotonic() < deadline, text
+            anyio.run(publish)  # until both views have started and taken it live
+            time.sleep(0.2)
+        assert [(s.labels, s.value) for s in samples(text, "placewatch_partition_problem")] == [
+            ({"kind": "more_partitions"}, 1.0)
+        ]
+        text = right.metrics()
+        assert "# TYPE placewatch_partition_problem gauge" in text
+        assert samples(text, "placewatch_partition_problem") == []
+        for exporter in (right, wrong):
+            code, err = exporter.stop()
+            assert code == 0, err
+        assert err.count("the servers' mapping makes more than the 2 partitions given") == 1
+    finally:
+        server.stop()
