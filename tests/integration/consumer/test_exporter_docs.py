@@ -10,7 +10,13 @@ from typing import Any
 
 import yaml
 
-from placewatch.consumer.exporter.metrics import GPU_METRICS, served
+from placewatch.consumer.exporter.metrics import (
+    GPU_METRICS,
+    PARTITION_PROBLEM,
+    PARTITION_PROBLEM_HELP,
+    served,
+)
+from placewatch.consumer.mapping import KINDS
 
 from tests.conftest import ROOT
 from tests.support.prometheus import DASHBOARD, PROMTOOL, dashboard_exprs, need
@@ -93,12 +99,15 @@ def test_promtool_checks_and_unit_tests_the_alert_rules() -> None:
     assert "SUCCESS" in tested.stdout
 
 
-def test_exporter_md_lists_every_metric_with_its_source_field() -> None:
+def test_exporter_md_lists_every_metric_with_its_source_field_and_every_partition_problem() -> None:
     doc = (ROOT / "docs" / "exporter.md").read_text()
     rows = {m.group(1): m.group(0) for m in re.finditer(r"^\| `(\w+)` \|.*$", doc, re.M)}
     assert set(served()) <= set(rows), set(served()) - set(rows)
     for metric in GPU_METRICS:
         assert f"`{metric.field}`" in rows[metric.name], metric.name
+    for kind in KINDS:  # what a partition check may find, each named where it is served
+        assert f"`{kind}`" in rows[PARTITION_PROBLEM], kind
+        assert kind in PARTITION_PROBLEM_HELP, kind
 
 
 def test_readme_links_the_exporter() -> None:
