@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.synthetic import node_messages  # noqa: E402
 from placewatch.consumer import FleetView  # noqa: E402
-from placewatch.schemas import NodeInventory, NodeTelemetry, encode  # noqa: E402
+from placewatch.schemas import NodeInventory, NodeTelemetry, encode, subjects  # noqa: E402
 from placewatch.schemas.codec import Encoding  # noqa: E402
 
 KIB_TARGET = 10.0
@@ -64,15 +64,15 @@ def collection_ms() -> tuple[float, float]:
 
 def sent(
     nodes: int, encoding: Encoding
-) -> Iterator[tuple[bytes, dict[str, str], bytes, dict[str, str]]]:
-    """Each node's inventory and telemetry, encoded as the node sends them: new bytes for
+) -> Iterator[tuple[str, tuple[bytes, dict[str, str], bytes, dict[str, str]]]]:
+    """Each node, with its inventory and telemetry encoded as the node sends them: new bytes for
     each, as the bus hands them over."""
     inventory, telemetry = node_messages()
     for n in range(nodes):
         node = f"gpu-node-{n:05d}"
         inv = msgspec.structs.replace(inventory, node=node)
         tel = msgspec.structs.replace(telemetry, node=node, seq=n)
-        yield (*encode(inv, encoding), *encode(tel, encoding))
+        yield node, (*encode(inv, encoding), *encode(tel, encoding))
 
 
 def hold(how: str, nodes: int, encoding: Encoding) -> dict[str, Any]:
@@ -81,10 +81,10 @@ def hold(how: str, nodes: int, encoding: Encoding) -> dict[str, Any]:
     before = rss()
     view = FleetView(cast(Any, None))  # never started: the bench hands it the messages
     size = 0
-    for inv, inv_headers, tel, tel_headers in sent(nodes, encoding):
+    for node, (inv, inv_headers, tel, tel_headers) in sent(nodes, encoding):
         size += len(inv) + len(tel)
-        view._hold(inv, inv_headers, NodeInventory)
-        view._hold(tel, tel_headers, NodeTelemetry)
+        view._hold(inv, inv_headers, NodeInventory, subjects.inventory(node))
+        view._hold(tel, tel_headers, NodeTelemetry, subjects.telemetry(node))
     assert len(view.nodes) == len(view.inventories) == nodes
     held: Any = view
     if how == "decoded":

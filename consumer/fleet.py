@@ -1,26 +1,26 @@
 """The fleet as a gateway sees it: each node's latest sample, each shard's latest status.
 
 A node publishes what it is (NodeInventory) when that changes, and what it reads
-(NodeTelemetry) every interval; the view holds the latest of each per node and joins them
-for its users (`sample()`, `snapshot()`). A gateway that starts late must know the fleet at
-once, not after every node has published again, so `start()` first reads what the bus
-keeps: the last telemetry and inventory of each node (the prefix's streams,
-PLACEWATCH_TELEMETRY and PLACEWATCH_INVENTORY) and every shard's latest status (its KV bucket
-placewatch_compute).
-Live core subscriptions, made before that read, keep the view current. Which message is newer
-is never judged by the node's clock, which may be wrong or stepped back (NTP): a live message
+(NodeTelemetry) every interval; the view holds the latest of each per node and joins them for
+its users (`sample()`, `snapshot()`). A gateway that starts late must know the fleet at once,
+not after every node has published again, so `start()` first reads what the bus keeps: the last
+telemetry and inventory of each node (the prefix's streams, PLACEWATCH_TELEMETRY and
+PLACEWATCH_INVENTORY) and every shard's latest status (its KV bucket placewatch_compute). Live
+core subscriptions, made before that read, keep the view current. Which message is newer is
+never judged by the node's clock, which may be wrong or stepped back (NTP): a live message
 replaces what is held (one node's messages arrive in the order it sent them), a copy read from
 a stream or bucket only what the view took before the server stored that copy, and a node's
 telemetry of one session only that session's earlier telemetry, by its `seq`. Ages are judged
 the same way: from when the view took a message (its arrival, or when the server stored a copy
 read from a stream), so a node whose clock is behind is not stale and one whose clock is ahead
-goes stale when it stops. Telemetry that names an inventory the view does
-not hold (the stream lost it, or there is no stream) has the view ask the node's `inventory`
-endpoint. A fresh cluster (no stream, no bucket, or no JetStream at all) is an empty fleet.
-A node `placewatch forget` says is gone for good (NodeForgotten) is let go, statuses and all.
-After a reconnect the view fills again (core subscriptions keep nothing of what came while
-the connection was away) and lets go of what the bus no longer keeps and it has not heard
-since: a node forgotten meanwhile, a status deleted.
+goes stale when it stops. Telemetry that names an inventory the view does not hold (the stream
+lost it, or there is no stream) has the view ask the node's `inventory` endpoint. A fresh
+cluster (no stream, no bucket, or no JetStream at all) is an empty fleet. A node `placewatch
+forget` says is gone for good (NodeForgotten) is let go, statuses and all. A message that names
+another node than its subject's is refused (impostors.py).
+After a reconnect the view fills again (core subscriptions keep nothing of what came while the
+connection was away) and lets go of what the bus no longer keeps and it has not heard since: a
+node forgotten meanwhile, a status deleted.
 
 Held at fleet scale: each node's two messages are kept as the bytes they came in (held.py),
 a few KiB per node in objects the garbage collector need not walk.
@@ -55,6 +55,7 @@ from placewatch.schemas import (
     NodeInventory,
     NodeTelemetry,
     decode,
+    on_own_subject,
     partitions,
     subjects,
 )
@@ -62,6 +63,7 @@ from placewatch.schemas.service import endpoint
 from placewatch.schemas.streams import consumers_refused, for_prefix
 
 from .held import Held, Holdings, content_type
+from .impostors import Impostors
 from .mapping import PartitionCheck
 from .retained import kv_headers, last_per_subject, stored_at
 from .snapshot import FiringFallback, Fleet, FleetState, ShardKey, utc_now
@@ -95,11 +97,10 @@ class FleetView(FleetState):
     """The latest NodeTelemetry and NodeInventory per node and ComputeStatus per shard, from
     the bus.
 
-    `nc` is a connected nats-py client the caller owns (and closes); `on_change`
-    is called with each message the view took, from the event loop. `partition`
-    of `partitions` (the N of the servers' mapping): that partition's nodes only;
-    neither: every node, whether the servers partition them or not.
-    """
+    `nc` is a connected nats-py client the caller owns (and closes); `on_change` is called
+    with each message the view took, from the event loop. `partition` of `partitions` (the N
+    of the servers' mapping): that partition's nodes only; neither: every node, whether the
+    servers partition them or not."""
 
     def __init__(
         self,
@@ -122,6 +123,7 @@ class FleetView(FleetState):
         self.fill_timeout = fill_timeout
         self.undecodable = 0
         """Messages that were not what their subject and headers said; ignored."""
+        self.impostors = Impostors()  # those of them that named another node than the subject's
         self._status_seen: dict[ShardKey, float] = {}
         self._subs: list[Subscription] = []
         self._asked: dict[str, float] = {}
@@ -200,7 +202,7 @@ class FleetView(FleetState):
                 continue
             if kind is ComputeStatus:
                 headers = kv_headers(msg.data, headers)
-            message = self._hold(msg.data, headers, kind, stored_at(msg))
+            message = self._hold(msg.data, headers, kind, msg.subject, stored_at(msg))
             if message is not None:
                 kept.append(message)
         return kept
@@ -245,23 +247,28 @@ class FleetView(FleetState):
         if type_ is None:
             self.undecodable += 1
             return
-        self._hold(msg.data, msg.headers, type_)
+        self._hold(msg.data, msg.headers, type_, msg.subject)
 
     def _hold(
         self,
         data: bytes,
         headers: Mapping[str, str] | None,
         type_: type[Message],
+        subject: str,
         stored: float | None = None,
     ) -> Message | None:
-        """Take a message that came live (`stored` None) or, stored by the server at
-        `stored` (seconds since the epoch), read from a stream or bucket; the message, or
-        None where it was not one or its node is forgotten."""
+        """Take a message that came on `subject` live (`stored` None) or, stored by the
+        server at `stored` (seconds since the epoch), read from a stream or bucket; the
+        message, or None where it was not one, names another node, or its node is forgotten."""
         try:
             message: Message = decode(data, type_, headers)
         except DecodeError as exc:
             self.undecodable += 1
             log.debug("ignored a message: %s", exc)
+            return None
+        if not on_own_subject(message, subject):
+            self.undecodable += 1
+            self.impostors.found(type(message).__name__, subject, _node(message))
             return None
         seen = time.time() if stored is None else stored
         if isinstance(message, NodeForgotten):
@@ -379,7 +386,8 @@ class FleetView(FleetState):
         except (nats.errors.Error, TimeoutError) as exc:
             log.debug("no inventory from %s's service: %s", node, exc)
             return
-        self._hold(reply.data, reply.headers, NodeInventory)
+        answered = subjects.inventory(node, self.prefix)  # what the reply stands for
+        self._hold(reply.data, reply.headers, NodeInventory, answered)
 
     def _status(self, s: ComputeStatus, seen: float, stored: float | None) -> bool:
         key = (s.node, s.shard)

@@ -22,7 +22,14 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from placewatch.schemas import ComputeStatus, DecodeError, decode, subjects, value_headers
+from placewatch.schemas import (
+    ComputeStatus,
+    DecodeError,
+    decode,
+    on_own_subject,
+    subjects,
+    value_headers,
+)
 from placewatch.schemas.codec import HEADER_CONTENT_TYPE
 from placewatch.schemas.streams import for_prefix
 
@@ -139,6 +146,15 @@ async def compute_statuses(
             status = decode(msg.data, ComputeStatus, kv_headers(msg.data, headers))
         except DecodeError as exc:
             log.warning("ignored %s in bucket %s: %s", msg.subject, bucket.name, exc)
+            continue
+        if not on_own_subject(status, msg.subject):
+            log.warning(
+                "ignored %s in bucket %s: it names shard %r of node %r, not its key's",
+                msg.subject,
+                bucket.name,
+                status.shard,
+                status.node,
+            )
             continue
         found.append((status, stored_at(msg)))
     return found

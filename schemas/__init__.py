@@ -6,7 +6,15 @@ service can depend on it without the worker's dependencies.
 
 from . import lean, partitions, streams, subjects
 from .asyncapi import asyncapi_document
-from .codec import DecodeError, decode, decode_any, encode, json_schema, value_headers
+from .codec import (
+    DecodeError,
+    decode,
+    decode_any,
+    encode,
+    json_schema,
+    on_own_subject,
+    value_headers,
+)
 from .health import GpuHealth
 from .messages import (
     ACTIVITY_WINDOW_S,
@@ -72,6 +80,7 @@ __all__ = [
     "encode",
     "json_schema",
     "lean",
+    "on_own_subject",
     "partitions",
     "streams",
     "subjects",

@@ -13,7 +13,14 @@ from typing import Any, Literal, TypeVar
 
 import msgspec
 
-from .messages import MESSAGE_TYPES, SCHEMA_VERSION, NodeTelemetry
+from . import subjects
+from .messages import (
+    MESSAGE_TYPES,
+    SCHEMA_VERSION,
+    ComputeStatus,
+    FallbackEvent,
+    NodeTelemetry,
+)
 
 T = TypeVar("T")
 
@@ -123,6 +130,19 @@ def decode_any(data: bytes, headers: Mapping[str, str]) -> msgspec.Struct:
             f"unknown {HEADER_TYPE} {name!r}: expected one of {', '.join(_TYPES_BY_NAME)}"
         )
     return decode(data, type_, headers)
+
+
+def on_own_subject(message: msgspec.Struct, subject: str) -> bool:
+    """Whether `message` names the node (and, of a status or fallback event, the shard) of
+    the subject or bucket key it came on (subjects.carries). A node may publish on its own
+    subjects only, with any content; a message on them that names another node is a node
+    speaking for another, which a reader refuses (docs/subjects.md, One node, one name)."""
+    if isinstance(message, FallbackEvent):
+        message = message.status
+    if isinstance(message, ComputeStatus):
+        return subjects.carries(subject, message.node, message.shard)
+    node = getattr(message, "node", None)
+    return isinstance(node, str) and subjects.carries(subject, node)
 
 
 def content_type(headers: Mapping[str, str] | None) -> str:

@@ -31,6 +31,7 @@ MAX_NAME_BYTES = 128
 well inside what a subject and a KV key may hold."""
 
 _SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+_IS_TOKEN_AS_IT_IS = re.compile(r"[A-Za-z0-9_-]+").fullmatch
 _ESCAPE = re.compile(r"=([0-9A-F]{2})")
 _TOKEN = re.compile(r"(?:[A-Za-z0-9_-]|=[0-9A-F]{2})+")
 
@@ -41,7 +42,7 @@ def token(name: str) -> str:
     Raises ValueError for an empty name, which has no token."""
     if not name:
         raise ValueError("an empty name has no subject token; give the node or shard a name")
-    if name.isascii() and all(c in _SAFE for c in name.encode()):
+    if _IS_TOKEN_AS_IT_IS(name):
         return name  # the common case, and the cheap one
     return "".join(chr(b) if b in _SAFE else f"={b:02X}" for b in name.encode())
 
@@ -60,6 +61,18 @@ def name(token_: str) -> str:
     if token(decoded) != token_:
         raise ValueError(f"{token_!r} is not how {decoded!r} is written as a token")
     return decoded
+
+
+def carries(subject: str, node: str, shard: str | None = None) -> bool:
+    """Whether `subject` is one a message about `node` (and its `shard`) travels on: its last
+    token is the node's (its last two, the node's and the shard's), as on every per-node
+    subject and bucket key of the contract. The servers' permissions give a node its own
+    subjects alone, so a reader that takes only such messages takes no node's word about
+    another node (docs/operations.md, Threat model)."""
+    if not node or shard == "":
+        return False  # no name has an empty token
+    end = f".{token(node)}" if shard is None else f".{token(node)}.{token(shard)}"
+    return subject.endswith(end)
 
 
 def covers(pattern: str, subject: str) -> bool:

@@ -229,9 +229,11 @@ async def newest_stored(nc: Client, prefix: str, within: float) -> dict[str, flo
     def take(batch: list[Msg]) -> None:
         for msg in batch:
             try:
-                seen(decode(msg.data, _Named, msg.headers or {}).node, stored_at(msg))
+                node = decode(msg.data, _Named, msg.headers or {}).node
             except DecodeError:
                 continue  # not a node's message: nobody's to forget
+            if subjects.carries(msg.subject, node):  # else one node speaking for another
+                seen(node, stored_at(msg))
 
     for kind in PARTITIONED:  # a batch at a time: a fleet's last messages are hundreds of MB
         stream = stores.streams_by_kind[kind].name

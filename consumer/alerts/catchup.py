@@ -23,9 +23,10 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from placewatch.schemas import ComputeStatus, DecodeError, FallbackEvent, decode
+from placewatch.schemas import ComputeStatus, DecodeError, FallbackEvent, decode, on_own_subject
 from placewatch.schemas.streams import for_prefix
 
+from ..impostors import SEE
 from ..retained import compute_statuses, stored_at
 from .reconcile import Message
 from .sinks import AlertmanagerSink
@@ -104,13 +105,27 @@ async def release(sub: JetStreamContext.PullSubscription) -> None:
 
 
 def decode_message(msg: Msg, prefix: str) -> Message | None:
-    """A ComputeStatus or FallbackEvent, as its subject says; None (logged) when it is not."""
+    """A ComputeStatus or FallbackEvent, as its subject says; None (logged) when it is not,
+    or names another node or shard than its subject's (consumer/impostors.py)."""
     kind: type[ComputeStatus] | type[FallbackEvent] = FallbackEvent
     if msg.subject.startswith(f"{prefix}.compute."):
         kind = ComputeStatus
+    seq = msg.metadata.sequence.stream
     try:
-        return decode(msg.data, kind, msg.headers)
+        message = decode(msg.data, kind, msg.headers)
     except DecodeError as exc:
-        seq = msg.metadata.sequence.stream
         log.error("skipped message %d on %s: %s", seq, msg.subject, exc)
         return None
+    if not on_own_subject(message, msg.subject):
+        status = message if isinstance(message, ComputeStatus) else message.status
+        log.error(
+            "skipped message %d on %s: it names shard %r of node %r, not its subject's; "
+            "whoever publishes there speaks for another (%s)",
+            seq,
+            msg.subject,
+            status.shard,
+            status.node,
+            SEE,
+        )
+        return None
+    return message

@@ -1,6 +1,7 @@
 """The node permissions docs/operations.md gives, on a real server, for two nodes: node A's
 worker does its job with them, and every way node A could read node B's placements, compute
-statuses and lease is tried and fails, while A still reads and writes its own."""
+statuses and lease is tried and fails, while A still reads and writes its own; what A may
+publish about B on its own subjects, the readers refuse."""
 
 from __future__ import annotations
 
@@ -18,10 +19,18 @@ from nats.js.api import AckPolicy, ConsumerConfig
 
 from placewatch.bus.kvfollow import Values, follow
 from placewatch.bus.outbox import EventOutbox
-from placewatch.schemas import ComputeStatus, encode, partitions, subjects
+from placewatch.consumer import FleetView
+from placewatch.schemas import (
+    ComputeStatus,
+    FallbackEvent,
+    NodeTelemetry,
+    encode,
+    partitions,
+    subjects,
+)
 from placewatch.schemas import streams as contract
 
-from tests.conftest import ROOT, NatsServer, Worker, clean_env, run_placewatch, start
+from tests.conftest import ROOT, NatsServer, Worker, clean_env, run_placewatch, start, until
 from tests.integration.test_security import create_streams_as_admin
 from tests.support.intruder import REFUSED, Intruder
 
@@ -353,3 +362,62 @@ def test_the_nsc_command_allows_what_the_configuration_block_allows() -> None:
 
     assert named("--allow-pub") == set(re.findall(r'"([^"]+)"', publish))
     assert named("--allow-sub") == set(re.findall(r'"([^"]+)"', subscribe))
+
+
+def test_what_a_node_may_publish_about_another_node_no_view_takes(tmp_path: Path) -> None:
+    """Node A's own subjects and keys take any content: a telemetry, an event and a status
+    there that name node B pass the permissions, and a view refuses each of them."""
+    server = NatsServer(tmp_path / "js", config=two_nodes())
+    server.start()
+    when = datetime.now(UTC)
+    as_b = NodeTelemetry(node=B, session="s", seq=1, time=when, interval_s=1, inventory="i")
+    status = ComputeStatus(node=B, shard="llama", session="s", time=when, verdict="cpu_fallback")
+    refused: list[Exception] = []
+
+    async def error(exc: Exception) -> None:
+        refused.append(exc)
+
+    async def scenario() -> None:
+        await create_streams_as_admin(server.url)
+        admin = await nats.connect(server.url, user="admin", password="adminpw")
+        view = FleetView(admin)
+        a = await nats.connect(
+            server.url, user=A, password=f"{A}pw", error_cb=error, inbox_prefix=subjects.inbox(A)
+        )
+        try:
+            await view.start()
+            for subject, message in (
+                (subjects.telemetry(A), as_b),
+                (subjects.compute(A, "llama"), status),
+                (subjects.fallback(A, "llama"), FallbackEvent(state="firing", status=status)),
+            ):
+                data, headers = encode(message)
+                await a.publish(subject, data, headers=headers)
+            kv = await a.jetstream().key_value(contract.COMPUTE.name)
+            await kv.put(subjects.shard_key(A, "llama"), encode(status)[0])
+            await a.flush()
+            await until(lambda: view.impostors.count == 3)
+            late = FleetView(admin)  # reads the stream's copy and A's key, which name B
+            await late.start()
+            await late.stop()
+            assert (late.nodes, late.shards) == ({}, {})
+            assert late.impostors.by_subject == {
+                subjects.telemetry(A): 1,
+                subjects.kv_subject(contract.COMPUTE.name, subjects.shard_key(A, "llama")): 1,
+            }
+        finally:
+            await view.stop()
+            await a.close()
+            await admin.close()
+        assert (view.nodes, view.shards) == ({}, {})
+        assert sorted(view.impostors.by_subject) == [
+            subjects.compute(A, "llama"),
+            subjects.fallback(A, "llama"),
+            subjects.telemetry(A),
+        ]
+
+    try:
+        anyio.run(scenario, backend="asyncio")
+    finally:
+        server.stop()
+    assert refused == []  # the server let every one of them through: the readers refused them

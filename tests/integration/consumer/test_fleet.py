@@ -38,6 +38,7 @@ def test_consumer_package_imports_only_the_contract_and_nats() -> None:
         "placewatch.consumer.capacity",
         "placewatch.consumer.fleet",
         "placewatch.consumer.held",
+        "placewatch.consumer.impostors",
         "placewatch.consumer.mapping",
         "placewatch.consumer.retained",
         "placewatch.consumer.snapshot",
@@ -320,10 +321,17 @@ def test_a_node_whose_clock_is_off_or_steps_back_is_followed_by_arrival(
                 telemetry_copy.data,
                 telemetry_copy.headers,
                 NodeTelemetry,
+                telemetry_copy.subject,
                 stored_at(telemetry_copy),
             )
             headers = kv_headers(status_copy.data, status_copy.headers or {})
-            view._hold(status_copy.data, headers, ComputeStatus, stored_at(status_copy))
+            view._hold(
+                status_copy.data,
+                headers,
+                ComputeStatus,
+                status_copy.subject,
+                stored_at(status_copy),
+            )
             assert getattr(view.telemetry("gpu-31"), "seq", None) == 8
             assert getattr(view.status("gpu-31", "llama"), "verdict", None) == "cpu_fallback"
 

@@ -17,6 +17,7 @@ from placewatch.schemas import (
     NodeInventory,
     NodeTelemetry,
     encode,
+    subjects,
 )
 
 NOW = datetime(2026, 12, 3, 6, 0, tzinfo=UTC)
@@ -34,7 +35,19 @@ def messages(node: str) -> list[msgspec.Struct]:
 def hand(view: FleetView, message: msgspec.Struct, stored: float | None = None) -> None:
     """`message` as it came live (`stored` None) or read from a stream stored at `stored`."""
     payload, headers = encode(message)
-    view._hold(payload, headers, cast(Any, type(message)), stored)
+    view._hold(payload, headers, cast(Any, type(message)), subject(message), stored)
+
+
+def subject(message: msgspec.Struct) -> str:
+    """The subject `message` travels on, as its node publishes it."""
+    if isinstance(message, ComputeStatus):
+        return subjects.compute(message.node, message.shard)
+    of_node = {
+        NodeInventory: subjects.inventory,
+        NodeTelemetry: subjects.telemetry,
+        NodeForgotten: subjects.forgotten,
+    }
+    return of_node[type(message)](cast(Any, message).node)
 
 
 def forgotten(node: str) -> NodeForgotten:

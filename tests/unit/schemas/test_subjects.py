@@ -22,6 +22,8 @@ from placewatch.schemas.streams import EVENTS, STREAMS, TELEMETRY
         ("nœud", "n=C5=93ud"),
         ("日本", "=E6=97=A5=E6=9C=AC"),
         ("$KV", "=24KV"),
+        ("gpu-01\n", "gpu-01=0A"),
+        ("gpu\u0661", "gpu=D9=A1"),  # a digit, but not one of the safe set's
     ],
 )
 def test_a_name_outside_the_safe_set_is_written_one_byte_at_a_time(
@@ -55,6 +57,32 @@ def test_a_node_publishes_on_subjects_of_its_name_as_a_token() -> None:
     assert subjects.fallback("n1", "s", prefix="pw") == "pw.fallback.n1.s"
     assert subjects.service("rack 4") == "placewatch.service.rack=204"
     assert subjects.service("n", prefix="pw") == "pw.service.n"
+
+
+@pytest.mark.parametrize(
+    ("subject", "node", "shard", "carried"),
+    [
+        ("placewatch.telemetry.gpu-07", "gpu-07", None, True),
+        ("placewatch.telemetry.3.gpu-07", "gpu-07", None, True),  # mapped to a partition
+        ("placewatch.telemetry.gpu-07", "gpu-08", None, False),
+        ("placewatch.telemetry.xgpu-07", "gpu-07", None, False),  # a token that ends alike
+        ("placewatch.telemetry.a=2Eb", "a.b", None, True),
+        ("placewatch.telemetry.a=2Eb", "a_b", None, False),
+        ("placewatch.telemetry.a_b", "a.b", None, False),
+        ("placewatch.compute.n1.llama=208b", "n1", "llama 8b", True),
+        ("placewatch.compute.n1.llama=208b", "n2", "llama 8b", False),
+        ("placewatch.compute.n1.llama=208b", "n1", "llama", False),
+        ("placewatch.fallback.n1.s", "n1", "s", True),
+        ("$KV.placewatch_compute.n1.s", "n1", "s", True),
+        ("$KV.placewatch_compute.n1.s", "s", None, True),  # the last token is all it reads
+        ("placewatch.telemetry.gpu-07", "", None, False),
+        ("placewatch.compute.n1.s", "n1", "", False),
+    ],
+)
+def test_a_subject_carries_messages_about_the_node_and_shard_of_its_last_tokens(
+    subject: str, node: str, shard: str | None, carried: bool
+) -> None:
+    assert subjects.carries(subject, node, shard) is carried
 
 
 def test_a_nodes_replies_come_under_its_own_inbox_prefix() -> None:

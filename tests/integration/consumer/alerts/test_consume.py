@@ -274,19 +274,52 @@ def test_alerts_without_a_webhook_writes_one_json_line_per_event(
     nats_server: NatsServer, alerts: list[Alerts]
 ) -> None:
     publish(nats_server.url, FIRING, RESOLVED)
-    alerts.append(Alerts("--nats", nats_server.url, "--durable", "ops-log"))
+    events, _ = two_lines(nats_server.url, alerts)
+    assert [(e["state"], e["status"]["verdict"]) for e in events] == [
+        ("firing", "cpu_fallback"),
+        ("resolved", "gpu"),
+    ]
+    assert events[0]["status"]["time"] == "2026-11-30T06:00:01.250000Z"
+
+
+def test_an_event_that_names_another_node_than_its_subject_is_skipped_and_the_rest_delivered(
+    nats_server: NatsServer, alerts: list[Alerts]
+) -> None:
+    # gpu-08's subject carries gpu-07's firing event: gpu-08 speaking for gpu-07.
+    publish(nats_server.url, FIRING)
+    anyio.run(_publish_on, nats_server.url, subjects.fallback("gpu-08", "llama-8b-a"), FIRING)
+    publish(nats_server.url, RESOLVED)
+    events, err = two_lines(nats_server.url, alerts)
+    assert [(e["state"], e["status"]["node"]) for e in events] == [
+        ("firing", "gpu-07"),
+        ("resolved", "gpu-07"),
+    ]
+    assert (
+        "skipped message 2 on placewatch.fallback.gpu-08.llama-8b-a: it names shard "
+        "'llama-8b-a' of node 'gpu-07', not its subject's" in err
+    )
+
+
+def two_lines(url: str, alerts: list[Alerts]) -> tuple[list[dict[str, Any]], str]:
+    """`placewatch alerts` writing to stdout: its first two lines, each an event, and what it
+    logged, once stopped (exiting 0 with nothing more written)."""
+    alerts.append(Alerts("--nats", url, "--durable", "ops-log"))
     proc = alerts[-1].proc
     assert proc.stdout is not None
     lines = [proc.stdout.readline(), proc.stdout.readline()]
     code, rest, err = alerts[-1].stop()
     assert code == 0, err
     assert rest == ""
-    events = [json.loads(line) for line in lines]
-    assert [(e["state"], e["status"]["verdict"]) for e in events] == [
-        ("firing", "cpu_fallback"),
-        ("resolved", "gpu"),
-    ]
-    assert events[0]["status"]["time"] == "2026-11-30T06:00:01.250000Z"
+    return [json.loads(line) for line in lines], err
+
+
+async def _publish_on(url: str, subject: str, message: FallbackEvent) -> None:
+    nc = await nats.connect(url)
+    try:
+        payload, headers = encode(message)
+        await nc.jetstream().publish(subject, payload, headers=headers)
+    finally:
+        await nc.close()
 
 
 def test_alerts_refuses_a_durable_consumer_that_follows_other_subjects(
