@@ -268,7 +268,7 @@ class FleetView(FleetState):
             return None
         if not on_own_subject(message, subject):
             self.undecodable += 1
-            self.impostors.found(type(message).__name__, subject, _node(message))
+            self.impostors.found(message, subject)
             return None
         seen = time.time() if stored is None else stored
         if isinstance(message, NodeForgotten):

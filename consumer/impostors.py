@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import logging
 
+from msgspec import Struct
+
 log = logging.getLogger(__name__)
 
 LOGGED = 256
@@ -20,14 +22,14 @@ SEE = "docs/subjects.md, One node, one name"
 
 
 class Impostors:
-    """The subjects such messages came on, each with how many came; the first of each
-    logged."""
+    """The subjects such messages came on (the first LOGGED of them), each with how many
+    came; the first on each logged."""
 
     def __init__(self) -> None:
         self.by_subject: dict[str, int] = {}
         self.count = 0
 
-    def found(self, kind: str, subject: str, named: str) -> None:
+    def found(self, message: Struct, subject: str) -> None:
         self.count += 1
         seen = self.by_subject.get(subject)
         if seen is not None:
@@ -35,10 +37,17 @@ class Impostors:
         elif len(self.by_subject) < LOGGED:
             self.by_subject[subject] = 1
             log.warning(
-                "ignored a %s on %s: it names node %r, not the node of its subject; whoever "
-                "publishes there speaks for another node (%s)",
-                kind,
+                "ignored a %s on %s: it names %s, not its subject's; whoever publishes there "
+                "speaks for another node (%s)",
+                type(message).__name__,
                 subject,
-                named,
+                named(message),
                 SEE,
             )
+
+
+def named(message: Struct) -> str:
+    """Whom a message is about, in words: its node, and its shard where it has one."""
+    status = getattr(message, "status", message)  # a FallbackEvent's is its status's
+    node, shard = getattr(status, "node", None), getattr(status, "shard", None)
+    return f"node {node!r}" if shard is None else f"shard {shard!r} of node {node!r}"

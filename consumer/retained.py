@@ -33,6 +33,8 @@ from placewatch.schemas import (
 from placewatch.schemas.codec import HEADER_CONTENT_TYPE
 from placewatch.schemas.streams import for_prefix
 
+from .impostors import SEE, named
+
 log = logging.getLogger(__name__)
 
 IDLE_S = 10.0
@@ -149,11 +151,11 @@ async def compute_statuses(
             continue
         if not on_own_subject(status, msg.subject):
             log.warning(
-                "ignored %s in bucket %s: it names shard %r of node %r, not its key's",
+                "ignored %s in bucket %s: it names %s, not its key's (%s)",
                 msg.subject,
                 bucket.name,
-                status.shard,
-                status.node,
+                named(status),
+                SEE,
             )
             continue
         found.append((status, stored_at(msg)))

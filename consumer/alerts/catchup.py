@@ -26,7 +26,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from placewatch.schemas import ComputeStatus, DecodeError, FallbackEvent, decode, on_own_subject
 from placewatch.schemas.streams import for_prefix
 
-from ..impostors import SEE
+from ..impostors import SEE, named
 from ..retained import compute_statuses, stored_at
 from .reconcile import Message
 from .sinks import AlertmanagerSink
@@ -117,14 +117,12 @@ def decode_message(msg: Msg, prefix: str) -> Message | None:
         log.error("skipped message %d on %s: %s", seq, msg.subject, exc)
         return None
     if not on_own_subject(message, msg.subject):
-        status = message if isinstance(message, ComputeStatus) else message.status
         log.error(
-            "skipped message %d on %s: it names shard %r of node %r, not its subject's; "
-            "whoever publishes there speaks for another (%s)",
+            "skipped message %d on %s: it names %s, not its subject's; whoever publishes "
+            "there speaks for another node (%s)",
             seq,
             msg.subject,
-            status.shard,
-            status.node,
+            named(message),
             SEE,
         )
         return None

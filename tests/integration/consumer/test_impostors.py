@@ -118,8 +118,12 @@ def test_a_view_takes_no_node_s_word_about_another_live_from_the_stores_or_as_a_
     anyio.run(scenario, backend="asyncio")
     logged = [r.getMessage() for r in caplog.records if r.name == "placewatch.consumer.impostors"]
     assert len(logged) == 8  # the first of each subject
-    assert (
+    assert logged[1].startswith(
         "ignored a NodeTelemetry on placewatch.telemetry.gpu-07: it names node 'gpu-08', not "
-        "the node of its subject" in logged[1]
+        "its subject's; whoever publishes there speaks for another node"
+    )
+    assert logged[-1].startswith(
+        "ignored a ComputeStatus on placewatch.compute.gpu-08.mistral: it names shard 'llama' "
+        "of node 'gpu-08', not its subject's"
     )
     assert all("(docs/subjects.md, One node, one name)" in line for line in logged)
