@@ -23,6 +23,8 @@ from .metrics import (
     GPU_PROBLEM,
     GPU_PROBLEM_HELP,
     GPU_PROBLEM_LABELS,
+    IMPOSTORS,
+    IMPOSTORS_HELP,
     NODE_AGE,
     NODE_CLOCK_OFFSET,
     NODE_METRICS,
@@ -56,7 +58,8 @@ class FleetCollector(Collector):
     `node`: serve that node only. `stale_after`: seconds after which a node's last sample
     leaves /metrics (None: stale_limit's default). `clock`: the time now, in seconds since
     the epoch. `partition_problems`: the kinds of what the view's partition check found
-    (consumer/mapping.py)."""
+    (consumer/mapping.py). `impostors`: how many messages the view refused as naming another
+    node than their subject's (consumer/impostors.py)."""
 
     def __init__(
         self,
@@ -66,12 +69,14 @@ class FleetCollector(Collector):
         stale_after: float | None = None,
         clock: Callable[[], float] = time.time,
         partition_problems: Callable[[], list[str]] = list,
+        impostors: Callable[[], int] = int,
     ) -> None:
         self.take = take
         self.node = node
         self.stale_after = stale_after
         self.clock = clock
         self.partition_problems = partition_problems
+        self.impostors = impostors
 
     def collect(self) -> Iterator[Metric]:
         holdings = self.take()
@@ -105,6 +110,7 @@ class FleetCollector(Collector):
         for kind in self.partition_problems():
             partition.add_metric([kind], 1.0)
         yield partition
+        yield CounterMetricFamily(IMPOSTORS, IMPOSTORS_HELP, value=self.impostors())
 
 
 def _family(m: GpuMetric) -> GaugeMetricFamily | CounterMetricFamily:

@@ -227,6 +227,11 @@ NODE_UP = "placewatch_node_up"
 NODE_AGE = "placewatch_node_sample_age_seconds"
 NODE_CLOCK_OFFSET = "placewatch_node_clock_offset_seconds"
 PARTITION_PROBLEM = "placewatch_partition_problem"
+IMPOSTORS = "placewatch_impostor_messages_total"
+IMPOSTORS_HELP = (
+    "Messages on one node's subject that named another node (or shard), refused: a node "
+    "speaking for another, or a publisher writing the wrong subject."
+)
 PARTITION_PROBLEM_HELP = (
     "1 for each way the servers' partition mapping is not the one --partition was told "
     "(kind: unmapped, more_partitions, other_partitions, stream_copies); none while it is."
@@ -266,7 +271,12 @@ NODE_METRICS = {
 
 def served() -> list[str]:
     """Every metric name the exporter serves."""
-    return [m.name for m in GPU_METRICS] + [GPU_PROBLEM, *NODE_METRICS, PARTITION_PROBLEM]
+    return [m.name for m in GPU_METRICS] + [
+        GPU_PROBLEM,
+        *NODE_METRICS,
+        PARTITION_PROBLEM,
+        IMPOSTORS,
+    ]
 
 
 def device(g: GpuSample) -> str:

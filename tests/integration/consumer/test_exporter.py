@@ -357,3 +357,38 @@ def test_an_exporter_told_another_n_than_the_servers_serves_what_it_found(
         assert err.count("the servers' mapping makes more than the 2 partitions given") == 1
     finally:
         server.stop()
+
+
+def test_an_exporter_counts_what_one_node_published_about_another(
+    nats_server: NatsServer, exporters: list[Exporter]
+) -> None:
+    """Telemetry on gpu-07's subject naming gpu-08: the exporter serves no gpu-08, counts it
+    in placewatch_impostor_messages_total and logs the first, naming the subject."""
+    _, telemetry = lean.split(
+        NodeSample(node="gpu-08", session="s", seq=0, time=datetime.now(UTC), interval_s=1)
+    )
+
+    async def publish() -> None:
+        nc = await nats.connect(nats_server.url)
+        try:
+            payload, headers = encode(telemetry)
+            await nc.publish(subjects.telemetry("gpu-07"), payload, headers=headers)
+            await nc.flush()
+        finally:
+            await nc.close()
+
+    def counted(text: str) -> float:
+        (sample,) = samples(text, "placewatch_impostor_messages_total")
+        return sample.value
+
+    exporter = Exporter(nats_server.url)
+    exporters.append(exporter)
+    deadline = time.monotonic() + 20
+    while counted(text := exporter.metrics()) < 3:  # the first ones may come before its view
+        assert time.monotonic() < deadline, text
+        anyio.run(publish)
+        time.sleep(0.2)
+    assert samples(exporter.metrics(), "placewatch_node_up") == []
+    code, err = exporter.stop()
+    assert code == 0, err
+    assert err.count("ignored a NodeTelemetry on placewatch.telemetry.gpu-07: it names") == 1

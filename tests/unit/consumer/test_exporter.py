@@ -27,7 +27,12 @@ from tests.support.held import MIB, NOW, UUID0, held, holdings, node_sample, sic
 Series = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
-def scrape(content: Holdings, now: datetime = NOW, **kwargs: object) -> Series:
+OWN = {"placewatch_impostor_messages_total"}
+"""The series of the exporter's own view, served whatever the fleet."""
+
+
+def scrape(content: Holdings, now: datetime = NOW, own: bool = False, **kwargs: object) -> Series:
+    """The series served of `content` (and, with `own`, those of the exporter's view)."""
     registry = CollectorRegistry(auto_describe=False)
     collector = FleetCollector(lambda: content, clock=now.timestamp, **kwargs)  # type: ignore[arg-type]
     registry.register(collector)
@@ -35,8 +40,17 @@ def scrape(content: Holdings, now: datetime = NOW, **kwargs: object) -> Series:
     series: Series = {}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
-            series[(s.name, tuple(sorted(s.labels.items())))] = s.value
+            if own or s.name not in OWN:
+                series[(s.name, tuple(sorted(s.labels.items())))] = s.value
     return series
+
+
+def test_the_messages_its_view_refused_as_another_node_s_are_counted() -> None:
+    content = holdings(node_sample("a", NOW))
+    assert scrape(content, own=True)[("placewatch_impostor_messages_total", ())] == 0.0
+    counted = scrape(content, own=True, impostors=lambda: 3)
+    assert counted[("placewatch_impostor_messages_total", ())] == 3.0
+    assert scrape(holdings(), own=True) == {("placewatch_impostor_messages_total", ()): 0.0}
 
 
 def gpu_labels(
