@@ -12,6 +12,8 @@ import logging
 
 from msgspec import Struct
 
+from placewatch.schemas.codec import about
+
 log = logging.getLogger(__name__)
 
 LOGGED = 256
@@ -36,18 +38,14 @@ class Impostors:
             self.by_subject[subject] = seen + 1
         elif len(self.by_subject) < LOGGED:
             self.by_subject[subject] = 1
-            log.warning(
-                "ignored a %s on %s: it names %s, not its subject's; whoever publishes there "
-                "speaks for another node (%s)",
-                type(message).__name__,
-                subject,
-                named(message),
-                SEE,
-            )
+            log.warning("ignored a %s on %s: %s", type(message).__name__, subject, why(message))
 
 
-def named(message: Struct) -> str:
-    """Whom a message is about, in words: its node, and its shard where it has one."""
-    status = getattr(message, "status", message)  # a FallbackEvent's is its status's
-    node, shard = getattr(status, "node", None), getattr(status, "shard", None)
-    return f"node {node!r}" if shard is None else f"shard {shard!r} of node {node!r}"
+def why(message: Struct) -> str:
+    """Why a message that names another node than its subject's is refused, in words."""
+    node, shard = about(message)
+    named = f"node {node!r}" if shard is None else f"shard {shard!r} of node {node!r}"
+    return (
+        f"it names {named}, not its subject's; whoever publishes there speaks for another "
+        f"node ({SEE})"
+    )

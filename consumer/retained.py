@@ -33,7 +33,7 @@ from placewatch.schemas import (
 from placewatch.schemas.codec import HEADER_CONTENT_TYPE
 from placewatch.schemas.streams import for_prefix
 
-from .impostors import SEE, named
+from .impostors import why
 
 log = logging.getLogger(__name__)
 
@@ -150,13 +150,7 @@ async def compute_statuses(
             log.warning("ignored %s in bucket %s: %s", msg.subject, bucket.name, exc)
             continue
         if not on_own_subject(status, msg.subject):
-            log.warning(
-                "ignored %s in bucket %s: it names %s, not its key's (%s)",
-                msg.subject,
-                bucket.name,
-                named(status),
-                SEE,
-            )
+            log.warning("ignored %s in bucket %s: %s", msg.subject, bucket.name, why(status))
             continue
         found.append((status, stored_at(msg)))
     return found

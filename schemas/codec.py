@@ -137,12 +137,18 @@ def on_own_subject(message: msgspec.Struct, subject: str) -> bool:
     the subject or bucket key it came on (subjects.carries). A node may publish on its own
     subjects only, with any content; a message on them that names another node is a node
     speaking for another, which a reader refuses (docs/subjects.md, One node, one name)."""
+    return subjects.carries(subject, *about(message))
+
+
+def about(message: msgspec.Struct) -> tuple[str, str | None]:
+    """The node a message is about, and the shard of a status or fallback event (None for
+    any other); a message of no node names "", which no subject carries."""
     if isinstance(message, FallbackEvent):
         message = message.status
     if isinstance(message, ComputeStatus):
-        return subjects.carries(subject, message.node, message.shard)
+        return message.node, message.shard
     node = getattr(message, "node", None)
-    return isinstance(node, str) and subjects.carries(subject, node)
+    return (node if isinstance(node, str) else ""), None
 
 
 def content_type(headers: Mapping[str, str] | None) -> str:

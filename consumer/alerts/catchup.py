@@ -26,7 +26,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from placewatch.schemas import ComputeStatus, DecodeError, FallbackEvent, decode, on_own_subject
 from placewatch.schemas.streams import for_prefix
 
-from ..impostors import SEE, named
+from ..impostors import why
 from ..retained import compute_statuses, stored_at
 from .reconcile import Message
 from .sinks import AlertmanagerSink
@@ -117,13 +117,6 @@ def decode_message(msg: Msg, prefix: str) -> Message | None:
         log.error("skipped message %d on %s: %s", seq, msg.subject, exc)
         return None
     if not on_own_subject(message, msg.subject):
-        log.error(
-            "skipped message %d on %s: it names %s, not its subject's; whoever publishes "
-            "there speaks for another node (%s)",
-            seq,
-            msg.subject,
-            named(message),
-            SEE,
-        )
+        log.error("skipped message %d on %s: %s", seq, msg.subject, why(message))
         return None
     return message
