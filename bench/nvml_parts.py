@@ -12,8 +12,10 @@ part, tick by tick, each tick after the same pause as the worker's loop sleeps:
   them (their CPU, the bindings' own included, less what the timing adds inside them): the
   driver's reads, which are not the worker's part (the timing's own Python around each call
   would be, so the phases are taken on the untimed pipeline);
-- then, each after the same pause again: a call of nothing handed to a worker thread and
-  back, as the NVML read is (`anyio.to_thread.run_sync`), and the host sample alone.
+- then, each after the same pause again: a call of nothing handed to the source's read
+  thread and back, as the NVML read is (gpu/read_thread.py), and the host sample alone;
+  beside them, not part of the tick, the same call of nothing handed to anyio's thread
+  pool (`anyio.to_thread.run_sync`), as the NVML read was before.
 
 The NVML read's own Python is the read less those two and the driver's reads. The mean
 of each over the ticks is the figure; what the thread hop and the host sample take
@@ -61,19 +63,22 @@ PHASES = (
     "the tick",
     "the driver's reads",
     "the worker's part",
-    "handing a read to a thread",
+    "handing a read to the source's thread",
     "the host sample",
     "the NVML read's own Python",
     f"judging {SHARDS} shards",
     "building the sample",
 )
+BESIDE = "anyio.to_thread.run_sync, beside"
+"""Not a phase: what the hop costs through anyio's pool, timed the same way."""
 
 
 def pipelines(
     groups: list[list[int]], where: Path, real: bool
-) -> tuple[Pipeline, Pipeline, TimedNvml, str]:
+) -> tuple[Pipeline, NvmlSource, Pipeline, TimedNvml, str]:
     """Two pipelines judging the shards `groups` (a shards file in `where`): one reading
-    NVML as the worker does, one with its calls timed; the timer; what they read, in words.
+    NVML as the worker does (and its source), one with its calls timed; the timer; what
+    they read, in words.
     Each reads a module of its own: the node's library, or a stand-in serving 8 GPUs and the
     shards' processes."""
     if real:
@@ -85,8 +90,10 @@ def pipelines(
         plain, timed, what = FakeNvml(gpus), FakeNvml(gpus), f"{GPUS} GPUs of the stand-in library"
     timer = TimedNvml(timed)
     shards = shards_file(where, groups, 1 if real else GPUS)
+    source = NvmlSource(plain)
     return (
-        sampler(VendorChain("nvidia", [NvmlSource(plain)]), shards),
+        sampler(VendorChain("nvidia", [source]), shards),
+        source,
         sampler(VendorChain("nvidia", [NvmlSource(timer)]), shards),
         timer,
         what,
@@ -94,13 +101,13 @@ def pipelines(
 
 
 async def measure(
-    pipeline: Pipeline, timed: Pipeline, timer: TimedNvml, n: int
+    pipeline: Pipeline, source: NvmlSource, timed: Pipeline, timer: TimedNvml, n: int
 ) -> dict[str, list[float]]:
     """n ticks, each after a pause and split into its phases; the same tick on the timed
     pipeline, for the driver's reads; a thread hop of nothing and the host sample alone.
     Each after a pause; CPU seconds of the whole process."""
     cpu = time.process_time
-    found: dict[str, list[float]] = {phase: [] for phase in PHASES}
+    found: dict[str, list[float]] = {phase: [] for phase in (*PHASES, BESIDE)}
     for _ in range(3):  # warm up: imports, the first host window, the shards' start times
         await pipeline.take()
         await timed.take()
@@ -120,8 +127,12 @@ async def measure(
         driver = timer.reads_s
         await anyio.sleep(PAUSE_S)
         before = cpu()
-        await anyio.to_thread.run_sync(lambda: None)
+        await source.thread.run(lambda: None)
         hop = cpu() - before
+        await anyio.sleep(PAUSE_S)
+        before = cpu()
+        await anyio.to_thread.run_sync(lambda: None)
+        found[BESIDE].append(cpu() - before)
         await anyio.sleep(PAUSE_S)
         before = cpu()
         pipeline.sampler.host.sample()
@@ -130,7 +141,7 @@ async def measure(
         found["the tick"].append(tick)
         found["the driver's reads"].append(driver)
         found["the worker's part"].append(tick - driver)
-        found["handing a read to a thread"].append(hop)
+        found["handing a read to the source's thread"].append(hop)
         found["the host sample"].append(host)
         found["the NVML read's own Python"].append(read - started - driver - hop - host)
         found[f"judging {SHARDS} shards"].append(judged - read)
@@ -147,8 +158,8 @@ def main() -> None:
     args = parser.parse_args()
     processes = cuda_shard_processes if args.real else shard_processes
     with tempfile.TemporaryDirectory() as tmp_name, processes() as groups:
-        pipeline, timed, timer, what = pipelines(groups, Path(tmp_name), args.real)
-        found = anyio.run(measure, pipeline, timed, timer, args.ticks, backend="asyncio")
+        pipeline, source, timed, timer, what = pipelines(groups, Path(tmp_name), args.real)
+        found = anyio.run(measure, pipeline, source, timed, timer, args.ticks, backend="asyncio")
 
     mean = {phase: statistics.fmean(each) for phase, each in found.items()}
     part = mean["the worker's part"]
@@ -159,13 +170,13 @@ def main() -> None:
     )
     print(f"{'phase':<34}{'mean':>8}{'p50':>8}{'of the part':>13}")
     for phase, each in found.items():
-        share = f"{mean[phase] / part:>13.2f}" if phase not in PHASES[:2] else ""
-        indent = "  " if PHASES.index(phase) > 2 else ""
+        share = f"{mean[phase] / part:>13.2f}" if phase in PHASES[2:] else ""
+        indent = "  " if phase not in PHASES[:3] else ""
         print(
             f"{indent + phase:<34}{mean[phase] * 1e3:>8.3f}"
             f"{statistics.median(each) * 1e3:>8.3f}{share}"
         )
-    fixed = mean["handing a read to a thread"] + mean["the host sample"]
+    fixed = mean["handing a read to the source's thread"] + mean["the host sample"]
     print(
         f"target: the worker's part at most {OVER_DRIVER_TARGET_MS:g} ms: {part * 1e3:.3f} ms, "
         f"{part * 1e3 / OVER_DRIVER_TARGET_MS:.2f} of it; the thread hop and the host sample "

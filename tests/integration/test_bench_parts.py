@@ -15,15 +15,15 @@ def test_a_tick_of_the_stand_in_is_split_into_the_driver_s_reads_and_the_worker_
     tmp_path: Path,
 ) -> None:
     with shard_processes() as groups:
-        plain, timed, timer, what = nvml_parts.pipelines(groups, tmp_path, real=False)
+        plain, source, timed, timer, what = nvml_parts.pipelines(groups, tmp_path, real=False)
         assert what == f"{GPUS} GPUs of the stand-in library"
-        (source,) = plain.sampler.chains[0].candidates
+        assert plain.sampler.chains[0].candidates == [source]
         assert isinstance(source, NvmlSource)
         assert source._nvml is not timer._nvml  # a stand-in each: neither's state the other's
         # measure() itself asserts that every shard was judged on its GPU.
-        found = anyio.run(nvml_parts.measure, plain, timed, timer, 2, backend="asyncio")
+        found = anyio.run(nvml_parts.measure, plain, source, timed, timer, 2, backend="asyncio")
 
-    assert list(found) == list(nvml_parts.PHASES)
+    assert list(found) == [*nvml_parts.PHASES, nvml_parts.BESIDE]
     assert all(len(each) == 2 for each in found.values())
     for tick, reads, part in zip(
         found["the tick"], found["the driver's reads"], found["the worker's part"], strict=True
@@ -31,5 +31,6 @@ def test_a_tick_of_the_stand_in_is_split_into_the_driver_s_reads_and_the_worker_
         assert 0 < reads < tick and part == tick - reads
     # Eight GPUs of readings a tick went through the timed bindings, and each phase took time.
     assert timer.calls > GPUS * 10
-    for phase in ("handing a read to a thread", "the host sample", f"judging {SHARDS} shards"):
+    hop = "handing a read to the source's thread"
+    for phase in (hop, nvml_parts.BESIDE, "the host sample", f"judging {SHARDS} shards"):
         assert min(found[phase]) > 0, phase

@@ -6,10 +6,10 @@ the driver's libnvidia-ml.so) reads its GPUs this way. NVML enumerates in
 PCI bus order, the same physical index nvidia-smi prints.
 
 NVML calls block in the driver and can hang there like nvidia-smi does, so
-a tick's reads run in a worker thread with a timeout; a thread that does not
-come back is abandoned and no new read starts until it does (the source
-reads degraded meanwhile). Health counts and XID events are read through
-nvml_health.py, in the same thread.
+a tick's reads run in a thread of the source's own (read_thread.py) with a
+timeout; a read that does not come back is abandoned and no new read starts
+until it does (the source reads degraded meanwhile). Health counts and XID
+events are read through nvml_health.py, in the same thread.
 """
 
 from __future__ import annotations
@@ -17,13 +17,11 @@ from __future__ import annotations
 import ctypes
 import logging
 import sys
-import threading
 import time
 from collections.abc import Callable
 from typing import Any, ClassVar, NamedTuple
 
 import anyio
-import anyio.to_thread
 
 from placewatch.schemas import GpuProcess, GpuSample, MigInstance, SourceStatus
 from placewatch.schemas.messages import Vendor
@@ -31,6 +29,7 @@ from placewatch.schemas.messages import Vendor
 from . import ActivityWanted, SourceOptions, values
 from .nvml_health import Refusals, XidEvents, read_health
 from .process_activity import IDLE, Usage, attach_usage
+from .read_thread import ReadThread
 
 log = logging.getLogger(__name__)
 
@@ -360,7 +359,7 @@ class NvmlSource:
         self._nvml = nvml
         self._why_not: str | None = None
         self.timeout_s = timeout_s
-        self._reading: threading.Event | None = None  # set when the last read returned
+        self.thread = ReadThread("placewatch-nvml")  # its reads, one at a time, off the loop
         self._lists = ProcessLists()  # touched by one read at a time: a stuck one blocks the next
         self._utilization = ProcessUtilization()  # the same
         self._refusals = Refusals()  # the same
@@ -394,27 +393,22 @@ class NvmlSource:
         why_not = self.unavailable()
         if why_not is not None:
             return [], status(why_not)
-        if self._reading is not None and not self._reading.is_set():
+        if self.thread.busy:
             return [], status(
                 "an NVML call has not returned for over "
                 f"{self.timeout_s:g} s (GPU stuck in the driver? check dmesg for Xid errors)",
                 degraded=True,
             )
-        done = threading.Event()
-        self._reading = done
         nvml, lists, refusals, xids = self._nvml, self._lists, self._refusals, self._xids
         utilization = self._utilization if activity != "no" else None
 
         def read() -> tuple[list[GpuSample], list[str]]:
-            try:
-                return read_gpus(nvml, lists, utilization, refusals, xids)
-            finally:
-                done.set()
+            return read_gpus(nvml, lists, utilization, refusals, xids)
 
         found: tuple[list[GpuSample], list[str]] | None = None
         try:
             with anyio.move_on_after(self.timeout_s):
-                found = await anyio.to_thread.run_sync(read, abandon_on_cancel=True)
+                found = await self.thread.run(read)
         except nvml.NVMLError as exc:
             return [], status(f"NVML failed: {exc}")
         if found is None:

@@ -187,9 +187,7 @@ def test_a_hung_nvml_call_times_out_and_blocks_new_reads_until_it_returns() -> N
     nvml.hang.clear()
     nvml.release.set()
     deadline = time.monotonic() + 5
-    while (
-        source._reading is not None and not source._reading.is_set() and time.monotonic() < deadline
-    ):
+    while source.thread.busy and time.monotonic() < deadline:
         time.sleep(0.05)
     gpus, status = sample(source)
     assert status.ok and len(gpus) == 2
