@@ -2,8 +2,9 @@
 they cannot be.
 
 psutil reads the same two files but parses every line of each into a named tuple, where the
-sample needs one line of the first and two of the second. Where a file is missing or lacks
-its line (no MemAvailable before Linux 3.14; not Linux at all), psutil works it out.
+sample needs one line of the first and two of the second. Both are kept open and read again
+each sample (procfs.KeptFile). Where a file is missing or lacks its line (no MemAvailable
+before Linux 3.14; not Linux at all), psutil works it out.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import psutil
 
 from placewatch.schemas import HostSample
 
-from .procfs import read_proc
+from .procfs import KeptFile
 
 MIN_WINDOW_S = 0.2
 """CPU use over a shorter window than this is noise: the first sample waits it out, and a
@@ -32,12 +33,11 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if "SC_CLK_TCK" in getattr(os, "sysconf_n
 """/proc/stat's unit a second (USER_HZ: 100 on every Linux architecture but a few)."""
 
 
-def _cpu_times(proc: Path = PROC) -> tuple[float, float]:
+def _cpu_times(data: bytes | None) -> tuple[float, float]:
     """(busy, total) CPU seconds since boot, over every CPU, as psutil.cpu_percent counts
     them: the guest times are inside user and nice already, and idle and iowait are not
-    busy. From /proc/stat's `cpu` line, else psutil: the same seconds either way, so that a
-    window whose two ends were read differently still means something."""
-    data = read_proc(proc / "stat")
+    busy. From /proc/stat's `cpu` line (`data`), else psutil: the same seconds either way,
+    so that a window whose two ends were read differently still means something."""
     if data is not None and data.startswith(b"cpu "):
         try:
             times = [int(v) for v in data[4 : data.find(b"\n")].split()]
@@ -51,9 +51,9 @@ def _cpu_times(proc: Path = PROC) -> tuple[float, float]:
     return seconds - cpu.idle - getattr(cpu, "iowait", 0.0), seconds
 
 
-def _memory(proc: Path = PROC) -> tuple[int, int]:
-    """(total, available) bytes of memory: /proc/meminfo's MemTotal and MemAvailable."""
-    data = read_proc(proc / "meminfo")
+def _memory(data: bytes | None) -> tuple[int, int]:
+    """(total, available) bytes of memory: /proc/meminfo's (`data`) MemTotal and
+    MemAvailable, else psutil's."""
     found: dict[bytes, int] = {}
     for line in (data or b"").split(b"\n", 8)[:8]:  # both are among the first lines
         key, _, value = line.partition(b":")
@@ -79,8 +79,8 @@ class HostSampler:
     def __init__(self, proc: Path = PROC) -> None:
         # psutil.cpu_percent keeps its last reading per thread (psutil 7): the first sample,
         # taken in another thread than this one, would read 0. The times are kept here.
-        self._proc = proc
-        self._times = _cpu_times(proc)
+        self._stat, self._meminfo = KeptFile(proc / "stat"), KeptFile(proc / "meminfo")
+        self._times = _cpu_times(self._stat.read())
         self._since = time.monotonic()
         self._cpu: float | None = None
         self._cpu_count: int | None = None
@@ -103,7 +103,7 @@ class HostSampler:
             self._since = now
         if self._cpu_count is None or now - self._counted_at >= COUNT_EVERY_S:
             self._cpu_count, self._counted_at = psutil.cpu_count(logical=True), now
-        total, available = _memory(self._proc)
+        total, available = _memory(self._meminfo.read())
         try:
             load_1m: float | None = round(os.getloadavg()[0], 2)
         except OSError:  # not every platform keeps a load average
@@ -117,7 +117,7 @@ class HostSampler:
         )
 
     def _cpu_since_last(self) -> float:
-        (busy, total), (busy0, total0) = _cpu_times(self._proc), self._times
+        (busy, total), (busy0, total0) = _cpu_times(self._stat.read()), self._times
         self._times = (busy, total)
         if total <= total0:
             return 0.0
