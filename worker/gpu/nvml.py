@@ -18,7 +18,7 @@ import ctypes
 import logging
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, NamedTuple
 
 import anyio
@@ -28,7 +28,7 @@ from placewatch.schemas.messages import Vendor
 
 from . import ActivityWanted, SourceOptions, values
 from .nvml_health import Refusals, XidEvents, read_health
-from .process_activity import IDLE, Usage, attach_usage
+from .process_activity import IDLE, NO_READING, Usage, clamp_pct
 from .read_thread import ReadThread
 
 log = logging.getLogger(__name__)
@@ -99,13 +99,9 @@ def read_gpus(
             gpus.append(GpuSample(index=index, vendor="nvidia", health=health))
             continue
         handle = handles[index]
-        gpu = _read_gpu(nvml, index, handle, lists, refusals=refusals, xids=xids)
-        # NVML gives no per-process utilization on a MIG GPU (NOT_SUPPORTED): not asked.
-        if utilization is not None and gpu.processes and not gpu.mig_enabled:
-            usage = utilization.read(nvml, index, handle)
-            if usage is not None:
-                gpu = attach_usage(gpu, usage, IDLE)
-        gpus.append(gpu)
+        gpus.append(
+            _read_gpu(nvml, index, handle, lists, utilization, refusals=refusals, xids=xids)
+        )
     return gpus, problems
 
 
@@ -114,6 +110,7 @@ def _read_gpu(
     index: int,
     handle: Any,
     lists: ProcessLists,
+    activity: ProcessUtilization | None,
     *,
     refusals: Refusals,
     xids: XidEvents | None,
@@ -136,7 +133,13 @@ def _read_gpu(
     fan = once("nvmlDeviceGetFanSpeed")
     mode = ask("nvmlDeviceGetMigMode", handle)
     mig_enabled = None if mode is None else mode[0] == nvml.NVML_DEVICE_MIG_ENABLE
-    processes = _processes(nvml, ask(lists.read, nvml, handle))
+    listed = ask(lists.read, nvml, handle)
+    # What each process ran, where asked: NVML gives no per-process utilization on a MIG GPU
+    # (NOT_SUPPORTED), so it is not asked there. Each process is built once, with it.
+    usage = None
+    if activity is not None and listed and not mig_enabled:
+        usage = activity.read(nvml, index, handle)
+    processes = _processes(nvml, listed, usage)
     instances: list[MigInstance] = []
     if mig_enabled:
         # On a MIG GPU, processes are listed per instance, not on the parent.
@@ -323,12 +326,18 @@ class ProcessUtilization:
         return {pid: (sm / n, mem / n) for pid, (sm, mem, n) in sums.items()}
 
 
-def _processes(nvml: Any, infos: Any) -> list[GpuProcess]:
+def _processes(nvml: Any, infos: Any, usage: Mapping[int, Usage] | None = None) -> list[GpuProcess]:
+    """The processes of a list NVML gave; with `usage`, what each ran (a process NVML gave
+    no sample for ran nothing: IDLE)."""
     found = []
     for info in infos or []:
+        pid = int(info.pid)
         # Older bindings hand back the raw "not available" sentinel instead of None.
         used = _whole(getattr(info, "usedGpuMemory", None))
-        found.append(GpuProcess(pid=int(info.pid), used_bytes=used))
+        sm, mem = NO_READING if usage is None else usage.get(pid, IDLE)
+        found.append(
+            GpuProcess(pid=pid, used_bytes=used, sm_pct=clamp_pct(sm), mem_pct=clamp_pct(mem))
+        )
     return found
 
 
