@@ -168,12 +168,12 @@ def main() -> None:
         f"{args.ticks} ticks, each after a {PAUSE_S:g} s pause, CPU ms (load "
         f"{os.getloadavg()[0]:.2f})"
     )
-    print(f"{'phase':<34}{'mean':>8}{'p50':>8}{'of the part':>13}")
+    print(f"{'phase':<42}{'mean':>8}{'p50':>8}{'of the part':>13}")
     for phase, each in found.items():
         share = f"{mean[phase] / part:>13.2f}" if phase in PHASES[2:] else ""
         indent = "  " if phase not in PHASES[:3] else ""
         print(
-            f"{indent + phase:<34}{mean[phase] * 1e3:>8.3f}"
+            f"{indent + phase:<42}{mean[phase] * 1e3:>8.3f}"
             f"{statistics.median(each) * 1e3:>8.3f}{share}"
         )
     fixed = mean["handing a read to the source's thread"] + mean["the host sample"]
