@@ -15,7 +15,7 @@ part, tick by tick, each tick after the same pause as the worker's loop sleeps:
 - then, each after the same pause again: a call of nothing handed to the source's read
   thread and back, as the NVML read is (gpu/read_thread.py), and the host sample alone;
   beside them, not part of the tick, the same call of nothing handed to anyio's thread
-  pool (`anyio.to_thread.run_sync`), as the NVML read was before.
+  pool (`anyio.to_thread.run_sync`), for comparison.
 
 The NVML read's own Python is the read less those two and the driver's reads. The mean
 of each over the ticks is the figure; what the thread hop and the host sample take

@@ -15,6 +15,7 @@ events are read through nvml_health.py, in the same thread.
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 import sys
 import time
@@ -110,7 +111,7 @@ def _read_gpu(
     index: int,
     handle: Any,
     lists: ProcessLists,
-    activity: ProcessUtilization | None,
+    utilization: ProcessUtilization | None,
     *,
     refusals: Refusals,
     xids: XidEvents | None,
@@ -125,7 +126,7 @@ def _read_gpu(
         return refusals.ask(nvml, index, call, handle, *args)
 
     memory = _memory(nvml, handle, ask)
-    utilization = ask("nvmlDeviceGetUtilizationRates", handle)
+    rates = ask("nvmlDeviceGetUtilizationRates", handle)
     pci = ask("nvmlDeviceGetPciInfo", handle)
     power_mw = _whole(ask("nvmlDeviceGetPowerUsage", handle))
     cap_mw = _whole(ask("nvmlDeviceGetEnforcedPowerLimit", handle))
@@ -137,15 +138,15 @@ def _read_gpu(
     # What each process ran, where asked: NVML gives no per-process utilization on a MIG GPU
     # (NOT_SUPPORTED), so it is not asked there. Each process is built once, with it.
     usage = None
-    if activity is not None and listed and not mig_enabled:
-        usage = activity.read(nvml, index, handle)
+    if utilization is not None and listed and not mig_enabled:
+        usage = utilization.read(nvml, index, handle)
     processes = _processes(nvml, listed, usage)
     instances: list[MigInstance] = []
     if mig_enabled:
         # On a MIG GPU, processes are listed per instance, not on the parent.
         instances, mig_processes = _mig(nvml, handle, ask, lists)
         processes += mig_processes
-    util = None if utilization is None else _pct(utilization.gpu)
+    util = None if rates is None else _pct(rates.gpu)
     health = read_health(nvml, index, handle, refusals)
     return GpuSample(
         index=index,
@@ -166,7 +167,7 @@ def _read_gpu(
         mig=instances,
         sm_clock_mhz=_whole(once("nvmlDeviceGetClockInfo", nvml.NVML_CLOCK_SM)),
         memory_clock_mhz=_whole(once("nvmlDeviceGetClockInfo", nvml.NVML_CLOCK_MEM)),
-        memory_util_pct=None if utilization is None else _pct(utilization.memory),
+        memory_util_pct=None if rates is None else _pct(rates.memory),
         energy_j=None if energy_mj is None else energy_mj / 1000,
         # NVML: "may exceed 100% in certain cases" (a share of the noise-tolerance maximum).
         fan_pct=None if _float(fan) is None else min(float(fan), 100.0),
@@ -385,7 +386,7 @@ class NvmlSource:
 
     async def sample(self, activity: ActivityWanted = "no") -> tuple[list[GpuSample], SourceStatus]:
         """This tick's GPUs; unless `activity` is "no", what each process ran since the last
-        read too (in the same worker thread as the rest: NVML answers in microseconds)."""
+        read too (on the source's thread with the rest: NVML answers in microseconds)."""
         started = time.perf_counter()
 
         def status(error: str | None = None, degraded: bool = False) -> SourceStatus:
@@ -408,17 +409,15 @@ class NvmlSource:
                 f"{self.timeout_s:g} s (GPU stuck in the driver? check dmesg for Xid errors)",
                 degraded=True,
             )
-        nvml, lists, refusals, xids = self._nvml, self._lists, self._refusals, self._xids
         utilization = self._utilization if activity != "no" else None
-
-        def read() -> tuple[list[GpuSample], list[str]]:
-            return read_gpus(nvml, lists, utilization, refusals, xids)
-
+        read = functools.partial(
+            read_gpus, self._nvml, self._lists, utilization, self._refusals, self._xids
+        )
         found: tuple[list[GpuSample], list[str]] | None = None
         try:
             with anyio.move_on_after(self.timeout_s):
                 found = await self.thread.run(read)
-        except nvml.NVMLError as exc:
+        except self._nvml.NVMLError as exc:
             return [], status(f"NVML failed: {exc}")
         if found is None:
             log.warning("NVML read timed out after %g s; abandoning it", self.timeout_s)
