@@ -30,6 +30,7 @@ from ..impostors import why
 from ..retained import compute_statuses, stored_at
 from .reconcile import Message
 from .sinks import AlertmanagerSink
+from .skipped import Skipped
 
 log = logging.getLogger(__name__)
 
@@ -41,10 +42,16 @@ UNSUBSCRIBE_S = 1.0
 
 
 async def catch_up(
-    nc: Client, prefix: str, filters: list[str], floor: int, sink: AlertmanagerSink
+    nc: Client,
+    prefix: str,
+    filters: list[str],
+    floor: int,
+    sink: AlertmanagerSink,
+    *,
+    skipped: Skipped,
 ) -> None:
     """Teach `sink` what was posted (the messages up to `floor`) and what is true now."""
-    await replay(nc.jetstream(), prefix, filters, floor, sink.learn)
+    await replay(nc.jetstream(), prefix, filters, floor, sink.learn, skipped=skipped)
     statuses = await compute_statuses(nc, prefix, BUCKET_READ_S, release)
     sink.seed(statuses)
     log.info("read %d shard statuses from the compute bucket", len(statuses))
@@ -56,6 +63,8 @@ async def replay(
     filters: list[str],
     floor: int,
     learn: Callable[[Message, float], None],
+    *,
+    skipped: Skipped,
 ) -> None:
     """Read again, without delivering, the messages already acknowledged (up to `floor`)."""
     if floor <= 0:
@@ -83,7 +92,7 @@ async def replay(
             for msg in batch:
                 if msg.metadata.sequence.stream > floor:
                     return
-                message = decode_message(msg, prefix)
+                message = decode_message(msg, prefix, skipped)
                 if message is not None:
                     learn(message, stored_at(msg))
             if batch[-1].metadata.num_pending == 0:
@@ -104,9 +113,9 @@ async def release(sub: JetStreamContext.PullSubscription) -> None:
         await sub.unsubscribe()
 
 
-def decode_message(msg: Msg, prefix: str) -> Message | None:
-    """A ComputeStatus or FallbackEvent, as its subject says; None (logged) when it is not,
-    or names another node or shard than its subject's (consumer/impostors.py)."""
+def decode_message(msg: Msg, prefix: str, skipped: Skipped) -> Message | None:
+    """A ComputeStatus or FallbackEvent, as its subject says; None (counted in `skipped`)
+    when it is not, or names another node or shard than its subject's (consumer/impostors.py)."""
     kind: type[ComputeStatus] | type[FallbackEvent] = FallbackEvent
     if msg.subject.startswith(f"{prefix}.compute."):
         kind = ComputeStatus
@@ -114,9 +123,9 @@ def decode_message(msg: Msg, prefix: str) -> Message | None:
     try:
         message = decode(msg.data, kind, msg.headers)
     except DecodeError as exc:
-        log.error("skipped message %d on %s: %s", seq, msg.subject, exc)
+        skipped.skip(seq, msg.subject, str(exc))
         return None
     if not on_own_subject(message, msg.subject):
-        log.error("skipped message %d on %s: %s", seq, msg.subject, why(message))
+        skipped.skip(seq, msg.subject, why(message))
         return None
     return message

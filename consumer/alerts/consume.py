@@ -34,6 +34,7 @@ from .catchup import catch_up, decode_message, release
 from .options import DEFAULT_DURABLE
 from .reconcile import Message, status_of
 from .sinks import AlertmanagerSink, Sink
+from .skipped import Skipped
 from .webhook import DeliveryError
 
 log = logging.getLogger(__name__)
@@ -67,6 +68,7 @@ async def consume(
     is bound (and, for Alertmanager, what is firing now was posted)."""
     js = nc.jetstream()
     stream = for_prefix(prefix).events.name
+    skipped = Skipped()  # across reconnections: a message skipped again is counted again
     said = ""
     while True:
         await _wait_for_stream(js, stream)
@@ -75,7 +77,7 @@ async def consume(
             try:
                 sub, floor = await _bind(js, prefix, durable, sink.follows_statuses)
                 if isinstance(sink, AlertmanagerSink):
-                    await catch_up(nc, prefix, filters(prefix, True), floor, sink)
+                    await catch_up(nc, prefix, filters(prefix, True), floor, sink, skipped=skipped)
             except SETUP_ERRORS as exc:
                 why = (
                     f"cannot set up consumer {durable} ({exc}); retrying every {STREAM_POLL_S:g} s"
@@ -86,7 +88,7 @@ async def consume(
                 await anyio.sleep(STREAM_POLL_S)
                 continue
             said = ""
-            await _deliver_from(sub, prefix, durable, sink, ready)
+            await _deliver_from(sub, prefix, durable, sink, ready, skipped=skipped)
         except SETUP_ERRORS as exc:
             log.warning("consumer %s failed (%s); setting it up again", durable, exc)
             await anyio.sleep(STREAM_POLL_S)
@@ -101,6 +103,8 @@ async def _deliver_from(
     durable: str,
     sink: Sink,
     ready: anyio.Event | None,
+    *,
+    skipped: Skipped,
 ) -> None:
     if isinstance(sink, AlertmanagerSink):
         await _until_delivered("what is firing now", sink.sync)
@@ -109,7 +113,7 @@ async def _deliver_from(
     log.info(
         "delivering fallback events from %s (consumer %s)", for_prefix(prefix).events.name, durable
     )
-    await _deliver_all(sub, prefix, sink)
+    await _deliver_all(sub, prefix, sink, skipped)
 
 
 async def _wait_for_stream(js: JetStreamContext, stream: str) -> None:
@@ -167,13 +171,15 @@ async def _bind(
     return sub, floor
 
 
-async def _deliver_all(sub: JetStreamContext.PullSubscription, prefix: str, sink: Sink) -> None:
+async def _deliver_all(
+    sub: JetStreamContext.PullSubscription, prefix: str, sink: Sink, skipped: Skipped
+) -> None:
     while True:
         try:
             (msg,) = await sub.fetch(1, timeout=FETCH_WAIT_S)
         except (nats.errors.TimeoutError, TimeoutError):
             continue
-        message = decode_message(msg, prefix)
+        message = decode_message(msg, prefix, skipped)
         if message is None:
             await msg.term()  # never deliverable: do not block the ones behind it
             continue

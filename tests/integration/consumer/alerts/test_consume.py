@@ -15,6 +15,7 @@ import nats
 from nats.js.api import ConsumerConfig, StreamConfig
 
 from placewatch.schemas import ComputeStatus, FallbackEvent, encode, subjects
+from placewatch.schemas.codec import HEADER_SCHEMA
 from placewatch.schemas.streams import COMPUTE, EVENTS
 
 from tests.conftest import NatsServer, run_placewatch
@@ -285,19 +286,49 @@ def test_alerts_without_a_webhook_writes_one_json_line_per_event(
 def test_an_event_that_names_another_node_than_its_subject_is_skipped_and_the_rest_delivered(
     nats_server: NatsServer, alerts: list[Alerts]
 ) -> None:
-    # gpu-08's subject carries gpu-07's firing event: gpu-08 speaking for gpu-07.
+    # gpu-08's subject carries gpu-07's firing event, ten times: gpu-08 speaking for gpu-07.
     publish(nats_server.url, FIRING)
-    anyio.run(_publish_on, nats_server.url, subjects.fallback("gpu-08", "llama-8b-a"), FIRING)
+    for _ in range(10):
+        anyio.run(_publish_on, nats_server.url, subjects.fallback("gpu-08", "llama-8b-a"), FIRING)
     publish(nats_server.url, RESOLVED)
     events, err = two_lines(nats_server.url, alerts)
     assert [(e["state"], e["status"]["node"]) for e in events] == [
         ("firing", "gpu-07"),
         ("resolved", "gpu-07"),
     ]
-    assert (
-        "skipped message 2 on placewatch.fallback.gpu-08.llama-8b-a: it names shard "
-        "'llama-8b-a' of node 'gpu-07', not its subject's" in err
+    why = (
+        "it names shard 'llama-8b-a' of node 'gpu-07', not its subject's; whoever publishes "
+        "there speaks for another node (docs/subjects.md, One node, one name)"
     )
+    # Logged at the first and the tenth, not each: a node may publish there without end.
+    assert [line.split("skipped ", 1)[1] for line in err.splitlines() if "skipped " in line] == [
+        f"message 2 on placewatch.fallback.gpu-08.llama-8b-a: {why}",
+        f"message 11 on placewatch.fallback.gpu-08.llama-8b-a: {why} (10 skipped on this "
+        "subject; logged at 1, 10, 100 ...)",
+    ]
+
+
+def test_a_message_that_is_no_event_of_this_schema_is_skipped_and_the_rest_delivered(
+    nats_server: NatsServer, alerts: list[Alerts]
+) -> None:
+    subject, other = subjects.fallback("gpu-07", "llama-8b-a"), subjects.fallback("gpu-07", "b")
+    newer, headers = encode(
+        msgspec.structs.replace(FIRING, status=msgspec.structs.replace(FIRING.status, shard="b"))
+    )
+    publish(nats_server.url, FIRING)
+    anyio.run(_publish_bytes, nats_server.url, subject, b'{"schema": 2, "state": "fir', {})
+    anyio.run(_publish_bytes, nats_server.url, subject, b"[]", {})  # counted, not logged
+    anyio.run(_publish_bytes, nats_server.url, other, newer, {**headers, HEADER_SCHEMA: "3"})
+    publish(nats_server.url, RESOLVED)
+    events, err = two_lines(nats_server.url, alerts)
+    assert [e["state"] for e in events] == ["firing", "resolved"]
+    skipped = [line.split("skipped ", 1)[1] for line in err.splitlines() if "skipped " in line]
+    assert skipped == [
+        f"message 2 on {subject}: not a valid FallbackEvent (application/json): Input data was "
+        "truncated",
+        f"message 4 on {other}: a FallbackEvent of schema 3, newer than this reader's 2: "
+        "upgrade placewatch (docs/subjects.md, Changes)",
+    ]
 
 
 def two_lines(url: str, alerts: list[Alerts]) -> tuple[list[dict[str, Any]], str]:
@@ -314,10 +345,13 @@ def two_lines(url: str, alerts: list[Alerts]) -> tuple[list[dict[str, Any]], str
 
 
 async def _publish_on(url: str, subject: str, message: FallbackEvent) -> None:
+    await _publish_bytes(url, subject, *encode(message))
+
+
+async def _publish_bytes(url: str, subject: str, payload: bytes, headers: dict[str, str]) -> None:
     nc = await nats.connect(url)
     try:
-        payload, headers = encode(message)
-        await nc.jetstream().publish(subject, payload, headers=headers)
+        await nc.jetstream().publish(subject, payload, headers=headers or None)
     finally:
         await nc.close()
 
