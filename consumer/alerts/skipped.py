@@ -20,27 +20,26 @@ end (a shard token each)."""
 
 
 class Skipped:
-    """How many messages were skipped, on each subject (the first LOGGED) and in all."""
+    """How many messages were skipped on each subject (the first LOGGED), and elsewhere."""
 
     def __init__(self) -> None:
         self.by_subject: dict[str, int] = {}
         self.elsewhere = 0
         """Skipped on subjects past the first LOGGED."""
-        self.count = 0
 
     def skip(self, seq: int, subject: str, why: str) -> None:
         """Count message `seq` on `subject`, skipped for `why`; log it where its count is
         1, 10, 100 ..."""
-        self.count += 1
         if subject in self.by_subject or len(self.by_subject) < LOGGED:
             seen = self.by_subject[subject] = self.by_subject.get(subject, 0) + 1
+            if seen == 1:
+                log.error("skipped message %d on %s: %s", seq, subject, why)
+                return
             where = "this subject"
         else:
             seen = self.elsewhere = self.elsewhere + 1
             where = f"subjects past the first {LOGGED}"
-        if seen == 1 and where == "this subject":
-            log.error("skipped message %d on %s: %s", seq, subject, why)
-        elif _is_power_of_ten(seen):
+        if _is_power_of_ten(seen):
             log.error(
                 "skipped message %d on %s: %s (%d skipped on %s; logged at 1, 10, 100 ...)",
                 seq,
