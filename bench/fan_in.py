@@ -340,8 +340,8 @@ async def make_streams(url: str) -> None:
     take the mapped subjects too, so they serve partitioned views as they are deployed."""
     import nats
 
-    from placewatch.bus.streams import StreamSettings, ensure_stream
     from placewatch.schemas.streams import INVENTORY, TELEMETRY
+    from placewatch.worker.bus.streams import StreamSettings, ensure_stream
 
     nc = await nats.connect(url)
     try:

@@ -30,9 +30,9 @@ sys.path.insert(0, str(ROOT))
 
 from bench.servers import nats_server, node_env, placewatch_cmd  # noqa: E402
 from bench.synthetic import node_messages  # noqa: E402
-from placewatch.bus.streams import StreamSettings, ensure_bucket, ensure_stream  # noqa: E402
 from placewatch.schemas import ComputeStatus, encode, subjects  # noqa: E402
 from placewatch.schemas.streams import for_prefix  # noqa: E402
+from placewatch.worker.bus.streams import StreamSettings, ensure_bucket, ensure_stream  # noqa: E402
 
 TEMPLATE = "gpu-node-0001"
 

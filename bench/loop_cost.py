@@ -58,8 +58,8 @@ from bench.tick_cost import (  # noqa: E402
     shard_processes,
     shards_file,
 )
-from placewatch.gpu.nvidia_smi import gpu_query_argv  # noqa: E402
 from placewatch.schemas import NodeTelemetry, decode  # noqa: E402
+from placewatch.worker.gpu.nvidia_smi import gpu_query_argv  # noqa: E402
 
 RATIO_TARGET = 0.2
 """The worker's CPU a tick, at most this share of one spawn of the tool."""

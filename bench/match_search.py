@@ -26,8 +26,8 @@ import regex
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from placewatch.shards.liveness import SlowPattern, first_match  # noqa: E402
-from placewatch.shards.placements import MATCH_BUDGET_S, MATCH_LINE_S  # noqa: E402
+from placewatch.worker.shards.liveness import SlowPattern, first_match  # noqa: E402
+from placewatch.worker.shards.placements import MATCH_BUDGET_S, MATCH_LINE_S  # noqa: E402
 
 PATTERN = r".*--port.*8081"
 HOSTILE = "--port" * 20_000

@@ -61,7 +61,7 @@ for _ in $(seq 200); do grep -q ready "$captures/holder.out" && break; sleep 0.1
 "$py" - "$captures" <<'PY'
 import subprocess, sys
 from pathlib import Path
-from placewatch.gpu.nvidia_smi import apps_query_argv, gpu_query_argv, xml_argv
+from placewatch.worker.gpu.nvidia_smi import apps_query_argv, gpu_query_argv, xml_argv
 where = Path(sys.argv[1])
 memory = ["nvidia-smi", "--query-gpu=index,memory.total,memory.reserved,memory.used,memory.free",
           "--format=csv,nounits"]

@@ -52,10 +52,10 @@ from bench.tick_cost import (  # noqa: E402
     shards_file,
     stand_in_gpus,
 )
-from placewatch.gpu.nvml import NvmlSource  # noqa: E402
-from placewatch.gpu.nvml import load as load_nvml  # noqa: E402
-from placewatch.gpu.registry import VendorChain  # noqa: E402
-from placewatch.pipeline import Pipeline  # noqa: E402
+from placewatch.worker.gpu.nvml import NvmlSource  # noqa: E402
+from placewatch.worker.gpu.nvml import load as load_nvml  # noqa: E402
+from placewatch.worker.gpu.registry import VendorChain  # noqa: E402
+from placewatch.worker.pipeline import Pipeline  # noqa: E402
 
 from tests.support.fake_nvml import FakeNvml  # noqa: E402
 

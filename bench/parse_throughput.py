@@ -18,10 +18,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.synthetic import query_apps, query_gpu  # noqa: E402
-from placewatch.gpu.amd_smi import parse_amd_smi, parse_amd_smi_csv  # noqa: E402
-from placewatch.gpu.nvidia_smi_csv import parse_compute_apps, parse_gpus  # noqa: E402
-from placewatch.gpu.nvidia_smi_xml import parse_xml  # noqa: E402
-from placewatch.gpu.rocm_smi import parse_rocm_smi  # noqa: E402
+from placewatch.worker.gpu.amd_smi import parse_amd_smi, parse_amd_smi_csv  # noqa: E402
+from placewatch.worker.gpu.nvidia_smi_csv import parse_compute_apps, parse_gpus  # noqa: E402
+from placewatch.worker.gpu.nvidia_smi_xml import parse_xml  # noqa: E402
+from placewatch.worker.gpu.rocm_smi import parse_rocm_smi  # noqa: E402
 
 CORPUS = ROOT.parent / "shared" / "corpus"
 FIXTURES = ROOT / "tests" / "fixtures"

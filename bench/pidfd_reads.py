@@ -22,8 +22,8 @@ from __future__ import annotations
 import json
 import sys
 
-from placewatch.shards.attribution import ProcTable, owner
-from placewatch.shards.liveness import runs
+from placewatch.worker.shards.attribution import ProcTable, owner
+from placewatch.worker.shards.liveness import runs
 
 
 def main() -> None:

@@ -2,7 +2,7 @@
 
 Against nats-py publishing the same pre-encoded bytes, in one run, into a
 nats-server this script starts, on a connection made as the worker makes
-its own (placewatch.bus.connect). A child process counts arrivals on a bare
+its own (placewatch.worker.bus.connect). A child process counts arrivals on a bare
 socket (bench/counter.py), so the publisher is what is measured. Each round
 publishes the messages, flushes, and waits for the counter to have them
 all; the rate is messages over the time from the first publish to the end
@@ -50,10 +50,10 @@ sys.path.insert(0, str(ROOT))
 from bench.counter import handshake  # noqa: E402
 from bench.servers import nats_server  # noqa: E402
 from bench.synthetic import node_sample, node_telemetry  # noqa: E402
-from placewatch.bus.publish import Publisher  # noqa: E402
-from placewatch.consumer.connection import connect  # noqa: E402
+from placewatch.connection import connect  # noqa: E402
 from placewatch.schemas import NodeTelemetry, encode, subjects  # noqa: E402
 from placewatch.schemas.codec import Encoding  # noqa: E402
+from placewatch.worker.bus.publish import Publisher  # noqa: E402
 
 TARGET = 0.8
 COLD_TARGET_MS = 0.15

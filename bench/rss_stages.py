@@ -76,7 +76,7 @@ def main() -> None:
 
     import pynvml
 
-    from placewatch.gpu import nvml
+    from placewatch.worker.gpu import nvml
 
     try:
         pynvml.nvmlInit()

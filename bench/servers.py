@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from placewatch.embedded import find_binary
+from placewatch.worker.embedded import find_binary
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -48,7 +48,6 @@ sys.path.insert(0, str(ROOT))
 
 from bench.servers import free_port, worker_argv, worker_env  # noqa: E402
 from bench.synthetic import query_apps_of, query_gpu  # noqa: E402
-from placewatch.embedded import find_binary  # noqa: E402
 from placewatch.schemas import (  # noqa: E402
     ComputeStatus,
     DecodeError,
@@ -59,6 +58,7 @@ from placewatch.schemas import (  # noqa: E402
     subjects,
 )
 from placewatch.schemas.streams import EVENTS  # noqa: E402
+from placewatch.worker.embedded import find_binary  # noqa: E402
 
 NODE = "soak.node-1"
 LINGER = "300.25"

@@ -12,8 +12,6 @@ from pathlib import Path
 
 import msgspec
 
-from placewatch.gpu.nvidia_smi import APP_FIELDS
-from placewatch.gpu.nvidia_smi_csv import attach_processes, parse_compute_apps, parse_gpus
 from placewatch.schemas import (
     GpuHealth,
     HostSample,
@@ -24,6 +22,8 @@ from placewatch.schemas import (
     SourceStatus,
     lean,
 )
+from placewatch.worker.gpu.nvidia_smi import APP_FIELDS
+from placewatch.worker.gpu.nvidia_smi_csv import attach_processes, parse_compute_apps, parse_gpus
 
 GPU_HEADER = (
     "index, uuid, name, pci.bus_id, utilization.gpu [%], memory.total [MiB], memory.used [MiB], "

@@ -68,27 +68,27 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.synthetic import query_apps_of, query_gpu, write_fake_nvidia_smi  # noqa: E402
-from placewatch.gpu.nvidia_smi import TOOL as NVIDIA_SMI  # noqa: E402
-from placewatch.gpu.nvidia_smi import (  # noqa: E402
+from placewatch.schemas import GpuSample  # noqa: E402
+from placewatch.worker.gpu.nvidia_smi import TOOL as NVIDIA_SMI  # noqa: E402
+from placewatch.worker.gpu.nvidia_smi import (  # noqa: E402
     NvidiaSmiSource,
     apps_query_argv,
     gpu_query_argv,
 )
-from placewatch.gpu.nvidia_smi_csv import (  # noqa: E402
+from placewatch.worker.gpu.nvidia_smi_csv import (  # noqa: E402
     attach_processes,
     parse_compute_apps,
     parse_gpus,
 )
-from placewatch.gpu.nvml import NvmlSource  # noqa: E402
-from placewatch.gpu.nvml import load as load_nvml  # noqa: E402
-from placewatch.gpu.registry import VendorChain  # noqa: E402
-from placewatch.host import MIN_WINDOW_S, HostSampler  # noqa: E402
-from placewatch.pipeline import Pipeline  # noqa: E402
-from placewatch.probe import ProbeRunner  # noqa: E402
-from placewatch.sampler import NodeSampler  # noqa: E402
-from placewatch.schemas import GpuSample  # noqa: E402
-from placewatch.shards.placements import ShardsFile  # noqa: E402
-from placewatch.shards.shard_pass import ShardPass  # noqa: E402
+from placewatch.worker.gpu.nvml import NvmlSource  # noqa: E402
+from placewatch.worker.gpu.nvml import load as load_nvml  # noqa: E402
+from placewatch.worker.gpu.registry import VendorChain  # noqa: E402
+from placewatch.worker.host import MIN_WINDOW_S, HostSampler  # noqa: E402
+from placewatch.worker.pipeline import Pipeline  # noqa: E402
+from placewatch.worker.probe import ProbeRunner  # noqa: E402
+from placewatch.worker.sampler import NodeSampler  # noqa: E402
+from placewatch.worker.shards.placements import ShardsFile  # noqa: E402
+from placewatch.worker.shards.shard_pass import ShardPass  # noqa: E402
 
 from tests.support.fake_nvml import FakeNvml  # noqa: E402
 

@@ -1,7 +1,7 @@
 """Reading placewatch from the bus, for gateways and alerting services.
 
-Depends on the contract (placewatch.schemas) and nats-py only, never on the
-worker's code, so a gateway installs no GPU or host sampling to use it.
+Depends on the contract (placewatch.schemas), the shared package (placewatch) and nats-py,
+never on the worker's code (placewatch.worker).
 """
 
 from .capacity import GpuCandidate, SharedGpu, StaleNode

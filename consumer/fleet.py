@@ -46,6 +46,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
+from placewatch.retained import kv_headers, last_per_subject, stored_at
 from placewatch.schemas import (
     FALLBACK_VERDICTS,
     ComputeStatus,
@@ -65,7 +66,6 @@ from placewatch.schemas.streams import consumers_refused, for_prefix
 from .held import Held, Holdings, content_type
 from .impostors import Impostors
 from .mapping import PartitionCheck
-from .retained import kv_headers, last_per_subject, stored_at
 from .snapshot import FiringFallback, Fleet, FleetState, ShardKey, utc_now
 
 log = logging.getLogger(__name__)

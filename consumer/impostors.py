@@ -12,15 +12,13 @@ import logging
 
 from msgspec import Struct
 
-from placewatch.schemas.codec import about
+from placewatch.schemas.codec import why_refused
 
 log = logging.getLogger(__name__)
 
 LOGGED = 256
 """The most subjects whose first such message is logged: a node may publish on subjects of
 its own without end (a shard token each), and the log is not its to fill."""
-
-SEE = "docs/subjects.md, One node, one name"
 
 
 class Impostors:
@@ -38,14 +36,6 @@ class Impostors:
             self.by_subject[subject] = seen + 1
         elif len(self.by_subject) < LOGGED:
             self.by_subject[subject] = 1
-            log.warning("ignored a %s on %s: %s", type(message).__name__, subject, why(message))
-
-
-def why(message: Struct) -> str:
-    """Why a message that names another node than its subject's is refused, in words."""
-    node, shard = about(message)
-    named = f"node {node!r}" if shard is None else f"shard {shard!r} of node {node!r}"
-    return (
-        f"it names {named}, not its subject's; whoever publishes there speaks for another "
-        f"node ({SEE})"
-    )
+            log.warning(
+                "ignored a %s on %s: %s", type(message).__name__, subject, why_refused(message)
+            )

@@ -21,12 +21,12 @@ import anyio
 import msgspec
 from nats.aio.client import Client
 
+from placewatch.connection import Bus, Unreachable, connect_within, redact
+from placewatch.lifecycle import stop_on_signal
 from placewatch.schemas import ComputeStatus, GpuSample, NodeSample, partitions
 
 from .capacity import STALE_INTERVALS, shared_among
-from .connection import Bus, Unreachable, connect_within, redact
 from .fleet import Fleet, FleetView
-from .lifecycle import stop_on_signal
 
 INBOX = "_INBOX.placewatch-watch"
 """Its replies' prefix, so its credentials may subscribe to its own only (docs/consumers.md)."""

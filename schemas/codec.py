@@ -151,6 +151,16 @@ def about(message: msgspec.Struct) -> tuple[str, str | None]:
     return (node if isinstance(node, str) else ""), None
 
 
+def why_refused(message: msgspec.Struct) -> str:
+    """Why a reader refuses a message that names another node than its subject's, in words."""
+    node, shard = about(message)
+    named = f"node {node!r}" if shard is None else f"shard {shard!r} of node {node!r}"
+    return (
+        f"it names {named}, not its subject's; whoever publishes there speaks for another "
+        "node (docs/subjects.md, One node, one name)"
+    )
+
+
 def content_type(headers: Mapping[str, str] | None) -> str:
     """The payload's format as its Content-Type says (JSON when it says nothing)."""
     if not headers:

@@ -19,9 +19,9 @@ import anyio
 import psutil
 import pytest
 
-from placewatch.config import GPU_SOURCES
-from placewatch.embedded import find_binary
-from placewatch.gpu import nvml
+from placewatch.worker.config import GPU_SOURCES
+from placewatch.worker.embedded import find_binary
+from placewatch.worker.gpu import nvml
 
 from tests.support.gpu_tool import APPS_BASE
 

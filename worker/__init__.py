@@ -1,3 +1,3 @@
-"""placewatch: a node worker that checks GPU shards compute where they were placed."""
-
-__version__ = "0.1.0"
+"""The node agent: samples the GPUs and the host, judges where each shard computes, and
+publishes it. Imports the contract (placewatch.schemas) and the shared package
+(placewatch), never the consumer."""

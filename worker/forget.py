@@ -44,9 +44,9 @@ import nats.js.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from placewatch.consumer.connection import Unreachable, connect_within
-from placewatch.consumer.lifecycle import drain
-from placewatch.consumer.retained import (
+from placewatch.connection import Unreachable, connect_within
+from placewatch.lifecycle import drain
+from placewatch.retained import (
     Incomplete,
     compute_statuses,
     each_last_per_subject,

@@ -10,7 +10,7 @@ Two questions, each answered by the process asked, never guessed from outside:
   readiness probe, at a period a fleet's servers can take;
 - with `--heartbeat`, the heartbeat file the process itself writes (--health-file,
   PLACEWATCH_HEALTH_FILE): the worker's says whether its tick loop still ticks, `watch`'s
-  and `alerts`' whether their own connection's PINGs are answered (consumer/heartbeat.py).
+  and `alerts`' whether their own connection's PINGs are answered (placewatch/heartbeat.py).
   No network: for a liveness probe, which must not restart a fleet's workers because the
   NATS cluster is away.
 
@@ -30,7 +30,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-from placewatch.consumer.heartbeat import PERIODS, Beat, judge_beat, read_text, since, write_beat
+from placewatch.heartbeat import PERIODS, Beat, judge_beat, read_text, since, write_beat
 from placewatch.schemas import NodeTelemetry, decode, subjects
 from placewatch.schemas.codec import DecodeError
 
@@ -77,7 +77,7 @@ async def ask_worker(settings: Settings, limit_s: float) -> tuple[bool, str]:
     import nats  # noqa: PLC0415 - the heartbeat check runs without the NATS client
     import nats.errors  # noqa: PLC0415
 
-    from placewatch.consumer.connection import redact  # noqa: PLC0415
+    from placewatch.connection import redact  # noqa: PLC0415
 
     from .bus.options import connect_options  # noqa: PLC0415
 

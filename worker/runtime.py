@@ -27,9 +27,9 @@ import nats.js.errors
 from anyio.abc import TaskGroup, TaskStatus
 from nats.aio.client import Client
 
-from placewatch.consumer.connection import connect
-from placewatch.consumer.heartbeat import check_folder
-from placewatch.consumer.lifecycle import drain, stop_on_signal
+from placewatch.connection import connect
+from placewatch.heartbeat import check_folder
+from placewatch.lifecycle import drain, stop_on_signal
 from placewatch.schemas import ComputeStatus, FallbackEvent, lean, subjects
 from placewatch.schemas.streams import consumers_refused
 

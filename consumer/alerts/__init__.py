@@ -15,8 +15,9 @@ import sys
 import anyio
 from nats.aio.client import Client
 
-from ..connection import Bus, connect, redact
-from ..lifecycle import drain, stop_on_signal
+from placewatch.connection import Bus, connect, redact
+from placewatch.lifecycle import drain, stop_on_signal
+
 from .alertmanager import AlertTemplate
 from .consume import Conflict, consume
 from .options import DEFAULT_DURABLE, RESEND_S, OptionError, Options, add_arguments, options

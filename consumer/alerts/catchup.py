@@ -23,11 +23,11 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
+from placewatch.retained import compute_statuses, stored_at
 from placewatch.schemas import ComputeStatus, DecodeError, FallbackEvent, decode, on_own_subject
+from placewatch.schemas.codec import why_refused
 from placewatch.schemas.streams import for_prefix
 
-from ..impostors import why
-from ..retained import compute_statuses, stored_at
 from .reconcile import Message
 from .sinks import AlertmanagerSink
 from .skipped import Skipped
@@ -126,6 +126,6 @@ def decode_message(msg: Msg, prefix: str, skipped: Skipped) -> Message | None:
         skipped.skip(seq, msg.subject, str(exc))
         return None
     if not on_own_subject(message, msg.subject):
-        skipped.skip(seq, msg.subject, why(message))
+        skipped.skip(seq, msg.subject, why_refused(message))
         return None
     return message

@@ -26,10 +26,10 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
+from placewatch.retained import Incomplete, stored_at
 from placewatch.schemas import FallbackEvent, subjects
 from placewatch.schemas.streams import for_prefix
 
-from ..retained import Incomplete, stored_at
 from .catchup import catch_up, decode_message, release
 from .options import DEFAULT_DURABLE
 from .reconcile import Message, status_of

@@ -4,7 +4,7 @@ A flag wins over its variable; static labels and annotations merge, a `--label` 
 the same name from PLACEWATCH_ALERTS_LABELS. Every error names the flag or variable that
 gave the bad value and what to give instead.
 
-The variables are PLACEWATCH_ALERTS_<FLAG>. The node's settings loader (placewatch.config)
+The variables are PLACEWATCH_ALERTS_<FLAG>. The node's settings loader (placewatch.worker.config)
 passes over them, and refuses any other PLACEWATCH_* variable it does not know; the ones
 read here are checked here.
 """

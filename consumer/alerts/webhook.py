@@ -16,8 +16,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from placewatch import __version__
-
-from ..connection import redact
+from placewatch.connection import redact
 
 
 class DeliveryError(Exception):

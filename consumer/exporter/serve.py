@@ -22,11 +22,11 @@ import anyio.to_thread
 from nats.aio.client import Client
 from prometheus_client import CollectorRegistry, start_http_server
 
+from placewatch.connection import Bus, connect
 from placewatch.consumer.fleet import FleetView, Holdings
+from placewatch.lifecycle import drain, stop_on_signal
 from placewatch.schemas.streams import for_prefix
 
-from ..connection import Bus, connect
-from ..lifecycle import drain, stop_on_signal
 from .collector import FleetCollector
 from .options import Listen
 

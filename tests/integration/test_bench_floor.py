@@ -6,7 +6,7 @@ import anyio
 
 from bench.publish_path import bare_socket, hpub
 from bench.synthetic import node_telemetry
-from placewatch.consumer.connection import connect
+from placewatch.connection import connect
 from placewatch.schemas import encode, subjects
 
 from tests.conftest import NatsServer

@@ -8,7 +8,7 @@ import anyio
 
 from bench import nvml_parts
 from bench.tick_cost import GPUS, SHARDS, shard_processes
-from placewatch.gpu.nvml import NvmlSource
+from placewatch.worker.gpu.nvml import NvmlSource
 
 
 def test_a_tick_of_the_stand_in_is_split_into_the_driver_s_reads_and_the_worker_s_phases(

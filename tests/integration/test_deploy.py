@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from placewatch.config import ENV_CONFIG, FIELDS, env_name
+from placewatch.worker.config import ENV_CONFIG, FIELDS, env_name
 
 from tests.conftest import ROOT
 

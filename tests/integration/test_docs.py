@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from placewatch.cli import EXIT_LEASE_HELD, EXIT_LEASE_LOST
-from placewatch.config import Settings, env_name
+from placewatch.worker.config import Settings, env_name
 
 from tests.conftest import ROOT, run_placewatch
 

@@ -14,7 +14,7 @@ import nats
 import psutil
 import pytest
 
-from placewatch.embedded import LOCK_FILE, EmbeddedError, EmbeddedServer, find_binary
+from placewatch.worker.embedded import LOCK_FILE, EmbeddedError, EmbeddedServer, find_binary
 
 from tests.conftest import Worker, clean_env, free_port, run_placewatch
 from tests.support.natsproto import RawSubscriber

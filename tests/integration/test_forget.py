@@ -15,13 +15,9 @@ import nats
 import nats.js.errors
 import pytest
 
-from placewatch.bus.lease import LeaseKeeper, node_lease
-from placewatch.bus.outbox import EventOutbox
-from placewatch.bus.streams import StreamSettings, ensure_bucket, ensure_stream
 from placewatch.consumer import FleetView, Message
 from placewatch.consumer.fleet import GONE_FROM_STREAMS
-from placewatch.consumer.retained import BATCH
-from placewatch.forget import newest_stored
+from placewatch.retained import BATCH
 from placewatch.schemas import (
     ComputeStatus,
     FallbackEvent,
@@ -34,7 +30,11 @@ from placewatch.schemas import (
     subjects,
 )
 from placewatch.schemas.streams import COMPUTE, PLACEMENTS, Bucket, for_prefix
-from placewatch.shards.events import EventTracker
+from placewatch.worker.bus.lease import LeaseKeeper, node_lease
+from placewatch.worker.bus.outbox import EventOutbox
+from placewatch.worker.bus.streams import StreamSettings, ensure_bucket, ensure_stream
+from placewatch.worker.forget import newest_stored
+from placewatch.worker.shards.events import EventTracker
 
 from tests.conftest import ROOT, NatsServer, clean_env, free_port, run_placewatch, until
 from tests.integration.test_permissions import two_nodes

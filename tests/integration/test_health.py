@@ -15,8 +15,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from placewatch.consumer.connection import HEARTBEAT, RoundTrips, connect
-from placewatch.consumer.heartbeat import judge_beat, read_text
+from placewatch.connection import HEARTBEAT, RoundTrips, connect
+from placewatch.heartbeat import judge_beat, read_text
 
 from tests.conftest import NatsServer, Worker, clean_env, placewatch_cmd, run_placewatch
 

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from tests.conftest import ROOT, node_env
 from tests.support.dockerfile import copies, lay_out, read_rules, sent
 
 DOCKERFILE = ROOT / "compose" / "Dockerfile"
-PACKAGES = ("placewatch", "placewatch.schemas", "placewatch.consumer", "placewatch.consumer.alerts")
+PACKAGES = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
 
 
 def pip_wheel(source: Path, out: Path) -> Path:
@@ -50,12 +51,19 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_what_the_dockerfile_copies_passes_dockerignore() -> None:
     rules = read_rules((ROOT / ".dockerignore").read_text())
     sources = [s.rstrip("/") for c in copies(DOCKERFILE.read_text()) for s in c.sources]
-    assert sources == ["pyproject.toml", "README.md", "schemas", "worker", "consumer"]
+    assert sources == [
+        "pyproject.toml",
+        "README.md",
+        "placewatch",
+        "schemas",
+        "worker",
+        "consumer",
+    ]
     for source in sources:
         assert sent(source, rules), source
         assert (ROOT / source).exists(), source
     assert not sent("tests/conftest.py", rules)
-    assert not sent("worker/__pycache__/cli.cpython-312.pyc", rules)
+    assert not sent("placewatch/__pycache__/cli.cpython-312.pyc", rules)
     assert not sent(".venv/bin/python", rules)
 
 
@@ -63,9 +71,8 @@ def test_the_wheel_from_the_copied_files_holds_every_package(wheel: Path) -> Non
     names = zipfile.ZipFile(wheel).namelist()
     for package in PACKAGES:
         assert f"{package.replace('.', '/')}/__init__.py" in names, package
-    for typed in ("placewatch/py.typed", "placewatch/schemas/py.typed"):
-        assert typed in names
-    assert "placewatch/consumer/py.typed" in names
+    for typed in ("", "schemas/", "worker/", "consumer/"):
+        assert f"placewatch/{typed}py.typed" in names
     assert not any(n.startswith("tests/") or "__pycache__" in n for n in names)
 
 
@@ -105,7 +112,7 @@ def test_the_installed_wheel_runs(wheel: Path, tmp_path: Path) -> None:
         [
             str(python),
             "-c",
-            "import placewatch, placewatch.consumer.alerts, placewatch.schemas, placewatch.health"
+            "import placewatch, placewatch.consumer.alerts, placewatch.schemas, placewatch.worker.health"
             "; print(placewatch.__file__)",
         ],
         capture_output=True,

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
-from placewatch.config import ENV_CONFIG, FIELDS, env_name
-from placewatch.forget import duration
+from placewatch.worker.config import ENV_CONFIG, FIELDS, env_name
+from placewatch.worker.forget import duration
 
 from tests.conftest import ROOT
 

@@ -20,10 +20,7 @@ import pytest
 import yaml
 from nats.aio.msg import Msg
 
-from placewatch.bus.publish import Publisher
-from placewatch.bus.streams import StreamSettings, ensure_stream
 from placewatch.consumer import FleetView
-from placewatch.embedded import find_binary
 from placewatch.schemas import (
     GpuSample,
     HostSample,
@@ -35,6 +32,9 @@ from placewatch.schemas import (
 )
 from placewatch.schemas.partitions import mapped, nsc_commands, partition_of, server_config
 from placewatch.schemas.streams import INVENTORY, TELEMETRY, for_prefix
+from placewatch.worker.bus.publish import Publisher
+from placewatch.worker.bus.streams import StreamSettings, ensure_stream
+from placewatch.worker.embedded import find_binary
 
 from tests.conftest import ROOT, NatsServer, clean_env, placewatch_cmd, run_placewatch, until
 from tests.support.fallback_events import FIRING, RESOLVED

@@ -17,8 +17,6 @@ import nats
 import pytest
 from nats.js.api import AckPolicy, ConsumerConfig
 
-from placewatch.bus.kvfollow import Values, follow
-from placewatch.bus.outbox import EventOutbox
 from placewatch.consumer import FleetView
 from placewatch.schemas import (
     ComputeStatus,
@@ -29,6 +27,8 @@ from placewatch.schemas import (
     subjects,
 )
 from placewatch.schemas import streams as contract
+from placewatch.worker.bus.kvfollow import Values, follow
+from placewatch.worker.bus.outbox import EventOutbox
 
 from tests.conftest import ROOT, NatsServer, Worker, clean_env, run_placewatch, start, until
 from tests.integration.test_security import create_streams_as_admin

@@ -10,8 +10,8 @@ from typing import Any
 import anyio
 import pytest
 
-from placewatch.config import Settings, load
-from placewatch.pipeline import Pipeline, Tick, open_pipeline
+from placewatch.worker.config import Settings, load
+from placewatch.worker.pipeline import Pipeline, Tick, open_pipeline
 
 from tests.conftest import FIXTURES, GPU0, FakeGpuTools, apps, start
 

@@ -12,7 +12,7 @@ import anyio
 import psutil
 import pytest
 
-from placewatch.probe import ProbeResult, ProbeRunner, Watched
+from placewatch.worker.probe import ProbeResult, ProbeRunner, Watched
 
 from tests.conftest import FIXTURES, FakeGpuTools, NatsServer, Worker, run_placewatch
 from tests.support.natsproto import RawSubscriber

@@ -14,20 +14,20 @@ import anyio
 import msgspec
 import pytest
 
-from placewatch import runtime
-from placewatch.bus.outbox import EventOutbox
-from placewatch.bus.publish import Publisher
-from placewatch.consumer.connection import connect
-from placewatch.host import HostSampler
-from placewatch.pipeline import Pipeline
-from placewatch.runtime import Worker as Worker_
-from placewatch.sampler import NodeSampler
+from placewatch.connection import connect
 from placewatch.schemas import NodeTelemetry, decode
-from placewatch.shards import engine_logs
-from placewatch.shards.engine_logs import EngineLogs
-from placewatch.shards.events import EventTracker
-from placewatch.shards.placements import ShardsFile
-from placewatch.shards.shard_pass import ShardPass
+from placewatch.worker import runtime
+from placewatch.worker.bus.outbox import EventOutbox
+from placewatch.worker.bus.publish import Publisher
+from placewatch.worker.host import HostSampler
+from placewatch.worker.pipeline import Pipeline
+from placewatch.worker.runtime import Worker as Worker_
+from placewatch.worker.sampler import NodeSampler
+from placewatch.worker.shards import engine_logs
+from placewatch.worker.shards.engine_logs import EngineLogs
+from placewatch.worker.shards.events import EventTracker
+from placewatch.worker.shards.placements import ShardsFile
+from placewatch.worker.shards.shard_pass import ShardPass
 
 from tests.conftest import FIXTURES, FakeGpuTools, NatsServer, Worker, clean_env, free_port
 from tests.support.natsproto import RawSubscriber

@@ -15,10 +15,10 @@ import nats
 import nkeys
 import pytest
 
-from placewatch.bus.outbox import EventOutbox
-from placewatch.bus.streams import StreamSettings, ensure_bucket, ensure_stream
 from placewatch.schemas import streams as contract
 from placewatch.schemas import subjects
+from placewatch.worker.bus.outbox import EventOutbox
+from placewatch.worker.bus.streams import StreamSettings, ensure_bucket, ensure_stream
 
 from tests.conftest import (
     FIXTURES,

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from placewatch.cli import EXIT_CONFIG, EXIT_LEASE_LOST
-from placewatch.config import ENV_CONFIG, FIELDS, env_name
-from placewatch.forget import duration
+from placewatch.worker.config import ENV_CONFIG, FIELDS, env_name
+from placewatch.worker.forget import duration
 
 from tests.conftest import ROOT
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from placewatch.schemas import GpuSample
-from placewatch.shards.discover import Discovered, classify
+from placewatch.worker.shards.discover import Discovered, classify
 
 A100 = "NVIDIA A100-SXM4-80GB"
 A100X4 = [

@@ -19,10 +19,10 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from placewatch.gpu import recovery
-from placewatch.gpu.clock_events import CLOCK_EVENT_BITS
-from placewatch.gpu.nvidia_smi_csv import attach_processes, parse_compute_apps, parse_gpus
 from placewatch.schemas import GpuHealth, GpuSample
+from placewatch.worker.gpu import recovery
+from placewatch.worker.gpu.clock_events import CLOCK_EVENT_BITS
+from placewatch.worker.gpu.nvidia_smi_csv import attach_processes, parse_compute_apps, parse_gpus
 
 T = TypeVar("T")
 

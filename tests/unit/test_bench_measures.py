@@ -9,7 +9,7 @@ import pytest
 
 from bench.footprint import growth
 from bench.tick_cost import TimedNvml
-from placewatch.gpu.nvml import ProcessLists, read_gpus
+from placewatch.worker.gpu.nvml import ProcessLists, read_gpus
 
 from tests.support.fake_nvml import FakeNvml, FakeNvmlLibrary, captured
 

@@ -11,7 +11,7 @@ import pytest
 
 from placewatch import __version__
 from placewatch.cli import COMMANDS, HELP, main
-from placewatch.forget import duration
+from placewatch.worker.forget import duration
 
 COMMAND_NAMES = [
     "run", "sample", "doctor", "health", "forget", "watch", "alerts", "exporter", "schema",

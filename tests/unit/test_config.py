@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from placewatch.config import ConfigError, load
+from placewatch.worker.config import ConfigError, load
 
 from tests.conftest import clean_env, run_placewatch
 

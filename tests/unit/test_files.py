@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from placewatch.files import UnusableFile, read_text
+from placewatch.worker.files import UnusableFile, read_text
 
 
 def test_a_regular_file_is_read_whole_up_to_its_limit(tmp_path: Path) -> None:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from placewatch.consumer.heartbeat import Beat, check_folder, judge_beat, parse_beat, write_beat
-from placewatch.health import TickBeats, judge_answer
+from placewatch.heartbeat import Beat, check_folder, judge_beat, parse_beat, write_beat
 from placewatch.schemas import NodeTelemetry, encode
+from placewatch.worker.health import TickBeats, judge_answer
 
 NOW = 1_800_000_000.0
 

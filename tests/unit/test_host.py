@@ -11,9 +11,9 @@ from types import SimpleNamespace
 import psutil
 import pytest
 
-from placewatch import host as host_module
-from placewatch.host import CLOCK_TICKS, MIN_WINDOW_S, HostSampler, _cpu_times, _memory
-from placewatch.procfs import KeptFile, read_proc
+from placewatch.worker import host as host_module
+from placewatch.worker.host import CLOCK_TICKS, MIN_WINDOW_S, HostSampler, _cpu_times, _memory
+from placewatch.worker.procfs import KeptFile, read_proc
 
 
 def test_the_first_sample_waits_out_the_window_and_later_ones_do_not() -> None:

@@ -8,12 +8,12 @@ from dataclasses import dataclass, field
 import anyio
 import psutil
 
-from placewatch.gpu import ActivityWanted
-from placewatch.gpu.registry import VendorChain
-from placewatch.host import HostSampler
-from placewatch.sampler import NodeReading, NodeSampler
 from placewatch.schemas import GpuSample, HostSample, SourceStatus
 from placewatch.schemas.messages import Vendor
+from placewatch.worker.gpu import ActivityWanted
+from placewatch.worker.gpu.registry import VendorChain
+from placewatch.worker.host import HostSampler
+from placewatch.worker.sampler import NodeReading, NodeSampler
 
 
 @dataclass

@@ -22,6 +22,7 @@ from nats.micro import add_service
 from nats.micro.request import Request, ServiceError
 from nats.micro.service import Service
 
+from placewatch import __version__
 from placewatch.schemas import ComputeStatus, NodeInventory, NodeTelemetry, subjects
 from placewatch.schemas.codec import Encoding
 from placewatch.schemas.service import (
@@ -33,7 +34,6 @@ from placewatch.schemas.service import (
     encode_statuses,
 )
 
-from .. import __version__
 from .fit import fit
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import urlsplit
 
-from placewatch.consumer.connection import redact
+from placewatch.connection import redact
 
 from ..bus.options import MAX_CREDENTIALS_BYTES
 from ..config import Settings

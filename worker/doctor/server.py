@@ -22,7 +22,7 @@ import nats
 import nats.errors
 from nats.aio.client import Client
 
-from placewatch.consumer.connection import redact, refusal
+from placewatch.connection import redact, refusal
 from placewatch.schemas import subjects
 
 from ..bus.options import connect_options

@@ -42,8 +42,8 @@ class PlacementsBucket:
 
     async def follow(self, nc: Client, streams: StreamSettings | None = None) -> None:
         """Keep `specs` current until cancelled: the latest values, then each change
-        (placewatch.bus.kvfollow); a change that may have been missed makes it read the latest
-        values afresh."""
+        (placewatch.worker.bus.kvfollow); a change that may have been missed makes it read the
+        latest values afresh."""
         await ensure_bucket(nc.jetstream(), self.bucket, streams or StreamSettings())
         keys = subjects.node_keys(self.node)
         log.info("following KV %s for placements %s", self.bucket.name, keys)

@@ -13,7 +13,7 @@ import pytest
 from nats.aio.client import Client
 from nats.js.kv import KeyValue
 
-from placewatch.bus.kvfollow import CONSUMER_PREFIX, Values, follow
+from placewatch.worker.bus.kvfollow import CONSUMER_PREFIX, Values, follow
 
 from tests.conftest import NatsServer, until
 

@@ -21,10 +21,10 @@ import nats.js.errors
 import pytest
 from nats.aio.client import Client
 
-from placewatch.bus.lease import LeaseHeld, LeaseKeeper, node_lease
-from placewatch.bus.streams import StreamSettings, ensure_bucket
 from placewatch.schemas import ComputeStatus, NodeLease, decode, subjects
 from placewatch.schemas.streams import COMPUTE, LEASES, PLACEMENTS
+from placewatch.worker.bus.lease import LeaseHeld, LeaseKeeper, node_lease
+from placewatch.worker.bus.streams import StreamSettings, ensure_bucket
 
 from tests.conftest import (
     FIXTURES,
@@ -496,7 +496,7 @@ def test_a_node_clock_a_minute_off_judges_a_lease_by_the_servers_time_and_says_s
     # A killed worker's lease of 0.3 s intervals (0.9 s to live), and one of 15 s (45 s).
     # Behind, this node's clock would see the first live for a minute more; ahead, the
     # second expired a minute early.
-    caplog.set_level("WARNING", logger="placewatch.bus.lease")
+    caplog.set_level("WARNING", logger="placewatch.worker.bus.lease")
 
     async def main() -> None:
         nc = await nats.connect(nats_server.url)

@@ -14,10 +14,10 @@ import nats.errors
 import pytest
 from nats.aio.client import Client
 
-from placewatch.bus.outbox import EventOutbox
 from placewatch.schemas import ComputeStatus, decode, encode
 from placewatch.schemas.streams import COMPUTE, EVENTS
-from placewatch.shards.events import EventTracker
+from placewatch.worker.bus.outbox import EventOutbox
+from placewatch.worker.shards.events import EventTracker
 
 from tests.conftest import NatsServer, free_port
 from tests.support.natsproto import RawSubscriber
@@ -230,7 +230,7 @@ def test_the_streams_are_made_when_jetstream_appears_later(
         finally:
             await nc.close()
 
-    caplog.set_level("WARNING", logger="placewatch.bus.outbox")
+    caplog.set_level("WARNING", logger="placewatch.worker.bus.outbox")
     try:
         anyio.run(go, backend="asyncio")
     finally:

@@ -11,8 +11,7 @@ import msgspec
 import pytest
 from nats.aio.client import Client
 
-from placewatch.bus.publish import INVENTORY_REFRESH_S, Publisher
-from placewatch.consumer.connection import connect
+from placewatch.connection import connect
 from placewatch.schemas import (
     GpuProcess,
     GpuSample,
@@ -23,6 +22,7 @@ from placewatch.schemas import (
     decode,
     lean,
 )
+from placewatch.worker.bus.publish import INVENTORY_REFRESH_S, Publisher
 
 from tests.conftest import NatsServer, until
 from tests.support.natsproto import Message, RawSubscriber

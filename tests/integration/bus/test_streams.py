@@ -12,8 +12,8 @@ import pytest
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DiscardPolicy, StorageType, StreamConfig
 
-from placewatch.bus.streams import StreamSettings, ensure_bucket, ensure_stream
 from placewatch.schemas.streams import COMPUTE, EVENTS, MAX_CONSUMERS, PLACEMENTS, for_prefix
+from placewatch.worker.bus.streams import StreamSettings, ensure_bucket, ensure_stream
 
 from tests.conftest import NatsServer
 

@@ -13,11 +13,11 @@ from pathlib import Path
 import anyio
 import pytest
 
-from placewatch.consumer.connection import Unreachable, connect, connect_within
+from placewatch.connection import Unreachable, connect, connect_within
 
 from tests.conftest import NatsServer, free_port, until
 
-LOGGER = "placewatch.consumer.connection"
+LOGGER = "placewatch.connection"
 
 
 def said(caplog: pytest.LogCaptureFixture) -> list[str]:

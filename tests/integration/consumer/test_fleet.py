@@ -14,12 +14,12 @@ import nats
 import nats.errors
 from nats.aio.client import Client
 
-from placewatch.bus.streams import StreamSettings, ensure_bucket, ensure_stream
 from placewatch.consumer import FiringFallback, FleetView, Message
-from placewatch.consumer.retained import kv_headers, last_per_subject, stored_at
+from placewatch.retained import kv_headers, last_per_subject, stored_at
 from placewatch.schemas import ComputeStatus, NodeTelemetry, encode, lean, subjects
 from placewatch.schemas.service import endpoint
 from placewatch.schemas.streams import COMPUTE, EVENTS, INVENTORY, TELEMETRY
+from placewatch.worker.bus.streams import StreamSettings, ensure_bucket, ensure_stream
 
 from tests.conftest import ROOT, FakeGpuTools, NatsServer, Worker, until
 from tests.support.fleet_node import HOLDING_MIB, NODE, ShardNode
@@ -40,11 +40,13 @@ def test_consumer_package_imports_only_the_contract_and_nats() -> None:
         "placewatch.consumer.held",
         "placewatch.consumer.impostors",
         "placewatch.consumer.mapping",
-        "placewatch.consumer.retained",
+        "placewatch.retained",
         "placewatch.consumer.snapshot",
     }
     assert "nats" in imported
-    assert {"anyio", "psutil", "placewatch.bus", "placewatch.runtime"}.isdisjoint(imported)
+    assert {"anyio", "psutil", "placewatch.worker.bus", "placewatch.worker.runtime"}.isdisjoint(
+        imported
+    )
 
 
 def test_a_gateway_that_starts_late_knows_the_fleet_at_once_then_follows_it(

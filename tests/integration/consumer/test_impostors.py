@@ -14,10 +14,8 @@ import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from placewatch.bus.streams import StreamSettings, ensure_bucket, ensure_stream
 from placewatch.consumer import FleetView
-from placewatch.consumer.retained import compute_statuses
-from placewatch.forget import newest_stored
+from placewatch.retained import compute_statuses
 from placewatch.schemas import (
     ComputeStatus,
     FallbackEvent,
@@ -28,6 +26,8 @@ from placewatch.schemas import (
 )
 from placewatch.schemas.service import endpoint
 from placewatch.schemas.streams import COMPUTE, EVENTS, INVENTORY, TELEMETRY
+from placewatch.worker.bus.streams import StreamSettings, ensure_bucket, ensure_stream
+from placewatch.worker.forget import newest_stored
 
 from tests.conftest import NatsServer, until
 from tests.support.held import node_sample

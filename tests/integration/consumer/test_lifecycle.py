@@ -11,8 +11,8 @@ import anyio
 import nats
 import pytest
 
-from placewatch.consumer.connection import connect
-from placewatch.consumer.lifecycle import DRAIN_TIMEOUT_S, drain, stop_on_signal
+from placewatch.connection import connect
+from placewatch.lifecycle import DRAIN_TIMEOUT_S, drain, stop_on_signal
 
 from tests.conftest import NatsServer, until
 from tests.support.natsproto import RawSubscriber
@@ -22,7 +22,7 @@ from tests.support.natsproto import RawSubscriber
 def test_a_signal_cancels_the_scope_and_says_so(
     signum: signal.Signals, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="placewatch.consumer.lifecycle")
+    caplog.set_level(logging.INFO, logger="placewatch.lifecycle")
     before = signal.getsignal(signum)
 
     async def main() -> bool:

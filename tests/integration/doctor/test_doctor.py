@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from placewatch.doctor.publish import PROBE_BODY
 from placewatch.schemas import DecodeError, NodeTelemetry, decode
+from placewatch.worker.doctor.publish import PROBE_BODY
 
 from tests.conftest import GPU0, FakeGpuTools, NatsServer, apps, run_placewatch
 from tests.support.doctor import A100_GPUS, TWO_CUDA_DEVICES, fake_engine, lines

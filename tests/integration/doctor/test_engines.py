@@ -14,11 +14,11 @@ from pathlib import Path
 import anyio
 import pytest
 
-from placewatch.doctor import Check, Engine, Report, preflight
-from placewatch.doctor.engines import engines_to_check
-from placewatch.probe import ProbeRunner
 from placewatch.schemas import PlacementSpec
-from placewatch.shards.discover import LLAMA_CPP, OLLAMA, Discovered
+from placewatch.worker.doctor import Check, Engine, Report, preflight
+from placewatch.worker.doctor.engines import engines_to_check
+from placewatch.worker.probe import ProbeRunner
+from placewatch.worker.shards.discover import LLAMA_CPP, OLLAMA, Discovered
 
 from tests.conftest import FakeGpuTools, free_port, run_placewatch
 from tests.support.doctor import (

@@ -7,9 +7,9 @@ import re
 import anyio
 import pytest
 
-from placewatch.config import Settings
-from placewatch.doctor.gpu_tools import check_gpu_tools
-from placewatch.doctor.report import Report
+from placewatch.worker.config import Settings
+from placewatch.worker.doctor.gpu_tools import check_gpu_tools
+from placewatch.worker.doctor.report import Report
 
 from tests.conftest import (
     FIXTURES,

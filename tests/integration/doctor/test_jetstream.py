@@ -13,12 +13,12 @@ import nats
 import pytest
 from nats.js.api import StreamConfig
 
-from placewatch.bus.streams import StreamSettings, ensure_stream
-from placewatch.config import Settings
-from placewatch.doctor.jetstream import _JetStreamChecks
-from placewatch.doctor.report import Report
-from placewatch.doctor.server import ServerErrors
 from placewatch.schemas.streams import DEFAULT_CONSUMER_LIMIT_SINCE, EVENTS, MAX_CONSUMERS
+from placewatch.worker.bus.streams import StreamSettings, ensure_stream
+from placewatch.worker.config import Settings
+from placewatch.worker.doctor.jetstream import _JetStreamChecks
+from placewatch.worker.doctor.report import Report
+from placewatch.worker.doctor.server import ServerErrors
 
 from tests.conftest import FakeGpuTools, NatsServer, run_placewatch
 from tests.integration.test_security import create_streams_as_admin, node_permissions

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from placewatch.doctor.engines import MERGED_EXEC
+from placewatch.worker.doctor.engines import MERGED_EXEC
 
 
 def merged_exec(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -24,7 +24,7 @@ def merged_exec(*argv: str, env: dict[str, str] | None = None) -> subprocess.Com
 
 
 def test_the_script_is_a_module_of_the_doctor_package_so_it_is_installed_with_it() -> None:
-    spec = importlib.util.find_spec("placewatch.doctor.merged_exec")
+    spec = importlib.util.find_spec("placewatch.worker.doctor.merged_exec")
     assert spec is not None
     assert spec.origin == str(MERGED_EXEC)
     assert MERGED_EXEC.is_file()

@@ -6,10 +6,10 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from placewatch.doctor.processes import check_processes
-from placewatch.doctor.report import Report
 from placewatch.schemas import GpuProcess, GpuSample, PlacementSpec
-from placewatch.shards.discover import LLAMA_CPP, Discovered
+from placewatch.worker.doctor.processes import check_processes
+from placewatch.worker.doctor.report import Report
+from placewatch.worker.shards.discover import LLAMA_CPP, Discovered
 
 from tests.conftest import GPU0, FakeGpuTools, apps, free_port, run_placewatch
 from tests.support.doctor import A100_GPUS, lines

@@ -10,11 +10,11 @@ import anyio
 import anyio.to_thread
 import nats
 
-from placewatch.bus.streams import StreamSettings, ensure_stream
-from placewatch.config import default_node
 from placewatch.consumer import FleetView
 from placewatch.schemas import subjects
 from placewatch.schemas.streams import STREAMS, TELEMETRY
+from placewatch.worker.bus.streams import StreamSettings, ensure_stream
+from placewatch.worker.config import default_node
 
 from tests.conftest import FakeGpuTools, NatsServer, run_placewatch
 from tests.integration.test_security import create_streams_as_admin, node_permissions

@@ -8,9 +8,9 @@ from pathlib import Path
 import anyio
 from nats.aio.client import Client
 
-from placewatch.config import Settings
-from placewatch.doctor.report import Report
-from placewatch.doctor.server import ServerErrors, check_server, close
+from placewatch.worker.config import Settings
+from placewatch.worker.doctor.report import Report
+from placewatch.worker.doctor.server import ServerErrors, check_server, close
 
 from tests.conftest import FakeGpuTools, NatsServer, free_port, run_placewatch
 from tests.support.doctor import A100_GPUS, lines

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import psutil
 
-from placewatch.doctor.engines import engines_to_check
-from placewatch.doctor.placed import Placed, check_shards_file
-from placewatch.doctor.report import Report
 from placewatch.schemas import PlacementSpec
+from placewatch.worker.doctor.engines import engines_to_check
+from placewatch.worker.doctor.placed import Placed, check_shards_file
+from placewatch.worker.doctor.report import Report
 
 from tests.conftest import free_port, run_placewatch
 from tests.support.doctor import lines

@@ -8,15 +8,15 @@ from pathlib import Path
 import anyio
 import pytest
 
-from placewatch.gpu.amd_smi import (
+from placewatch.worker.gpu.amd_smi import (
     METRIC_ALL_ARGS,
     METRIC_ARGS,
     METRIC_BASIC_ARGS,
     PROCESS_ARGS,
     AmdSmiSource,
 )
-from placewatch.gpu.health import assess
-from placewatch.probe import ProbeRunner
+from placewatch.worker.gpu.health import assess
+from placewatch.worker.probe import ProbeRunner
 
 from tests.conftest import FIXTURES
 from tests.support.kfd_tree import make_kfd_tree

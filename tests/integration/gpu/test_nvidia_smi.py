@@ -5,9 +5,9 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from placewatch.gpu.nvidia_smi import NvidiaSmiSource
-from placewatch.probe import ProbeRunner
 from placewatch.schemas import GpuSample, SourceStatus
+from placewatch.worker.gpu.nvidia_smi import NvidiaSmiSource
+from placewatch.worker.probe import ProbeRunner
 
 from tests.conftest import FIXTURES, FakeGpuTools
 

@@ -16,11 +16,11 @@ import anyio
 import psutil
 import pytest
 
-from placewatch.gpu.nvidia_smi import NvidiaSmiSource, gpu_loop_argv
-from placewatch.gpu.nvidia_smi_csv import parse_gpus
-from placewatch.gpu.nvidia_smi_loop import GpuQueryLoop
-from placewatch.probe import ProbeRunner
 from placewatch.schemas import GpuSample, SourceStatus
+from placewatch.worker.gpu.nvidia_smi import NvidiaSmiSource, gpu_loop_argv
+from placewatch.worker.gpu.nvidia_smi_csv import parse_gpus
+from placewatch.worker.gpu.nvidia_smi_loop import GpuQueryLoop
+from placewatch.worker.probe import ProbeRunner
 
 from tests.conftest import FIXTURES, FakeGpuTools, NatsServer, Worker, corpus_files, until
 from tests.support.natsproto import RawSubscriber

@@ -8,11 +8,11 @@ from pathlib import Path
 import anyio
 import pytest
 
-from placewatch.gpu import ActivityWanted
-from placewatch.gpu.amd_smi import AmdSmiSource
-from placewatch.gpu.nvidia_smi import NvidiaSmiSource
-from placewatch.probe import ProbeRunner
 from placewatch.schemas import GpuSample, SourceStatus
+from placewatch.worker.gpu import ActivityWanted
+from placewatch.worker.gpu.amd_smi import AmdSmiSource
+from placewatch.worker.gpu.nvidia_smi import NvidiaSmiSource
+from placewatch.worker.probe import ProbeRunner
 
 from tests.conftest import FIXTURES, FakeGpuTools
 from tests.integration.gpu.test_amd_smi import calls, fake_amd_smi

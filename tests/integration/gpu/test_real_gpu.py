@@ -24,11 +24,6 @@ import nats
 import pytest
 from nats.aio.msg import Msg
 
-from placewatch.config import Settings
-from placewatch.gpu.nvidia_smi import NvidiaSmiSource
-from placewatch.gpu.nvml import NvmlSource
-from placewatch.pipeline import Pipeline
-from placewatch.probe import ProbeRunner
 from placewatch.schemas import (
     ComputeStatus,
     FallbackEvent,
@@ -39,7 +34,12 @@ from placewatch.schemas import (
     decode,
     lean,
 )
-from placewatch.shards.activity import ActivityWindows
+from placewatch.worker.config import Settings
+from placewatch.worker.gpu.nvidia_smi import NvidiaSmiSource
+from placewatch.worker.gpu.nvml import NvmlSource
+from placewatch.worker.pipeline import Pipeline
+from placewatch.worker.probe import ProbeRunner
+from placewatch.worker.shards.activity import ActivityWindows
 
 from tests.conftest import (
     SLEEP,

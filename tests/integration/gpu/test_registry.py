@@ -6,11 +6,11 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from placewatch.gpu.nvidia_smi import NvidiaSmiSource
-from placewatch.gpu.nvml import NvmlSource
-from placewatch.gpu.registry import VendorChain
-from placewatch.probe import ProbeRunner
 from placewatch.schemas import GpuSample, SourceStatus
+from placewatch.worker.gpu.nvidia_smi import NvidiaSmiSource
+from placewatch.worker.gpu.nvml import NvmlSource
+from placewatch.worker.gpu.registry import VendorChain
+from placewatch.worker.probe import ProbeRunner
 
 from tests.conftest import FIXTURES, FakeGpuTools
 from tests.support.fake_nvml import FakeNvml, captured

@@ -8,8 +8,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from placewatch.gpu.rocm_smi import ROCM_SMI_ARGS, RocmSmiSource
-from placewatch.probe import ProbeRunner
+from placewatch.worker.gpu.rocm_smi import ROCM_SMI_ARGS, RocmSmiSource
+from placewatch.worker.probe import ProbeRunner
 
 from tests.conftest import FIXTURES, FakeGpuTools
 from tests.support.kfd_tree import make_kfd_tree

@@ -14,17 +14,17 @@ import anyio
 import anyio.to_thread
 import pytest
 
-from placewatch.gpu import ActivityWanted
-from placewatch.gpu.nvml import NvmlSource
-from placewatch.gpu.registry import VendorChain
-from placewatch.host import HostSampler
-from placewatch.pipeline import Pipeline, Tick
-from placewatch.sampler import NodeSampler
 from placewatch.schemas import GpuProcess, GpuSample, ShardReading, lean
-from placewatch.shards.activity import ActivityWindows
-from placewatch.shards.engine_logs import EngineLogs
-from placewatch.shards.placements import ShardsFile
-from placewatch.shards.shard_pass import ShardPass
+from placewatch.worker.gpu import ActivityWanted
+from placewatch.worker.gpu.nvml import NvmlSource
+from placewatch.worker.gpu.registry import VendorChain
+from placewatch.worker.host import HostSampler
+from placewatch.worker.pipeline import Pipeline, Tick
+from placewatch.worker.sampler import NodeSampler
+from placewatch.worker.shards.activity import ActivityWindows
+from placewatch.worker.shards.engine_logs import EngineLogs
+from placewatch.worker.shards.placements import ShardsFile
+from placewatch.worker.shards.shard_pass import ShardPass
 
 from tests.conftest import FIXTURES
 from tests.support.fake_nvml import FakeNvml, UtilizationSample

@@ -15,10 +15,10 @@ import pytest
 from nats.aio.client import Client
 from nats.js.kv import KeyValue
 
-from placewatch import runtime
-from placewatch.bus.streams import StreamSettings
 from placewatch.schemas.streams import PLACEMENTS
-from placewatch.shards.bucket import PlacementsBucket
+from placewatch.worker import runtime
+from placewatch.worker.bus.streams import StreamSettings
+from placewatch.worker.shards.bucket import PlacementsBucket
 
 from tests.conftest import NatsServer, until
 
@@ -98,7 +98,7 @@ def test_latest_values_of_this_node_then_each_change(nats_server: NatsServer) ->
 def test_an_empty_bucket_is_ready_at_once_and_a_quiet_one_stays_put(
     nats_server: NatsServer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="placewatch.shards.bucket")
+    caplog.set_level(logging.INFO, logger="placewatch.worker.shards.bucket")
     bucket = PlacementsBucket("n1", heartbeat=0.2)
 
     async def body(admin: Client, kv: KeyValue) -> None:
@@ -116,7 +116,7 @@ def test_an_empty_bucket_is_ready_at_once_and_a_quiet_one_stays_put(
 def test_a_lost_consumer_is_noticed_and_the_values_read_afresh(
     nats_server: NatsServer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="placewatch.shards.bucket")
+    caplog.set_level(logging.INFO, logger="placewatch.worker.shards.bucket")
     bucket = PlacementsBucket("n1", heartbeat=0.2)
     written = [("n1.a", spec("a", 1)), ("n1.b", spec("b", 2)), ("n1.c", spec("c", 4))]
 
@@ -142,7 +142,7 @@ def test_a_lost_consumer_is_noticed_and_the_values_read_afresh(
 def test_a_server_restart_is_survived(
     nats_server: NatsServer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="placewatch.shards.bucket")
+    caplog.set_level(logging.INFO, logger="placewatch.worker.shards.bucket")
     bucket = PlacementsBucket("n1", heartbeat=0.2)
 
     async def body(admin: Client, kv: KeyValue) -> None:
@@ -166,7 +166,7 @@ def test_retries_wait_longer_each_time_and_start_over_after_a_watch_that_ran(
 ) -> None:
     # A server without JetStream: every try fails at once. The clock says the fourth
     # try ran a minute before it failed, as a watch that had been following would.
-    caplog.set_level(logging.DEBUG, logger="placewatch.runtime")
+    caplog.set_level(logging.DEBUG, logger="placewatch.worker.runtime")
     server = NatsServer(tmp_path / "store", jetstream=False)
     server.start()
     ran = iter([0, 0, 0, 0, 0, 0, 0, 60, 60, 60])

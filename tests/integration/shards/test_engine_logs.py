@@ -8,8 +8,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from placewatch.shards.engine_log import EngineEvidence
-from placewatch.shards.engine_logs import EngineLogs
+from placewatch.worker.shards.engine_log import EngineEvidence
+from placewatch.worker.shards.engine_logs import EngineLogs
 
 
 def with_logs(body: Callable[[EngineLogs], Awaitable[None]], poll_s: float = 0.05) -> None:

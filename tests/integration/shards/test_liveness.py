@@ -14,8 +14,8 @@ import psutil
 import pytest
 
 from placewatch.schemas import PlacementSpec
-from placewatch.shards.attribution import ProcTable
-from placewatch.shards.liveness import (
+from placewatch.worker.shards.attribution import ProcTable
+from placewatch.worker.shards.liveness import (
     SlowPattern,
     Tracked,
     command_lines,
@@ -24,7 +24,7 @@ from placewatch.shards.liveness import (
     health,
     settled,
 )
-from placewatch.shards.placements import Placement
+from placewatch.worker.shards.placements import Placement
 
 from tests.conftest import free_port, wait_older_than
 from tests.support.http_endpoint import Endpoint, raw_server

@@ -14,15 +14,15 @@ import msgspec
 import psutil
 import pytest
 
-from placewatch.gpu import health
-from placewatch.gpu.nvml import NvmlSource
 from placewatch.schemas import ComputeStatus, GpuHealth, GpuProcess, GpuSample
-from placewatch.shards import shard_pass, verdict
-from placewatch.shards.engine_logs import EngineLogs
-from placewatch.shards.events import EventTracker
-from placewatch.shards.placements import ShardsFile
-from placewatch.shards.shard_pass import ShardPass
-from placewatch.shards.verdict import Judgement, Observation
+from placewatch.worker.gpu import health
+from placewatch.worker.gpu.nvml import NvmlSource
+from placewatch.worker.shards import shard_pass, verdict
+from placewatch.worker.shards.engine_logs import EngineLogs
+from placewatch.worker.shards.events import EventTracker
+from placewatch.worker.shards.placements import ShardsFile
+from placewatch.worker.shards.shard_pass import ShardPass
+from placewatch.worker.shards.verdict import Judgement, Observation
 
 from tests.conftest import FIXTURES
 from tests.support.fake_nvml import FakeNvml

@@ -6,7 +6,6 @@ from datetime import UTC, datetime
 
 import pytest
 
-from placewatch.bus.fit import REASON_KEPT, fit, size
 from placewatch.schemas import (
     ComputeStatus,
     DeviceUse,
@@ -22,6 +21,7 @@ from placewatch.schemas import (
     encode,
     lean,
 )
+from placewatch.worker.bus.fit import REASON_KEPT, fit, size
 
 WHEN = datetime(2026, 12, 1, 6, 0, tzinfo=UTC)
 

@@ -11,9 +11,9 @@ from datetime import UTC, datetime, timedelta
 import msgspec
 import pytest
 
-from placewatch.bus.holder import Holder, holder_of
-from placewatch.bus.lease import held_message, lost_message, node_lease
 from placewatch.schemas import LEASE_INTERVALS, NodeLease, encode
+from placewatch.worker.bus.holder import Holder, holder_of
+from placewatch.worker.bus.lease import held_message, lost_message, node_lease
 
 STORED = datetime(2026, 11, 30, 6, 12, 3, 500000, tzinfo=UTC)
 LEASE = NodeLease(

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from placewatch.bus.options import connect_options
-from placewatch.config import ConfigError, Settings
+from placewatch.worker.bus.options import connect_options
+from placewatch.worker.config import ConfigError, Settings
 
 from tests.support.certs import make_certs, needs_openssl
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from placewatch.bus.service import RecheckLimit
+from placewatch.worker.bus.service import RecheckLimit
 
 
 class Clock:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from nats.js.api import DiscardPolicy, StorageType
 
-from placewatch.bus.streams import StreamSettings, stream_config
 from placewatch.schemas.streams import TELEMETRY, for_prefix
+from placewatch.worker.bus.streams import StreamSettings, stream_config
 
 
 def test_the_events_stream_keeps_message_ids_for_its_duplicate_window() -> None:

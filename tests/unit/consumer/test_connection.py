@@ -8,11 +8,11 @@ import anyio
 import nats.errors
 import pytest
 
-from placewatch.consumer.connection import Bus, ConnectionLog, redact, refusal
+from placewatch.connection import Bus, ConnectionLog, redact, refusal
 
 from tests.conftest import free_port
 
-LOGGER = "placewatch.consumer.connection"
+LOGGER = "placewatch.connection"
 
 
 @pytest.mark.parametrize(

@@ -8,9 +8,9 @@ from tests.support.imports import imported_by, top_level
 EVERY_MODULE = (
     "placewatch.consumer",
     "placewatch.consumer.fleet",
-    "placewatch.consumer.connection",
-    "placewatch.consumer.lifecycle",
-    "placewatch.consumer.retained",
+    "placewatch.connection",
+    "placewatch.lifecycle",
+    "placewatch.retained",
     "placewatch.consumer.terminal",
     "placewatch.consumer.alerts",
     "placewatch.consumer.alerts.alertmanager",
@@ -29,8 +29,14 @@ def test_no_worker_module_is_imported() -> None:
     outside = {
         name for name in ours if not name.startswith(("placewatch.consumer", "placewatch.schemas"))
     }
-    # The package root (the version string) is the one worker module a consumer loads.
-    assert outside == {"placewatch"}
+    # What a consumer loads beside its own: the shared package, never the worker or the CLI.
+    assert outside == {
+        "placewatch",
+        "placewatch.connection",
+        "placewatch.heartbeat",
+        "placewatch.lifecycle",
+        "placewatch.retained",
+    }
 
 
 def test_nor_the_workers_dependencies() -> None:

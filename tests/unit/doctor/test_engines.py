@@ -6,8 +6,8 @@ tests/fixtures/engine-logs, and real captures of ../shared/corpus/engine-logs wh
 
 from __future__ import annotations
 
-from placewatch.doctor import Check, Engine
-from placewatch.doctor.engines import list_devices_check
+from placewatch.worker.doctor import Check, Engine
+from placewatch.worker.doctor.engines import list_devices_check
 
 from tests.conftest import CORPUS, FIXTURES, needs_corpus
 from tests.support.doctor import CUDA_BACKEND_FAILED, TWO_CUDA_DEVICES

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from placewatch.doctor.processes import hidepid_option
+from placewatch.worker.doctor.processes import hidepid_option
 
 # /proc/self/mounts lines as Linux 5.8 and later write them (hidepid=invisible is 2's new name).
 MOUNTS = """\

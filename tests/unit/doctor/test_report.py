@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from placewatch.config import Settings
-from placewatch.doctor import Check, Report, secrets_of
-from placewatch.doctor.report import count
+from placewatch.worker.config import Settings
+from placewatch.worker.doctor import Check, Report, secrets_of
+from placewatch.worker.doctor.report import count
 
 # A user JWT and its seed as `nsc generate creds` lays them out (values made up, same shape).
 JWT = "eyJ0eXAiOiJKV1QiLCJhbGciOiJlZDI1NTE5LW5rZXkifQ.eyJqdGkiOiJBQkNERUZHIn0.c2lnbmF0dXJl"

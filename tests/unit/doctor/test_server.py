@@ -5,7 +5,7 @@ from __future__ import annotations
 import anyio
 import nats.errors
 
-from placewatch.doctor.server import ServerErrors
+from placewatch.worker.doctor.server import ServerErrors
 
 
 def test_refused_is_the_first_permissions_violation_since_a_check_began() -> None:

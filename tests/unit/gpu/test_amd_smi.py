@@ -19,14 +19,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from placewatch.gpu.amd_smi import (
+from placewatch.schemas import GpuHealth, GpuSample
+from placewatch.worker.gpu.amd_smi import (
     attach_amd_smi_processes,
     parse_amd_smi,
     parse_amd_smi_csv,
     parse_amd_smi_processes,
 )
-from placewatch.gpu.health import assess
-from placewatch.schemas import GpuHealth, GpuSample
+from placewatch.worker.gpu.health import assess
 
 from tests.conftest import CORPUS, FIXTURES, corpus_files, needs_corpus
 from tests.support.amd_readings import assert_sane

@@ -18,13 +18,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from placewatch.gpu.amd_smi import (
+from placewatch.worker.gpu.amd_smi import (
     attach_amd_smi_processes,
     parse_amd_smi,
     parse_amd_smi_processes,
     process_entries,
 )
-from placewatch.gpu.amd_smi_activity import EngineClock, attach_engine_time, parse_engine_time
+from placewatch.worker.gpu.amd_smi_activity import (
+    EngineClock,
+    attach_engine_time,
+    parse_engine_time,
+)
 
 from tests.conftest import FIXTURES
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from placewatch.gpu import ToolSource
-from placewatch.probe import ProbeRunner
+from placewatch.worker.gpu import ToolSource
+from placewatch.worker.probe import ProbeRunner
 
 
 class ExampleSmi(ToolSource):

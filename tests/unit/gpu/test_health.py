@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 import msgspec
 import pytest
 
-from placewatch.gpu.health import RESET_XIDS, assess, problems
 from placewatch.schemas import GpuHealth, GpuSample, NodeSample, NodeTelemetry, decode, encode
 from placewatch.schemas.lean import join, split
+from placewatch.worker.gpu.health import RESET_XIDS, assess, problems
 
 
 def gpu(**health: object) -> GpuSample:

@@ -15,7 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from placewatch.gpu.kfd import (
+from placewatch.schemas import GpuSample
+from placewatch.worker.gpu.kfd import (
     KfdTree,
     attach_kfd_processes,
     bus_id,
@@ -23,7 +24,6 @@ from placewatch.gpu.kfd import (
     read_kfd,
     read_topology,
 )
-from placewatch.schemas import GpuSample
 
 from tests.support.kfd_tree import make_kfd_tree
 

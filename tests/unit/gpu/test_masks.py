@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from placewatch.gpu.masks import DeviceMask, translate
 from placewatch.schemas import GpuSample
+from placewatch.worker.gpu.masks import DeviceMask, translate
 
 A100 = "NVIDIA A100-SXM4-80GB"
 NODE = [

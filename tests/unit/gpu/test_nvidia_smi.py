@@ -11,8 +11,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from placewatch.gpu.nvidia_smi import APP_FIELDS, GPU_FIELDS, apps_query_argv, gpu_query_argv
-from placewatch.gpu.nvidia_smi_csv import attach_processes, parse_compute_apps, parse_gpus
+from placewatch.worker.gpu.nvidia_smi import APP_FIELDS, GPU_FIELDS, apps_query_argv, gpu_query_argv
+from placewatch.worker.gpu.nvidia_smi_csv import attach_processes, parse_compute_apps, parse_gpus
 
 from tests.conftest import CORPUS, FIXTURES, corpus_files, needs_corpus
 

@@ -12,12 +12,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from placewatch.gpu.clock_events import CLOCK_EVENT_BITS, clock_event_names, parse_mask
-from placewatch.gpu.health import assess
-from placewatch.gpu.nvidia_smi import GPU_FIELDS
-from placewatch.gpu.nvidia_smi_csv import parse_gpus
-from placewatch.gpu.nvidia_smi_xml import parse_xml
 from placewatch.schemas import GpuSample
+from placewatch.worker.gpu.clock_events import CLOCK_EVENT_BITS, clock_event_names, parse_mask
+from placewatch.worker.gpu.health import assess
+from placewatch.worker.gpu.nvidia_smi import GPU_FIELDS
+from placewatch.worker.gpu.nvidia_smi_csv import parse_gpus
+from placewatch.worker.gpu.nvidia_smi_xml import parse_xml
 
 from tests.conftest import CORPUS, FIXTURES, corpus_files, needs_corpus
 

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from placewatch.gpu.nvidia_smi import GPU_FIELDS, gpu_loop_argv
-from placewatch.gpu.nvidia_smi_csv import parse_gpus
-from placewatch.gpu.nvidia_smi_loop import GpuPasses
+from placewatch.worker.gpu.nvidia_smi import GPU_FIELDS, gpu_loop_argv
+from placewatch.worker.gpu.nvidia_smi_csv import parse_gpus
+from placewatch.worker.gpu.nvidia_smi_loop import GpuPasses
 
 from tests.conftest import FIXTURES, corpus_files, needs_corpus
 

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from placewatch.gpu.nvidia_smi_csv import attach_processes, parse_compute_apps, parse_gpus
-from placewatch.gpu.nvidia_smi_pmon import (
+from placewatch.worker.gpu.nvidia_smi_csv import attach_processes, parse_compute_apps, parse_gpus
+from placewatch.worker.gpu.nvidia_smi_pmon import (
     PmonRow,
     attach_pmon,
     parse_pmon,

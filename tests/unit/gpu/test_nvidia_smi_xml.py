@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from placewatch.gpu.nvidia_smi_xml import parse_xml
 from placewatch.schemas import GpuSample
+from placewatch.worker.gpu.nvidia_smi_xml import parse_xml
 
 from tests.conftest import FIXTURES
 

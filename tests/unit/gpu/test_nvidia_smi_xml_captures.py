@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import msgspec
 import pytest
 
-from placewatch.gpu.nvidia_smi_xml import parse_xml
 from placewatch.schemas import GpuSample
+from placewatch.worker.gpu.nvidia_smi_xml import parse_xml
 
 from tests.conftest import CORPUS, corpus_files, needs_corpus
 

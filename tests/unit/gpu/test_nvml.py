@@ -9,9 +9,9 @@ import anyio
 import msgspec
 import pytest
 
-from placewatch.gpu.nvidia_smi_csv import attach_processes, parse_compute_apps, parse_gpus
-from placewatch.gpu.nvml import NvmlSource, ProcessLists, load, read_gpus
 from placewatch.schemas import GpuProcess, GpuSample
+from placewatch.worker.gpu.nvidia_smi_csv import attach_processes, parse_compute_apps, parse_gpus
+from placewatch.worker.gpu.nvml import NvmlSource, ProcessLists, load, read_gpus
 
 from tests.conftest import CORPUS, FIXTURES, needs_corpus
 from tests.support.fake_nvml import FakeNvml, FakeNvmlLibrary, Mig, Process, captured

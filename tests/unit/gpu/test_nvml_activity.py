@@ -8,8 +8,8 @@ from typing import Any
 import anyio
 import msgspec
 
-from placewatch.gpu import ActivityWanted
-from placewatch.gpu.nvml import NvmlSource, ProcessUtilization, read_gpus
+from placewatch.worker.gpu import ActivityWanted
+from placewatch.worker.gpu.nvml import NvmlSource, ProcessUtilization, read_gpus
 
 from tests.support.fake_nvml import FakeNvml, Mig, Process, UtilizationSample, captured
 

@@ -15,17 +15,17 @@ import anyio
 import msgspec
 import pytest
 
-from placewatch.gpu import health
-from placewatch.gpu.clock_events import CLOCK_EVENT_BITS
-from placewatch.gpu.nvml import NvmlSource, read_gpus
-from placewatch.gpu.nvml_health import (
+from placewatch.schemas import GpuHealth, GpuSample
+from placewatch.worker.gpu import health
+from placewatch.worker.gpu.clock_events import CLOCK_EVENT_BITS
+from placewatch.worker.gpu.nvml import NvmlSource, read_gpus
+from placewatch.worker.gpu.nvml_health import (
     Refusals,
     XidEvents,
     Xids,
     _identity,
     clock_events,
 )
-from placewatch.schemas import GpuHealth, GpuSample
 
 from tests.support.fake_nvml import EventSet, FakeNvml, NVMLError_NotSupported, captured, h200
 

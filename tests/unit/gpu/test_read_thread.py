@@ -11,8 +11,8 @@ from typing import Any
 import anyio
 import pytest
 
-from placewatch.gpu import read_thread
-from placewatch.gpu.read_thread import ReadThread
+from placewatch.worker.gpu import read_thread
+from placewatch.worker.gpu.read_thread import ReadThread
 
 
 def run(main: Callable[[], Any]) -> Any:

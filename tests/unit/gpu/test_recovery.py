@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from placewatch.gpu import recovery
-from placewatch.gpu.nvidia_smi_csv import parse_gpus
-from placewatch.gpu.nvidia_smi_xml import parse_xml
+from placewatch.worker.gpu import recovery
+from placewatch.worker.gpu.nvidia_smi_csv import parse_gpus
+from placewatch.worker.gpu.nvidia_smi_xml import parse_xml
 
 from tests.conftest import CORPUS, FIXTURES, needs_corpus
 

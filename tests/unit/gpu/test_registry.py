@@ -5,11 +5,11 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from placewatch.config import GPU_SOURCES
-from placewatch.gpu.nvidia_smi import NvidiaSmiSource
-from placewatch.gpu.registry import RECHECK_ABSENT_S, VendorChain, default_chains
-from placewatch.probe import ProbeRunner
 from placewatch.schemas import GpuSample, SourceStatus
+from placewatch.worker.config import GPU_SOURCES
+from placewatch.worker.gpu.nvidia_smi import NvidiaSmiSource
+from placewatch.worker.gpu.registry import RECHECK_ABSENT_S, VendorChain, default_chains
+from placewatch.worker.probe import ProbeRunner
 
 Result = tuple[list[GpuSample], list[SourceStatus]]
 

@@ -15,7 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from placewatch.gpu.rocm_smi import (
+from placewatch.schemas import GpuHealth
+from placewatch.worker.gpu.rocm_smi import (
     BUSY_KEYS,
     CAP_KEYS,
     FAN_KEY,
@@ -30,7 +31,6 @@ from placewatch.gpu.rocm_smi import (
     parse_rocm_smi,
     power_activity,
 )
-from placewatch.schemas import GpuHealth
 
 from tests.conftest import CORPUS, FIXTURES, corpus_files, needs_corpus
 from tests.support.amd_readings import assert_sane

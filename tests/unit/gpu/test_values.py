@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from placewatch.gpu import values
+from placewatch.worker.gpu import values
 
 WORDS = [
     "N/A",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from placewatch.schemas import GpuProcess, GpuSample
-from placewatch.shards.activity import (
+from placewatch.worker.shards.activity import (
     MIN_IDLE_READS,
     Activity,
     ActivityWindows,
@@ -11,7 +11,7 @@ from placewatch.shards.activity import (
     Read,
     shard_usage,
 )
-from placewatch.shards.engine_log.serving import Request, Serving
+from placewatch.worker.shards.engine_log.serving import Request, Serving
 
 
 def idle(at: float) -> Read:

@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from placewatch.shards.attribution import ProcTable, owner, parse_stat
+from placewatch.worker.shards.attribution import ProcTable, owner, parse_stat
 
 SLEEP = "import time; time.sleep(60)"
 # Starts a child, and a grandchild that double-forks away (reparented, same group).

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from placewatch.shards.cgroup import NONE, Container, parse_cgroup, read_container
+from placewatch.worker.shards.cgroup import NONE, Container, parse_cgroup, read_container
 
 from tests.conftest import FIXTURES
 

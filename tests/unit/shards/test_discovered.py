@@ -8,9 +8,9 @@ from collections.abc import Collection, Sequence
 import anyio
 
 from placewatch.schemas import GpuSample, PlacementSpec
-from placewatch.shards.discover import Discovered
-from placewatch.shards.discovered import DISCOVERY_EVERY_S, DiscoveryWalks
-from placewatch.shards.placements import Placement
+from placewatch.worker.shards.discover import Discovered
+from placewatch.worker.shards.discovered import DISCOVERY_EVERY_S, DiscoveryWalks
+from placewatch.worker.shards.placements import Placement
 
 GPUS = [GpuSample(index=0, uuid="GPU-0")]
 

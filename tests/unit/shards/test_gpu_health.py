@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from placewatch.schemas import DeviceUse, GpuHealth, GpuSample
-from placewatch.shards.gpu_health import health_by_index, unhealthy, with_health
+from placewatch.worker.shards.gpu_health import health_by_index, unhealthy, with_health
 
 XID = "XID 79 (GPU has fallen off the bus): reset the GPU or reboot the node"
 ECC = "2 uncorrected ECC error(s) since the last reset: reset the GPU or reboot the node"

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from placewatch.shards.bucket import PlacementsBucket
-from placewatch.shards.placements import MAX_SHARDS_FILE_BYTES, ShardsFile, parse_shards_file
+from placewatch.worker.shards.bucket import PlacementsBucket
+from placewatch.worker.shards.placements import MAX_SHARDS_FILE_BYTES, ShardsFile, parse_shards_file
 
 
 def test_shards_file_reads_every_documented_key(tmp_path: Path) -> None:

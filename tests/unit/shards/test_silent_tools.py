@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from placewatch.schemas import PlacementSpec
-from placewatch.shards.engine_log import EngineEvidence
-from placewatch.shards.engine_log.read import read_text
-from placewatch.shards.placements import Placement
-from placewatch.shards.silent_tools import engine_says_cpu
+from placewatch.worker.shards.engine_log import EngineEvidence
+from placewatch.worker.shards.engine_log.read import read_text
+from placewatch.worker.shards.placements import Placement
+from placewatch.worker.shards.silent_tools import engine_says_cpu
 
 UNTOLD = Placement(
     PlacementSpec(id="llama-server-8080", pid=42, engine="llama.cpp"),

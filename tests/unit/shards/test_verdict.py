@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from placewatch.schemas import GpuSample, PlacementSpec
-from placewatch.shards.engine_log import EngineEvidence
-from placewatch.shards.engine_log.read import read_text
-from placewatch.shards.placements import Placement
-from placewatch.shards.verdict import Observation, judge
+from placewatch.worker.shards.engine_log import EngineEvidence
+from placewatch.worker.shards.engine_log.read import read_text
+from placewatch.worker.shards.placements import Placement
+from placewatch.worker.shards.verdict import Observation, judge
 
 from .engine_log.readings import REAL, read_log
 

@@ -8,11 +8,11 @@ says otherwise stands.
 from __future__ import annotations
 
 from placewatch.schemas import GpuSample, PlacementSpec
-from placewatch.shards.activity import ActivityWindows, Read
-from placewatch.shards.engine_log import EngineEvidence
-from placewatch.shards.engine_log.serving import Request, Serving
-from placewatch.shards.placements import Placement
-from placewatch.shards.verdict import Judgement, Observation, judge
+from placewatch.worker.shards.activity import ActivityWindows, Read
+from placewatch.worker.shards.engine_log import EngineEvidence
+from placewatch.worker.shards.engine_log.serving import Request, Serving
+from placewatch.worker.shards.placements import Placement
+from placewatch.worker.shards.verdict import Judgement, Observation, judge
 
 GiB = 1 << 30
 GPUS = [GpuSample(index=i, uuid=f"GPU-{i}", vendor="nvidia") for i in range(2)]

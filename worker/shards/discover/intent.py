@@ -32,8 +32,8 @@ import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
-from placewatch.gpu.masks import AMD_VARIABLES, DeviceMask, translate
 from placewatch.schemas import GpuSample
+from placewatch.worker.gpu.masks import AMD_VARIABLES, DeviceMask, translate
 
 from .flags import (
     CONFIG_FILE,

@@ -19,7 +19,7 @@ from typing import Any
 import psutil
 import pytest
 
-from placewatch.shards.discover import Discovered, discover
+from placewatch.worker.shards.discover import Discovered, discover
 
 from tests.conftest import run_placewatch
 from tests.support.llama_server import LlamaServers

@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from placewatch.shards.discover import Discovered, discover
+from placewatch.worker.shards.discover import Discovered, discover
 
 from tests.conftest import SLEEP
 from tests.support.discovery import A100X4, OLLAMA_BLOB

@@ -7,10 +7,10 @@ import argparse
 
 import pytest
 
-from placewatch.config import load
+from placewatch.connection import Bus
 from placewatch.consumer.alerts import add_arguments, command
 from placewatch.consumer.alerts.options import ENVIRONMENT, OptionError, Options, options
-from placewatch.consumer.connection import Bus
+from placewatch.worker.config import load
 
 
 def parse(*argv: str, env: dict[str, str] | None = None) -> argparse.Namespace:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from placewatch.shards.discover import classify
+from placewatch.worker.shards.discover import classify
 
 from tests.support.discovery import A100X4, MODEL, OLLAMA_BLOB, SERVER, found
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from placewatch.shards.discover.flags import DEVICE, PORT, flag, lookup, setting
-from placewatch.shards.discover.launch import read_launch
+from placewatch.worker.shards.discover.flags import DEVICE, PORT, flag, lookup, setting
+from placewatch.worker.shards.discover.launch import read_launch
 
 from tests.support.discovery import SERVER, found
 

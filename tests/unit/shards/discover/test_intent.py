@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from placewatch.schemas import GpuSample
-from placewatch.shards.discover import classify
+from placewatch.worker.shards.discover import classify
 
 from tests.support.discovery import A100X4, AMD, BOTH, MIXED, MODEL, OLLAMA_BLOB, SERVER, found
 

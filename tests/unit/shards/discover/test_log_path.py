@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from placewatch.shards.discover.launch import Launch, read_launch
-from placewatch.shards.discover.log_path import find_log
+from placewatch.worker.shards.discover.launch import Launch, read_launch
+from placewatch.worker.shards.discover.log_path import find_log
 
 from tests.support.discovery import MODEL, SERVER
 

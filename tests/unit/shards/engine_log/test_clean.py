@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from placewatch.shards.engine_log.clean import clean_line, is_ollama_format, is_vllm_format
-from placewatch.shards.engine_log.read import EvidenceReader
+from placewatch.worker.shards.engine_log.clean import clean_line, is_ollama_format, is_vllm_format
+from placewatch.worker.shards.engine_log.read import EvidenceReader
 
 SAID = "load_tensors: offloaded 13/13 layers to GPU"
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from placewatch.shards.engine_log.llama_cpp import listed_device
-from placewatch.shards.engine_log.read import EvidenceReader, read_text
+from placewatch.worker.shards.engine_log.llama_cpp import listed_device
+from placewatch.worker.shards.engine_log.read import EvidenceReader, read_text
 
 from .readings import LLAMA, LOGS, OWN, Reading, mib, read_log, reading
 from tests.conftest import needs_corpus

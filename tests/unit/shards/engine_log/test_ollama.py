@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from placewatch.shards.engine_log.read import read_text
+from placewatch.worker.shards.engine_log.read import read_text
 
 from .readings import LLAMA, LOGS, OLLAMA, OWN, Reading, gib, mib, read_log, reading
 from tests.conftest import needs_corpus

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from placewatch.shards.engine_log import EngineEvidence
-from placewatch.shards.engine_log.read import MAX_LINES, EvidenceReader, read_text
-from placewatch.shards.engine_log.rules import MAX_LINE_CHARS
+from placewatch.worker.shards.engine_log import EngineEvidence
+from placewatch.worker.shards.engine_log.read import MAX_LINES, EvidenceReader, read_text
+from placewatch.worker.shards.engine_log.rules import MAX_LINE_CHARS
 
 from . import test_llama_cpp, test_ollama, test_vllm
 from .readings import LLAMA, LOGS, OLLAMA, OWN, Reading, read_log

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from placewatch.shards.engine_log.evidence import EngineBackend, EvidenceState
-from placewatch.shards.engine_log.read import read_text
-from placewatch.shards.engine_log.rules import (
+from placewatch.worker.shards.engine_log.evidence import EngineBackend, EvidenceState
+from placewatch.worker.shards.engine_log.read import read_text
+from placewatch.worker.shards.engine_log.rules import (
     MAX_LINE_CHARS,
     Strength,
     add_device,

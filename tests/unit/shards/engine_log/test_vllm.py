@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from placewatch.shards.engine_log.read import read_text
+from placewatch.worker.shards.engine_log.read import read_text
 
 from .readings import LOGS, OWN, VLLM, Reading, gib, read_log, reading
 from tests.conftest import needs_corpus

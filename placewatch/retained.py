@@ -30,10 +30,8 @@ from placewatch.schemas import (
     subjects,
     value_headers,
 )
-from placewatch.schemas.codec import HEADER_CONTENT_TYPE
+from placewatch.schemas.codec import HEADER_CONTENT_TYPE, why_refused
 from placewatch.schemas.streams import for_prefix
-
-from .impostors import why
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +148,9 @@ async def compute_statuses(
             log.warning("ignored %s in bucket %s: %s", msg.subject, bucket.name, exc)
             continue
         if not on_own_subject(status, msg.subject):
-            log.warning("ignored %s in bucket %s: %s", msg.subject, bucket.name, why(status))
+            log.warning(
+                "ignored %s in bucket %s: %s", msg.subject, bucket.name, why_refused(status)
+            )
             continue
         found.append((status, stored_at(msg)))
     return found

@@ -17,8 +17,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from . import __version__
-from .config import ENV_CONFIG, GPU_SOURCES, ConfigError, Settings, load
+from placewatch import __version__
+from placewatch.worker.config import ENV_CONFIG, GPU_SOURCES, ConfigError, Settings, load
 
 EXIT_CONFIG = 2
 EXIT_LEASE_HELD = 2
@@ -61,9 +61,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run_command(settings: Settings, args: argparse.Namespace) -> int:
     import anyio
 
-    from .bus.lease import LeaseHeld, LeaseLost
-    from .embedded import EmbeddedError
-    from .runtime import run
+    from placewatch.worker.bus.lease import LeaseHeld, LeaseLost
+    from placewatch.worker.embedded import EmbeddedError
+    from placewatch.worker.runtime import run
 
     try:
         anyio.run(run, settings, sys.stdout, backend="asyncio")
@@ -78,25 +78,25 @@ def _run_command(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _sample_command(settings: Settings, args: argparse.Namespace) -> int:
-    from . import sample
+    from placewatch.worker import sample
 
     return sample.main(settings, as_json=args.json)
 
 
 def _doctor_command(settings: Settings, args: argparse.Namespace) -> int:
-    from . import doctor
+    from placewatch.worker import doctor
 
     return doctor.command(settings, args)
 
 
 def _health_command(settings: Settings, args: argparse.Namespace) -> int:
-    from . import health
+    from placewatch.worker import health
 
     return health.command(settings, args)
 
 
 def _forget_command(settings: Settings, args: argparse.Namespace) -> int:
-    from . import forget
+    from placewatch.worker import forget
 
     return forget.command(settings, args)
 
@@ -129,11 +129,10 @@ def _exporter_command(settings: Settings, args: argparse.Namespace) -> int:
 def _bus(settings: Settings) -> Any:
     """Where a command that reads the bus connects (a ConfigError is the caller's to say),
     with the heartbeat its connection keeps when given a health file."""
-    from placewatch.consumer.connection import HEARTBEAT, Bus
-    from placewatch.consumer.heartbeat import check_folder
+    from placewatch.connection import HEARTBEAT, Bus
+    from placewatch.heartbeat import check_folder
     from placewatch.schemas import subjects
-
-    from .bus.options import connect_options
+    from placewatch.worker.bus.options import connect_options
 
     options = connect_options(settings)
     if settings.health_file is not None:
@@ -279,15 +278,15 @@ def _add_arguments(name: str, command: argparse.ArgumentParser) -> None:
             help="print the whole NodeSample (inventory and readings) as JSON",
         )
     elif name == "doctor":
-        from . import doctor
+        from placewatch.worker import doctor
 
         doctor.add_arguments(command)
     elif name == "health":
-        from . import health
+        from placewatch.worker import health
 
         health.add_arguments(command)
     elif name == "forget":
-        from . import forget
+        from placewatch.worker import forget
 
         forget.add_arguments(command)
     elif name == "watch":

@@ -1,0 +1,104 @@
+"""The packages' import rules, read from the source: the worker and the consumers never import
+each other, the shared package neither of them, the contract nothing of placewatch but itself.
+
+Walks every module's `import` and `from` statements (function bodies included, relative
+imports resolved), so an import made inside a function is caught as well as one at the top.
+import-linter checks the same contracts in CI (pyproject.toml, [tool.importlinter]).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+FOLDERS = {
+    "placewatch": ROOT / "placewatch",
+    "placewatch.schemas": ROOT / "schemas",
+    "placewatch.worker": ROOT / "worker",
+    "placewatch.consumer": ROOT / "consumer",
+}
+FORBIDDEN = {
+    "placewatch.schemas": ("placewatch.worker", "placewatch.consumer", "placewatch.cli"),
+    "placewatch.worker": ("placewatch.consumer", "placewatch.cli"),
+    "placewatch.consumer": ("placewatch.worker", "placewatch.cli"),
+    "placewatch": ("placewatch.worker", "placewatch.consumer"),
+}
+"""What each package may not import. The CLI (placewatch.cli) dispatches to both sides and is
+the one module of the shared package the rule for `placewatch` does not cover."""
+
+
+def module_name(package: str, folder: Path, path: Path) -> str:
+    parts = list(path.relative_to(folder).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join([package, *parts])
+
+
+def imports(module: str, path: Path) -> set[str]:
+    """The full names of what the module at `path` imports, anywhere in it."""
+    is_package = path.name == "__init__.py"
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module.split(".")
+                base = base[: len(base) - node.level + (1 if is_package else 0)]
+                stem = ".".join([*base, node.module] if node.module else base)
+            else:
+                stem = node.module or ""
+            found.add(stem)
+            found.update(f"{stem}.{alias.name}" for alias in node.names)
+    return found
+
+
+def modules() -> list[tuple[str, str, Path]]:
+    """(package, module, path) for every module of the four packages."""
+    found = []
+    for package, folder in FOLDERS.items():
+        for path in sorted(folder.rglob("*.py")):
+            if package == "placewatch" and path.parent != folder:
+                continue
+            found.append((package, module_name(package, folder, path), path))
+    return found
+
+
+def offences(package: str, module: str, path: Path) -> list[str]:
+    if module == "placewatch.cli":
+        return []
+    banned = FORBIDDEN[package]
+    return sorted(
+        name for name in imports(module, path) if any(
+            name == ban or name.startswith(ban + ".") for ban in banned
+        )
+    )
+
+
+@pytest.mark.parametrize(
+    ("package", "module", "path"), modules(), ids=[module for _, module, _ in modules()]
+)
+def test_no_import_crosses_between_the_packages(package: str, module: str, path: Path) -> None:
+    assert offences(package, module, path) == []
+
+
+def test_the_walk_sees_every_package_and_an_import_in_a_function(tmp_path: Path) -> None:
+    seen = {package for package, _, _ in modules()}
+    assert seen == set(FOLDERS)
+    assert len(modules()) > 100
+    # A crossing import inside a function, and a relative one, are both found.
+    source = tmp_path / "probe.py"
+    source.write_text(
+        "def later():\n    from placewatch.consumer import fleet\n"
+        "from ..shards import verdict\n"
+    )
+    found = imports("placewatch.worker.bus.probe", source)
+    assert "placewatch.consumer.fleet" in found
+    assert "placewatch.worker.shards.verdict" in found
+    assert offences("placewatch.worker", "placewatch.worker.bus.probe", source) == [
+        "placewatch.consumer",
+        "placewatch.consumer.fleet",
+    ]
