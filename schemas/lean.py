@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
+from typing import Any
 
 import msgspec
 
@@ -162,19 +163,43 @@ def _number(value: float | None) -> float | None:
     return value
 
 
+def _numbers(whole: msgspec.Struct, fields: tuple[str, ...]) -> dict[str, Any]:
+    """The readings `fields` of `whole`, each whole number as an int (_number)."""
+    return {f: _number(getattr(whole, f)) for f in fields}
+
+
+def _copied(
+    part: type[msgspec.Struct], whole: type[msgspec.Struct], by_hand: set[str]
+) -> tuple[str, ...]:
+    """The fields a part (GpuInfo, GpuReading, HostInfo, HostReading) takes as they are from
+    the whole (GpuSample, HostSample): each of its fields but those made by hand. A field the
+    part has and the whole has not is a mistake in the Structs, said at import."""
+    fields = tuple(f for f in part.__struct_fields__ if f not in by_hand)
+    if stray := [f for f in fields if f not in whole.__struct_fields__]:
+        raise TypeError(f"{part.__name__} has {stray}, which {whole.__name__} lacks")
+    return fields
+
+
+_GPU_INFO = _copied(GpuInfo, GpuSample, {"index", "mig", "health"})
+_GPU_READING = _copied(
+    GpuReading, GpuSample, {"index", "processes", "mig_used_bytes", "clock_events", "problems"}
+)
+_HOST_INFO = _copied(HostInfo, HostSample, set())
+_HOST_READING = _copied(HostReading, HostSample, set())
+BY_HAND = frozenset({"index", "processes", "mig", "health"})
+"""GpuSample's fields that split and join make by hand: the key, the processes (their
+memory a reading, their names and shards inventory), the MIG instances (their layout
+inventory, their memory a reading), the health (its counts inventory, its clock events and
+problems readings). Every other field of GpuSample is in GpuInfo or GpuReading, copied as it
+is: a new reading is a field of GpuSample and of GpuReading, nothing here."""
+
+
 def _info(g: GpuSample) -> GpuInfo:
     return GpuInfo(
         index=g.index,
-        uuid=g.uuid,
-        vendor=g.vendor,
-        name=g.name,
-        bus_id=g.bus_id,
-        memory_total_bytes=g.memory_total_bytes,
-        power_cap_w=g.power_cap_w,
-        mig_enabled=g.mig_enabled,
         mig=[msgspec.structs.replace(m, memory_used_bytes=None) for m in g.mig],
-        temperature_sensor=g.temperature_sensor,
         health=None if g.health is None else msgspec.structs.replace(g.health, clock_events=[]),
+        **{f: getattr(g, f) for f in _GPU_INFO},
     )
 
 
@@ -188,22 +213,11 @@ def _reading(g: GpuSample) -> GpuReading:
             processes[p.pid] = p.used_bytes
     return GpuReading(
         index=g.index,
-        utilization_pct=_number(g.utilization_pct),
-        activity=g.activity,
-        memory_used_bytes=g.memory_used_bytes,
-        memory_free_bytes=g.memory_free_bytes,
-        foreign_bytes=g.foreign_bytes,
-        temperature_c=_number(g.temperature_c),
-        power_w=_number(g.power_w),
         processes=processes,
         mig_used_bytes=[m.memory_used_bytes for m in g.mig],
-        sm_clock_mhz=g.sm_clock_mhz,
-        memory_clock_mhz=g.memory_clock_mhz,
-        memory_util_pct=_number(g.memory_util_pct),
-        energy_j=_number(g.energy_j),
-        fan_pct=_number(g.fan_pct),
         clock_events=[] if g.health is None else g.health.clock_events,
         problems=[] if g.health is None else g.health.problems,
+        **_numbers(g, _GPU_READING),
     )
 
 
@@ -218,36 +232,20 @@ def _gpu(info: GpuInfo | None, r: GpuReading, processes: Mapping[int, ProcessInf
         )
         for pid, used in r.processes.items()
     ]
+    values = {f: getattr(r, f) for f in _GPU_READING}
+    if info is not None:  # without it, what the inventory holds takes GpuSample's defaults
+        values.update((f, getattr(info, f)) for f in _GPU_INFO)
     mig = [] if info is None else info.mig
     used = r.mig_used_bytes
     return GpuSample(
         index=r.index,
-        uuid=None if info is None else info.uuid,
-        vendor="nvidia" if info is None else info.vendor,
-        name=None if info is None else info.name,
-        bus_id=None if info is None else info.bus_id,
-        utilization_pct=r.utilization_pct,
-        activity=r.activity,
-        memory_total_bytes=None if info is None else info.memory_total_bytes,
-        memory_used_bytes=r.memory_used_bytes,
-        memory_free_bytes=r.memory_free_bytes,
-        foreign_bytes=r.foreign_bytes,
-        temperature_c=r.temperature_c,
-        power_w=r.power_w,
-        power_cap_w=None if info is None else info.power_cap_w,
         processes=listed,
-        mig_enabled=None if info is None else info.mig_enabled,
         mig=[
             msgspec.structs.replace(m, memory_used_bytes=used[i] if i < len(used) else None)
             for i, m in enumerate(mig)
         ],
-        temperature_sensor=None if info is None else info.temperature_sensor,
-        sm_clock_mhz=r.sm_clock_mhz,
-        memory_clock_mhz=r.memory_clock_mhz,
-        memory_util_pct=r.memory_util_pct,
-        energy_j=r.energy_j,
-        fan_pct=r.fan_pct,
         health=_health(info, r),
+        **values,
     )
 
 
@@ -265,26 +263,17 @@ def _health(info: GpuInfo | None, r: GpuReading) -> GpuHealth | None:
 
 
 def _host_info(h: HostSample) -> HostInfo:
-    return HostInfo(cpu_count=h.cpu_count, memory_total_bytes=h.memory_total_bytes)
+    return HostInfo(**{f: getattr(h, f) for f in _HOST_INFO})
 
 
 def _host_reading(h: HostSample) -> HostReading:
-    return HostReading(
-        cpu_pct=_number(h.cpu_pct),
-        memory_available_bytes=h.memory_available_bytes,
-        load_1m=_number(h.load_1m),
-    )
+    return HostReading(**_numbers(h, _HOST_READING))
 
 
 def _host(info: HostInfo | None, reading: HostReading | None) -> HostSample | None:
     if info is None and reading is None:
         return None
-    info = info or HostInfo()
-    reading = reading or HostReading()
-    return HostSample(
-        cpu_pct=reading.cpu_pct,
-        cpu_count=info.cpu_count,
-        memory_total_bytes=info.memory_total_bytes,
-        memory_available_bytes=reading.memory_available_bytes,
-        load_1m=reading.load_1m,
-    )
+    values = {} if reading is None else {f: getattr(reading, f) for f in _HOST_READING}
+    if info is not None:
+        values.update((f, getattr(info, f)) for f in _HOST_INFO)
+    return HostSample(**values)

@@ -358,3 +358,38 @@ def test_what_the_dcgm_readings_add_to_a_busy_node_s_telemetry() -> None:
     added_msgpack = len(encode(read, "msgpack")[0]) - len(encode(plain, "msgpack")[0])
     assert (added_json, added_msgpack) == (8 * 89, 8 * 71)
     assert all(g.sm_clock_mhz == 1980 and g.energy_j for g in read.gpus)
+
+
+def test_every_field_of_a_gpu_and_the_host_is_split_and_joined() -> None:
+    """A new reading is a field of GpuSample and of GpuReading (or GpuInfo): split and join
+    copy it from the Structs' fields, with nothing to add in lean.py."""
+    from placewatch.schemas import (
+        GpuInfo,
+        GpuReading,
+        GpuSample,
+        HostInfo,
+        HostReading,
+        HostSample,
+        lean,
+    )
+
+    gpu = set(GpuSample.__struct_fields__)
+    assert gpu == set(lean._GPU_INFO) | set(lean._GPU_READING) | lean.BY_HAND
+    assert set(lean._GPU_INFO) < set(GpuInfo.__struct_fields__)
+    assert set(lean._GPU_READING) < set(GpuReading.__struct_fields__)
+    assert set(HostSample.__struct_fields__) == set(lean._HOST_INFO) | set(lean._HOST_READING)
+    assert {"utilization_pct", "fan_pct", "energy_j"} <= set(lean._GPU_READING)
+    assert {"uuid", "name", "memory_total_bytes"} <= set(lean._GPU_INFO)
+    assert set(HostInfo.__struct_fields__) == set(lean._HOST_INFO)
+    assert set(HostReading.__struct_fields__) == set(lean._HOST_READING)
+
+
+def test_a_part_with_a_field_the_whole_lacks_is_said_at_import() -> None:
+    from placewatch.schemas import GpuSample, lean
+
+    class Stray(msgspec.Struct):
+        index: int
+        wattage: float
+
+    with pytest.raises(TypeError, match=r"Stray has \['wattage'\], which GpuSample lacks"):
+        lean._copied(Stray, GpuSample, {"index"})
