@@ -41,3 +41,10 @@ def test_operations_gives_the_exit_codes_of_a_node_held_and_taken_over() -> None
     assert f"exits with code **{EXIT_LEASE_LOST}**" in section
     assert f"`RestartPreventExitStatus={EXIT_LEASE_LOST}`" in section
     assert (EXIT_LEASE_HELD, EXIT_LEASE_LOST) == (2, 3)
+
+
+def test_benchmarks_page_is_short() -> None:
+    doc = (ROOT / "docs" / "benchmarks.md").read_text()
+    assert len(doc.splitlines()) < 300
+    first_table = next(line for line in doc.splitlines() if line.startswith("|"))
+    assert first_table == "| figure | target | result | load | date | command |"
