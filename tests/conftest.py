@@ -12,10 +12,9 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
-import anyio
 import psutil
 import pytest
 
@@ -314,13 +313,6 @@ def wait_older_than(pids: list[int], seconds: float) -> None:
     """Let the grace period pass, by the start time the OS keeps."""
     while any(time.time() - psutil.Process(p).create_time() < seconds for p in pids):
         time.sleep(0.05)
-
-
-async def until(check: Callable[[], bool], seconds: float = 10) -> None:
-    """Until `check()` holds; fails after `seconds`."""
-    with anyio.fail_after(seconds):
-        while not check():
-            await anyio.sleep(0.02)
 
 
 @pytest.fixture(scope="session")

@@ -36,9 +36,10 @@ from placewatch.worker.bus.streams import StreamSettings, ensure_bucket, ensure_
 from placewatch.worker.forget import newest_stored
 from placewatch.worker.shards.events import EventTracker
 
-from tests.conftest import ROOT, NatsServer, clean_env, free_port, run_placewatch, until
+from tests.conftest import ROOT, NatsServer, clean_env, free_port, run_placewatch
 from tests.integration.test_permissions import two_nodes
 from tests.integration.test_security import create_streams_as_admin
+from tests.support.eventually import eventually_async
 from tests.support.relay import Relay
 
 NODE, OTHER = "gpu-07", "gpu-08"
@@ -517,7 +518,7 @@ def test_a_view_cut_off_while_the_node_is_forgotten_lets_it_go_once_it_is_back(
             assert view.status(OTHER, "embed").verdict == "gpu"  # type: ignore[union-attr]
 
             relay.cut()
-            await until(lambda: not nc.is_connected)
+            await eventually_async(lambda: not nc.is_connected)
             done = await anyio.to_thread.run_sync(
                 lambda: run_placewatch("forget", NODE, "--nats", url)
             )
@@ -530,8 +531,8 @@ def test_a_view_cut_off_while_the_node_is_forgotten_lets_it_go_once_it_is_back(
             heard.clear()
 
             relay.mend()
-            await until(lambda: nc.is_connected)
-            await until(lambda: NODE not in view.nodes and NODE not in view.inventories)
+            await eventually_async(lambda: nc.is_connected)
+            await eventually_async(lambda: NODE not in view.nodes and NODE not in view.inventories)
 
             assert (sorted(view.nodes), sorted(view.inventories)) == ([OTHER], [OTHER])
             assert {node for node, _ in view.shards} == {OTHER}

@@ -9,7 +9,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -19,17 +19,11 @@ from placewatch.connection import HEARTBEAT, RoundTrips, connect
 from placewatch.heartbeat import judge_beat, read_text
 
 from tests.conftest import NatsServer, Worker, clean_env, placewatch_cmd, run_placewatch
+from tests.support.eventually import eventually
 
 
 def health(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return run_placewatch("health", *args, env=env)
-
-
-def eventually(check: Callable[[], bool], seconds: float = 15) -> None:
-    deadline = time.monotonic() + seconds
-    while not check():
-        assert time.monotonic() < deadline, "not within the time given"
-        time.sleep(0.1)
 
 
 @pytest.fixture

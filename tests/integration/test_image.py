@@ -119,6 +119,7 @@ def test_the_installed_wheel_runs(wheel: Path, tmp_path: Path) -> None:
         text=True,
         timeout=60,
         check=False,
+        cwd=tmp_path,  # not the checkout, whose placewatch/ would come first on sys.path
     )
     assert where.returncode == 0, where.stderr
     assert where.stdout.startswith(str(venv)), where.stdout

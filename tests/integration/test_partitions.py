@@ -36,7 +36,8 @@ from placewatch.worker.bus.publish import Publisher
 from placewatch.worker.bus.streams import StreamSettings, ensure_stream
 from placewatch.worker.embedded import find_binary
 
-from tests.conftest import ROOT, NatsServer, clean_env, placewatch_cmd, run_placewatch, until
+from tests.conftest import ROOT, NatsServer, clean_env, placewatch_cmd, run_placewatch
+from tests.support.eventually import eventually_async
 from tests.support.fallback_events import FIRING, RESOLVED
 
 N = 4
@@ -175,12 +176,14 @@ def test_n_fleet_views_hold_every_node_exactly_once_live_and_filled_late(
             for view in (every, *live):
                 await view.start()
             await publish_fleet(server.url, 0, prefix)
-            await until(lambda: len(every.nodes) == len(NODES) and len(seen) == len(NODES))
-            await until(lambda: sum(len(v.nodes) for v in live) == len(NODES))
+            await eventually_async(
+                lambda: len(every.nodes) == len(NODES) and len(seen) == len(NODES)
+            )
+            await eventually_async(lambda: sum(len(v.nodes) for v in live) == len(NODES))
             # The server put each node where partition_of says, under its mapped subject.
             assert sorted(seen) == sorted(mapped("telemetry", node, n, prefix) for node in NODES)
             # Each partition's view holds its nodes, together every node exactly once.
-            await until(lambda: sum(len(v.inventories) for v in live) == len(NODES))
+            await eventually_async(lambda: sum(len(v.inventories) for v in live) == len(NODES))
             for p, view in enumerate(live):
                 assert set(view.nodes) == set(view.inventories) == expected(p, n), p
                 assert view.undecodable == 0
@@ -236,7 +239,7 @@ def test_without_the_mapping_every_node_is_seen_and_a_partition_sees_none(
             for view in (every, one):
                 await view.start()
             await publish_fleet(nats_server.url, 0)
-            await until(lambda: len(every.nodes) == len(NODES))
+            await eventually_async(lambda: len(every.nodes) == len(NODES))
             await nc.flush()
             late = FleetView(nc)
             await late.start()
@@ -294,10 +297,10 @@ def test_a_view_told_another_n_than_the_servers_says_so(tmp_path: Path, p: int, 
             view = FleetView(nc, partition=p, partitions=n)
             await view.start()
             await publish_fleet(server.url, 0)
-            await until(lambda: set(view.nodes) == expected(p))
+            await eventually_async(lambda: set(view.nodes) == expected(p))
             await nc.flush()  # what the probes would take has come (one server, in order)
             await anyio.sleep(0.2)  # and been handed to their callbacks
-            await until(lambda: kinds(view.problems()) == told(p, n))
+            await eventually_async(lambda: kinds(view.problems()) == told(p, n))
             assert len(view.problems()) == len(told(p, n))  # each said once
             await view.stop()
             late = FleetView(nc, partition=p, partitions=n)
@@ -375,9 +378,9 @@ def test_the_servers_check_permissions_on_the_mapped_subject(tmp_path: Path) -> 
             await nc.publish(subject, user.encode())
             await nc.flush()
             # The server's -ERR may come after the PONG: wait for it (refused: so far).
-            await until(functools.partial(lambda n: len(errors) == n, refused))
+            await eventually_async(functools.partial(lambda n: len(errors) == n, refused))
             await nc.close()
-        await until(lambda: len(got) == 1)
+        await eventually_async(lambda: len(got) == 1)
         await anyio.sleep(0.2)  # nothing else arrives
         await reader.close()
         return errors, got

@@ -30,8 +30,9 @@ from placewatch.schemas import streams as contract
 from placewatch.worker.bus.kvfollow import Values, follow
 from placewatch.worker.bus.outbox import EventOutbox
 
-from tests.conftest import ROOT, NatsServer, Worker, clean_env, run_placewatch, start, until
+from tests.conftest import ROOT, NatsServer, Worker, clean_env, run_placewatch, start
 from tests.integration.test_security import create_streams_as_admin
+from tests.support.eventually import eventually_async
 from tests.support.intruder import REFUSED, Intruder
 
 A, B = "gpu-07", "gpu-08"
@@ -396,7 +397,7 @@ def test_what_a_node_may_publish_about_another_node_no_view_takes(tmp_path: Path
             kv = await a.jetstream().key_value(contract.COMPUTE.name)
             await kv.put(subjects.shard_key(A, "llama"), encode(status)[0])
             await a.flush()
-            await until(lambda: view.impostors.count == 3)
+            await eventually_async(lambda: view.impostors.count == 3)
             late = FleetView(admin)  # reads the stream's copy and A's key, which name B
             await late.start()
             await late.stop()

@@ -20,7 +20,8 @@ from placewatch.schemas import ComputeStatus, NodeLease, NodeTelemetry, decode, 
 from placewatch.schemas.codec import value_headers
 from placewatch.schemas.streams import StreamsAndBuckets, for_prefix
 
-from tests.conftest import NatsServer, Worker, clean_env, start, until
+from tests.conftest import NatsServer, Worker, clean_env, start
+from tests.support.eventually import eventually_async
 
 NODE = "gpu-07"
 PREFIXES = {"placewatch": "shard-a", "acme.pw": "shard-b"}
@@ -98,7 +99,7 @@ async def views(url: str) -> dict[str, FleetView]:
         for prefix in PREFIXES:
             view = FleetView(nc, prefix)
             await view.start()
-            await until(functools.partial(holds, view))
+            await eventually_async(functools.partial(holds, view))
             await view.stop()
             found[prefix] = view
         return found

@@ -30,6 +30,7 @@ from placewatch.worker.shards.placements import ShardsFile
 from placewatch.worker.shards.shard_pass import ShardPass
 
 from tests.conftest import FIXTURES, FakeGpuTools, NatsServer, Worker, clean_env, free_port
+from tests.support.eventually import eventually_async
 from tests.support.natsproto import RawSubscriber
 
 MiB = 1 << 20
@@ -209,7 +210,7 @@ def run_worker(
 
 def test_a_recheck_is_one_tick_that_returns_once_it_is_over(nats_server: NatsServer) -> None:
     async def body(worker: Worker_, published: list[NodeTelemetry]) -> None:
-        await until_async(lambda: len(published) == 1)
+        await eventually_async(lambda: len(published) == 1)
         started = time.monotonic()
         await worker.recheck()
         assert [t.seq for t in published] == [0, 1]
@@ -238,11 +239,11 @@ def test_a_log_that_says_something_new_asks_for_a_tick_and_an_idle_one_does_not(
     shards.write_text(f'[[shard]]\nid = "a"\npid = {os.getpid()}\ngpus = [0]\nlog_path = "{log}"\n')
 
     async def body(worker: Worker_, published: list[NodeTelemetry]) -> None:
-        await until_async(lambda: len(published) == 1)
+        await eventually_async(lambda: len(published) == 1)
         assert published[0].shards["a"].verdict == "unknown"  # no GPU tool, no engine word
         log.write_text("load_tensors: offloaded 0/33 layers to GPU\n")
         said = time.monotonic()
-        await until_async(lambda: len(published) == 2)
+        await eventually_async(lambda: len(published) == 2)
         assert time.monotonic() - said < 1  # within LOG_POLL_S, not the 10 s interval
         assert published[1].shards["a"].verdict == "cpu_fallback"
 
@@ -268,9 +269,3 @@ def test_a_log_that_says_something_new_asks_for_a_tick_and_an_idle_one_does_not(
 
     run_worker(nats_server.url, ShardPass("n1", "s1", discovery=False, logs=EngineLogs()), idle)
     assert looks == []
-
-
-async def until_async(condition: Callable[[], bool], within: float = 5.0) -> None:
-    with anyio.fail_after(within):
-        while not condition():
-            await anyio.sleep(0.02)

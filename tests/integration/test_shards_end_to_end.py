@@ -39,6 +39,7 @@ from tests.conftest import (
     start,
     wait_older_than,
 )
+from tests.support.eventually import eventually
 
 
 async def stream_events(url: str) -> list[Any]:
@@ -81,14 +82,14 @@ def summary(events: list[Any]) -> list[tuple[str, str, str]]:
 
 
 def wait_for_events(url: str, predicate: Any, timeout: float = 15) -> list[tuple[str, str, str]]:
-    deadline = time.monotonic() + timeout
     seen: list[tuple[str, str, str]] = []
-    while time.monotonic() < deadline:
-        seen = summary(anyio.run(stream_events, url, backend="asyncio"))
-        if predicate(seen):
-            return seen
-        time.sleep(0.3)
-    raise AssertionError(f"timed out; events so far: {seen}")
+
+    def arrived() -> bool:
+        seen[:] = summary(anyio.run(stream_events, url, backend="asyncio"))
+        return bool(predicate(seen))
+
+    eventually(arrived, timeout, every=0.3, what="the events awaited")
+    return seen
 
 
 # msgpack: the statuses a session leaves in the compute bucket are msgpack too, and the next

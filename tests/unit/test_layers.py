@@ -72,9 +72,9 @@ def offences(package: str, module: str, path: Path) -> list[str]:
         return []
     banned = FORBIDDEN[package]
     return sorted(
-        name for name in imports(module, path) if any(
-            name == ban or name.startswith(ban + ".") for ban in banned
-        )
+        name
+        for name in imports(module, path)
+        if any(name == ban or name.startswith(ban + ".") for ban in banned)
     )
 
 
@@ -92,8 +92,7 @@ def test_the_walk_sees_every_package_and_an_import_in_a_function(tmp_path: Path)
     # A crossing import inside a function, and a relative one, are both found.
     source = tmp_path / "probe.py"
     source.write_text(
-        "def later():\n    from placewatch.consumer import fleet\n"
-        "from ..shards import verdict\n"
+        "def later():\n    from placewatch.consumer import fleet\nfrom ..shards import verdict\n"
     )
     found = imports("placewatch.worker.bus.probe", source)
     assert "placewatch.consumer.fleet" in found

@@ -15,7 +15,8 @@ from nats.js.kv import KeyValue
 
 from placewatch.worker.bus.kvfollow import CONSUMER_PREFIX, Values, follow
 
-from tests.conftest import NatsServer, until
+from tests.conftest import NatsServer
+from tests.support.eventually import eventually_async
 
 BUCKET = "test_follow"
 
@@ -106,13 +107,13 @@ def test_changes_after_the_latest_values_deletes_and_purges_as_none(
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(following)
-            await until(lambda: bool(got))
+            await eventually_async(lambda: bool(got))
             await kv.put("n1.b", b"new")
             await kv.put("n2.x", b"other node")
             await kv.put("n1.a", b"again")
             await kv.delete("n1.a")
             await kv.purge("n1.b")
-            await until(lambda: len(changes) == 4)
+            await eventually_async(lambda: len(changes) == 4)
             tg.cancel_scope.cancel()
         assert got == [{"n1.a": b"1"}]
         assert changes == [("n1.b", b"new"), ("n1.a", b"again"), ("n1.a", None), ("n1.b", None)]
@@ -133,10 +134,10 @@ def test_a_server_restart_ends_the_follow_with_a_reason(nats_server: NatsServer)
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(following)
-            await until(lambda: bool(got))
+            await eventually_async(lambda: bool(got))
             await anyio.to_thread.run_sync(nats_server.stop)
             await anyio.to_thread.run_sync(nats_server.start)  # same port, same store
-            await until(lambda: bool(reasons))
+            await eventually_async(lambda: bool(reasons))
         (reason,) = reasons
         # Its consumer was in memory: the restarted server never heard of it.
         assert reason == "no word from the server in 0.5 s"

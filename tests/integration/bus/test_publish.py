@@ -24,7 +24,8 @@ from placewatch.schemas import (
 )
 from placewatch.worker.bus.publish import INVENTORY_REFRESH_S, Publisher
 
-from tests.conftest import NatsServer, until
+from tests.conftest import NatsServer
+from tests.support.eventually import eventually_async
 from tests.support.natsproto import Message, RawSubscriber
 
 
@@ -95,11 +96,11 @@ def test_samples_dropped_while_disconnected_are_counted_in_the_next_one(
     async def body(nc: Client) -> None:
         publisher = Publisher(nc, "placewatch")
         await anyio.to_thread.run_sync(nats_server.stop)
-        await until(lambda: not nc.is_connected)
+        await eventually_async(lambda: not nc.is_connected)
         assert [await publisher.telemetry(sample(n)) for n in (1, 2, 3)] == [False] * 3
         assert publisher.dropped == 3
         await anyio.to_thread.run_sync(nats_server.start)  # same port, same store
-        await until(lambda: nc.is_connected)
+        await eventually_async(lambda: nc.is_connected)
         with RawSubscriber(nats_server.url, "placewatch.telemetry.*") as sub:
             assert await publisher.telemetry(sample(4)) is True
             assert await publisher.telemetry(sample(5)) is True
@@ -177,10 +178,10 @@ def test_an_inventory_not_published_is_published_at_the_next_tick(
     async def body(nc: Client) -> None:
         publisher = Publisher(nc, "placewatch")
         await anyio.to_thread.run_sync(nats_server.stop)
-        await until(lambda: not nc.is_connected)
+        await eventually_async(lambda: not nc.is_connected)
         assert await publisher.inventory(inventory()) is False
         await anyio.to_thread.run_sync(nats_server.start)
-        await until(lambda: nc.is_connected)
+        await eventually_async(lambda: nc.is_connected)
         with RawSubscriber(nats_server.url, "placewatch.inventory.*") as sub:
             assert await publisher.inventory(inventory()) is True
             await nc.flush()

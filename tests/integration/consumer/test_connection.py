@@ -15,7 +15,8 @@ import pytest
 
 from placewatch.connection import Unreachable, connect, connect_within
 
-from tests.conftest import NatsServer, free_port, until
+from tests.conftest import NatsServer, free_port
+from tests.support.eventually import eventually_async
 
 LOGGER = "placewatch.connection"
 
@@ -33,10 +34,10 @@ def test_an_outage_is_one_line_each_way(
         nc = await connect([nats_server.url], "test")
         try:
             await anyio.to_thread.run_sync(nats_server.stop)
-            await until(lambda: not nc.is_connected)
+            await eventually_async(lambda: not nc.is_connected)
             await anyio.sleep(1.5)  # three attempts to reconnect fail meanwhile
             await anyio.to_thread.run_sync(nats_server.start)
-            await until(lambda: nc.is_connected)
+            await eventually_async(lambda: nc.is_connected)
         finally:
             await nc.close()
 

@@ -21,7 +21,8 @@ from placewatch.schemas.service import endpoint
 from placewatch.schemas.streams import COMPUTE, EVENTS, INVENTORY, TELEMETRY
 from placewatch.worker.bus.streams import StreamSettings, ensure_bucket, ensure_stream
 
-from tests.conftest import ROOT, FakeGpuTools, NatsServer, Worker, until
+from tests.conftest import ROOT, FakeGpuTools, NatsServer, Worker
+from tests.support.eventually import eventually_async
 from tests.support.fleet_node import HOLDING_MIB, NODE, ShardNode
 from tests.support.held import node_sample
 
@@ -94,11 +95,13 @@ def test_a_gateway_that_starts_late_knows_the_fleet_at_once_then_follows_it(
 
             # The worker comes back, and the idle shard starts computing on its GPU.
             await anyio.to_thread.run_sync(node.start)
-            await until(
+            await eventually_async(
                 lambda: (t := view.telemetry(NODE)) is not None and t.session != first_session
             )
             node.idle_on_gpu(True)
-            await until(lambda: getattr(view.status(NODE, "idle"), "verdict", None) == "gpu")
+            await eventually_async(
+                lambda: getattr(view.status(NODE, "idle"), "verdict", None) == "gpu"
+            )
             assert view.firing() == []
             assert any(isinstance(m, ComputeStatus) and m.verdict == "gpu" for m in seen)
             fleet = view.snapshot()
@@ -134,7 +137,7 @@ def test_a_fresh_cluster_is_an_empty_fleet_and_bad_messages_are_counted(
             await nc.publish(subjects.telemetry("gpu 7"), b"{not json")
             await nc.publish(subjects.compute("gpu 7", "llama"), b"[]")
             await nc.flush()
-            await until(lambda: view.undecodable == 2)
+            await eventually_async(lambda: view.undecodable == 2)
             assert view.status("gpu 7", "llama") == status
             assert view.firing() == [
                 FiringFallback(
@@ -202,8 +205,8 @@ def test_a_view_that_missed_a_node_s_inventory_asks_the_node_for_it(
             try:
                 await ticked(nc)  # the worker's inventory went out before the view started
                 await view.start()
-                await until(lambda: view.telemetry(NODE) is not None)
-                await until(lambda: view.sample(NODE) is not None)
+                await eventually_async(lambda: view.telemetry(NODE) is not None)
+                await eventually_async(lambda: view.sample(NODE) is not None)
                 joined = view.sample(NODE)
                 assert joined is not None
                 assert [g.name for g in joined.gpus] == ["NVIDIA A100-SXM4-80GB"] * 2
@@ -309,8 +312,8 @@ def test_a_node_whose_clock_is_off_or_steps_back_is_followed_by_arrival(
             fallen = msgspec.structs.replace(status, time=now, verdict="cpu_fallback")
             await published(nc, subjects.telemetry("gpu-31"), stepped)
             await published(nc, subjects.compute("gpu-31", "llama"), fallen)
-            await until(lambda: getattr(view.telemetry("gpu-31"), "seq", None) == 8)
-            await until(lambda: [f.shard for f in view.firing()] == ["llama"])
+            await eventually_async(lambda: getattr(view.telemetry("gpu-31"), "seq", None) == 8)
+            await eventually_async(lambda: [f.shard for f in view.firing()] == ["llama"])
             # Copies read again from the stream and the bucket change nothing: the stream's is
             # seq 8 again, and the bucket's `gpu` was stored before `cpu_fallback` arrived.
             copies = await last_per_subject(nc, TELEMETRY.name, "placewatch.telemetry.>", 2)
@@ -342,7 +345,9 @@ def test_a_node_whose_clock_is_off_or_steps_back_is_followed_by_arrival(
                 ahead, session="s2", seq=0, time=now - timedelta(seconds=60)
             )
             await published(nc, subjects.telemetry("gpu-31"), behind)
-            await until(lambda: getattr(view.telemetry("gpu-31"), "session", None) == "s2")
+            await eventually_async(
+                lambda: getattr(view.telemetry("gpu-31"), "session", None) == "s2"
+            )
             assert view.stale() == [] and len(view.gpus_for(0)) == 2
             assert -70 < view.nodes["gpu-31"].clock_offset_s < -55
             assert view.snapshot().seen["gpu-31"] == view.nodes["gpu-31"].seen

@@ -29,7 +29,8 @@ from placewatch.schemas.streams import COMPUTE, EVENTS, INVENTORY, TELEMETRY
 from placewatch.worker.bus.streams import StreamSettings, ensure_bucket, ensure_stream
 from placewatch.worker.forget import newest_stored
 
-from tests.conftest import NatsServer, until
+from tests.conftest import NatsServer
+from tests.support.eventually import eventually_async
 from tests.support.held import node_sample
 
 NOW = datetime.now(UTC)
@@ -88,12 +89,12 @@ def test_a_view_takes_no_node_s_word_about_another_live_from_the_stores_or_as_a_
             # not hold, so the view asks gpu-08's endpoint, where the answer names gpu-09.
             await published(nc, subjects.telemetry("gpu-08"), TELEMETRY_08)
             await published(nc, subjects.compute("gpu-08", "llama"), STATUS_08)
-            await until(lambda: view.status("gpu-08", "llama") is not None)
-            await until(lambda: view.impostors.count == 4)
+            await eventually_async(lambda: view.status("gpu-08", "llama") is not None)
+            await eventually_async(lambda: view.impostors.count == 4)
             # Then everything that speaks for it, live, twice over.
             for subject, message in SPOKEN_FOR_08 * 2:
                 await published(nc, subject, message)
-            await until(lambda: view.impostors.count == 4 + 2 * len(SPOKEN_FOR_08))
+            await eventually_async(lambda: view.impostors.count == 4 + 2 * len(SPOKEN_FOR_08))
 
             assert set(view.nodes) == {"gpu-08"}  # not forgotten by gpu-07's NodeForgotten
             assert view.inventories == {}

@@ -14,7 +14,8 @@ import pytest
 from placewatch.connection import connect
 from placewatch.lifecycle import DRAIN_TIMEOUT_S, drain, stop_on_signal
 
-from tests.conftest import NatsServer, until
+from tests.conftest import NatsServer
+from tests.support.eventually import eventually_async
 from tests.support.natsproto import RawSubscriber
 
 
@@ -31,7 +32,7 @@ def test_a_signal_cancels_the_scope_and_says_so(
         async with anyio.create_task_group() as tg:
             tg.start_soon(stop_on_signal, tg.cancel_scope, "stopping the test")
             # Only once its handler is in place may the signal be sent: this process is pytest.
-            await until(lambda: signal.getsignal(signum) is not loops)
+            await eventually_async(lambda: signal.getsignal(signum) is not loops)
             os.kill(os.getpid(), signum)
             await anyio.sleep_forever()
         return tg.cancel_scope.cancel_called
@@ -61,7 +62,7 @@ def test_drain_returns_when_the_server_is_gone(nats_server: NatsServer) -> None:
     async def main() -> None:
         nc = await connect([nats_server.url], "test")
         await anyio.to_thread.run_sync(nats_server.stop)
-        await until(lambda: not nc.is_connected)
+        await eventually_async(lambda: not nc.is_connected)
         await nc.publish("lifecycle.lost", b"buffered for a server that is not coming back")
         # A hang would fail here; the drain itself gives up after DRAIN_TIMEOUT_S.
         with anyio.fail_after(DRAIN_TIMEOUT_S + 10):

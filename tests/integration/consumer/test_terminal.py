@@ -43,8 +43,8 @@ from tests.conftest import (
     free_port,
     placewatch_cmd,
     run_placewatch,
-    until,
 )
+from tests.support.eventually import eventually_async
 from tests.support.fleet_node import HOLDING_MIB, NODE, ShardNode
 
 MIB = 1 << 20
@@ -300,7 +300,7 @@ def test_two_workers_on_one_machine_under_two_names_are_named_and_its_gpus_offer
         fleet = FleetView(nc)
         try:
             await fleet.start()
-            await until(lambda: len(fleet.snapshot().nodes) == 2, 15)
+            await eventually_async(lambda: len(fleet.snapshot().nodes) == 2, 15)
             return fleet.shared_gpus(), [c.node for c in fleet.gpus_for(0)]
         finally:
             await fleet.stop()

@@ -20,7 +20,8 @@ from placewatch.worker import runtime
 from placewatch.worker.bus.streams import StreamSettings
 from placewatch.worker.shards.bucket import PlacementsBucket
 
-from tests.conftest import NatsServer, until
+from tests.conftest import NatsServer
+from tests.support.eventually import eventually_async
 
 
 def spec(shard: str, gpu: int) -> bytes:
@@ -52,7 +53,7 @@ def watching(
                     await kv.put(key, value)
             async with anyio.create_task_group() as tg:
                 tg.start_soon(bucket.follow, node)
-                await until(lambda: bucket.ready)
+                await eventually_async(lambda: bucket.ready)
                 await body(admin, kv)
                 tg.cancel_scope.cancel()
         finally:
@@ -77,18 +78,18 @@ def test_latest_values_of_this_node_then_each_change(nats_server: NatsServer) ->
         assert {k: s.gpus for k, s in bucket.specs.items()} == {"n1.a": [1]}
         assert list(bucket.problems) == ["n1.b"]
         await kv.put("n1.d", spec("d", 4))
-        await until(lambda: "n1.d" in bucket.specs)
+        await eventually_async(lambda: "n1.d" in bucket.specs)
         await kv.put("n1.a", spec("a", 5))
-        await until(lambda: bucket.specs["n1.a"].gpus == [5])
+        await eventually_async(lambda: bucket.specs["n1.a"].gpus == [5])
         await kv.put("n1.b", spec("b", 6))
-        await until(lambda: "n1.b" in bucket.specs)
+        await eventually_async(lambda: "n1.b" in bucket.specs)
         assert bucket.problems == {}
         await kv.delete("n1.a")
         await kv.purge("n1.d")
-        await until(lambda: set(bucket.specs) == {"n1.b"})
+        await eventually_async(lambda: set(bucket.specs) == {"n1.b"})
         await kv.put("n2.y", spec("y", 7))
         await kv.put("n1.e", spec("e", 0))  # after n2.y: once it is in, n2.y was passed over
-        await until(lambda: "n1.e" in bucket.specs)
+        await eventually_async(lambda: "n1.e" in bucket.specs)
         assert set(bucket.specs) == {"n1.b", "n1.e"}
         assert len(await consumers(admin)) == 1
 
@@ -107,7 +108,7 @@ def test_an_empty_bucket_is_ready_at_once_and_a_quiet_one_stays_put(
         await anyio.sleep(2)  # ten heartbeats: each one says nothing was missed
         assert await consumers(admin) == first
         await kv.put("n1.a", spec("a", 1))
-        await until(lambda: "n1.a" in bucket.specs)
+        await eventually_async(lambda: "n1.a" in bucket.specs)
 
     watching(nats_server.url, bucket, [], body)
     assert "reading the latest values again" not in caplog.text
@@ -126,7 +127,7 @@ def test_a_lost_consumer_is_noticed_and_the_values_read_afresh(
         await admin.jetstream().delete_consumer(PLACEMENTS.stream, lost)
         await kv.put("n1.a", spec("a", 3))  # nobody delivers these now
         await kv.delete("n1.b")
-        await until(
+        await eventually_async(
             lambda: set(bucket.specs) == {"n1.a", "n1.c"} and bucket.specs["n1.a"].gpus == [3]
         )
         [found] = await consumers(admin)
@@ -155,7 +156,7 @@ def test_a_server_restart_is_survived(
                     break
                 except (nats.errors.Error, TimeoutError):
                     await anyio.sleep(0.1)
-        await until(lambda: set(bucket.specs) == {"n1.a", "n1.b"})
+        await eventually_async(lambda: set(bucket.specs) == {"n1.a", "n1.b"})
 
     watching(nats_server.url, bucket, [("n1.a", spec("a", 1))], body)
     assert "placements watch: no word from the server" in caplog.text  # its consumer went too

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +14,8 @@ import psutil
 import pytest
 
 from placewatch.worker.shards.attribution import ProcTable, owner, parse_stat
+
+from tests.support.eventually import eventually
 
 SLEEP = "import time; time.sleep(60)"
 # Starts a child, and a grandchild that double-forks away (reparented, same group).
@@ -37,15 +38,6 @@ def procs() -> Iterator[list[subprocess.Popen[bytes]]]:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(p.pid, signal.SIGKILL)
         p.wait()
-
-
-def wait_for(predicate: object, timeout: float = 5) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if callable(predicate) and predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError("timed out")
 
 
 def group_members(pgid: int) -> list[int]:
@@ -76,7 +68,7 @@ def test_children_and_reparented_group_members_belong_to_a_group_leader(
             and psutil.Process(p).ppid() not in group_members(shard.pid)
         ]
 
-    wait_for(lambda: bool(psutil.Process(shard.pid).children()) and bool(reparented()))
+    eventually(lambda: bool(psutil.Process(shard.pid).children()) and bool(reparented()))
     child = psutil.Process(shard.pid).children()[0].pid
     daemon = reparented()[0]
     table = ProcTable()
@@ -98,7 +90,7 @@ def test_a_shard_that_does_not_lead_its_group_does_not_claim_the_group(
     )
     shell = subprocess.Popen(["sh", str(script)], start_new_session=True)
     procs.append(shell)
-    wait_for(lambda: len(psutil.Process(shell.pid).children()) == 2)
+    eventually(lambda: len(psutil.Process(shell.pid).children()) == 2)
     first, second = sorted(c.pid for c in psutil.Process(shell.pid).children())
     table = ProcTable()
     shards = {first: "a"}

@@ -22,7 +22,7 @@ from placewatch.consumer.alerts.sinks import (
 from placewatch.consumer.alerts.webhook import DeliveryError
 from placewatch.schemas import FallbackEvent
 
-from tests.conftest import until
+from tests.support.eventually import eventually_async
 from tests.support.fallback_events import FIRING, LABELS, MOVED, RESOLVED, T1, T2, status
 from tests.support.http_endpoint import Endpoint
 
@@ -155,7 +155,7 @@ def test_resend_every_waits_for_the_consumer_and_says_a_failing_webhook_once(
             await anyio.sleep(0.5)
             assert failing.requests == []  # not before the consumer is bound
             ready.set()
-            await until(lambda: len(failing.requests) >= 3)
+            await eventually_async(lambda: len(failing.requests) >= 3)
             tg.cancel_scope.cancel()
 
     try:
