@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.synthetic import query_apps, query_gpu  # noqa: E402
-from placewatch.worker.gpu.amd_smi import parse_amd_smi, parse_amd_smi_csv  # noqa: E402
+from placewatch.worker.gpu.amd_smi import parse_amd_smi  # noqa: E402
 from placewatch.worker.gpu.nvidia_smi_csv import parse_compute_apps, parse_gpus  # noqa: E402
 from placewatch.worker.gpu.nvidia_smi_xml import parse_xml  # noqa: E402
 from placewatch.worker.gpu.rocm_smi import parse_rocm_smi  # noqa: E402
@@ -64,7 +64,6 @@ def main() -> None:
         ("nvidia-smi -q -x captures", parse_xml, inputs("nvidia-smi-xml", "nvidia-smi", "*.xml")),
         ("rocm-smi --json captures", parse_rocm_smi, inputs("rocm-smi-json", "rocm-smi", "*.json")),
         ("amd-smi --json captures", parse_amd_smi, inputs("amd-smi-json", "amd-smi", "*.json")),
-        ("amd-smi --csv captures", parse_amd_smi_csv, inputs("amd-smi-csv", "amd-smi", "*.csv")),
     ]
     print(f"{'format':<40}{'files':>6}{'parses/s':>12}{'MB/s':>9}{'us/parse':>10}")
     for name, parse, texts in formats:

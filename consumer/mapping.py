@@ -88,11 +88,11 @@ class PartitionCheck:
 
     async def subscribe(self, nc: Client) -> list[Subscription]:
         """Ask for one message of the unmapped telemetry subject, and one of partition N."""
+        unmapped = partitions.stream_subjects("telemetry", self.prefix)[0]
+        past_n = partitions.consumer_subject("telemetry", self.prefix, self.count)
         return [
-            await nc.subscribe(f"{self.prefix}.telemetry.*", cb=self._unmapped, max_msgs=1),
-            await nc.subscribe(
-                f"{self.prefix}.telemetry.{self.count}.*", cb=self._past_n, max_msgs=1
-            ),
+            await nc.subscribe(unmapped, cb=self._unmapped, max_msgs=1),
+            await nc.subscribe(past_n, cb=self._past_n, max_msgs=1),
         ]
 
     async def _unmapped(self, msg: Msg) -> None:

@@ -11,6 +11,22 @@ import msgspec
 
 from .values import NonNegative, Time
 
+CLOCK_EVENT_BITS: dict[int, str] = {
+    0x1: "gpu_idle",
+    0x2: "applications_clocks_setting",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown",
+    0x100: "display_clocks_setting",
+}
+"""GpuHealth.clock_events' NVIDIA names, each with its bit in nvml.h's clock event reasons
+(`nvmlClocksEventReason*`, `nvmlClocksThrottleReason*` before R535), which nvidia-smi's
+masks and DCGM's DCGM_CLOCKS_THROTTLE_REASON_* copy one to one. What amd-smi or rocm-smi
+names has no bit."""
+
 
 class GpuHealth(msgspec.Struct, frozen=True, kw_only=True, gc=False, omit_defaults=True):
     """What DCGM users watch a GPU's health by, as far as its tool tells: a reading left out

@@ -60,7 +60,7 @@ from placewatch.schemas import (
     encode,
     subjects,
 )
-from placewatch.schemas.partitions import PARTITIONED, node_subjects
+from placewatch.schemas.partitions import PARTITIONED, consumer_subject, node_subjects
 from placewatch.schemas.streams import for_prefix
 
 from .bus.clock import clock_offset
@@ -237,7 +237,8 @@ async def newest_stored(nc: Client, prefix: str, within: float) -> dict[str, flo
 
     for kind in PARTITIONED:  # a batch at a time: a fleet's last messages are hundreds of MB
         stream = stores.streams_by_kind[kind].name
-        await each_last_per_subject(nc, stream, f"{prefix}.{kind}.>", within, take, complete=True)
+        subject = consumer_subject(kind, prefix)
+        await each_last_per_subject(nc, stream, subject, within, take, complete=True)
     for status, stored in await compute_statuses(nc, prefix, within):
         seen(status.node, stored)
     return newest

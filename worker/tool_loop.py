@@ -90,8 +90,6 @@ class ToolLoop:
         self.tool = os.path.basename(self.argv[0])
         self.interval_s = interval_s
         self.sink = sink
-        self.restarts = 0
-        """Children started after the first."""
         self.hangs = 0
         """Children killed for printing nothing for HANG_INTERVALS intervals."""
         self.trouble: str | None = None
@@ -153,7 +151,6 @@ class ToolLoop:
             pause = self._after(ended, failures)
             if self.refused is None:
                 await anyio.sleep(pause)
-                self.restarts += 1
 
     def _after(self, ended: _Ended, failures: int) -> float:
         """Say what ended the child; the pause before the next one. `failures`: children in a

@@ -24,7 +24,14 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from placewatch.retained import compute_statuses, stored_at
-from placewatch.schemas import ComputeStatus, DecodeError, FallbackEvent, decode, on_own_subject
+from placewatch.schemas import (
+    ComputeStatus,
+    DecodeError,
+    FallbackEvent,
+    decode,
+    on_own_subject,
+    subjects,
+)
 from placewatch.schemas.codec import why_refused
 from placewatch.schemas.streams import for_prefix
 
@@ -117,7 +124,7 @@ def decode_message(msg: Msg, prefix: str, skipped: Skipped) -> Message | None:
     """A ComputeStatus or FallbackEvent, as its subject says; None (counted in `skipped`)
     when it is not, or names another node or shard than its subject's (consumer/impostors.py)."""
     kind: type[ComputeStatus] | type[FallbackEvent] = FallbackEvent
-    if msg.subject.startswith(f"{prefix}.compute."):
+    if subjects.covers(subjects.all_compute(prefix), msg.subject):
         kind = ComputeStatus
     seq = msg.metadata.sequence.stream
     try:

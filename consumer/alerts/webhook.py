@@ -8,15 +8,14 @@ shown only through `redact`: its query may hold a token, its user a password.
 
 from __future__ import annotations
 
-import functools
 import http.client
 import urllib.error
 import urllib.request
-from typing import Any
 from urllib.parse import urlparse
 
 from placewatch import __version__
 from placewatch.connection import redact
+from placewatch.http_opener import opener
 
 
 class DeliveryError(Exception):
@@ -47,7 +46,7 @@ def post_json(url: str, body: bytes, timeout: float) -> None:
         },
     )
     try:
-        with _opener().open(request, timeout=timeout) as response:
+        with opener(proxies=True).open(request, timeout=timeout) as response:
             status = int(response.status)
     except urllib.error.HTTPError as exc:
         moved = " (a redirect, not followed: give the URL it points to)" if exc.code < 400 else ""
@@ -75,14 +74,3 @@ def _said(exc: urllib.error.HTTPError) -> str:
         return ""
     text = " ".join("".join(c if c.isprintable() else " " for c in text).split())
     return f": {redact(text)}" if text else ""
-
-
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None  # urllib then raises the 3xx as an HTTPError
-
-
-@functools.cache
-def _opener() -> urllib.request.OpenerDirector:
-    """urllib's opener, proxies from the environment included, without redirects."""
-    return urllib.request.build_opener(_NoRedirect)

@@ -25,24 +25,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 from placewatch.schemas import GpuSample
+from placewatch.schemas.health import CLOCK_EVENT_BITS
 
 MIB = 1 << 20
 MJ_PER_J = 1000
-
-CLOCK_EVENT_BITS = {
-    "gpu_idle": 0x1,
-    "applications_clocks_setting": 0x2,
-    "sw_power_cap": 0x4,
-    "hw_slowdown": 0x8,
-    "sync_boost": 0x10,
-    "sw_thermal_slowdown": 0x20,
-    "hw_thermal_slowdown": 0x40,
-    "hw_power_brake_slowdown": 0x80,
-    "display_clocks_setting": 0x100,
-}
-"""GpuHealth.clock_events' names as the bits of NVML's clocks event reasons, which DCGM's
-DCGM_CLOCKS_THROTTLE_REASON_* masks copy one to one. A name without a bit (what amd-smi or
-rocm-smi name) adds none."""
 
 GPU_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname")
 """dcgm-exporter's labels of a GPU metric, in its order. `Hostname` is the node's name as the
@@ -95,7 +81,7 @@ def clock_event_mask(names: list[str]) -> float | None:
     tell "nothing holds the clocks down" from "the tool does not say"."""
     if not names:
         return None
-    return float(sum(CLOCK_EVENT_BITS.get(n, 0) for n in set(names)))
+    return float(sum(bit for bit, name in CLOCK_EVENT_BITS.items() if name in names))
 
 
 def _dcgm(name: str, field: str, help_: str, times: int = 1) -> GpuMetric:

@@ -20,8 +20,8 @@ from typing import Any, TypeVar
 import msgspec
 
 from placewatch.schemas import GpuHealth, GpuSample
+from placewatch.schemas.health import CLOCK_EVENT_BITS
 from placewatch.worker.gpu import recovery
-from placewatch.worker.gpu.clock_events import CLOCK_EVENT_BITS
 from placewatch.worker.gpu.nvidia_smi_csv import attach_processes, parse_compute_apps, parse_gpus
 
 T = TypeVar("T")

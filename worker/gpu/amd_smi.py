@@ -8,7 +8,7 @@ The same reading comes in several shapes across amd-smi versions:
 - a reading is bare (`"gfx_activity": 72`), a string with its unit
   (`"72 %"`), or value-wrapped (`{"value": 72, "unit": "%"}`);
 - readings sit in blocks (`usage`, `power`, `temperature`, `mem_usage`) or
-  flat on the GPU, as in `amd-smi metric --csv` (amd_smi_fields.py finds them).
+  flat on the GPU (amd_smi_fields.py finds them).
 
 Each GPU's index is its top-level `"gpu"` key: nested blocks carry their own
 `gpu` keys (the XGMI link matrix lists every peer), so no deeper one is read.
@@ -26,9 +26,7 @@ amd_smi_health.py.
 
 from __future__ import annotations
 
-import csv
 import dataclasses
-import io
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -214,53 +212,6 @@ def _gpus(items: list[dict[str, object]]) -> list[GpuSample]:
 def parse_amd_smi(text: str) -> list[GpuSample]:
     """GPUs from any amd-smi JSON output (metric, static, list, xgmi); never raises."""
     return _gpus(_items(load_json(text)))
-
-
-def _rejoin(row: list[str]) -> list[str]:
-    """A CSV row with unquoted list cells (`[0, 0, 0, 0]`) joined back into one cell."""
-    cells: list[str] = []
-    open_list: list[str] | None = None
-    for cell in row:
-        if open_list is not None:
-            open_list.append(cell)
-            if cell.rstrip().endswith("]"):
-                cells.append(",".join(open_list))
-                open_list = None
-        elif cell.lstrip().startswith("[") and not cell.rstrip().endswith("]"):
-            open_list = [cell]
-        else:
-            cells.append(cell)
-    if open_list is not None:
-        cells.append(",".join(open_list))
-    return cells
-
-
-def parse_amd_smi_csv(text: str) -> list[GpuSample]:
-    """GPUs from `amd-smi metric --csv`: one flat row per GPU under a header; never raises.
-
-    The header is the first row that starts with `gpu` (a warning may come
-    first). A row whose cells do not line up with the header is skipped
-    rather than read shifted.
-    """
-    try:
-        rows = list(csv.reader(io.StringIO(text.replace("\x00", ""))))
-    except csv.Error:
-        return []
-    header: list[str] | None = None
-    items: list[dict[str, object]] = []
-    for row in rows:
-        if header is None:
-            if row and row[0].strip().lower() == "gpu":
-                header = [cell.strip() for cell in row]
-            continue
-        cells = _rejoin(row)
-        if len(cells) != len(header) or cells[0].strip().lower() == "gpu":
-            continue
-        item: dict[str, object] = {}
-        for name, cell in zip(header, cells, strict=True):
-            item.setdefault(name, cell.strip())
-        items.append(item)
-    return _gpus(items)
 
 
 def parse_amd_smi_processes(text: str) -> list[tuple[int, int, int | None, str | None]]:

@@ -26,7 +26,6 @@ from dataclasses import dataclass
 
 from placewatch.schemas import GpuSample
 
-NVIDIA_VARIABLES = ("CUDA_VISIBLE_DEVICES",)
 AMD_VARIABLES = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
 
 

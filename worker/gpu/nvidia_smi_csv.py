@@ -30,9 +30,10 @@ from typing import TypeVar
 import msgspec
 
 from placewatch.schemas import GpuHealth, GpuProcess, GpuSample
+from placewatch.schemas.health import CLOCK_EVENT_BITS
 
 from . import recovery, values
-from .clock_events import CLOCK_EVENT_BITS, active, clock_event_names, parse_mask
+from .clock_events import active, clock_event_names, parse_mask
 
 GPU_KEYS = {"index", "uuid", "name", "pci.bus_id", "memory.total", "memory.used"}
 """Columns of which a `--query-gpu` table has at least one."""

@@ -48,9 +48,10 @@ import xml.etree.ElementTree as ET
 import msgspec
 
 from placewatch.schemas import GpuHealth, GpuProcess, GpuSample, MigInstance
+from placewatch.schemas.health import CLOCK_EVENT_BITS
 
 from . import recovery, values
-from .clock_events import CLOCK_EVENT_BITS, active
+from .clock_events import active
 
 _POWER_SECTIONS = ("power_readings", "gpu_power_readings")
 _POWER_DRAW = ("power_draw", "average_power_draw", "instant_power_draw")

@@ -6,10 +6,10 @@ the driver's libnvidia-ml.so) reads its GPUs this way. NVML enumerates in
 PCI bus order, the same physical index nvidia-smi prints.
 
 NVML calls block in the driver and can hang there like nvidia-smi does, so
-a tick's reads run in a thread of the source's own (read_thread.py) with a
+a tick's reads run in a worker thread, one at a time (read_thread.py), with a
 timeout; a read that does not come back is abandoned and no new read starts
 until it does (the source reads degraded meanwhile). Health counts and XID
-events are read through nvml_health.py, in the same thread.
+events are read through nvml_health.py, in the same read.
 """
 
 from __future__ import annotations
@@ -369,7 +369,7 @@ class NvmlSource:
         self._nvml = nvml
         self._why_not: str | None = None
         self.timeout_s = timeout_s
-        self.thread = ReadThread("placewatch-nvml")  # its reads, one at a time, off the loop
+        self.thread = ReadThread()  # its reads, one at a time, off the loop
         self._lists = ProcessLists()  # touched by one read at a time: a stuck one blocks the next
         self._utilization = ProcessUtilization()  # the same
         self._refusals = Refusals()  # the same

@@ -9,11 +9,10 @@ grace period has passed since its process started.
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import psutil
 
@@ -23,7 +22,7 @@ from .placements import MATCH_BUDGET_S, MATCH_LINE_S, Placement, compiled_match
 from .verdict import GpuIds, Judgement, Observation
 
 if TYPE_CHECKING:
-    import urllib.request
+    pass
 
 HEALTH_TIMEOUT_S = 1.0
 
@@ -194,22 +193,12 @@ def health(url: str) -> Health:
     import http.client  # noqa: PLC0415
     import urllib.error  # noqa: PLC0415
 
+    from placewatch.http_opener import opener  # noqa: PLC0415
+
     try:
-        with _opener().open(url, timeout=HEALTH_TIMEOUT_S) as response:
+        with opener(proxies=False).open(url, timeout=HEALTH_TIMEOUT_S) as response:
             return "ok" if 200 <= int(response.status) < 300 else "not ready"
     except urllib.error.HTTPError:
         return "not ready"
     except (OSError, ValueError, http.client.HTTPException):
         return "unreachable"
-
-
-@functools.cache
-def _opener() -> urllib.request.OpenerDirector:
-    """urllib's opener without proxies and without following redirects."""
-    import urllib.request  # noqa: PLC0415
-
-    class NoRedirect(urllib.request.HTTPRedirectHandler):
-        def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-            return None  # urllib then raises the 3xx as an HTTPError
-
-    return urllib.request.build_opener(urllib.request.ProxyHandler({}), NoRedirect)

@@ -34,6 +34,7 @@ def test_no_worker_module_is_imported() -> None:
         "placewatch",
         "placewatch.connection",
         "placewatch.heartbeat",
+        "placewatch.http_opener",
         "placewatch.lifecycle",
         "placewatch.retained",
     }

@@ -11,7 +11,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from placewatch.consumer.exporter.collector import FleetCollector, stale_limit
 from placewatch.consumer.exporter.metrics import (
-    CLOCK_EVENT_BITS,
     GPU_LABELS,
     GPU_METRICS,
     clock_event_mask,
@@ -21,6 +20,7 @@ from placewatch.consumer.exporter.metrics import (
 from placewatch.consumer.exporter.options import Listen, listen_argument
 from placewatch.consumer.fleet import Holdings
 from placewatch.schemas import GpuHealth, GpuSample
+from placewatch.schemas.health import CLOCK_EVENT_BITS
 
 from tests.support.held import MIB, NOW, UUID0, held, holdings, node_sample, sick_node
 
@@ -267,7 +267,7 @@ def test_a_problem_s_kind_is_its_first_clause_without_a_count(problem: str, kind
 
 def test_clock_events_read_as_dcgm_s_bitmask_and_none_when_none_are_named() -> None:
     assert clock_event_mask(["gpu_idle"]) == 1.0
-    assert clock_event_mask(list(CLOCK_EVENT_BITS)) == float(0x1FF)
+    assert clock_event_mask(list(CLOCK_EVENT_BITS.values())) == float(0x1FF)
     assert clock_event_mask(["hw_slowdown", "hw_slowdown", "an amd-smi name"]) == 8.0
     assert clock_event_mask([]) is None
 

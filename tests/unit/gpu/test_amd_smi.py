@@ -1,15 +1,12 @@
-"""amd-smi: every JSON shape across versions, the metric CSV and processes (the source as it
-runs the tool is tests/integration/gpu/test_amd_smi.py).
+"""amd-smi: every JSON shape across versions and processes (the source as it runs the tool
+is tests/integration/gpu/test_amd_smi.py).
 
-Real captures in ../shared/corpus/amd-smi-json (`amd-smi xgmi -m --json`, 8x
-MI300X) and amd-smi-csv (`amd-smi metric --csv`, 8x MI300X); the project's own
-fixtures for the metric and process JSON, which the corpus lacks.
+Real captures in ../shared/corpus/amd-smi-json (`amd-smi xgmi -m --json`, 8x MI300X); the
+project's own fixtures for the metric and process JSON, which the corpus lacks.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 from collections.abc import Callable
 from typing import Any
@@ -23,7 +20,6 @@ from placewatch.schemas import GpuHealth, GpuSample
 from placewatch.worker.gpu.amd_smi import (
     attach_amd_smi_processes,
     parse_amd_smi,
-    parse_amd_smi_csv,
     parse_amd_smi_processes,
 )
 from placewatch.worker.gpu.health import assess
@@ -277,7 +273,6 @@ def test_static_and_list_output_give_name_bus_id_uuid_and_size() -> None:
 )
 def test_bad_output_gives_no_gpus_and_does_not_raise(text: str) -> None:
     assert parse_amd_smi(text) == []
-    assert parse_amd_smi_csv(text) == []
     assert parse_amd_smi_processes(text) == []
 
 
@@ -318,37 +313,6 @@ def test_processes_attach_by_index_without_the_zero_byte_openers() -> None:
     assert idle.processes == []
 
 
-def test_csv_with_unquoted_lists_a_warning_and_a_repeated_header() -> None:
-    text = (
-        "WARNING: User is missing the following required groups: render\n"
-        "gpu,gfx_activity,vcn_activity,socket_power,edge,hotspot,total_vram,used_vram\n"
-        "0,5,[0, 0, 0, 0],300,N/A,44,196592,1024\n"
-        "gpu,gfx_activity,vcn_activity,socket_power,edge,hotspot,total_vram,used_vram\n"
-        "1,6,[0, 0],301,N/A,45,196592\n"  # a cell short: skipped, not read shifted
-        '2,7,"[1, 2]",302,50,45,196592,2048\n'
-    )
-    gpus = parse_amd_smi_csv(text)
-    assert [(g.index, g.utilization_pct, g.power_w) for g in gpus] == [(0, 5, 300), (2, 7, 302)]
-    assert [(g.temperature_c, g.temperature_sensor) for g in gpus] == [
-        (44, "junction"),
-        (50, "edge"),
-    ]
-    assert gpus[0].memory_free_bytes == (196592 - 1024) * MiB
-
-
-def test_csv_speed_column_is_the_fan_s_when_the_fan_block_was_printed() -> None:
-    # amd-smi keeps one column per name: the fan's `speed` (0-255) overwrites PCIe's.
-    with_fan = "gpu,width,speed,replay_count,max,rpm,usage\n0,16,32,5,255,1650,12.55\n"
-    (gpu,) = parse_amd_smi_csv(with_fan)
-    assert gpu.health is not None
-    assert (gpu.health.pcie_gen, gpu.health.pcie_width, gpu.health.pcie_replays) == (None, 16, 5)
-    assert gpu.fan_pct == 12.55
-    pcie_only = "gpu,width,speed,replay_count,usage\n0,16,32,5,40\n"
-    (gpu,) = parse_amd_smi_csv(pcie_only)
-    assert gpu.health is not None and gpu.health.pcie_gen == 5
-    assert gpu.fan_pct is None  # no fan block: `usage` is not a fan reading
-
-
 # What each real capture says, read by hand from the file.
 XGMI_BUSES = ["0000:0c:00.0", "0000:22:00.0", "0000:38:00.0", "0000:5c:00.0",
               "0000:9f:00.0", "0000:af:00.0", "0000:bf:00.0", "0000:df:00.0"]  # fmt: skip
@@ -357,31 +321,11 @@ JSON_CAPTURES: dict[str, list[str]] = {
     # are the GPU, the bdfs in its "links" are its peers.
     "virtualclient-mi300x-8gpu-xgmi.json": XGMI_BUSES,
 }
-CSV_CAPTURES: dict[str, dict[str, list[float]]] = {
-    # `amd-smi metric --csv`, 8x MI300X: no edge sensor (N/A), hotspot is the junction,
-    # VRAM in MB (MiB) with 283 used of 196592 on each, gfx_activity 0, no power cap.
-    "virtualclient-mi300x-8gpu-metric.csv": {
-        "power": [133, 139, 133, 132, 136, 132, 132, 134],
-        "hotspot": [36, 35, 32, 36, 36, 35, 36, 37],
-        # total_energy_consumption, in J (amd-smi divides the driver's uJ by 10^6).
-        "energy": [
-            12119300.381,
-            12648636.191,
-            12142639.892,
-            12086086.983,
-            12403534.5,
-            12011883.234,
-            11987029.516,
-            12193331.537,
-        ],
-    },
-}
 
 
 @needs_corpus
 def test_every_amd_smi_capture_has_expected_values() -> None:
     assert {p.name for p in corpus_files("amd-smi-json")} == set(JSON_CAPTURES)
-    assert {p.name for p in corpus_files("amd-smi-csv")} == set(CSV_CAPTURES)
 
 
 @needs_corpus
@@ -397,34 +341,6 @@ def test_amd_smi_json_capture(name: str) -> None:
         )  # fmt: skip
         assert (gpu.memory_total_bytes, gpu.memory_used_bytes) == (None, None)
     assert parse_amd_smi_processes((CORPUS / "amd-smi-json" / name).read_text()) == []
-
-
-@needs_corpus
-@pytest.mark.parametrize("name", sorted(CSV_CAPTURES))
-def test_amd_smi_csv_capture(name: str) -> None:
-    gpus = parse_amd_smi_csv((CORPUS / "amd-smi-csv" / name).read_text())
-    want = CSV_CAPTURES[name]
-    assert [g.index for g in gpus] == list(range(8))
-    assert [g.power_w for g in gpus] == want["power"]
-    assert [g.temperature_c for g in gpus] == want["hotspot"]
-    for gpu in gpus:
-        assert gpu.temperature_sensor == "junction"
-        assert (gpu.utilization_pct, gpu.activity, gpu.power_cap_w) == (0, "busy", None)
-        assert gpu.memory_total_bytes == 196592 * MiB
-        assert gpu.memory_used_bytes == 283 * MiB
-        assert gpu.memory_free_bytes == 196309 * MiB
-        # The CSV's "usage" column is the fan's (N/A), not the engine's.
-        assert gpu.name is None
-        # Idle in deep sleep: gfx_0_clk 132 (some other XCDs read 133), mem_0_clk 900.
-        assert (gpu.sm_clock_mhz, gpu.memory_clock_mhz, gpu.memory_util_pct) == (132, 900, 0)
-        assert gpu.fan_pct is None
-        # ECC 0/0 (deferred 0, not read), UNTHROTTLED, x16 with no replays; the PCIe `speed`
-        # column holds the fan's N/A, so no generation.
-        assert gpu.health == GpuHealth(
-            ecc_corrected_volatile=0, ecc_uncorrected_volatile=0, pcie_width=16, pcie_replays=0
-        )
-        assert assess(gpu).health == gpu.health
-    assert [g.energy_j for g in gpus] == want["energy"]
 
 
 # Structured fuzzing with the real key names and units.
@@ -486,21 +402,7 @@ def test_any_json_document_parses_to_sane_values(document: Any) -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(
-    header=st.lists(st.sampled_from(["gpu", *AMD_KEYS]), min_size=1, max_size=8),
-    rows=st.lists(st.lists(amd_leaves.map(str), max_size=9), max_size=4),
-)
-def test_any_csv_parses_to_sane_values(header: list[str], rows: list[list[str]]) -> None:
-    out = io.StringIO()
-    writer = csv.writer(out)
-    writer.writerow(["gpu", *header])
-    writer.writerows(rows)
-    assert_sane(parse_amd_smi_csv(out.getvalue()))
-
-
-@settings(max_examples=300, deadline=None)
 @given(st.text())
 def test_any_text_parses_without_raising(text: str) -> None:
     assert_sane(parse_amd_smi(text))
-    assert_sane(parse_amd_smi_csv(text))
     assert_sane_processes(parse_amd_smi_processes(text))

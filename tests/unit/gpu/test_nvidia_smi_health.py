@@ -13,7 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from placewatch.schemas import GpuSample
-from placewatch.worker.gpu.clock_events import CLOCK_EVENT_BITS, clock_event_names, parse_mask
+from placewatch.schemas.health import CLOCK_EVENT_BITS
+from placewatch.worker.gpu.clock_events import clock_event_names, parse_mask
 from placewatch.worker.gpu.health import assess
 from placewatch.worker.gpu.nvidia_smi import GPU_FIELDS
 from placewatch.worker.gpu.nvidia_smi_csv import parse_gpus

@@ -16,8 +16,8 @@ import msgspec
 import pytest
 
 from placewatch.schemas import GpuHealth, GpuSample
+from placewatch.schemas.health import CLOCK_EVENT_BITS
 from placewatch.worker.gpu import health
-from placewatch.worker.gpu.clock_events import CLOCK_EVENT_BITS
 from placewatch.worker.gpu.nvml import NvmlSource, read_gpus
 from placewatch.worker.gpu.nvml_health import (
     Refusals,
