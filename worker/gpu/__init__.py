@@ -11,14 +11,14 @@ from __future__ import annotations
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Literal, Protocol, runtime_checkable
+from typing import ClassVar, Literal, Protocol, Self, runtime_checkable
 
 from anyio.abc import TaskStatus
 
 from placewatch.schemas import GpuSample, SourceStatus
 from placewatch.schemas.messages import Vendor
 
-from ..probe import ProbeRunner
+from ..probe import ProbeResult, ProbeRunner
 
 ActivityWanted = Literal["no", "in-process", "any"]
 """How far a GPU read goes for what each process ran (GpuProcess.sm_pct, .mem_pct): not at
@@ -89,4 +89,32 @@ class ToolSource:
             error=error,
             vendor=self.vendor,
             degraded=stuck,
+        )
+
+
+class AmdToolSource(ToolSource):
+    """What rocm-smi's and amd-smi's sources share: their processes come from the KFD tree
+    under `kfd_root`, and a tool that prints no GPU is answered with the same advice."""
+
+    vendor: ClassVar[Vendor] = "amd"
+
+    def __init__(
+        self, runner: ProbeRunner, tool: str = "", kfd_root: Path | str = KFD_ROOT
+    ) -> None:
+        super().__init__(runner, tool or self.name)
+        self._kfd_root = Path(kfd_root)
+
+    @classmethod
+    def build(cls, options: SourceOptions) -> Self:
+        return cls(options.runner, kfd_root=options.kfd_root)
+
+    def _printed_none(self, result: ProbeResult, gpus: str, look: str) -> str:
+        """Why no GPU came of a run: the tool's own failure, or what to run and check."""
+        if result.error is not None and not result.stdout.strip():
+            return result.error
+        said = f" ({result.error})" if result.error else ""
+        return (
+            f"{self._tool} printed no {gpus}{said}; run `{self._tool} {look}` to see what it "
+            "says, and check that the amdgpu driver is loaded (lsmod | grep amdgpu) and that "
+            "this user is in the render and video groups"
         )

@@ -37,11 +37,11 @@ import msgspec
 from placewatch.schemas import GpuProcess, GpuSample, SourceStatus
 
 from ..probe import ProbeResult, ProbeRunner
-from . import KFD_ROOT, ActivityWanted, SourceOptions, ToolSource, kfd, values
+from . import KFD_ROOT, ActivityWanted, AmdToolSource, kfd, values
 from .amd_smi_activity import EngineClock, attach_engine_time
 from .amd_smi_fields import Spec, count, number, reading, text
 from .amd_smi_health import read_health
-from .rocm_smi import load_json, power_activity
+from .rocm_smi import amd_sample, load_json
 
 TOOL = "amd-smi"
 
@@ -137,34 +137,21 @@ def _temperature(item: Mapping[str, object]) -> tuple[float | None, str | None]:
 
 
 def _sample(index: int, item: Mapping[str, object]) -> GpuSample:
-    power = number(item, POWER)
-    cap = number(item, CAP)
-    if cap is not None and cap <= 0:
-        cap = None  # `static --limit` prints 0 W where the board reports no cap
-    busy = values.percent(reading(item, BUSY)[0])
-    utilization, activity = power_activity(power, cap, busy)
     temperature, sensor = _temperature(item)
-    total = _bytes(item, TOTAL)
-    used = _bytes(item, USED)
-    free = _bytes(item, FREE)
-    if free is None and total is not None and used is not None and used <= total:
-        free = total - used
     fan = reading(item, FAN if "rpm" not in item else FAN_FLAT)[0]
-    return GpuSample(
-        index=index,
+    return amd_sample(
+        index,
+        power=number(item, POWER),
+        cap=number(item, CAP),
+        busy=values.percent(reading(item, BUSY)[0]),
+        total=_bytes(item, TOTAL),
+        used=_bytes(item, USED),
+        free=_bytes(item, FREE),
+        temperature=temperature,
+        sensor=sensor,
         uuid=text(item, UUID),
-        vendor="amd",
         name=text(item, NAME),
         bus_id=text(item, BUS),
-        utilization_pct=utilization,
-        activity=activity,
-        memory_total_bytes=total,
-        memory_used_bytes=used,
-        memory_free_bytes=free,
-        temperature_c=temperature,
-        temperature_sensor=sensor,
-        power_w=power,
-        power_cap_w=cap,
         sm_clock_mhz=count(item, GFX_CLOCK),
         memory_clock_mhz=count(item, MEM_CLOCK),
         memory_util_pct=values.percent(reading(item, MEMORY_BUSY)[0]),
@@ -268,24 +255,18 @@ def attach_amd_smi_processes(
     return [msgspec.structs.replace(g, processes=held[g.index]) for g in gpus]
 
 
-class AmdSmiSource(ToolSource):
+class AmdSmiSource(AmdToolSource):
     """AMD readings from amd-smi; processes from KFD, else from `amd-smi process`."""
 
     name = TOOL
-    vendor = "amd"
 
     def __init__(
         self, runner: ProbeRunner, tool: str = TOOL, kfd_root: Path | str = KFD_ROOT
     ) -> None:
-        super().__init__(runner, tool)
-        self._kfd_root = Path(kfd_root)
+        super().__init__(runner, tool, kfd_root)
         self._metric_args: tuple[str, ...] = METRIC_ARGS
         self._fallbacks = [METRIC_BASIC_ARGS, METRIC_ALL_ARGS]
         self._clock = EngineClock()
-
-    @classmethod
-    def build(cls, options: SourceOptions) -> AmdSmiSource:
-        return cls(options.runner, kfd_root=options.kfd_root)
 
     async def sample(self, activity: ActivityWanted = "no") -> tuple[list[GpuSample], SourceStatus]:
         """The metric, the processes (KFD, else `amd-smi process`), and where `activity` is
@@ -293,7 +274,7 @@ class AmdSmiSource(ToolSource):
         (amd_smi_activity.py): one more run where KFD gives the processes."""
         result, gpus = await self._metric()
         if not gpus:
-            error = _no_gpus(self._tool, result)
+            error = self._printed_none(result, "GPUs", "list")
             return [], self._status(result.latency_ms, error, result.stuck)
         tree = await anyio.to_thread.run_sync(kfd.read_kfd, self._kfd_root)
         listed: ProbeResult | None = None
@@ -331,14 +312,3 @@ class AmdSmiSource(ToolSource):
             if gpus:
                 self._metric_args = args
         return dataclasses.replace(result, latency_ms=latency), gpus
-
-
-def _no_gpus(tool: str, result: ProbeResult) -> str:
-    if result.error is not None and not result.stdout.strip():
-        return result.error
-    said = f" ({result.error})" if result.error else ""
-    return (
-        f"{tool} printed no GPUs{said}; run `{tool} list` to see what it finds, and check "
-        "that the amdgpu driver is loaded (lsmod | grep amdgpu) and that this user is in "
-        "the render and video groups"
-    )

@@ -23,15 +23,13 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import anyio.to_thread
 
 from placewatch.schemas import GpuHealth, GpuSample, SourceStatus
 
-from ..probe import ProbeResult, ProbeRunner
-from . import KFD_ROOT, ActivityWanted, SourceOptions, ToolSource, kfd, values
+from . import ActivityWanted, AmdToolSource, kfd, values
 
 TOOL = "rocm-smi"
 
@@ -103,6 +101,44 @@ def power_activity(
     if busy_pct is not None:
         return busy_pct, "busy"
     return None, None
+
+
+def amd_sample(
+    index: int,
+    *,
+    power: float | None,
+    cap: float | None,
+    busy: float | None,
+    total: int | None,
+    used: int | None,
+    free: int | None = None,
+    temperature: float | None,
+    sensor: str | None,
+    **readings: Any,
+) -> GpuSample:
+    """An AMD GPU's sample as both AMD tools read it: a cap of 0 W or less is no cap (the
+    driver saying it has none; amd-smi's `static --limit` prints 0 W then), utilization is
+    power over cap where both are known, else the busy share (power_activity), and free
+    memory is total less used where the tool prints none. `readings`: the rest, by name."""
+    if cap is not None and cap <= 0:
+        cap = None
+    utilization, activity = power_activity(power, cap, busy)
+    if free is None and total is not None and used is not None and used <= total:
+        free = total - used
+    return GpuSample(
+        index=index,
+        vendor="amd",
+        utilization_pct=utilization,
+        activity=activity,
+        memory_total_bytes=total,
+        memory_used_bytes=used,
+        memory_free_bytes=free,
+        temperature_c=temperature,
+        temperature_sensor=sensor,
+        power_w=power,
+        power_cap_w=cap,
+        **readings,
+    )
 
 
 def load_json(text: str) -> object:
@@ -211,29 +247,20 @@ def _health(card: Mapping[str, object]) -> GpuHealth | None:
 
 
 def _card(index: int, card: Mapping[str, object]) -> GpuSample:
-    power = values.number(_first(card, POWER_KEYS))
-    cap = values.number(_first(card, CAP_KEYS))
-    if cap is not None and cap <= 0:
-        cap = None  # a cap of 0 W is the driver saying it has none
-    utilization, activity = power_activity(power, cap, values.percent(_first(card, BUSY_KEYS)))
     temperature, sensor = _temperature(card)
     total, used = _vram(card)
-    free = total - used if total is not None and used is not None and used <= total else None
-    return GpuSample(
-        index=index,
+    return amd_sample(
+        index,
+        power=values.number(_first(card, POWER_KEYS)),
+        cap=values.number(_first(card, CAP_KEYS)),
+        busy=values.percent(_first(card, BUSY_KEYS)),
+        total=total,
+        used=used,
+        temperature=temperature,
+        sensor=sensor,
         uuid=values.text(card.get("Unique ID")),
-        vendor="amd",
         name=_name(card),
         bus_id=values.text(card.get("PCI Bus")),
-        utilization_pct=utilization,
-        activity=activity,
-        memory_total_bytes=total,
-        memory_used_bytes=used,
-        memory_free_bytes=free,
-        temperature_c=temperature,
-        temperature_sensor=sensor,
-        power_w=power,
-        power_cap_w=cap,
         sm_clock_mhz=_mhz(card.get(SCLK_KEY)),
         memory_clock_mhz=_mhz(card.get(MCLK_KEY)),
         memory_util_pct=values.percent(_first(card, MEMORY_BUSY_KEYS)),
@@ -256,21 +283,10 @@ def parse_rocm_smi(text: str) -> list[GpuSample]:
     return [cards[i] for i in sorted(cards)]
 
 
-class RocmSmiSource(ToolSource):
+class RocmSmiSource(AmdToolSource):
     """AMD readings from one rocm-smi call a tick, processes from the KFD sysfs tree."""
 
     name = TOOL
-    vendor = "amd"
-
-    def __init__(
-        self, runner: ProbeRunner, tool: str = TOOL, kfd_root: Path | str = KFD_ROOT
-    ) -> None:
-        super().__init__(runner, tool)
-        self._kfd_root = Path(kfd_root)
-
-    @classmethod
-    def build(cls, options: SourceOptions) -> RocmSmiSource:
-        return cls(options.runner, kfd_root=options.kfd_root)
 
     async def sample(self, activity: ActivityWanted = "no") -> tuple[list[GpuSample], SourceStatus]:
         """The cards and their KFD processes. `activity` changes nothing: rocm-smi's JSON has
@@ -280,20 +296,9 @@ class RocmSmiSource(ToolSource):
         # the card, and still prints the others: what it printed is used.
         gpus = parse_rocm_smi(result.stdout)
         if not gpus:
-            error = _no_cards(self._tool, result)
+            error = self._printed_none(result, "cards", "--showproductname --json")
             return [], self._status(result.latency_ms, error, result.stuck)
         tree = await anyio.to_thread.run_sync(kfd.read_kfd, self._kfd_root)
         return kfd.attach_kfd_processes(gpus, tree), self._status(
             result.latency_ms, stuck=result.stuck
         )
-
-
-def _no_cards(tool: str, result: ProbeResult) -> str:
-    if result.error is not None and not result.stdout.strip():
-        return result.error
-    said = f" ({result.error})" if result.error else ""
-    return (
-        f"{tool} printed no cards{said}; run `{tool} --showproductname --json` to see what "
-        "it says, and check that the amdgpu driver is loaded (lsmod | grep amdgpu) and that "
-        "this user is in the render and video groups"
-    )
