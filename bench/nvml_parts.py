@@ -12,10 +12,10 @@ part, tick by tick, each tick after the same pause as the worker's loop sleeps:
   them (their CPU, the bindings' own included, less what the timing adds inside them): the
   driver's reads, which are not the worker's part (the timing's own Python around each call
   would be, so the phases are taken on the untimed pipeline);
-- then, each after the same pause again: a call of nothing handed to the source's read
-  thread and back, as the NVML read is (gpu/read_thread.py), and the host sample alone;
-  beside them, not part of the tick, the same call of nothing handed to anyio's thread
-  pool (`anyio.to_thread.run_sync`), for comparison.
+- then, each after the same pause again: a call of nothing handed to a worker thread and
+  back through the source's limiter, as the NVML read is (gpu/read_thread.py), and the
+  host sample alone; beside them, not part of the tick, the same call handed to anyio's
+  thread pool without the limiter (`anyio.to_thread.run_sync`), for comparison.
 
 The NVML read's own Python is the read less those two and the driver's reads. The mean
 of each over the ticks is the figure; what the thread hop and the host sample take
@@ -63,7 +63,7 @@ PHASES = (
     "the tick",
     "the driver's reads",
     "the worker's part",
-    "handing a read to the source's thread",
+    "handing a read to a worker thread",
     "the host sample",
     "the NVML read's own Python",
     f"judging {SHARDS} shards",
@@ -141,7 +141,7 @@ async def measure(
         found["the tick"].append(tick)
         found["the driver's reads"].append(driver)
         found["the worker's part"].append(tick - driver)
-        found["handing a read to the source's thread"].append(hop)
+        found["handing a read to a worker thread"].append(hop)
         found["the host sample"].append(host)
         found["the NVML read's own Python"].append(read - started - driver - hop - host)
         found[f"judging {SHARDS} shards"].append(judged - read)
@@ -176,7 +176,7 @@ def main() -> None:
             f"{indent + phase:<42}{mean[phase] * 1e3:>8.3f}"
             f"{statistics.median(each) * 1e3:>8.3f}{share}"
         )
-    fixed = mean["handing a read to the source's thread"] + mean["the host sample"]
+    fixed = mean["handing a read to a worker thread"] + mean["the host sample"]
     print(
         f"target: the worker's part at most {OVER_DRIVER_TARGET_MS:g} ms: {part * 1e3:.3f} ms, "
         f"{part * 1e3 / OVER_DRIVER_TARGET_MS:.2f} of it; the thread hop and the host sample "

@@ -386,7 +386,7 @@ class NvmlSource:
 
     async def sample(self, activity: ActivityWanted = "no") -> tuple[list[GpuSample], SourceStatus]:
         """This tick's GPUs; unless `activity` is "no", what each process ran since the last
-        read too (on the source's thread with the rest: NVML answers in microseconds)."""
+        read too (in the same read as the rest: NVML answers in microseconds)."""
         started = time.perf_counter()
 
         def status(error: str | None = None, degraded: bool = False) -> SourceStatus:
