@@ -27,6 +27,7 @@ import nats.js.errors
 from anyio.abc import TaskGroup, TaskStatus
 from nats.aio.client import Client
 
+from placewatch.backoff import Backoff
 from placewatch.connection import connect
 from placewatch.heartbeat import check_folder
 from placewatch.lifecycle import drain, stop_on_signal
@@ -279,7 +280,7 @@ async def _follow_placements(bucket: PlacementsBucket, nc: Client, streams: Stre
     following for longer than that is a new outage, retried after RETRY_FIRST_S again.
     An outage is told once, and again only when what the server says changes.
     """
-    delay = RETRY_FIRST_S
+    backoff = Backoff(RETRY_FIRST_S, RETRY_MOST_S)
     said = ""
     while True:
         started = time.monotonic()
@@ -287,19 +288,19 @@ async def _follow_placements(bucket: PlacementsBucket, nc: Client, streams: Stre
             await bucket.follow(nc, streams)
         except (nats.errors.Error, TimeoutError) as exc:
             if time.monotonic() - started >= RETRY_MOST_S:
-                delay, said = RETRY_FIRST_S, ""
+                backoff.reset()
+                said = ""
             why = _follow_failure(exc, bucket.bucket.stream)
             log.log(
                 logging.DEBUG if why == said else logging.WARNING,
                 "cannot watch KV %s (%s); retrying in %g s, then at most every %g s",
                 bucket.bucket.name,
                 why,
-                delay,
+                backoff.delay,
                 RETRY_MOST_S,
             )
             said = why
-        await anyio.sleep(delay)
-        delay = min(delay * 2, RETRY_MOST_S)
+        await backoff.wait()
 
 
 def _follow_failure(exc: BaseException, stream: str) -> str:

@@ -26,6 +26,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
+from placewatch.backoff import Backoff
 from placewatch.retained import Incomplete, stored_at
 from placewatch.schemas import FallbackEvent, subjects
 from placewatch.schemas.streams import for_prefix
@@ -198,7 +199,7 @@ async def _until_delivered(
     what: str, attempt: Callable[[], Awaitable[None]], msg: Msg | None = None
 ) -> None:
     """Try until the sink took it, with backoff; `msg` is kept ours meanwhile."""
-    delay = BACKOFF_FIRST_S
+    backoff = Backoff(BACKOFF_FIRST_S, BACKOFF_MAX_S)
     failed = False
     while True:
         try:
@@ -207,7 +208,7 @@ async def _until_delivered(
             with anyio.CancelScope(shield=True):
                 await attempt()
         except DeliveryError as exc:
-            log.warning("%s not delivered (%s); again in %g s", what, exc, delay)
+            log.warning("%s not delivered (%s); again in %g s", what, exc, backoff.delay)
             failed = True
         else:
             if failed:
@@ -216,22 +217,20 @@ async def _until_delivered(
         if msg is not None:
             with contextlib.suppress(nats.errors.Error):
                 await msg.in_progress()  # still ours: no redelivery while we retry
-        await anyio.sleep(delay)
-        delay = min(delay * 2, BACKOFF_MAX_S)
+        await backoff.wait()
 
 
 async def _ack(msg: Msg) -> None:
     """Acknowledge, and wait until the server has it: a restart must not deliver it again."""
-    delay = BACKOFF_FIRST_S
+    backoff = Backoff(BACKOFF_FIRST_S, BACKOFF_MAX_S)
     with anyio.move_on_after(ACK_WAIT_S):
         while True:
             try:
                 await msg.ack_sync(timeout=2)
                 return
             except (nats.errors.Error, TimeoutError) as exc:
-                log.warning("acknowledgement not confirmed (%s); again in %g s", exc, delay)
-            await anyio.sleep(delay)
-            delay = min(delay * 2, BACKOFF_MAX_S)
+                log.warning("acknowledgement not confirmed (%s); again in %g s", exc, backoff.delay)
+            await backoff.wait()
     log.error("acknowledgement never confirmed: this message may be delivered again")
 
 

@@ -182,7 +182,7 @@ def test_retries_wait_longer_each_time_and_start_over_after_a_watch_that_ran(
         if len(pauses) == 5:
             raise Enough
 
-    monkeypatch.setattr(runtime, "anyio", SimpleNamespace(sleep=sleep))
+    monkeypatch.setattr("placewatch.backoff.anyio", SimpleNamespace(sleep=sleep))
 
     async def main() -> None:
         nc = await nats.connect(server.url)

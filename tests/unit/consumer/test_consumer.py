@@ -32,6 +32,7 @@ def test_no_worker_module_is_imported() -> None:
     # What a consumer loads beside its own: the shared package, never the worker or the CLI.
     assert outside == {
         "placewatch",
+        "placewatch.backoff",
         "placewatch.connection",
         "placewatch.heartbeat",
         "placewatch.http_opener",
