@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import signal
 import subprocess
 import time
@@ -19,6 +20,7 @@ from tests.conftest import (
     wait_older_than,
 )
 from tests.integration.test_shards_end_to_end import events_now
+from tests.support.eventually import eventually
 from tests.support.natsproto import RawSubscriber
 
 
@@ -27,6 +29,10 @@ def kill(server: NatsServer) -> None:
     server.proc.send_signal(signal.SIGKILL)
     server.proc.wait()
     server.proc = None
+
+
+def said_again(worker: Worker, line: str, times: int) -> bool:
+    return worker.err().count(line) > times
 
 
 def test_events_survive_server_kills_exactly_once_and_telemetry_resumes(
@@ -63,8 +69,11 @@ def test_events_survive_server_kills_exactly_once_and_telemetry_resumes(
             (holding, "gpu", "resolved"),
         ]:
             kill(server)
+            line = f"fallback {state}: shard flappy"
+            said = worker.err().count(line)
             fake_gpu.write("nvidia-smi", "query-compute-apps.csv", answer)
-            time.sleep(2.5)  # the change is judged and queued while the server is away
+            # The change is judged and queued while the server is away.
+            eventually(functools.partial(said_again, worker, line, said))
             server.start()
             back = time.monotonic()
             with RawSubscriber(server.url, "placewatch.telemetry.n1") as sub:

@@ -141,7 +141,7 @@ def test_server_down_at_start_is_retried_with_a_log_line(
     server = NatsServer(tmp_path / "js", port=free_port())
     worker = Worker("--nats", server.url, "--node", "late", "--interval", "1", env=clean_env())
     workers.append(worker)
-    time.sleep(2)
+    worker.wait_for("cannot reach NATS")
     assert worker.proc.poll() is None, "the worker gave up while the server was down"
     server.start()
     try:
@@ -171,7 +171,7 @@ def test_a_worker_stopped_while_its_server_is_down_exits_0(
             sub.next(timeout=10)
     finally:
         server.stop()
-    time.sleep(1.5)  # it publishes into nats-py's buffer while it reconnects
+    worker.wait_for("disconnected from NATS")  # it publishes into nats-py's buffer meanwhile
     code, _, _, err = worker.stop()
     assert code == 0, err
     assert "Traceback" not in err

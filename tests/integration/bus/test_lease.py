@@ -70,12 +70,7 @@ def run_args(url: str, node: str, interval: float, *more: str) -> list[str]:
 
 def finished(worker: Worker, timeout: float) -> tuple[int, str]:
     """The exit code and stderr of a worker expected to exit by itself."""
-    try:
-        _, err = worker.proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        worker.kill()
-        raise AssertionError(f"the worker did not exit within {timeout:g} s") from None
-    return worker.proc.returncode, err
+    return worker.finished(timeout)
 
 
 async def lease_entry(url: str, node: str) -> tuple[NodeLease | None, datetime | None]:

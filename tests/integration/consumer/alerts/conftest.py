@@ -23,5 +23,4 @@ def alerts() -> Iterator[list[Alerts]]:
     started: list[Alerts] = []
     yield started
     for a in started:
-        if a.proc.poll() is None:
-            a.kill()
+        a.close()

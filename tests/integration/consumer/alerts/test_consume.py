@@ -84,7 +84,7 @@ def test_alerts_waits_for_the_stream_retries_a_failing_webhook_and_delivers_once
     hook = Endpoint(failures=3)
     try:
         alerts.append(Alerts("--nats", node.url, "--webhook", hook.url))  # before any worker
-        time.sleep(2)  # it finds no stream: workers create it when they start
+        alerts[-1].wait_for("does not exist yet; waiting for a worker to create it")
         node.start()
         (event,) = hook.wait(1, timeout=25)
         assert [code for code, _ in hook.posts] == [500, 500, 500, 200]
