@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 HEALTH_TIMEOUT_S = 1.0
 
-Health = Literal["ok", "not ready", "unreachable"]
+Readiness = Literal["ok", "not ready", "unreachable"]
 
 
 @dataclass
@@ -178,7 +178,7 @@ def command_lines() -> list[tuple[float, int, str]]:
     return sorted(found)
 
 
-def health(url: str) -> Health:
+def readiness(url: str) -> Readiness:
     """What a health URL says: 2xx, another status (503 while loading, a redirect), or nothing.
 
     The URL itself is asked, and nothing else: no proxy from the environment (a node-local

@@ -28,7 +28,7 @@ from .discovered import DiscoveryWalks
 from .engine_log import EngineEvidence
 from .engine_logs import EngineLogs, Evidence
 from .gpu_health import health_by_index, unhealthy, with_health
-from .liveness import Tracked, find_processes, health, settled
+from .liveness import Tracked, find_processes, readiness, settled
 from .placements import MAX_SHARDS, Placement, ShardsFile, placed
 from .silent_tools import engine_says_cpu
 from .verdict import GpuIds, Judgement, Observation, gpu_ids, judge
@@ -120,7 +120,7 @@ class ShardPass:
         self._owners_for: dict[int, str] = {}
         self._logs_wanted: dict[str, str] = {}
         self.windows = ActivityWindows()
-        self.health: dict[int, GpuHealth] = {}
+        self.gpu_health: dict[int, GpuHealth] = {}
         """Each GPU's health as the GPU tools last told it: it stands while they fail (a GPU
         fallen off the bus may take its tool down with it)."""
 
@@ -174,7 +174,7 @@ class ShardPass:
         self._failed_reads = 0 if gpus_known else self._failed_reads + 1
         seen = self._attribute(gpus, gpus_known, exited)
         if gpus_known:
-            self.health = health_by_index(gpus)
+            self.gpu_health = health_by_index(gpus)
         now, at = datetime.now(UTC), time.monotonic() if read_at is None else read_at
         activity = self._activity(seen, at)
         statuses = [
@@ -365,7 +365,7 @@ class ShardPass:
             if not url:
                 t.ready = graced
                 continue
-            answer = await anyio.to_thread.run_sync(health, url)
+            answer = await anyio.to_thread.run_sync(readiness, url)
             # Discovery only guesses a health URL from the command line: one that
             # nothing answers on is a wrong guess, and the grace period decides.
             guessed = t.placement.origin == "discovered"
@@ -374,7 +374,7 @@ class ShardPass:
     def _compute_status(
         self, sid: str, t: Tracked, j: Judgement, now: datetime, activity: Activity | None
     ) -> ComputeStatus:
-        sick = unhealthy(j.devices, self.health)
+        sick = unhealthy(j.devices, self.gpu_health)
         return ComputeStatus(
             node=self.node,
             shard=sid,
@@ -387,7 +387,7 @@ class ShardPass:
             layers_offloaded=j.layers_offloaded,
             layers_total=j.layers_total,
             verdict=j.verdict,
-            reason=with_health(j.reason, sick, self.health) if sick else j.reason,
+            reason=with_health(j.reason, sick, self.gpu_health) if sick else j.reason,
             evidence=list(j.evidence),
             stale=j.stale,
             container_id=t.container.container_id,

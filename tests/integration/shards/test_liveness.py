@@ -21,7 +21,7 @@ from placewatch.worker.shards.liveness import (
     command_lines,
     find_processes,
     first_match,
-    health,
+    readiness,
     settled,
 )
 from placewatch.worker.shards.placements import Placement
@@ -209,25 +209,25 @@ def test_command_lines_list_children_oldest_first_and_not_this_process(
 def test_health_is_what_the_url_answers(status: int, said: str) -> None:
     endpoint = Endpoint(status=status)
     try:
-        assert health(f"{endpoint.base}/health") == said
+        assert readiness(f"{endpoint.base}/health") == said
         assert [(r.method, r.path) for r in endpoint.requests] == [("GET", "/health")]
     finally:
         endpoint.close()
 
 
 def test_health_with_nothing_listening_is_unreachable() -> None:
-    assert health(f"http://127.0.0.1:{free_port()}/health") == "unreachable"
+    assert readiness(f"http://127.0.0.1:{free_port()}/health") == "unreachable"
 
 
 def test_health_that_never_answers_is_unreachable() -> None:
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen()  # accepts, never answers
-        assert health(f"http://127.0.0.1:{listener.getsockname()[1]}/health") == "unreachable"
+        assert readiness(f"http://127.0.0.1:{listener.getsockname()[1]}/health") == "unreachable"
 
 
 def test_health_of_a_url_that_is_not_one_is_unreachable() -> None:
-    assert health("not a url") == "unreachable"
+    assert readiness("not a url") == "unreachable"
 
 
 def test_health_follows_no_redirect() -> None:
@@ -235,7 +235,7 @@ def test_health_follows_no_redirect() -> None:
     moved = f"HTTP/1.1 302 Found\r\nLocation: {target.base}/elsewhere\r\nContent-Length: 0\r\n\r\n"
     try:
         with raw_server(moved.encode()) as base:
-            assert health(f"{base}/health") == "not ready"
+            assert readiness(f"{base}/health") == "not ready"
         assert target.requests == []  # the place it pointed to was never asked
     finally:
         target.close()
@@ -247,7 +247,7 @@ def test_health_goes_through_no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("http_proxy", proxy.base)
     monkeypatch.setenv("HTTP_PROXY", proxy.base)
     try:
-        assert health(f"{engine.base}/health?token=s3cret") == "not ready"
+        assert readiness(f"{engine.base}/health?token=s3cret") == "not ready"
         assert proxy.requests == []
         assert [r.path for r in engine.requests] == ["/health?token=s3cret"]
     finally:
@@ -261,8 +261,8 @@ def test_health_goes_through_no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_health_of_a_server_that_does_not_speak_http_is_unreachable(answer: bytes) -> None:
     # http.client raises these as HTTPException, not OSError: they must not stop the tick.
     with raw_server(answer) as base:
-        assert health(f"{base}/health") == "unreachable"
+        assert readiness(f"{base}/health") == "unreachable"
 
 
 def test_health_of_a_url_whose_port_is_not_a_number_is_unreachable() -> None:
-    assert health("http://127.0.0.1:80x/health") == "unreachable"
+    assert readiness("http://127.0.0.1:80x/health") == "unreachable"
