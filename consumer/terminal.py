@@ -286,7 +286,14 @@ def _shard_line(s: ComputeStatus, firing: bool) -> str:
     reason = f"  {s.reason}" if s.verdict not in ("gpu", "cpu") else ""
     sick = ",".join(str(i) for i in s.unhealthy_gpus)
     on = f"  on unhealthy GPU {sick}" if sick else ""
-    return f"  shard {s.shard}  {mark}{s.verdict}  placed {gpus}  pid {s.pid or '-'}{on}{reason}"
+    stale = ""
+    if s.stale:
+        since = "" if s.stale_since is None else f" since {s.stale_since:%H:%M:%S}Z"
+        stale = f" (stale{since}: evidence lost)"
+    return (
+        f"  shard {s.shard}  {mark}{s.verdict}{stale}  placed {gpus}  pid {s.pid or '-'}{on}"
+        f"{reason}"
+    )
 
 
 def _count(n: int, what: str) -> str:

@@ -345,8 +345,11 @@ class ComputeStatus(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     reason: str = ""
     evidence: list[str] = msgspec.field(default_factory=list)
     stale: bool = False
-    """The verdict the GPU tools gave last, held while they fail (through three failed reads:
-    one failed read does not turn a shard `unknown`); the reason says for how long."""
+    """The verdict evidence gave last, held while the evidence is lost (the GPU tools silent,
+    the engine's log gone, an error checking the shard): lost evidence never resolves a
+    fallback. The reason says since when and what was lost."""
+    stale_since: Time | None = None
+    """When the evidence a stale verdict rests on was last had; None while it is fresh."""
     omitted: dict[str, NonNegative] = msgspec.field(default_factory=dict)
     """What was left out so that the message fits the server's max payload: a list field's
     name -> the entries left out ("evidence": 3), `reason` -> the characters cut from it."""

@@ -26,8 +26,9 @@ from .reconcile import Alert
 ALERTNAME = "PlacewatchFallback"
 IDENTITY = ("alertname", "node", "shard", "verdict")
 """The labels every alert carries from the shard itself; no static label may replace one."""
-OWN_ANNOTATIONS = ("summary", "description")
-"""What the shard does now; no static annotation may replace one."""
+OWN_ANNOTATIONS = ("summary", "description", "stale_since")
+"""What the shard does now, and since when its verdict has stood without evidence (a stale
+status: the alert goes on, its labels as they were); no static annotation may replace one."""
 SEVERITY = {"cpu_fallback": "critical", "misplaced": "warning", "partial": "warning"}
 """The `severity` label per verdict, unless a static label gives one for every alert: on
 the CPU a shard serves at a tenth of its speed (critical); misplaced or partial, it
@@ -74,9 +75,12 @@ class AlertTemplate:
         summary = f"shard {s.shard} on {s.node}: {s.verdict}"
         if alert.ends is not None and s.verdict != alert.verdict:
             summary += f" (no longer {alert.verdict})"
+        annotations = {**self.annotations, "summary": summary, "description": s.reason}
+        if s.stale and s.stale_since is not None:
+            annotations["stale_since"] = rfc3339(s.stale_since)
         body: dict[str, Any] = {
             "labels": self.labels_for(s.node, s.shard, alert.verdict),
-            "annotations": {**self.annotations, "summary": summary, "description": s.reason},
+            "annotations": annotations,
             "startsAt": rfc3339(starts),
         }
         if alert.ends is not None:

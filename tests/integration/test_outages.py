@@ -8,6 +8,10 @@ import subprocess
 import time
 from pathlib import Path
 
+import anyio
+
+from placewatch.schemas import ComputeStatus, FallbackEvent
+
 from tests.conftest import (
     FIXTURES,
     GPU1,
@@ -19,7 +23,7 @@ from tests.conftest import (
     start,
     wait_older_than,
 )
-from tests.integration.test_shards_end_to_end import events_now
+from tests.integration.test_shards_end_to_end import events_now, stream_events
 from tests.support.eventually import eventually
 from tests.support.natsproto import RawSubscriber
 
@@ -91,3 +95,54 @@ def test_events_survive_server_kills_exactly_once_and_telemetry_resumes(
         assert err.count("disconnected from NATS") == 3
     finally:
         server.stop()
+
+
+def stream_statuses(url: str) -> list[tuple[str, str, bool]]:
+    """The events stream as (kind, state or verdict, stale) of each message, oldest first."""
+    found: list[tuple[str, str, bool]] = []
+    for e in anyio.run(stream_events, url, backend="asyncio"):
+        if isinstance(e, FallbackEvent):
+            found.append(("fallback", e.state, e.status.stale))
+        elif isinstance(e, ComputeStatus):
+            found.append(("compute", e.verdict, e.stale))
+    return found
+
+
+def test_a_gpu_tool_outage_neither_resolves_a_live_fallback_nor_fires_it_again(
+    fake_gpu: FakeGpuTools,
+    shard_procs: dict[str, subprocess.Popen[bytes]],
+    nats_server: NatsServer,
+    workers: list[Worker],
+    tmp_path: Path,
+) -> None:
+    pid = start(shard_procs, "on-cpu")
+    fake_gpu.nvidia_smi(FIXTURES / "nvidia-smi" / "a100x2-query-gpu.csv", apps({}))
+    shards = tmp_path / "shards.toml"
+    shards.write_text(f'[[shard]]\nid = "on-cpu"\npid = {pid}\ngpus = [1]\n')
+    wait_older_than([pid], 1.2)
+    worker = Worker(
+        "--nats", nats_server.url, "--node", "n1", "--shards", str(shards), "--grace", "1",
+        "--interval", "1", "--no-discover", env=fake_gpu.env(),
+    )  # fmt: skip
+    workers.append(worker)
+    fired = [("fallback", "firing", False), ("compute", "cpu_fallback", False)]
+    eventually(lambda: stream_statuses(nats_server.url) == fired)
+    # The driver stops answering: the looping tool hangs, and every tool started fails.
+    fake_gpu.write("nvidia-smi", "fail", "9 NVIDIA-SMI has failed because it couldn't communicate")
+    fake_gpu.write("nvidia-smi", "loop-hang", "")
+    held = [*fired, ("compute", "cpu_fallback", True)]
+    eventually(lambda: stream_statuses(nats_server.url) == held)
+    with RawSubscriber(nats_server.url, "placewatch.telemetry.n1") as sub:
+        for _ in range(6):  # six more ticks without a GPU reading: still held, nothing said
+            brief = sub.next(timeout=5).json()
+            assert isinstance(brief, dict)
+            assert brief["shards"]["on-cpu"]["verdict"] == "cpu_fallback"
+    assert stream_statuses(nats_server.url) == held
+    # The driver is back: judged afresh, the same verdict, fresh. Still one firing, no resolve.
+    (fake_gpu.data / "nvidia-smi" / "fail").unlink()
+    eventually(
+        lambda: stream_statuses(nats_server.url) == [*held, ("compute", "cpu_fallback", False)]
+    )
+    code, _, _, err = worker.stop()
+    assert code == 0, err
+    assert "fallback resolved" not in err

@@ -97,6 +97,15 @@ class ShardNode:
     def idle_on_gpu(self, on: bool) -> None:
         self.fake_gpu.write("nvidia-smi", "query-compute-apps.csv", self._apps(on))
 
+    def driver_lost(self, lost: bool) -> None:
+        """The driver stops answering (every nvidia-smi fails, the looping one hangs), or
+        answers again."""
+        if lost:
+            self.fake_gpu.write("nvidia-smi", "fail", "9 NVIDIA-SMI has failed")
+            self.fake_gpu.write("nvidia-smi", "loop-hang", "")
+        else:
+            (self.fake_gpu.data / "nvidia-smi" / "fail").unlink()
+
     def idle_on_gpu0(self) -> None:
         """Shard `idle` computes on GPU 0, though placed on GPU 1: misplaced."""
         self.fake_gpu.write("nvidia-smi", "query-compute-apps.csv", self._apps(True, GPU0))

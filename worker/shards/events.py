@@ -3,8 +3,9 @@
 A shard's status is published when it is first known in this worker session
 (`starting` may come first) and whenever its verdict, backend, device set,
 layer counts, process or container change (a shard restarted in a new
-container under the same verdict is news to whoever routes to it), or a GPU it
-holds memory on turns unhealthy or healthy again; never for memory jitter, nor
+container under the same verdict is news to whoever routes to it), a GPU it
+holds memory on turns unhealthy or healthy again, or its verdict turns stale
+(its evidence lost) or fresh again; never for memory jitter, nor
 for a problem's count rising on a GPU already unhealthy. A fallback fires on entering
 `partial`, `cpu_fallback` or `misplaced` and resolves on leaving it, `gone`
 included. Message ids are the node, shard, session and the shard's status
@@ -43,6 +44,7 @@ def signature(status: ComputeStatus) -> tuple[object, ...]:
         status.pid,
         status.container_id,
         tuple(status.unhealthy_gpus),
+        status.stale,
     )
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Literal
 
 import psutil
@@ -43,8 +44,9 @@ class Tracked:
     """What went wrong finding its process or asking whether it is ready, when something did."""
     said: str | None = None
     """The last error logged for it: each is logged once, not every tick."""
-    known: tuple[Judgement, float] | None = None
-    """The last verdict given while the GPU tools answered, and when (monotonic)."""
+    known: tuple[Judgement, datetime, int | None] | None = None
+    """The last verdict evidence gave while the GPU tools answered, when, and of which pid:
+    it stands, stale, while evidence is lost for that process (ShardPass._held)."""
     judged: tuple[Observation, GpuIds, Judgement] | None = None
     """The last observation judged, the GPUs it was judged on, and what judge() said."""
     container: Container = NONE

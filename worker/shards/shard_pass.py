@@ -39,8 +39,9 @@ if TYPE_CHECKING:  # the bucket brings the NATS client, which `placewatch sample
 log = logging.getLogger(__name__)
 
 REPORT_IT = "please report it with the output of `placewatch sample --json`"
-STALE_READS = 3
-"""Failed GPU reads in a row a shard keeps its verdict through before it reads `unknown`."""
+HELD = frozenset({"gpu", "partial", "cpu_fallback", "misplaced", "cpu"})
+"""The verdicts that evidence gave and that a shard keeps, marked stale, while the evidence
+is lost: a fallback resolves only on evidence, never because a tool or a log went silent."""
 
 
 def _at_most(placements: list[Placement], most: int) -> tuple[list[Placement], int]:
@@ -98,7 +99,6 @@ class ShardPass:
         bucket: PlacementsBucket | None = None,
         discovery: bool = True,
         logs: EngineLogs | None = None,
-        stale_reads: int = STALE_READS,
         proc_root: Path = Path("/proc"),
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -109,9 +109,6 @@ class ShardPass:
         self.bucket = bucket
         self.discovery = discovery
         self.logs = logs
-        self.stale_reads = stale_reads
-        """Failed GPU reads in a row through which a shard keeps the verdict they last gave."""
-        self._failed_reads = 0
         self.clock = clock
         self.tracked: dict[str, Tracked] = {}
         self.table = ProcTable(proc_root)
@@ -171,7 +168,6 @@ class ShardPass:
             await anyio.to_thread.run_sync(find_processes, self.tracked.values(), self.table)
         await self._readiness()
         evidence = await self._evidence()
-        self._failed_reads = 0 if gpus_known else self._failed_reads + 1
         seen = self._attribute(gpus, gpus_known, exited)
         if gpus_known:
             self.gpu_health = health_by_index(gpus)
@@ -181,7 +177,7 @@ class ShardPass:
             self._compute_status(
                 sid,
                 t,
-                self._judge_one(sid, t, seen, evidence.get(sid), at, activity.get(sid)),
+                self._judge_one(sid, t, seen, evidence.get(sid), now, activity.get(sid)),
                 now,
                 activity.get(sid),
             )
@@ -220,15 +216,15 @@ class ShardPass:
         t: Tracked,
         seen: _Attributed,
         evidence: EngineEvidence | None,
-        at: float,
+        now: datetime,
         activity: Activity | None = None,
     ) -> Judgement:
         """One shard's verdict. Nothing about one shard stops the others: an error checking or
-        judging it makes it `unknown`, saying what went wrong. While the GPU tools fail, the
-        verdict they last gave stands, marked stale, through `stale_reads` failed reads (a hung
-        tool's read may take longer than an interval: the reads count, not the clock)."""
+        judging it makes it `unknown`, saying what went wrong, and a verdict evidence gave
+        stands through it as through any loss of evidence (_held)."""
         if t.error is not None:
-            return Judgement("unknown", f"placewatch could not check this shard: {t.error}")
+            lost = Judgement("unknown", f"placewatch could not check this shard: {t.error}")
+            return self._held(t, lost, seen.gpus_known, now)
         obs = Observation(
             placement=t.placement,
             pid=t.pid,
@@ -247,34 +243,43 @@ class ShardPass:
             if t.said != said:
                 log.exception("shard %s could not be judged", sid)
                 t.said = said
-            return Judgement(
+            lost = Judgement(
                 "unknown", f"placewatch could not judge this shard ({said}); {REPORT_IT}"
             )
-        return self._through_failed_reads(t, judged, seen.gpus_known, at)
+            return self._held(t, lost, seen.gpus_known, now)
+        return self._held(t, judged, seen.gpus_known, now)
 
-    def _through_failed_reads(
-        self, t: Tracked, judged: Judgement, gpus_known: bool, at: float
-    ) -> Judgement:
-        """The verdict to give while the GPU tools fail: the one they last gave, marked
-        stale, through `stale_reads` failed reads."""
+    def _held(self, t: Tracked, judged: Judgement, gpus_known: bool, now: datetime) -> Judgement:
+        """The verdict to give: `judged`, unless it is `unknown` for want of evidence (the GPU
+        tools silent, a log gone, an error) where evidence judged this same process before.
+        That verdict then stands, marked stale since the last evidence, for as long as the
+        evidence stays lost: only evidence ends a fallback (the shard seen computing where it
+        was placed, its process gone, or no longer placed; docs/shards.md, Lost evidence)."""
+        known = t.known if t.known is not None and t.known[2] == t.pid else None
+        if judged.verdict == "unknown":
+            if known is None:
+                return judged
+            last, since, _ = known
+            lost = "the GPU tools have not answered" if not gpus_known else judged.reason
+            return replace(
+                last,
+                reason=f"{last.reason} (stale since {since:%Y-%m-%dT%H:%M:%SZ}: {lost}; the "
+                "verdict stands until evidence says otherwise)",
+                stale=True,
+                stale_since=since,
+            )
         if gpus_known:
-            t.known = (judged, at)
+            if judged.verdict in HELD:
+                t.known = (judged, now, t.pid)
             return judged
-        if t.known is None or self._failed_reads > self.stale_reads:
+        if known is None:
             return judged
-        last, when = t.known
-        if judged.verdict != "unknown":
-            # The engine's own word decides, fresh; what only the GPU tools tell (the memory
-            # its processes hold, whose GPUs those are) stands as they last told it, rather
-            # than a status for every failed read.
-            backend = last.backend if judged.backend == "unknown" else judged.backend
-            return replace(judged, devices=last.devices, backend=backend)
-        return replace(
-            last,
-            reason=f"{last.reason} (stale: the GPU tools have not answered for {at - when:.0f} "
-            f"s, {self._failed_reads} reads; this is what they said last)",
-            stale=True,
-        )
+        # The engine's own word decides, fresh; what only the GPU tools tell (the memory its
+        # processes hold, whose GPUs those are) stands as they last told it, rather than a
+        # status for every failed read.
+        last = known[0]
+        backend = last.backend if judged.backend == "unknown" else judged.backend
+        return replace(judged, devices=last.devices, backend=backend)
 
     def _attribute(self, gpus: list[GpuSample], gpus_known: bool, exited: bool) -> _Attributed:
         shard_pids = {t.pid: sid for sid, t in self.tracked.items() if t.pid}
@@ -390,6 +395,7 @@ class ShardPass:
             reason=with_health(j.reason, sick, self.gpu_health) if sick else j.reason,
             evidence=list(j.evidence),
             stale=j.stale,
+            stale_since=j.stale_since,
             container_id=t.container.container_id,
             pod_uid=t.container.pod_uid,
             sm_pct=activity.sm_pct if activity else None,

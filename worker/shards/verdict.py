@@ -12,6 +12,7 @@ them (a container without the host's PID namespace) cannot tell, and says
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import cast
 
 from placewatch.schemas import ACTIVITY_WINDOW_S, DeviceUse, GpuSample
@@ -66,7 +67,9 @@ class Judgement:
     layers_total: int | None = None
     evidence: tuple[str, ...] = ()
     stale: bool = False
-    """Given by GPU tools that have not answered since; see ComputeStatus.stale."""
+    """Given by evidence that has been lost since; see ComputeStatus.stale."""
+    stale_since: datetime | None = None
+    """When that evidence was last had; see ComputeStatus.stale_since."""
 
 
 def _gpu_list(indices: list[int] | set[int]) -> str:

@@ -143,6 +143,11 @@ def test_frame_shows_each_gpu_and_marks_firing_fallbacks() -> None:
     )
     stale = render(fleet, WHEN + timedelta(seconds=30)).splitlines()
     assert "STALE" in stale[2]
+    held = msgspec.structs.replace(fallen, stale=True, stale_since=WHEN - timedelta(seconds=8))
+    lines = render(msgspec.structs.replace(fleet, shards=[fine, held]), WHEN).splitlines()
+    assert lines[6].startswith(
+        "  shard qwen  FIRING cpu_fallback (stale since 05:59:52Z: evidence lost)  placed 0"
+    )
 
 
 def test_frame_ages_a_node_by_its_arrival_and_names_a_clock_that_is_off() -> None:

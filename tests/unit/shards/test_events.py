@@ -70,6 +70,19 @@ def test_fallback_fires_once_and_resolves_on_leaving() -> None:
     assert isinstance(event, FallbackEvent) and event.status.verdict == "gpu"
 
 
+def test_a_verdict_turning_stale_and_fresh_again_is_a_status_each_and_never_an_event() -> None:
+    t = EventTracker("n1", "s1")
+    assert len(t.changes([status("cpu_fallback")])) == 2  # firing, and the status
+    since = datetime.now(UTC)
+    stale = t.changes([status("cpu_fallback", stale=True, stale_since=since)])
+    assert kinds(stale) == [("placewatch.compute.n1.llama-a", "cpu_fallback")]
+    assert t.changes([status("cpu_fallback", stale=True, stale_since=since)]) == []
+    assert kinds(t.changes([status("cpu_fallback")])) == [
+        ("placewatch.compute.n1.llama-a", "cpu_fallback")
+    ]
+    assert t.firing() == {"llama-a"}
+
+
 def test_a_shard_that_goes_resolves_its_fallback() -> None:
     t = EventTracker("n1", "s1")
     t.changes([status("misplaced", (0,))])

@@ -96,6 +96,33 @@ def test_alertmanager_holds_what_the_shard_does_now_with_severity_and_static_lab
     assert "Traceback" not in err
 
 
+def test_a_gpu_tool_outage_keeps_the_alert_and_says_since_when(
+    node: ShardNode, alertmanager: Alertmanager, alerts: list[Alerts]
+) -> None:
+    node.start()
+    node.wait_published()
+    env = {"PLACEWATCH_ALERTS_WEBHOOK": alertmanager.alerts_url}
+    alerts.append(Alerts("--nats", node.url, *ARGS, env=env))
+    (fired,) = alertmanager.wait_alerts(only("cpu_fallback"), "idle")
+    assert "stale_since" not in fired["annotations"]
+    node.driver_lost(True)
+    (held,) = alertmanager.wait_alerts(
+        lambda found: [a["annotations"].get("stale_since") is not None for a in found] == [True],
+        "idle",
+    )
+    assert held["labels"] == fired["labels"]  # the same alert, never ended
+    assert held["startsAt"] == fired["startsAt"]
+    assert "stale since" in held["annotations"]["description"]
+    node.driver_lost(False)
+    (fresh,) = alertmanager.wait_alerts(
+        lambda found: [a["annotations"].get("stale_since") for a in found] == [None], "idle"
+    )
+    assert (fresh["labels"], fresh["startsAt"]) == (fired["labels"], fired["startsAt"])
+    assert [e.state for e in wait_fallback_events(node.url, 1)] == ["firing"]  # nothing more
+    code, _, err = alerts[-1].stop()
+    assert code == 0, err
+
+
 def test_a_restart_after_sigkill_with_the_resolved_event_pending_fires_nothing_again(
     node: ShardNode, alertmanager: Alertmanager, alerts: list[Alerts]
 ) -> None:

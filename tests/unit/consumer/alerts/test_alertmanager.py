@@ -123,3 +123,15 @@ def test_no_time_posted_is_later_than_now_whatever_the_node_s_clock_says() -> No
         "2026-11-30T06:07:30Z",
         "2026-11-30T06:07:30Z",
     )
+
+
+def test_a_stale_status_keeps_the_alert_and_says_since_when_in_an_annotation() -> None:
+    stale = msgspec.structs.replace(
+        FIRING.status, stale=True, stale_since=T1 + timedelta(seconds=30)
+    )
+    body = AlertTemplate().body(Alert(stale, "cpu_fallback", T1))
+    assert body["labels"] == LABELS  # the same alert: nothing ends, nothing fires anew
+    assert "endsAt" not in body
+    assert body["annotations"]["stale_since"] == "2026-11-30T06:00:31.250000Z"
+    fresh = AlertTemplate().body(Alert(FIRING.status, "cpu_fallback", T1))
+    assert "stale_since" not in fresh["annotations"]
