@@ -40,6 +40,7 @@ from tests.conftest import (
     wait_older_than,
 )
 from tests.support.eventually import eventually
+from tests.support.natsproto import RawSubscriber
 
 
 async def stream_events(url: str) -> list[Any]:
@@ -90,6 +91,26 @@ def wait_for_events(url: str, predicate: Any, timeout: float = 15) -> list[tuple
 
     eventually(arrived, timeout, every=0.3, what="the events awaited")
     return seen
+
+
+async def put(url: str, key: str, value: bytes | None) -> None:
+    """A placement written to (or, None, deleted from) the placements bucket, once the worker
+    has created it."""
+    nc = await nats.connect(url)
+    try:
+        js = nc.jetstream()
+        for _ in range(50):  # the worker creates the bucket when it starts
+            try:
+                kv = await js.key_value(PLACEMENTS.name)
+                break
+            except Exception:
+                await anyio.sleep(0.2)
+        if value is None:
+            await kv.delete(key)
+        else:
+            await kv.put(key, value)
+    finally:
+        await nc.close()
 
 
 # msgpack: the statuses a session leaves in the compute bucket are msgpack too, and the next
@@ -232,25 +253,9 @@ def test_placements_bucket_is_watched_live(
     )
     workers.append(worker)
 
-    async def put(key: str, value: bytes | None) -> None:
-        nc = await nats.connect(nats_server.url)
-        try:
-            js = nc.jetstream()
-            for _ in range(50):  # the worker creates the bucket when it starts
-                try:
-                    kv = await js.key_value(PLACEMENTS.name)
-                    break
-                except Exception:
-                    await anyio.sleep(0.2)
-            if value is None:
-                await kv.delete(key)
-            else:
-                await kv.put(key, value)
-        finally:
-            await nc.close()
-
     anyio.run(
         put,
+        nats_server.url,
         "n2.kv-shard",
         json.dumps({"id": "kv-shard", "pid": pid, "gpus": [1]}).encode(),
         backend="asyncio",
@@ -259,13 +264,14 @@ def test_placements_bucket_is_watched_live(
     assert seen == [("compute", "kv-shard", "gpu")]
     anyio.run(
         put,
+        nats_server.url,
         "n2.kv-shard",
         json.dumps({"id": "kv-shard", "pid": pid, "gpus": [0]}).encode(),
         backend="asyncio",
     )
     wait_for_events(nats_server.url, lambda s: ("compute", "kv-shard", "misplaced") in s, timeout=5)
-    anyio.run(put, "n2.broken", b"{not json", backend="asyncio")
-    anyio.run(put, "n2.kv-shard", None, backend="asyncio")
+    anyio.run(put, nats_server.url, "n2.broken", b"{not json", backend="asyncio")
+    anyio.run(put, nats_server.url, "n2.kv-shard", None, backend="asyncio")
     final = wait_for_events(
         nats_server.url, lambda s: ("compute", "kv-shard", "gone") in s, timeout=5
     )
@@ -273,6 +279,50 @@ def test_placements_bucket_is_watched_live(
     code, _, _, err = worker.stop()
     assert code == 0
     assert "KV placewatch_placements key n2.broken: not JSON" in err
+
+
+def test_a_bucket_placement_of_a_process_the_shards_file_places_is_refused(
+    nats_server: NatsServer,
+    fake_gpu: FakeGpuTools,
+    shard_procs: dict[str, subprocess.Popen[bytes]],
+    workers: list[Worker],
+    tmp_path: Path,
+) -> None:
+    pid = start(shard_procs, "held")
+    fake_gpu.nvidia_smi(FIXTURES / "nvidia-smi" / "a100x2-query-gpu.csv", apps({pid: (GPU1, 4000)}))
+    shards = tmp_path / "shards.toml"
+    shards.write_text(f'[[shard]]\nid = "file-shard"\npid = {pid}\ngpus = [1]\n')
+    wait_older_than([pid], 1.2)
+    worker = Worker(
+        "--nats", nats_server.url, "--node", "n3", "--shards", str(shards), "--grace", "1",
+        "--interval", "1", "--no-discover", env=fake_gpu.env(),
+    )  # fmt: skip
+    workers.append(worker)
+    wait_for_events(nats_server.url, lambda s: ("compute", "file-shard", "gpu") in s)
+    placement = {"id": "kv-shard", "pid": pid, "gpus": [0]}
+    anyio.run(
+        put, nats_server.url, "n3.kv-shard", json.dumps(placement).encode(), backend="asyncio"
+    )
+    said = (
+        f"placement 'kv-shard' of the placements bucket names process {pid}, which shards-file "
+        "entry 'file-shard' holds"
+    )
+    with RawSubscriber(nats_server.url, "placewatch.telemetry.n3") as sub:
+        for _ in range(20):
+            telemetry = sub.next(timeout=5).json()
+            assert isinstance(telemetry, dict)
+            errors = [s.get("error") or "" for s in telemetry["sources"]]
+            if any(e.startswith(said) for e in errors):
+                break
+        else:
+            raise AssertionError(f"no source says the placement is refused: {errors}")
+    assert list(telemetry["shards"]) == ["file-shard"]
+    assert telemetry["shards"]["file-shard"]["verdict"] == "gpu"
+    # Nothing fired: the shard that holds the process keeps it and its verdict.
+    assert events_now(nats_server.url) == [("compute", "file-shard", "gpu")]
+    code, _, _, err = worker.stop()
+    assert code == 0, err
+    assert err.count(said) == 1
 
 
 def test_sample_json_lists_shards_and_verdicts_without_a_bus(

@@ -15,7 +15,7 @@ from pathlib import Path
 from placewatch.schemas import PlacementSpec
 
 from ..shards.attribution import ProcTable
-from ..shards.liveness import Tracked, find_processes
+from ..shards.liveness import Tracked, find_processes, named, shared_processes
 from ..shards.placements import Placement, parse_shards_file
 from .report import Report, count
 
@@ -51,6 +51,14 @@ def check_shards_file(path: str, report: Report) -> list[Placed]:
     for problem in problems:
         found = problem.removeprefix(f"{SHARDS_FILE} ")
         report.fail(SHARDS_FILE, found, "fix it as the message says (docs/shards.md)")
+    by_id = {t.placement.spec.id: t for t in tracked}
+    for sid, holder in shared_processes(by_id).items():
+        report.fail(
+            SHARDS_FILE,
+            f"{named(sid, by_id[sid].placement)} names process {by_id[sid].pid}, which "
+            f"{named(holder, by_id[holder].placement)} holds: the worker refuses it",
+            "one process is one shard: remove one of the two entries (docs/shards.md)",
+        )
     if specs or not problems:
         running = sum(p.pid is not None for p in placed)
         report.ok(SHARDS_FILE, f"{path}: {count(len(specs), 'placement')}, {running} running")

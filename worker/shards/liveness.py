@@ -10,7 +10,7 @@ grace period has passed since its process started.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal
@@ -57,6 +57,29 @@ class Tracked:
         self.pid = self.create_time = self.started = None
         self.ready = False
         self.container = NONE
+
+
+def named(sid: str, placement: Placement) -> str:
+    """A shard as its placement names it: the shards file's entry, the placements bucket's
+    key, or the engine discovery found."""
+    if placement.origin == "file":
+        return f"shards-file entry {sid!r}"
+    if placement.origin == "kv":
+        return f"placement {sid!r} of the placements bucket"
+    return f"discovered shard {sid!r}"
+
+
+def shared_processes(tracked: Mapping[str, Tracked]) -> dict[str, str]:
+    """One process, one shard: each shard whose process a shard before it (in `tracked`'s
+    order, which is the order shards were first placed) already holds -> that shard. Two
+    shards on one process would split its memory between them, and the one left without
+    it would read `cpu_fallback` while its process computes on its GPUs."""
+    holders: dict[int, str] = {}
+    shared = {}
+    for sid, t in tracked.items():
+        if t.pid is not None and holders.setdefault(t.pid, sid) != sid:
+            shared[sid] = holders[t.pid]
+    return shared
 
 
 def runs(table: ProcTable, pid: int, started: int | None) -> bool:

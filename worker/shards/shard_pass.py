@@ -28,7 +28,7 @@ from .discovered import DiscoveryWalks
 from .engine_log import EngineEvidence
 from .engine_logs import EngineLogs, Evidence
 from .gpu_health import health_by_index, unhealthy, with_health
-from .liveness import Tracked, find_processes, readiness, settled
+from .liveness import Tracked, find_processes, named, readiness, settled, shared_processes
 from .placements import MAX_SHARDS, Placement, ShardsFile, placed
 from .silent_tools import engine_says_cpu
 from .verdict import GpuIds, Judgement, Observation, gpu_ids, judge
@@ -111,6 +111,8 @@ class ShardPass:
         self.logs = logs
         self.clock = clock
         self.tracked: dict[str, Tracked] = {}
+        self.shared: dict[str, str] = {}
+        """Shards refused this tick for naming a process another shard holds -> that shard."""
         self.table = ProcTable(proc_root)
         self.walks = DiscoveryWalks(clock)
         self._owners: dict[int, str | None] = {}
@@ -166,6 +168,8 @@ class ShardPass:
         exited = self.table.refresh()
         if not settled(self.tracked.values(), self.table):
             await anyio.to_thread.run_sync(find_processes, self.tracked.values(), self.table)
+        self.shared = shared_processes(self.tracked)
+        problems += self._refused(self.shared)
         await self._readiness()
         evidence = await self._evidence()
         seen = self._attribute(gpus, gpus_known, exited)
@@ -182,6 +186,7 @@ class ShardPass:
                 activity.get(sid),
             )
             for sid, t in sorted(self.tracked.items())
+            if sid not in self.shared
         ]
         return ShardsView(
             gpus=seen.gpus,
@@ -282,7 +287,9 @@ class ShardPass:
         return replace(judged, devices=last.devices, backend=backend)
 
     def _attribute(self, gpus: list[GpuSample], gpus_known: bool, exited: bool) -> _Attributed:
-        shard_pids = {t.pid: sid for sid, t in self.tracked.items() if t.pid}
+        shard_pids = {
+            t.pid: sid for sid, t in self.tracked.items() if t.pid and sid not in self.shared
+        }
         fresh = self._update_owners(gpus, shard_pids, exited)
         gpus, held = attribute(gpus, self._owners)
         unseen = unseen_holders(gpus, self.table) if self.tracked else {}
@@ -357,6 +364,23 @@ class ShardPass:
             else:
                 t.placement = placement
         return gone
+
+    def _refused(self, shared: dict[str, str]) -> list[SourceStatus]:
+        """A problem in `sources` for each shard refused for naming a process that another
+        shard holds; a line in the log the first time."""
+        problems = []
+        for sid, holder in shared.items():
+            t, first = self.tracked[sid], self.tracked[holder]
+            said = (
+                f"{named(sid, t.placement)} names process {t.pid}, which "
+                f"{named(holder, first.placement)} holds: one process is one shard, so it is "
+                f"refused and {holder!r} keeps it; remove one of the two placements"
+            )
+            if t.said != said:
+                log.warning("%s", said)
+                t.said = said
+            problems.append(SourceStatus(name="placements", ok=False, error=said))
+        return problems
 
     async def _readiness(self) -> None:
         now = self.clock()

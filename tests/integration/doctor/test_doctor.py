@@ -33,6 +33,7 @@ def test_all_ok_against_a_real_server_with_nvidia_smi_and_an_engine(
                 "gpu-07",
                 "--engine",
                 str(engine),
+                "--no-discover",  # the engines the suite's other workers run are not this node's
                 env=fake_gpu.env(),
             )
             probe = sub.next(timeout=5)

@@ -96,3 +96,20 @@ def test_a_shards_file_doctor_cannot_use_fails_saying_why(tmp_path: Path) -> Non
     assert Placed(PlacementSpec(id="a", match="x"), None).missing == (
         "no running process matches 'x'"
     )
+
+
+def test_two_entries_on_one_process_fail_naming_both(tmp_path: Path) -> None:
+    shards = tmp_path / "shards.toml"
+    me = os.getpid()
+    shards.write_text(
+        f'[[shard]]\nid = "a"\npid = {me}\ngpus = [0]\n\n'
+        f'[[shard]]\nid = "b"\npid = {me}\ngpus = [1]\n'
+    )
+    said: list[str] = []
+    placed = check_shards_file(str(shards), Report(said.append))
+    assert [(p.spec.id, p.pid) for p in placed] == [("a", me), ("b", me)]
+    assert said[0] == (
+        f"fail  shards file: shards-file entry 'b' names process {me}, which shards-file entry "
+        "'a' holds: the worker refuses it; next: one process is one shard: remove one of the "
+        "two entries (docs/shards.md)"
+    )

@@ -307,15 +307,17 @@ def test_past_the_shards_a_node_takes_the_rest_are_refused_in_sources(
     sleepers: list[subprocess.Popen[bytes]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(shard_pass, "MAX_SHARDS", 3)
-    pid = sleeper(sleepers)
+    pids = [sleeper(sleepers) for _ in range(5)]
     shards = tmp_path / "shards.toml"
     shards.write_text(
-        "".join(f'[[shard]]\nid = "s{i}"\npid = {pid}\ngpus = [0]\n\n' for i in range(5))
+        "".join(
+            f'[[shard]]\nid = "s{i}"\npid = {pid}\ngpus = [0]\n\n' for i, pid in enumerate(pids)
+        )
     )
     watch = ShardPass("n1", "s1", grace_s=0, shards_file=ShardsFile(shards), discovery=False)
 
     async def once() -> tuple[list[str], list[str]]:
-        view = await watch.judge(gpu_listing(pid), gpus_known=True)
+        view = await watch.judge(gpu_listing(*pids), gpus_known=True)
         return [s.shard for s in view.statuses], [p.error or "" for p in view.problems]
 
     shown, problems = anyio.run(once, backend="asyncio")
@@ -324,6 +326,48 @@ def test_past_the_shards_a_node_takes_the_rest_are_refused_in_sources(
         "5 shards placed or found on this node, more than the 3 a node takes: the last 2 are "
         "not watched (docs/shards.md); spread them over more nodes"
     ]
+
+
+def test_a_second_placement_of_a_held_process_is_refused_and_the_first_keeps_its_verdict(
+    sleepers: list[subprocess.Popen[bytes]],
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    pid = sleeper(sleepers)
+    shards = tmp_path / "shards.toml"
+    shards.write_text(
+        f'[[shard]]\nid = "first"\npid = {pid}\ngpus = [0]\n\n'
+        f'[[shard]]\nid = "again"\npid = {pid}\ngpus = [1]\n'
+    )
+    watch = ShardPass("n1", "s1", grace_s=0, shards_file=ShardsFile(shards), discovery=False)
+
+    async def once() -> tuple[dict[str, ComputeStatus], list[str]]:
+        view = await watch.judge(gpu_listing(pid), gpus_known=True)
+        return {s.shard: s for s in view.statuses}, [p.error or "" for p in view.problems]
+
+    said = (
+        f"shards-file entry 'again' names process {pid}, which shards-file entry 'first' "
+        "holds: one process is one shard, so it is refused and 'first' keeps it; remove one "
+        "of the two placements"
+    )
+    for _ in range(3):
+        statuses, problems = anyio.run(once, backend="asyncio")
+        assert list(statuses) == ["first"]  # no status for the refused one
+        first = statuses["first"]
+        assert (first.verdict, [(d.index, d.used_bytes) for d in first.devices]) == (
+            "gpu",
+            [(0, 4 << 30)],
+        )
+        assert problems == [said]
+    assert caplog.text.count(said) == 1  # logged once, said in sources every tick
+    # The first placement goes: the second is judged on the process, which is its now.
+    shards.write_text(f'[[shard]]\nid = "again"\npid = {pid}\ngpus = [1]\n')
+    statuses, problems = anyio.run(once, backend="asyncio")
+    assert (list(statuses), statuses["again"].verdict, problems) == (
+        ["again"],
+        "misplaced",
+        [],
+    )
 
 
 def test_through_failed_reads_the_engines_word_keeps_the_devices_last_read(
