@@ -38,6 +38,7 @@ from .bus.lease import LeaseKeeper, node_lease
 from .bus.options import connect_options
 from .bus.outbox import EventOutbox
 from .bus.publish import Publisher
+from .bus.restore import missing
 from .bus.service import Latest, start_service
 from .bus.streams import StreamSettings
 from .config import ConfigError, Settings
@@ -202,6 +203,10 @@ class Worker:
         for change in changes:
             _log_change(change.message)
         self.outbox.add(changes)
+        if self.outbox.appeared:  # the stores are back: what they lack of what is true now
+            self.outbox.appeared = False
+            self.outbox.add(await missing(self.outbox, self.tracker, shards.statuses))
+            self.publisher.inventory_sent = None
         await self.outbox.flush()  # 4. the events, before the telemetry that tells of them
         await self.publisher.inventory(inventory)  # 5. the inventory, when it changed
         if self.lease is not None:

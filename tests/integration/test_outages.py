@@ -9,8 +9,9 @@ import time
 from pathlib import Path
 
 import anyio
+import nats
 
-from placewatch.schemas import ComputeStatus, FallbackEvent
+from placewatch.schemas import ComputeStatus, FallbackEvent, NodeInventory, decode
 
 from tests.conftest import (
     FIXTURES,
@@ -146,3 +147,53 @@ def test_a_gpu_tool_outage_neither_resolves_a_live_fallback_nor_fires_it_again(
     code, _, _, err = worker.stop()
     assert code == 0, err
     assert "fallback resolved" not in err
+
+
+def test_jetstream_that_appears_later_gets_what_is_true_now_once(
+    fake_gpu: FakeGpuTools,
+    shard_procs: dict[str, subprocess.Popen[bytes]],
+    workers: list[Worker],
+    tmp_path: Path,
+) -> None:
+    core = NatsServer(tmp_path / "store", port=free_port(), jetstream=False)
+    core.start()
+    pid = start(shard_procs, "on-cpu")
+    fake_gpu.nvidia_smi(FIXTURES / "nvidia-smi" / "a100x2-query-gpu.csv", apps({}))
+    shards = tmp_path / "shards.toml"
+    shards.write_text(f'[[shard]]\nid = "on-cpu"\npid = {pid}\ngpus = [1]\n')
+    wait_older_than([pid], 1.2)
+    worker = Worker(
+        "--nats", core.url, "--node", "n1", "--shards", str(shards), "--grace", "1",
+        "--interval", "1", "--no-discover", env=fake_gpu.env(),
+    )  # fmt: skip
+    workers.append(worker)
+    worker.wait_for("fallback firing: shard on-cpu")  # published as a core message, not kept
+    core.stop()
+    stored = NatsServer(tmp_path / "store", port=core.port)  # the same server, with -js now
+    stored.start()
+    try:
+        fired = [("fallback", "firing", False), ("compute", "cpu_fallback", False)]
+        eventually(lambda: stream_statuses(stored.url) == fired, 20)
+        worker.wait_for("stored again, what is true now")
+
+        async def kept() -> tuple[str, str]:
+            nc = await nats.connect(stored.url)
+            try:
+                js = nc.jetstream()
+                kv = await js.key_value("placewatch_compute")
+                status = decode((await kv.get("n1.on-cpu")).value or b"", ComputeStatus)
+                inventory = await js.get_last_msg("PLACEWATCH_INVENTORY", "placewatch.inventory.n1")
+                return status.verdict, decode(inventory.data or b"", NodeInventory).node
+            finally:
+                await nc.close()
+
+        assert anyio.run(kept, backend="asyncio") == ("cpu_fallback", "n1")
+        # Ticks go on: nothing is stored twice.
+        with RawSubscriber(stored.url, "placewatch.telemetry.n1") as sub:
+            for _ in range(3):
+                sub.next(timeout=5)
+        assert stream_statuses(stored.url) == fired
+        code, _, _, err = worker.stop()
+        assert code == 0, err
+    finally:
+        stored.stop()

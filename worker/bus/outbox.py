@@ -107,7 +107,11 @@ class EventOutbox:
         self.dropped = 0
         self.core_only = False
         self._set_up = False
-        self._compute: KeyValue | None = None
+        self._ever_set_up = False
+        self.compute: KeyValue | None = None
+        self.appeared = False
+        """The streams and buckets exist again after a time without (no JetStream, a stream
+        deleted): what is true now is to be stored (restore.py); the tick clears it."""
         self._failing = False
 
     def add(self, items: list[Outgoing]) -> None:
@@ -128,7 +132,7 @@ class EventOutbox:
         try:
             for stream in self.stores.streams:
                 await ensure_stream(self.js, stream, self.streams)
-            self._compute = await ensure_bucket(self.js, self.stores.compute, self.streams)
+            self.compute = await ensure_bucket(self.js, self.stores.compute, self.streams)
         except (nats.js.errors.ServiceUnavailableError, nats.errors.NoRespondersError):
             self._no_jetstream()
         else:
@@ -137,6 +141,8 @@ class EventOutbox:
                     "the server has JetStream now: events go to the stream %s from here on",
                     self.stores.events.name,
                 )
+            self.appeared = self.core_only or self._ever_set_up
+            self._ever_set_up = True
             self.core_only = False
         self._set_up = True
 
@@ -229,8 +235,8 @@ class EventOutbox:
                     await self.nc.publish(item.subject, payload, headers=headers)
                 else:
                     await self.js.publish(item.subject, payload, headers=headers)
-                    if item.kv_key and self._compute is not None:
-                        await self._compute.put(item.kv_key, payload)
+                    if item.kv_key and self.compute is not None:
+                        await self.compute.put(item.kv_key, payload)
             except nats.js.errors.NoStreamResponseError:
                 self._set_up = False  # the stream went away: create it again next time
                 self._report(RuntimeError(f"no stream takes {item.subject}"))

@@ -114,15 +114,34 @@ class EventTracker:
             reason=reason,
         )
 
+    def again(self, status: ComputeStatus, *, fire: bool) -> list[Outgoing]:
+        """`status` said again under a new number of this session, and with `fire` its
+        fallback's firing event before it: what a store that appeared lacks (restore.py)."""
+        base = self._next(status.shard)
+        fired = [self._fallback("firing", status, base)] if fire else []
+        return [*fired, self._status(status, base)]
+
+    def _next(self, shard: str) -> str:
+        """The base of the ids of the shard's next status and event."""
+        number = self._numbers.get(shard, 0) + 1
+        self._numbers[shard] = number
+        return f"{subjects.token(self.node)}.{subjects.token(shard)}.{self.session}.{number}"
+
+    def _status(self, status: ComputeStatus, base: str) -> Outgoing:
+        return Outgoing(
+            subjects.compute(self.node, status.shard, self.prefix),
+            status,
+            base,
+            subjects.shard_key(self.node, status.shard),
+        )
+
     def _observe(self, status: ComputeStatus) -> list[Outgoing]:
         shard = status.shard
         sig = signature(status)
         if self._last.get(shard) == sig:
             return []
         self._last[shard] = sig
-        number = self._numbers.get(shard, 0) + 1
-        self._numbers[shard] = number
-        base = f"{subjects.token(self.node)}.{subjects.token(shard)}.{self.session}.{number}"
+        base = self._next(shard)
         # A fallback event goes out before the status, whose copy in the compute bucket is
         # what a restarted worker believes it last said: stopped between the two, it says
         # the event again rather than never.
@@ -134,14 +153,7 @@ class EventTracker:
         elif not falling and shard in self._firing:
             self._firing.discard(shard)
             out.append(self._fallback("resolved", status, base))
-        out.append(
-            Outgoing(
-                subjects.compute(self.node, shard, self.prefix),
-                status,
-                base,
-                subjects.shard_key(self.node, shard),
-            )
-        )
+        out.append(self._status(status, base))
         return out
 
     def _fallback(self, state: FallbackState, status: ComputeStatus, base: str) -> Outgoing:

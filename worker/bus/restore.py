@@ -1,0 +1,82 @@
+"""What is true now, stored where the stores lack it once they appear.
+
+A worker that started on a server without JetStream, or whose stream or bucket was deleted,
+published its events as core messages (or could not publish them) while there was nowhere to
+keep them: a consumer that starts later would read nothing of a shard that fires now. Once the
+streams and the compute bucket exist again, the next tick stores each shard's current status
+where the bucket's value for its key says something else (or nothing), and a firing event for
+each fallback under way where the stream's last event on its subject is not a firing one, so
+that no consumer is told twice that a fallback fired. The inventory is published again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import nats.errors
+import nats.js.errors
+
+from placewatch.schemas import (
+    ComputeStatus,
+    DecodeError,
+    FallbackEvent,
+    decode,
+    subjects,
+    value_headers,
+)
+
+from ..shards.events import EventTracker, Outgoing, signature
+from .outbox import EventOutbox
+
+log = logging.getLogger(__name__)
+
+
+async def missing(
+    outbox: EventOutbox, tracker: EventTracker, statuses: Sequence[ComputeStatus]
+) -> list[Outgoing]:
+    """The statuses and firing events the stores lack, each with an id of this session."""
+    out: list[Outgoing] = []
+    firing = tracker.firing()
+    for status in statuses:
+        status_stored = await _status_stored(outbox, tracker.node, status)
+        fire = status.shard in firing and not await _firing_stored(outbox, tracker.node, status)
+        if fire or not status_stored:
+            out += tracker.again(status, fire=fire)
+    if out:
+        log.warning(
+            "the stores are back: %d statuses and fallback events stored again, what is true now",
+            len(out),
+        )
+    return out
+
+
+async def _status_stored(outbox: EventOutbox, node: str, status: ComputeStatus) -> bool:
+    """Whether the compute bucket's value for the shard says what `status` says; False where
+    it holds nothing or cannot be read (a status stored twice misleads no one)."""
+    if outbox.compute is None:
+        return False
+    try:
+        entry = await outbox.compute.get(subjects.shard_key(node, status.shard))
+        stored = decode(entry.value or b"", ComputeStatus, value_headers(entry.value or b""))
+    except (nats.errors.Error, TimeoutError, DecodeError):
+        return False
+    return signature(stored) == signature(status)
+
+
+async def _firing_stored(outbox: EventOutbox, node: str, status: ComputeStatus) -> bool:
+    """Whether the events stream's last event on the shard's fallback subject is a firing
+    one; True where that cannot be read, so that no consumer is told twice that it fired."""
+    subject = subjects.fallback(node, status.shard, outbox.prefix)
+    try:
+        msg = await outbox.js.get_last_msg(outbox.stores.events.name, subject)
+    except nats.js.errors.NotFoundError:
+        return False
+    except (nats.errors.Error, TimeoutError) as exc:
+        log.warning("cannot read %s's last fallback event (%s): not stored again", subject, exc)
+        return True
+    try:
+        event = decode(msg.data or b"", FallbackEvent, msg.headers or {})
+    except DecodeError:
+        return False
+    return event.state == "firing"
