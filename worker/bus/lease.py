@@ -45,7 +45,15 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 
-from placewatch.schemas import LEASE_INTERVALS, NodeLease, encode, subjects
+from placewatch.schemas import (
+    LEASE_INTERVALS,
+    DecodeError,
+    NodeLease,
+    NodeTelemetry,
+    decode,
+    encode,
+    subjects,
+)
 from placewatch.schemas.streams import for_prefix
 
 from .clock import CLOCK_OFF_S, clock_offset, describe, now_utc
@@ -65,6 +73,9 @@ one at the cadence adds no write."""
 WRITE_TRIES = 5
 """Writes refused because the lease changed in between, before giving up."""
 RELEASE_TIMEOUT_S = 1.0
+ANSWER_S = 1.0
+"""How long a worker about to take a node with no live lease waits for a live worker of that
+node to answer on the node's micro service."""
 TAKEOVER = "start this one with --takeover (PLACEWATCH_TAKEOVER=true)"
 OWN_NODE = "if the two watch different nodes, give each its own --node"
 
@@ -105,6 +116,15 @@ def held_message(node: str, holder: Holder, now: datetime, own_interval_s: float
     )
 
 
+def answering_message(node: str, subject: str, session: str, bucket: str) -> str:
+    return (
+        f"node {node} is held by a live worker that answers on {subject} (session {session}), "
+        f"though its lease in KV {bucket} is missing or expired (the bucket deleted, the key "
+        "removed by hand, or refreshes that did not get through): that worker writes it again "
+        f"at its next refresh. Stop it, or {TAKEOVER} to take the node from it; {OWN_NODE}"
+    )
+
+
 def lost_message(node: str, holder: Holder) -> str:
     return (
         f"node {node} was taken over by another worker: {holder.who()} (started with "
@@ -142,6 +162,7 @@ class LeaseKeeper:
         clock: Callable[[], datetime] = now_utc,
     ) -> None:
         self.lease = lease
+        self.prefix = prefix
         self.bucket = for_prefix(prefix).leases
         self.key = subjects.lease_key(lease.node)
         self.value = encode(lease)[0]
@@ -212,7 +233,9 @@ class LeaseKeeper:
         waiting = "" if publishing else "nothing is published until it is taken; "
         while True:
             try:
-                await self.take_once(nc, js)
+                # A worker that publishes already asks no one: the other answers it, and it
+                # answers the other.
+                await self.take_once(nc, js, ask=not publishing)
                 return True
             except (nats.js.errors.ServiceUnavailableError, nats.errors.NoRespondersError):
                 if not publishing:
@@ -238,12 +261,35 @@ class LeaseKeeper:
                 said = why
             await anyio.sleep(RETRY_S)
 
-    async def take_once(self, nc: Client, js: JetStreamContext) -> None:
+    async def take_once(self, nc: Client, js: JetStreamContext, *, ask: bool = True) -> None:
         """One try to take the lease, as it is taken at start: LeaseHeld when another live
-        worker holds it (and not `takeover`), nats-py's errors as they come."""
+        worker holds it (and not `takeover`), nats-py's errors as they come. With `ask`, a
+        lease that is missing or expired is taken only once no worker of the node answers
+        on its micro service: a live worker whose lease was deleted keeps its node."""
         self._kv = await ensure_bucket(js, self.bucket, self.streams)
         await self._measure_clock(nc)
+        if ask and not self.takeover:
+            holder = await self._read(js)
+            live = holder is not None and holder.live(self.server_now(), self.lease.interval_s)
+            if not live and (session := await self._answering(nc)) is not None:
+                subject = f"{subjects.service(self.lease.node, self.prefix)}.telemetry"
+                message = answering_message(self.lease.node, subject, session, self.bucket.name)
+                raise LeaseHeld(message)
         await self._write(js, 0, refreshing=False)
+
+    async def _answering(self, nc: Client) -> str | None:
+        """The session of a worker of this node that answers on its micro service now, or
+        None when none does ("?" for an answer that names none)."""
+        subject = f"{subjects.service(self.lease.node, self.prefix)}.telemetry"
+        try:
+            reply = await nc.request(subject, b"", timeout=ANSWER_S)
+        except (nats.errors.Error, TimeoutError):
+            return None  # no responders, no answer, or not allowed to ask: nobody known
+        try:
+            session = decode(reply.data, NodeTelemetry, reply.headers).session
+        except DecodeError:
+            return "?"  # an answer all the same (no sample yet): someone serves the node
+        return None if session == self.lease.session else session
 
     async def holder(self, nc: Client, js: JetStreamContext) -> Holder | None:
         """Who holds the lease now, as the server stored it (None: nobody ever did), this

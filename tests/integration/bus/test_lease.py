@@ -37,6 +37,7 @@ from tests.conftest import (
     wait_older_than,
 )
 from tests.integration.test_shards_end_to_end import events_now, wait_for_events
+from tests.support.eventually import eventually
 from tests.support.natsproto import RawSubscriber
 
 HOST = socket.gethostname()
@@ -148,6 +149,49 @@ def test_a_second_worker_exits_2_naming_the_holder_and_resolves_nothing(
     assert first.proc.poll() is None
     code, _, _, err = first.stop()
     assert code == 0, err
+
+
+def test_a_live_worker_whose_leases_bucket_was_deleted_keeps_its_node(
+    nats_server: NatsServer, workers: list[Worker]
+) -> None:
+    url = nats_server.url
+    first = Worker(*run_args(url, "n1", 0.5), env=clean_env())
+    workers.append(first)
+    session = first_session(url, "n1")
+
+    async def delete_leases() -> None:
+        nc = await nats.connect(url)
+        try:
+            await nc.jetstream().delete_stream(LEASES.stream)
+        finally:
+            await nc.close()
+
+    anyio.run(delete_leases, backend="asyncio")
+    # A second worker of the node starts at once, before the first refreshes: no lease to
+    # see, but the first answers on the node's micro service.
+    second = Worker(*run_args(url, "n1", 0.5), env=clean_env())
+    workers.append(second)
+    code, err = finished(second, 10)
+    assert code == 2, err
+    assert (
+        f"node n1 is held by a live worker that answers on placewatch.service.n1.telemetry "
+        f"(session {session}), though its lease in KV placewatch_leases is missing or expired"
+    ) in err
+
+    # The first writes its lease again, and goes on.
+    def written() -> bool:
+        try:
+            return anyio.run(lease_entry, url, "n1", backend="asyncio")[0] is not None
+        except nats.errors.Error:
+            return False  # the bucket is not there yet
+
+    eventually(written)
+    lease, _ = anyio.run(lease_entry, url, "n1", backend="asyncio")
+    assert lease is not None and lease.session == session
+    assert first.proc.poll() is None
+    code, _, _, err = first.stop()
+    assert code == 0, err
+    assert "taken over" not in err
 
 
 def test_takeover_stops_the_first_with_exit_3_saying_who_took_it(
