@@ -37,5 +37,8 @@ class Impostors:
         elif len(self.by_subject) < LOGGED:
             self.by_subject[subject] = 1
             log.warning(
-                "ignored a %s on %s: %s", type(message).__name__, subject, why_refused(message)
+                "ignored a %s on %s: %s",
+                type(message).__name__,
+                subject,
+                why_refused(message, subject),
             )

@@ -149,7 +149,10 @@ async def compute_statuses(
             continue
         if not on_own_subject(status, msg.subject):
             log.warning(
-                "ignored %s in bucket %s: %s", msg.subject, bucket.name, why_refused(status)
+                "ignored %s in bucket %s: %s",
+                msg.subject,
+                bucket.name,
+                why_refused(status, msg.subject),
             )
             continue
         found.append((status, stored_at(msg)))

@@ -151,10 +151,19 @@ def about(message: msgspec.Struct) -> tuple[str, str | None]:
     return (node if isinstance(node, str) else ""), None
 
 
-def why_refused(message: msgspec.Struct) -> str:
-    """Why a reader refuses a message that names another node than its subject's, in words."""
+def why_refused(message: msgspec.Struct, subject: str) -> str:
+    """Why a reader refuses a message that `subject` does not carry (on_own_subject), in
+    words: it names another node (or shard) than its subject's, or its subject has tokens
+    the contract does not give it."""
     node, shard = about(message)
     named = f"node {node!r}" if shard is None else f"shard {shard!r} of node {node!r}"
+    own = [subjects.token(node)] if shard is None else [subjects.token(node), subjects.token(shard)]
+    if node and shard != "" and subject.split(".")[-len(own) :] == own:
+        return (
+            f"it names {named}, but its subject is not one the contract gives it (a token "
+            "more or less than the contract's: whoever publishes there adds tokens to a "
+            "subject of its own); docs/subjects.md, One node, one name"
+        )
     return (
         f"it names {named}, not its subject's; whoever publishes there speaks for another "
         "node (docs/subjects.md, One node, one name)"

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from . import subjects
 
-PARTITIONED = ("telemetry", "inventory")
+PARTITIONED = subjects.PARTITIONED
 """The kinds a node publishes on `<prefix>.<kind>.<node>`, one subject per node, that the
-mapping spreads over the same partitions. A new per-node kind is one more name here."""
+mapping spreads over the same partitions (subjects.PARTITIONED)."""
 
 _FNV_OFFSET = 0x811C9DC5
 _FNV_PRIME = 0x01000193

@@ -63,16 +63,40 @@ def name(token_: str) -> str:
     return decoded
 
 
+NODE_KINDS = ("telemetry", "inventory", "forgotten")
+"""The kinds of message about a node alone, each on `<prefix>.<kind>.<node>`."""
+SHARD_KINDS = ("compute", "fallback")
+"""The kinds of message about one shard of a node, each on `<prefix>.<kind>.<node>.<shard>`."""
+PARTITIONED = ("telemetry", "inventory")
+"""The kinds of NODE_KINDS that the servers' partition mapping also writes as
+`<prefix>.<kind>.<partition>.<node>` (partitions.py). A new per-node kind is one more name
+here."""
+
+
 def carries(subject: str, node: str, shard: str | None = None) -> bool:
-    """Whether `subject` is one a message about `node` (and its `shard`) travels on: its last
-    token is the node's (its last two, the node's and the shard's), as on every per-node
-    subject and bucket key of the contract. The servers' permissions give a node its own
-    subjects alone, so a reader that takes only such messages takes no node's word about
-    another node (docs/operations.md, Threat model)."""
+    """Whether `subject` is one the contract gives a message about `node` (and its `shard`):
+    `<prefix>.<kind>.<node>` (`<prefix>.<kind>.<partition>.<node>` as mapped), or
+    `<prefix>.<kind>.<node>.<shard>`, of a kind of that many names; a KV key of the node
+    (`$KV.<bucket>.<node>[.<shard>]`, or the key alone). Every token is where the contract puts
+    it: a node allowed its own subjects cannot speak for another by adding tokens after its
+    own (`placewatch.fallback.gpu-07.gpu-08.llm` is no subject of gpu-08's shard), so a reader
+    that takes only such messages takes no node's word about another node
+    (docs/operations.md, Threat model)."""
     if not node or shard == "":
         return False  # no name has an empty token
-    end = f".{token(node)}" if shard is None else f".{token(node)}.{token(shard)}"
-    return subject.endswith(end)
+    tokens = subject.split(".")
+    own = [token(node)] if shard is None else [token(node), token(shard)]
+    if tokens[-len(own) :] != own or len(tokens) < len(own):
+        return False
+    before = tokens[: -len(own)]
+    if not before:
+        return True  # the key alone, as a bucket's reader is given it
+    if before[0] == "$KV":
+        return len(before) == 2
+    kinds = NODE_KINDS if shard is None else SHARD_KINDS
+    if shard is None and before[-1].isdigit() and len(before) >= 2:
+        return before[-2] in PARTITIONED
+    return before[-1] in kinds
 
 
 def covers(pattern: str, subject: str) -> bool:

@@ -133,6 +133,6 @@ def decode_message(msg: Msg, prefix: str, skipped: Skipped) -> Message | None:
         skipped.skip(seq, msg.subject, str(exc))
         return None
     if not on_own_subject(message, msg.subject):
-        skipped.skip(seq, msg.subject, why_refused(message))
+        skipped.skip(seq, msg.subject, why_refused(message, msg.subject))
         return None
     return message

@@ -227,6 +227,12 @@ async def intrude(url: str, partitioned: bool) -> Intruder:
             "publish as B", subjects.telemetry(B), b"{}", checked_as=as_b if partitioned else None
         )
         await me.publish("publish as B, straight into its partition", as_b, b"{}")
+        # Tokens after its own: subjects whose last tokens are B's and its shard's.
+        await me.publish(
+            "fire B's fallback past A's token", f"placewatch.fallback.{A}.{B}.llama", b"{}"
+        )
+        await me.publish("B's status past A's token", f"placewatch.compute.{A}.{B}.llama", b"{}")
+        await me.publish("B's status past A's key", f"$KV.placewatch_compute.{A}.{B}.llama", b"{}")
         own = f"$KV.placewatch_compute.{A}.mine"
         rollup = {"Nats-Rollup": "all"}
         await me.call(
@@ -323,8 +329,8 @@ def test_a_node_reaches_its_own_keys_and_none_of_another_nodes(
     for label, outcome in me.outcomes.items():
         expected = next((e for k, e in EXPECTED.items() if label.endswith(k)), REFUSED)
         assert outcome == expected, label
-    # 17 tries a bucket, one more on the leases, 3 subscriptions, 4 writes, the rollup.
-    assert len(me.outcomes) == 3 * 17 + 1 + 3 + 4 + 1
+    # 17 tries a bucket, one more on the leases, 3 subscriptions, 7 writes, the rollup.
+    assert len(me.outcomes) == 3 * 17 + 1 + 3 + 7 + 1
     # A's telemetry was kept, under the subject the servers gave it.
     assert kept == [partitions.mapped("telemetry", A, N) if partitioned else subjects.telemetry(A)]
     # Stream info, which a node needs to find the buckets, names the keys it holds, with

@@ -45,6 +45,9 @@ SPOKEN_FOR_08 = [
     (subjects.fallback("gpu-07", "llama"), FallbackEvent(state="firing", status=STATUS_08)),
     (subjects.forgotten("gpu-07"), NodeForgotten(node="gpu-08", time=NOW, reason="gone")),
     (subjects.compute("gpu-08", "mistral"), STATUS_08),  # its own node, another shard's key
+    # Tokens after gpu-07's own: the last ones are gpu-08's and its shard's.
+    ("placewatch.fallback.gpu-07.gpu-08.llama", FallbackEvent(state="firing", status=STATUS_08)),
+    ("placewatch.compute.gpu-07.gpu-08.llama", STATUS_08),
 ]
 """What gpu-07's subjects (and one of gpu-08's, of another shard) carry about gpu-08."""
 
@@ -111,6 +114,8 @@ def test_a_view_takes_no_node_s_word_about_another_live_from_the_stores_or_as_a_
                 subjects.fallback("gpu-07", "llama"): 2,
                 subjects.forgotten("gpu-07"): 2,
                 subjects.compute("gpu-08", "mistral"): 2,
+                "placewatch.fallback.gpu-07.gpu-08.llama": 2,
+                "placewatch.compute.gpu-07.gpu-08.llama": 2,
             }
         finally:
             await view.stop()
@@ -118,13 +123,19 @@ def test_a_view_takes_no_node_s_word_about_another_live_from_the_stores_or_as_a_
 
     anyio.run(scenario, backend="asyncio")
     logged = [r.getMessage() for r in caplog.records if r.name == "placewatch.consumer.impostors"]
-    assert len(logged) == 8  # the first of each subject
+    assert len(logged) == 10  # the first of each subject
     assert logged[1].startswith(
         "ignored a NodeTelemetry on placewatch.telemetry.gpu-07: it names node 'gpu-08', not "
         "its subject's; whoever publishes there speaks for another node"
     )
-    assert logged[-1].startswith(
+    assert logged[-3].startswith(
         "ignored a ComputeStatus on placewatch.compute.gpu-08.mistral: it names shard 'llama' "
         "of node 'gpu-08', not its subject's"
     )
-    assert all("(docs/subjects.md, One node, one name)" in line for line in logged)
+    assert logged[-1] == (
+        "ignored a ComputeStatus on placewatch.compute.gpu-07.gpu-08.llama: it names shard "
+        "'llama' of node 'gpu-08', but its subject is not one the contract gives it (a token "
+        "more or less than the contract's: whoever publishes there adds tokens to a subject of "
+        "its own); docs/subjects.md, One node, one name"
+    )
+    assert all("docs/subjects.md, One node, one name" in line for line in logged)

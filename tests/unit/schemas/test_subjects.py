@@ -74,12 +74,24 @@ def test_a_node_publishes_on_subjects_of_its_name_as_a_token() -> None:
         ("placewatch.compute.n1.llama=208b", "n1", "llama", False),
         ("placewatch.fallback.n1.s", "n1", "s", True),
         ("$KV.placewatch_compute.n1.s", "n1", "s", True),
-        ("$KV.placewatch_compute.n1.s", "s", None, True),  # the last token is all it reads
+        ("$KV.placewatch_leases.n1", "n1", None, True),
+        ("n1.s", "n1", "s", True),  # a bucket's key, as its reader is given it
+        ("n1", "n1", None, True),
         ("placewatch.telemetry.gpu-07", "", None, False),
         ("placewatch.compute.n1.s", "n1", "", False),
+        # A token more or less than the contract's: nobody's subject.
+        ("placewatch.fallback.gpu-07.gpu-08.llm", "gpu-08", "llm", False),
+        ("placewatch.compute.gpu-07.gpu-08.llm", "gpu-08", "llm", False),
+        ("$KV.placewatch_compute.gpu-07.gpu-08.llm", "gpu-08", "llm", False),
+        ("$KV.placewatch_compute.n1.s", "s", None, False),
+        ("placewatch.telemetry.gpu-07.gpu-08", "gpu-08", None, False),
+        ("placewatch.compute.gpu-08", "gpu-08", None, False),  # a kind of shards, no shard
+        ("placewatch.telemetry.gpu-08.s", "gpu-08", "s", False),  # a kind of nodes, a shard
+        ("placewatch.forgotten.3.gpu-08", "gpu-08", None, False),  # not a kind partitioned
+        ("placewatch.inventory.3.gpu-08", "gpu-08", None, True),
     ],
 )
-def test_a_subject_carries_messages_about_the_node_and_shard_of_its_last_tokens(
+def test_a_subject_carries_messages_about_the_node_and_shard_where_the_contract_puts_them(
     subject: str, node: str, shard: str | None, carried: bool
 ) -> None:
     assert subjects.carries(subject, node, shard) is carried
