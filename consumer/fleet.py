@@ -49,12 +49,14 @@ from nats.aio.subscription import Subscription
 from placewatch.retained import kv_headers, last_per_subject, stored_at
 from placewatch.schemas import (
     FALLBACK_VERDICTS,
+    SCHEMA_VERSION,
     ComputeStatus,
     DecodeError,
     FallbackEvent,
     NodeForgotten,
     NodeInventory,
     NodeTelemetry,
+    SchemaError,
     decode,
     on_own_subject,
     partitions,
@@ -67,6 +69,7 @@ from .held import Held, Holdings, content_type
 from .impostors import Impostors
 from .mapping import PartitionCheck
 from .snapshot import FiringFallback, Fleet, FleetState, ShardKey, utc_now
+from .unreadable import Unreadable, old_subject
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +127,8 @@ class FleetView(FleetState):
         self.undecodable = 0
         """Messages that were not what their subject and headers said; ignored."""
         self.impostors = Impostors()  # those of them that named another node than the subject's
+        self.unreadable = Unreadable()
+        """All of them, by reason (unreadable.py)."""
         self._status_seen: dict[ShardKey, float] = {}
         self._subs: list[Subscription] = []
         self._asked: dict[str, float] = {}
@@ -148,7 +153,9 @@ class FleetView(FleetState):
         self._spawn(self._follow_reconnects())
 
     def problems(self) -> list[str]:
-        return [] if self.check is None else self.check.problems
+        found = [] if self.check is None else list(self.check.problems)
+        said = self.unreadable.summary()
+        return found if said is None else [*found, said]
 
     def _followed(self) -> tuple[str, str]:
         """The inventory and telemetry subjects of the view's partition."""
@@ -264,11 +271,17 @@ class FleetView(FleetState):
             message: Message = decode(data, type_, headers)
         except DecodeError as exc:
             self.undecodable += 1
-            log.debug("ignored a message: %s", exc)
+            reason = "schema" if isinstance(exc, SchemaError) else "malformed"
+            self.unreadable.found(reason, subject, str(exc))
             return None
         if not on_own_subject(message, subject):
             self.undecodable += 1
+            schema = getattr(message, "schema", SCHEMA_VERSION)
+            if isinstance(schema, int) and schema < SCHEMA_VERSION:  # names as they wrote them
+                self.unreadable.found("schema", subject, old_subject(schema))
+                return None
             self.impostors.found(message, subject)
+            self.unreadable.found("impostor", subject, "", said=True)
             return None
         seen = time.time() if stored is None else stored
         if isinstance(message, NodeForgotten):

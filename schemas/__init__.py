@@ -8,6 +8,7 @@ from . import lean, partitions, streams, subjects
 from .asyncapi import asyncapi_document
 from .codec import (
     DecodeError,
+    SchemaError,
     decode,
     decode_any,
     encode,
@@ -71,6 +72,7 @@ __all__ = [
     "NodeTelemetry",
     "PlacementSpec",
     "ProcessInfo",
+    "SchemaError",
     "ShardBrief",
     "ShardReading",
     "SourceStatus",

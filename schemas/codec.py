@@ -45,6 +45,11 @@ class DecodeError(ValueError):
     """A payload that is not the message its headers say it is."""
 
 
+class SchemaError(DecodeError):
+    """A message of a schema this reader does not read: newer than its own, or older than
+    the oldest it reads; the message says which placewatch to upgrade."""
+
+
 def encode(
     message: msgspec.Struct, encoding: Encoding = "json", msg_id: str | None = None
 ) -> tuple[bytes, dict[str, str]]:
@@ -96,13 +101,13 @@ def _check_schema(said: object, type_: type[Any]) -> None:
             f"a {type_.__name__} whose {HEADER_SCHEMA} is {said!r}, not a number"
         ) from None
     if version > SCHEMA_VERSION:
-        raise DecodeError(
+        raise SchemaError(
             f"a {type_.__name__} of schema {version}, newer than this reader's "
             f"{SCHEMA_VERSION}: upgrade placewatch (docs/subjects.md, Changes)"
         )
     oldest = OLDEST_READ.get(type_)
     if oldest is not None and version < oldest[0]:
-        raise DecodeError(
+        raise SchemaError(
             f"a {type_.__name__} of schema {version}, which this reader no longer reads "
             f"({oldest[1]} in schema {oldest[0]}): upgrade the placewatch that sent it "
             "(docs/subjects.md, Changes)"

@@ -99,6 +99,22 @@ def carries(subject: str, node: str, shard: str | None = None) -> bool:
     return before[-1] in kinds
 
 
+def node_of(subject: str) -> str:
+    """The node a subject of the contract is about, by where the contract puts its token
+    (carries); the token itself where it is no name's, or "?" where the subject has none."""
+    tokens = subject.split(".")
+    if tokens[0] == "$KV":
+        found = tokens[2] if len(tokens) > 2 else "?"
+    elif len(tokens) >= 3 and tokens[-3] in SHARD_KINDS:
+        found = tokens[-2]
+    else:
+        found = tokens[-1]
+    try:
+        return name(found)
+    except ValueError:
+        return found
+
+
 def covers(pattern: str, subject: str) -> bool:
     """Whether a subscription or stream taking `pattern` takes every subject `subject` names.
 

@@ -15,6 +15,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from placewatch.consumer.fleet import Holdings
+from placewatch.consumer.unreadable import REASONS
 from placewatch.schemas import NodeSample, NodeTelemetry
 
 from .metrics import (
@@ -23,8 +24,6 @@ from .metrics import (
     GPU_PROBLEM,
     GPU_PROBLEM_HELP,
     GPU_PROBLEM_LABELS,
-    IMPOSTORS,
-    IMPOSTORS_HELP,
     NODE_AGE,
     NODE_CLOCK_OFFSET,
     NODE_METRICS,
@@ -34,6 +33,8 @@ from .metrics import (
     SHARD_GPU_BYTES,
     SHARD_UNHEALTHY_GPU,
     SHARD_VERDICT,
+    UNREADABLE,
+    UNREADABLE_HELP,
     GpuMetric,
     device,
     problem_kind,
@@ -58,8 +59,8 @@ class FleetCollector(Collector):
     `node`: serve that node only. `stale_after`: seconds after which a node's last sample
     leaves /metrics (None: stale_limit's default). `clock`: the time now, in seconds since
     the epoch. `partition_problems`: the kinds of what the view's partition check found
-    (consumer/mapping.py). `impostors`: how many messages the view refused as naming another
-    node than their subject's (consumer/impostors.py)."""
+    (consumer/mapping.py). `unreadable`: how many messages the view did not read, by reason
+    (consumer/unreadable.py)."""
 
     def __init__(
         self,
@@ -69,14 +70,14 @@ class FleetCollector(Collector):
         stale_after: float | None = None,
         clock: Callable[[], float] = time.time,
         partition_problems: Callable[[], list[str]] = list,
-        impostors: Callable[[], int] = int,
+        unreadable: Callable[[], dict[str, int]] = dict,
     ) -> None:
         self.take = take
         self.node = node
         self.stale_after = stale_after
         self.clock = clock
         self.partition_problems = partition_problems
-        self.impostors = impostors
+        self.unreadable = unreadable
 
     def collect(self) -> Iterator[Metric]:
         holdings = self.take()
@@ -110,7 +111,10 @@ class FleetCollector(Collector):
         for kind in self.partition_problems():
             partition.add_metric([kind], 1.0)
         yield partition
-        yield CounterMetricFamily(IMPOSTORS, IMPOSTORS_HELP, value=self.impostors())
+        counted = CounterMetricFamily(UNREADABLE, UNREADABLE_HELP, labels=["reason"])
+        for reason, count in sorted({**dict.fromkeys(REASONS, 0), **self.unreadable()}.items()):
+            counted.add_metric([reason], count)
+        yield counted
 
 
 def _family(m: GpuMetric) -> GaugeMetricFamily | CounterMetricFamily:

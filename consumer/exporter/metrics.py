@@ -213,10 +213,11 @@ NODE_UP = "placewatch_node_up"
 NODE_AGE = "placewatch_node_sample_age_seconds"
 NODE_CLOCK_OFFSET = "placewatch_node_clock_offset_seconds"
 PARTITION_PROBLEM = "placewatch_partition_problem"
-IMPOSTORS = "placewatch_impostor_messages_total"
-IMPOSTORS_HELP = (
-    "Messages on one node's subject that named another node (or shard), refused: a node "
-    "speaking for another, or a publisher writing the wrong subject."
+UNREADABLE = "placewatch_unreadable_messages_total"
+UNREADABLE_HELP = (
+    "Messages the view did not read, by reason: schema (a worker of another schema), "
+    "malformed (not the message its headers say), impostor (naming another node or shard "
+    "than its subject's), partition (in another partition than the mapping gives its node)."
 )
 PARTITION_PROBLEM_HELP = (
     "1 for each way the servers' partition mapping is not the one --partition was told "
@@ -261,7 +262,7 @@ def served() -> list[str]:
         GPU_PROBLEM,
         *NODE_METRICS,
         PARTITION_PROBLEM,
-        IMPOSTORS,
+        UNREADABLE,
     ]
 
 

@@ -67,15 +67,15 @@ async def _serve(bus: Bus, args: argparse.Namespace) -> int:
         check = holder[0].check if holder else None
         return [] if check is None else anyio.from_thread.run_sync(list, check.found, token=token)
 
-    def impostors() -> int:  # an int, read whole
-        return holder[0].impostors.count if holder else 0
+    def unreadable() -> dict[str, int]:
+        return dict(holder[0].unreadable.counts) if holder else {}
 
     collector = FleetCollector(
         take,
         node=args.only_node,
         stale_after=args.stale_after,
         partition_problems=partition_problems,
-        impostors=impostors,
+        unreadable=unreadable,
     )
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)

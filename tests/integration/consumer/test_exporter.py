@@ -363,7 +363,8 @@ def test_an_exporter_counts_what_one_node_published_about_another(
     nats_server: NatsServer, exporters: list[Exporter]
 ) -> None:
     """Telemetry on gpu-07's subject naming gpu-08: the exporter serves no gpu-08, counts it
-    in placewatch_impostor_messages_total and logs the first, naming the subject."""
+    in placewatch_unreadable_messages_total{reason="impostor"} and logs the first, naming the
+    subject."""
     _, telemetry = lean.split(
         NodeSample(node="gpu-08", session="s", seq=0, time=datetime.now(UTC), interval_s=1)
     )
@@ -378,8 +379,8 @@ def test_an_exporter_counts_what_one_node_published_about_another(
             await nc.close()
 
     def counted(text: str) -> float:
-        (sample,) = samples(text, "placewatch_impostor_messages_total")
-        return sample.value
+        found = samples(text, "placewatch_unreadable_messages_total")
+        return sum(s.value for s in found if s.labels["reason"] == "impostor")
 
     exporter = Exporter(nats_server.url)
     exporters.append(exporter)

@@ -43,6 +43,7 @@ def test_consumer_package_imports_only_the_contract_and_nats() -> None:
         "placewatch.consumer.mapping",
         "placewatch.retained",
         "placewatch.consumer.snapshot",
+        "placewatch.consumer.unreadable",
     }
     assert "nats" in imported
     assert {"anyio", "psutil", "placewatch.worker.bus", "placewatch.worker.runtime"}.isdisjoint(

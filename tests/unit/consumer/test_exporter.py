@@ -27,7 +27,7 @@ from tests.support.held import MIB, NOW, UUID0, held, holdings, node_sample, sic
 Series = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
-OWN = {"placewatch_impostor_messages_total"}
+OWN = {"placewatch_unreadable_messages_total"}
 """The series of the exporter's own view, served whatever the fleet."""
 
 
@@ -45,12 +45,18 @@ def scrape(content: Holdings, now: datetime = NOW, own: bool = False, **kwargs: 
     return series
 
 
-def test_the_messages_its_view_refused_as_another_node_s_are_counted() -> None:
+def test_the_messages_its_view_did_not_read_are_counted_by_reason() -> None:
     content = holdings(node_sample("a", NOW))
-    assert scrape(content, own=True)[("placewatch_impostor_messages_total", ())] == 0.0
-    counted = scrape(content, own=True, impostors=lambda: 3)
-    assert counted[("placewatch_impostor_messages_total", ())] == 3.0
-    assert scrape(holdings(), own=True) == {("placewatch_impostor_messages_total", ()): 0.0}
+    none = {
+        ("placewatch_unreadable_messages_total", (("reason", reason),)): 0.0
+        for reason in ("schema", "malformed", "impostor", "partition")
+    }
+    assert scrape(content, own=True).items() >= none.items()
+    counted = scrape(content, own=True, unreadable=lambda: {"impostor": 3, "schema": 2})
+    assert counted[("placewatch_unreadable_messages_total", (("reason", "impostor"),))] == 3.0
+    assert counted[("placewatch_unreadable_messages_total", (("reason", "schema"),))] == 2.0
+    assert counted[("placewatch_unreadable_messages_total", (("reason", "malformed"),))] == 0.0
+    assert scrape(holdings(), own=True) == none
 
 
 def gpu_labels(
