@@ -113,6 +113,8 @@ class Running:
             msg = self.sub.next(min(left, 1.0))
         except TimeoutError:
             return None
+        if ".service." in msg.subject:
+            return None  # a request to a node's micro service (a worker asking who runs)
         found = decode_any(msg.payload, msg.headers)
         s = self.session
         if isinstance(found, ComputeStatus) and found.node == s.node:

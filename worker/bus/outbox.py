@@ -34,7 +34,7 @@ from placewatch.schemas.streams import for_prefix
 from ..shards.events import Outgoing
 from .fit import fit
 from .kvfollow import Values, follow
-from .streams import StreamSettings, ensure_bucket, ensure_stream
+from .streams import StreamSettings, ensure_stream, made_bucket
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +107,8 @@ class EventOutbox:
         self.dropped = 0
         self.core_only = False
         self._set_up = False
-        self._ever_set_up = False
+        self._stored = False
+        """An event went to the stream: stores made after that lack what was said before."""
         self.compute: KeyValue | None = None
         self.appeared = False
         """The streams and buckets exist again after a time without (no JetStream, a stream
@@ -130,9 +131,8 @@ class EventOutbox:
     async def setup(self) -> None:
         """Create the streams and the compute bucket when missing (and allowed)."""
         try:
-            for stream in self.stores.streams:
-                await ensure_stream(self.js, stream, self.streams)
-            self.compute = await ensure_bucket(self.js, self.stores.compute, self.streams)
+            created = [await ensure_stream(self.js, s, self.streams) for s in self.stores.streams]
+            self.compute, made = await made_bucket(self.js, self.stores.compute, self.streams)
         except (nats.js.errors.ServiceUnavailableError, nats.errors.NoRespondersError):
             self._no_jetstream()
         else:
@@ -141,8 +141,8 @@ class EventOutbox:
                     "the server has JetStream now: events go to the stream %s from here on",
                     self.stores.events.name,
                 )
-            self.appeared = self.core_only or self._ever_set_up
-            self._ever_set_up = True
+            # Stores made after events went to them lack what the worker said before.
+            self.appeared = self.core_only or (self._stored and (any(created) or made))
             self.core_only = False
         self._set_up = True
 
@@ -235,6 +235,7 @@ class EventOutbox:
                     await self.nc.publish(item.subject, payload, headers=headers)
                 else:
                     await self.js.publish(item.subject, payload, headers=headers)
+                    self._stored = True
                     if item.kv_key and self.compute is not None:
                         await self.compute.put(item.kv_key, payload)
             except nats.js.errors.NoStreamResponseError:

@@ -38,9 +38,24 @@ async def missing(
     """The statuses and firing events the stores lack, each with an id of this session."""
     out: list[Outgoing] = []
     firing = tracker.firing()
+    # What waits in the outbox is stored once the stores take it: not said twice.
+    waiting = {
+        (
+            type(o.message).__name__,
+            o.message.shard if isinstance(o.message, ComputeStatus) else o.message.status.shard,
+        )
+        for o in outbox.pending
+    }
     for status in statuses:
-        status_stored = await _status_stored(outbox, tracker.node, status)
-        fire = status.shard in firing and not await _firing_stored(outbox, tracker.node, status)
+        shard = status.shard
+        status_stored = ("ComputeStatus", shard) in waiting or await _status_stored(
+            outbox, tracker.node, status
+        )
+        fire = (
+            shard in firing
+            and ("FallbackEvent", shard) not in waiting
+            and not await _firing_stored(outbox, tracker.node, status)
+        )
         if fire or not status_stored:
             out += tracker.again(status, fire=fire)
     if out:
@@ -53,14 +68,17 @@ async def missing(
 
 async def _status_stored(outbox: EventOutbox, node: str, status: ComputeStatus) -> bool:
     """Whether the compute bucket's value for the shard says what `status` says; False where
-    it holds nothing or cannot be read (a status stored twice misleads no one)."""
+    it holds nothing or something else, True where it cannot be read just now (a cluster
+    electing the bucket's leader: its next change stores it)."""
     if outbox.compute is None:
         return False
     try:
         entry = await outbox.compute.get(subjects.shard_key(node, status.shard))
         stored = decode(entry.value or b"", ComputeStatus, value_headers(entry.value or b""))
-    except (nats.errors.Error, TimeoutError, DecodeError):
+    except (nats.js.errors.KeyNotFoundError, DecodeError):
         return False
+    except (nats.errors.Error, TimeoutError):
+        return True
     return signature(stored) == signature(status)
 
 

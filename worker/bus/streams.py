@@ -50,9 +50,11 @@ def stream_config(stream: Stream, settings: StreamSettings) -> StreamConfig:
     return config
 
 
-async def ensure_stream(js: JetStreamContext, stream: Stream, settings: StreamSettings) -> None:
+async def ensure_stream(js: JetStreamContext, stream: Stream, settings: StreamSettings) -> bool:
+    """The stream, created when missing (and allowed); True when it was created now."""
     try:
         await js.stream_info(stream.name)
+        return False
     except nats.js.errors.NotFoundError:
         if not settings.create:
             raise nats.js.errors.NotFoundError(
@@ -60,12 +62,25 @@ async def ensure_stream(js: JetStreamContext, stream: Stream, settings: StreamSe
                 f"create it ({stream.command(settings.storage, settings.replicas)}) "
                 "or let the worker create it"
             ) from None
-        await js.add_stream(stream_config(stream, settings))
+        info = await js.add_stream(stream_config(stream, settings))
+        # Asked while a cluster elects the stream's leader, an add finds the stream there
+        # after all, and the server answers with it as it is: made now only when empty.
+        if info.state.messages:
+            return False
         log.info("created stream %s", stream.name)
+        return True
 
 
 async def ensure_bucket(js: JetStreamContext, bucket: Bucket, settings: StreamSettings) -> KeyValue:
-    """The bucket, created as `nats kv add` makes it when missing (and allowed).
+    """The bucket, created as `nats kv add` makes it when missing (and allowed)."""
+    return (await made_bucket(js, bucket, settings))[0]
+
+
+async def made_bucket(
+    js: JetStreamContext, bucket: Bucket, settings: StreamSettings
+) -> tuple[KeyValue, bool]:
+    """The bucket, created as `nats kv add` makes it when missing (and allowed), and whether
+    it was created now.
 
     With direct gets, as the NATS CLI makes a bucket (nats-py does not by default): a node's
     credentials may then read its own key by its subject alone, never by a request body
@@ -74,7 +89,7 @@ async def ensure_bucket(js: JetStreamContext, bucket: Bucket, settings: StreamSe
     either.
     """
     try:
-        return await js.key_value(bucket.name)
+        return await js.key_value(bucket.name), False
     except nats.js.errors.BucketNotFoundError:
         if not settings.create:
             raise nats.js.errors.BucketNotFoundError(
@@ -99,4 +114,4 @@ async def ensure_bucket(js: JetStreamContext, bucket: Bucket, settings: StreamSe
             config.max_consumers = unlimited
             await js.update_stream(config)
         log.info("created KV bucket %s", bucket.name)
-        return kv
+        return kv, True
