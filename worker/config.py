@@ -14,9 +14,11 @@ import socket
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args, get_origin, get_type_hints
+from urllib.parse import urlsplit
 
 import msgspec
 
+from placewatch.connection import redact
 from placewatch.schemas.messages import MAX_INTERVAL_S
 from placewatch.schemas.streams import stem
 from placewatch.schemas.subjects import MAX_NAME_BYTES
@@ -184,8 +186,13 @@ def _check(layer: dict[str, Any], where: str, *, strict: bool) -> dict[str, Any]
     except msgspec.ValidationError as exc:
         raise ConfigError(_explain(str(exc), where)) from None
     node = layer.get("node")
-    if isinstance(node, str) and len(node.encode()) > MAX_NAME_BYTES:
+    if isinstance(node, str) and not 0 < len(node.encode()) <= MAX_NAME_BYTES:
         raise ConfigError(_explain(f"is {len(node.encode())} bytes of UTF-8 - at `$.node`", where))
+    servers = layer.get("nats")
+    if isinstance(servers, list):
+        problem = servers_problem(servers)
+        if problem is not None:
+            raise ConfigError(_explain(f"{problem} - at `$.nats`", where))
     prefix = layer.get("prefix")
     if isinstance(prefix, str):
         try:
@@ -193,6 +200,36 @@ def _check(layer: dict[str, Any], where: str, *, strict: bool) -> dict[str, Any]
         except ValueError as exc:
             raise ConfigError(_explain(f"{exc} - at `$.prefix`", where)) from None
     return layer
+
+
+SCHEMES = ("nats", "tls", "ws", "wss")
+"""The URL schemes nats-py connects with."""
+
+
+def servers_problem(servers: list[object]) -> str | None:
+    """What is wrong with a list of server URLs, or None: each is `HOST:PORT` or
+    `SCHEME://[USER[:PASSWORD]@]HOST[:PORT]`, the port a number from 1 to 65535."""
+    if not servers:
+        return (
+            "names no server; give nats://HOST:PORT (several comma-separated), or leave it "
+            "out for the embedded server (run) or nats://127.0.0.1:4222"
+        )
+    for url in servers:
+        if not isinstance(url, str):
+            return f"{url!r} is not a URL; give nats://HOST:PORT"
+        parts = urlsplit(url if "://" in url else f"nats://{url}")
+        try:
+            port = parts.port
+        except ValueError:
+            port = -1
+        said = redact(url)
+        if parts.scheme not in SCHEMES:
+            return f"{said!r} is not a NATS URL: give nats://HOST:PORT ({', '.join(SCHEMES)})"
+        if not parts.hostname:
+            return f"{said!r} names no host: give nats://HOST:PORT"
+        if port is not None and not 0 < port <= 65535:
+            return f"{said!r} has no port from 1 to 65535: give nats://HOST:PORT"
+    return None
 
 
 def split_list(value: str) -> list[str]:

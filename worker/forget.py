@@ -44,6 +44,7 @@ import nats.js.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
+from placewatch.arguments import seconds
 from placewatch.connection import Unreachable, connect_within
 from placewatch.lifecycle import drain
 from placewatch.retained import (
@@ -103,7 +104,7 @@ def add_arguments(forget: argparse.ArgumentParser) -> None:
     )
     forget.add_argument(
         "--timeout",
-        type=float,
+        type=seconds,
         default=TIMEOUT_S,
         metavar="SECONDS",
         help=f"limit for connecting and for each answer of the server ({TIMEOUT_S:g})",

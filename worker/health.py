@@ -30,6 +30,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
+from placewatch.arguments import seconds
 from placewatch.heartbeat import PERIODS, Beat, judge_beat, read_text, since, write_beat
 from placewatch.schemas import NodeTelemetry, decode, subjects
 from placewatch.schemas.codec import DecodeError
@@ -52,7 +53,7 @@ def add_arguments(health: argparse.ArgumentParser) -> None:
     )
     health.add_argument(
         "--timeout",
-        type=float,
+        type=seconds,
         default=ASK_TIMEOUT_S,
         metavar="SECONDS",
         help=f"limit for connecting and for the worker's answer, each ({ASK_TIMEOUT_S:g})",

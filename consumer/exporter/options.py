@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
+from placewatch.arguments import node_name, seconds
+
 from ..terminal import partition_argument
 
 DEFAULT_LISTEN = "127.0.0.1:9400"
@@ -48,6 +50,7 @@ def add_arguments(exporter: argparse.ArgumentParser) -> None:
     exporter.add_argument(
         "--node",
         dest="only_node",
+        type=node_name,
         metavar="NAME",
         help="serve this node only (default: every node the view holds)",
     )
@@ -59,18 +62,8 @@ def add_arguments(exporter: argparse.ArgumentParser) -> None:
     )
     exporter.add_argument(
         "--stale-after",
-        type=_seconds,
+        type=seconds,
         metavar="SECONDS",
         help="a node whose last sample is older leaves /metrics (default: "
         f"{STALE_INTERVALS} of its intervals or {STALE_MIN_S:g} s, whichever is longer)",
     )
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0")
-    return value

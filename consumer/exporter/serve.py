@@ -20,13 +20,14 @@ import anyio.from_thread
 import anyio.lowlevel
 import anyio.to_thread
 from nats.aio.client import Client
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry
 
 from placewatch.connection import Bus, connect
 from placewatch.consumer.fleet import FleetView, Holdings
 from placewatch.lifecycle import drain, stop_on_signal
 from placewatch.schemas.streams import for_prefix
 
+from . import metrics_server
 from .collector import FleetCollector
 from .options import Listen
 
@@ -80,7 +81,7 @@ async def _serve(bus: Bus, args: argparse.Namespace) -> int:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(collector)
     try:
-        server, thread = start_http_server(listen.port, listen.host, registry)
+        server, thread = metrics_server.serve(listen.host, listen.port, registry)
     except OSError as exc:
         why = exc.strerror or str(exc)
         print(

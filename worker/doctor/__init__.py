@@ -22,6 +22,8 @@ from collections.abc import Sequence
 import anyio
 import anyio.to_thread
 
+from placewatch.arguments import seconds
+
 from ..config import Settings
 from ..shards.discover import Discovered, discover
 from .engines import ENGINE_TIMEOUT_S, Engine, check_engines, preflight
@@ -56,7 +58,7 @@ def add_arguments(doctor: argparse.ArgumentParser) -> None:
     )
     doctor.add_argument(
         "--timeout",
-        type=float,
+        type=seconds,
         default=ENGINE_TIMEOUT_S,
         metavar="SECONDS",
         help=f"limit for each engine's --list-devices ({ENGINE_TIMEOUT_S:g})",

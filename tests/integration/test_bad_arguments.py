@@ -1,0 +1,69 @@
+"""Every bad argument, for every command, is one line and exit 2: nothing started, no
+traceback, the line naming the argument and what to give."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import clean_env, run_placewatch
+
+COMMANDS = ("run", "doctor", "health", "watch", "alerts", "exporter")
+"""The commands that take the connection's flags (forget takes a NODE besides; `sample`
+takes none: it needs no bus)."""
+
+
+@pytest.mark.parametrize("command", [*COMMANDS, "forget"])
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ("nats://127.0.0.1:99999", "has no port from 1 to 65535: give nats://HOST:PORT"),
+        ("nats://127.0.0.1:abc", "has no port from 1 to 65535: give nats://HOST:PORT"),
+        ("", "--nats: names no server; give nats://HOST:PORT"),
+        ("http://127.0.0.1:4222", "is not a NATS URL: give nats://HOST:PORT"),
+        ("nats://:4222", "names no host: give nats://HOST:PORT"),
+    ],
+    ids=["port-too-big", "port-not-a-number", "empty", "http", "no-host"],
+)
+def test_a_bad_server_url_is_one_line_and_exit_2(command: str, given: str, said: str) -> None:
+    extra = ("gpu-07",) if command == "forget" else ()
+    done = run_placewatch(command, *extra, "--nats", given)
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("placewatch: --nats: ") and said in line, line
+    assert done.stdout == ""
+
+
+def test_the_environment_s_bad_url_is_said_as_the_variable() -> None:
+    done = run_placewatch("watch", env=clean_env() | {"PLACEWATCH_NATS": "nats://h:0"})
+    assert done.returncode == 2
+    assert done.stderr == (
+        "placewatch: environment variable PLACEWATCH_NATS: 'nats://h:0' has no port from 1 to "
+        "65535: give nats://HOST:PORT\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("forget", "gpu-07", "--timeout", "inf"),
+        ("forget", "gpu-07", "--timeout", "0"),
+        ("health", "--timeout", "-1"),
+        ("doctor", "--timeout", "nan"),
+        ("exporter", "--stale-after", "0"),
+    ],
+    ids=" ".join,
+)
+def test_a_limit_that_is_no_limit_is_refused(args: tuple[str, ...]) -> None:
+    done = run_placewatch(*args)
+    assert done.returncode == 2
+    last = done.stderr.splitlines()[-1]
+    assert "is not a limit: give a number of seconds above 0, at most 86400" in last, last
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("command", ["run", "sample", "exporter"])
+def test_an_empty_node_name_is_refused(command: str) -> None:
+    done = run_placewatch(command, "--node", "")
+    assert done.returncode == 2
+    last = done.stderr.splitlines()[-1]
+    assert "1 to 128 bytes" in last, last
