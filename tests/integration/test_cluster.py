@@ -29,8 +29,9 @@ from tests.integration.test_shards_end_to_end import events_now
 from tests.support.natsproto import RawSubscriber
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[list[tuple[NatsServer, int]]]:
+def start_cluster(where: Path) -> list[tuple[NatsServer, int]]:
+    """Three servers routed to each other, with JetStream, once their meta leader is elected;
+    TimeoutError where it is not within 30 s."""
     routes = [free_port() for _ in range(3)]
     servers = []
     for i, route in enumerate(routes):
@@ -40,14 +41,14 @@ def cluster(tmp_path: Path) -> Iterator[list[tuple[NatsServer, int]]]:
             f"cluster {{\n  name: pw\n  listen: 127.0.0.1:{route}\n"
             f"  routes: [{', '.join(f'nats://127.0.0.1:{r}' for r in routes)}]\n}}\n"
         )
-        servers.append((NatsServer(tmp_path / f"s{i}", config=config), monitor))
+        servers.append((NatsServer(where / f"s{i}", config=config), monitor))
     for server, _ in servers:
         server.start()
 
     async def meta_ready() -> None:
         nc = await nats.connect(servers[0][0].url)
         try:
-            with anyio.fail_after(20):
+            with anyio.fail_after(30):
                 while True:
                     try:
                         await nc.jetstream().account_info()
@@ -57,7 +58,23 @@ def cluster(tmp_path: Path) -> Iterator[list[tuple[NatsServer, int]]]:
         finally:
             await nc.close()
 
-    anyio.run(meta_ready, backend="asyncio")
+    try:
+        anyio.run(meta_ready, backend="asyncio")
+    except TimeoutError:
+        for server, _ in servers:
+            server.stop()
+        raise
+    return servers
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[list[tuple[NatsServer, int]]]:
+    try:
+        servers = start_cluster(tmp_path / "first")
+    except TimeoutError:
+        # A port picked free was taken meanwhile (the suite's other workers pick theirs at
+        # the same time), and the routes never met: once more, on other ports.
+        servers = start_cluster(tmp_path / "again")
     yield servers
     for server, _ in servers:
         server.stop()
