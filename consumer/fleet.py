@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 import zlib
@@ -129,6 +130,8 @@ class FleetView(FleetState):
         self.impostors = Impostors()  # those of them that named another node than the subject's
         self.unreadable = Unreadable()
         """All of them, by reason (unreadable.py)."""
+        if self.check is not None:
+            self.check.out_of_place = functools.partial(self.unreadable.found, "partition")
         self._status_seen: dict[ShardKey, float] = {}
         self._subs: list[Subscription] = []
         self._asked: dict[str, float] = {}
@@ -322,8 +325,8 @@ class FleetView(FleetState):
                     return False  # the stream's copy of a sample already seen live
             elif not _newer(stored, held.seen):
                 return False
-        elif self.check is not None:
-            self.check.taken(t.node, stored)  # new to the view: the servers' partition has it
+        elif self.check is not None and not self.check.taken(t.node, stored):
+            return False  # new to the view, and in a partition the mapping does not give it
         self.nodes[t.node] = Held(
             t.time,
             t.inventory,
@@ -349,8 +352,8 @@ class FleetView(FleetState):
         held = self.inventories.get(i.node)
         if held is not None and not _newer(stored, held.seen):
             return False
-        if held is None and self.check is not None:
-            self.check.taken(i.node, stored)
+        if held is None and self.check is not None and not self.check.taken(i.node, stored):
+            return False
         self.inventories[i.node] = Held(
             i.time,
             i.id,

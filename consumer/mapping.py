@@ -6,12 +6,17 @@ mapping, nothing at all. Either is a view that looks right and is not, so it che
 
 - each node it takes the first time must be one that `partition_of(node, N)` puts in P:
   the servers put it there (or the stream kept it there), so a node that is not says their
-  N is another (or the stream keeps copies from before N changed);
+  N is another (or the stream keeps copies from before N changed), but only where another
+  N puts every node seen where it was seen. Where none does, the one node is out of place,
+  not the mapping: a node's credentials let it publish straight into any partition
+  (`telemetry.*.NODE`, which the servers check after mapping), and one that does is no
+  reason to tell the operator to change N. Its message is refused and counted (`partition`);
 - one message of the unmapped form (`<prefix>.telemetry.<node>`) is asked for: the
   servers deliver it only where they do not map that subject, so its arrival says the
   mapping is off;
 - one message of partition N (`<prefix>.telemetry.N.<node>`), one past the last of N, is
-  asked for: its arrival says the servers make more partitions than N. A view told too
+  asked for: its arrival says the servers make more partitions than N, where a larger N puts
+  every node seen where it was seen (else, again, the one node is out of place). A view told too
   large an N may meet no node at all (partition 3 of 4 where the servers make 2): the views
   of the partitions that do exist say so, by the first check.
 
@@ -26,16 +31,19 @@ What it finds is in `problems`, logged once, and shown where the view is shown
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterable
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
-from placewatch.schemas import partitions
+from placewatch.schemas import partitions, subjects
 
 log = logging.getLogger(__name__)
 
 SEE = "docs/operations.md, Partitions"
+MAX_N = 1024
+"""The largest N a check tries when it asks whether another N fits what it saw."""
 KINDS = ("unmapped", "more_partitions", "other_partitions", "stream_copies")
 """What a check may find: servers without the mapping, with more partitions than N, with
 another number of them, or a stream that keeps nodes where N does not put them."""
@@ -51,6 +59,11 @@ class PartitionCheck:
         self.count = count
         self.found: dict[str, str] = {}
         """What the checks found, the first of each kind (KINDS) by kind."""
+        self.seen: dict[str, tuple[int, int]] = {}
+        """Each node seen, with its hash (partitions.node_hash) and the partition it came in."""
+        self.out_of_place: Callable[[str, str], object] = lambda subject, why: None
+        """Told of a message of a node in a partition the mapping does not give it, where the
+        mapping itself is not in question: its subject and why (FleetView counts it)."""
 
     @classmethod
     def of(cls, prefix: str, partition: int | None, count: int | None) -> PartitionCheck | None:
@@ -65,18 +78,28 @@ class PartitionCheck:
             )
         return cls(prefix, partition, count)
 
-    def taken(self, node: str, stored: float | None = None) -> None:
+    def taken(self, node: str, stored: float | None = None) -> bool:
         """A node the view takes the first time, live (`stored` None) or from a stream: the
-        servers put it in the view's partition."""
+        servers put it in the view's partition. False: the node alone is out of place, and
+        its message is not to be taken."""
+        if self._fits(node, self.partition, self.count):
+            return True
+        other = self._another_n(range(2, MAX_N + 1))
         ours = partitions.partition_of(node, self.count)
-        if ours == self.partition:
-            return
         where = f"in partition {self.partition}, where {self.count} partitions put it in {ours}"
+        if other is None:
+            self.out_of_place(
+                partitions.mapped("telemetry", node, self.count, self.prefix),
+                f"node {node!r} came {where}, and the other nodes where {self.count} "
+                f"partitions put them: it publishes straight into another partition; refused",
+            )
+            return False
         if stored is None:
             self._found(
                 "other_partitions",
                 f"the servers put node {node!r} {where}: their mapping makes another number "
-                f"of partitions than {self.count}; give its N ({SEE})",
+                f"of partitions than {self.count} ({other} puts every node seen where it was "
+                f"seen); give its N ({SEE})",
             )
         else:
             self._found(
@@ -85,6 +108,23 @@ class PartitionCheck:
                 f"number of partitions than {self.count} (give its N), or the stream keeps "
                 f"copies from before N changed (purge it; {SEE})",
             )
+        return True
+
+    def _fits(self, node: str, partition: int, count: int) -> bool:
+        """Note the node seen in `partition`; whether `count` partitions put it there."""
+        h = partitions.node_hash(node)
+        self.seen[node] = (h, partition)
+        return h % count == partition
+
+    def _another_n(self, candidates: Iterable[int]) -> int | None:
+        """The first N of `candidates` other than the view's that puts every node seen where
+        it was seen, or None. (N = 1, every node in partition 0, fits any view of partition
+        0: it is never a candidate.)"""
+        seen = list(self.seen.values())
+        return next(
+            (n for n in candidates if n != self.count and all(h % n == p for h, p in seen)),
+            None,
+        )
 
     async def subscribe(self, nc: Client) -> list[Subscription]:
         """Ask for one message of the unmapped telemetry subject, and one of partition N."""
@@ -105,6 +145,15 @@ class PartitionCheck:
         )
 
     async def _past_n(self, msg: Msg) -> None:
+        node = subjects.node_of(msg.subject)
+        self._fits(node, self.count, self.count + 1)
+        if self._another_n(range(self.count + 1, MAX_N + 1)) is None:
+            self.out_of_place(
+                msg.subject,
+                f"node {node!r} published into partition {self.count}, which no N that puts "
+                "the other nodes seen where they are makes: refused",
+            )
+            return
         self._found(
             "more_partitions",
             f"telemetry came on {msg.subject}, in partition {self.count}: the servers' "

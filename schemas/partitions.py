@@ -49,10 +49,16 @@ def partition_of(node: str, partitions: int) -> int:
     """The partition the servers' mapping puts `node` in: FNV-1a (32 bits) of its subject
     token, modulo `partitions`, as nats-server computes `{{partition(N,1)}}` of one token."""
     check(0, partitions)
+    return node_hash(node) % partitions
+
+
+def node_hash(node: str) -> int:
+    """The FNV-1a (32 bits) of the node's subject token, which every N's mapping takes modulo
+    N: one hash tells the node's partition for any N."""
     h = _FNV_OFFSET
     for byte in subjects.token(node).encode():
         h = ((h ^ byte) * _FNV_PRIME) & 0xFFFFFFFF
-    return h % partitions
+    return h
 
 
 def mapped(kind: str, node: str, partitions: int, prefix: str = subjects.DEFAULT_PREFIX) -> str:

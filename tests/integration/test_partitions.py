@@ -494,3 +494,46 @@ def test_alerts_delivers_every_fallback_event_where_the_servers_partition_teleme
         ("firing", "cpu_fallback"),
         ("resolved", "gpu"),
     ]
+
+
+def test_a_node_publishing_straight_into_another_partition_is_refused_not_a_reason_to_change_n(
+    tmp_path: Path,
+) -> None:
+    """A node's credentials let it publish on `telemetry.*.NODE`, which the servers check after
+    mapping: a node that writes into another partition than its own, or into partition N,
+    is counted and refused by that partition's view; the mapping is not blamed."""
+    server = NatsServer(tmp_path / "js", config=COMPOSE_CONF.read_text())
+    server.start()
+    rogue = next(node for node in NODES if partition_of(node, N) == 1)
+
+    async def scenario() -> tuple[set[str], list[str], dict[str, int]]:
+        nc = await nats.connect(server.url)
+        try:
+            view = FleetView(nc, partition=0, partitions=N)
+            await view.start()
+            await publish_fleet(server.url, 0)
+            await eventually_async(lambda: set(view.nodes) == expected(0))
+            _, telemetry = lean.split(sample(rogue, 7))
+            payload, headers = encode(telemetry)
+            for partition in (0, N):  # its own partition is 1
+                await nc.publish(
+                    f"placewatch.telemetry.{partition}.{rogue}", payload, headers=headers
+                )
+            await nc.flush()
+            await eventually_async(
+                lambda: view.unreadable.counts["partition"] == 2, what="two refused"
+            )
+            return set(view.nodes), view.problems(), view.unreadable.counts
+        finally:
+            await view.stop()
+            await nc.close()
+
+    try:
+        nodes, problems, counts = anyio.run(scenario, backend="asyncio")
+    finally:
+        server.stop()
+    assert nodes == expected(0)  # the rogue is not taken
+    assert counts["partition"] == 2
+    assert problems == [
+        "2 messages not read (partition 2): the log names the first of each node and what to do"
+    ]
