@@ -10,7 +10,7 @@ once silenced or fooled a worker happens to it at once:
   probe timeout, and answers while a child it started keeps its pipes open;
 - shards with names the first token rule wrote alike (`a.b`, `a_b`, `a*b`, a
   non-ASCII one), a fallback that fires and resolves as the tool lists its
-  process or not, entries that cannot be used (pid -1, a huge pid, a 60,000-GPU
+  process or not, one that stays on the CPU throughout (one firing, no resolve), entries that cannot be used (pid -1, a huge pid, a 60,000-GPU
   list), a shards file broken for a few seconds every 30 s, an engine log that
   grows, is truncated and is deleted;
 - a second worker started with the same node name (it must exit 2);
@@ -61,6 +61,10 @@ from placewatch.schemas.streams import EVENTS  # noqa: E402
 from placewatch.worker.embedded import find_binary  # noqa: E402
 
 NODE = "soak.node-1"
+ON_CPU = "on-cpu"
+"""A shard placed on GPU 1 whose process the tool never lists: on the CPU throughout, its
+fallback fires once and never resolves, whatever the faults (a tool's garbage or hang is
+lost evidence, not a resolve)."""
 LINGER = "300.25"
 """The seconds the stand-in's lingering child sleeps: how it is found afterwards."""
 MIB = 1 << 20
@@ -150,7 +154,7 @@ class Node:
         tool = tool_bin / "nvidia-smi"
         tool.write_text(TOOL.replace("PYTHON", sys.executable).replace("LINGER", LINGER))
         tool.chmod(0o755)
-        for name in ("a.b", "a_b", "a*b", "nœud", "logged", "falls-back"):
+        for name in ("a.b", "a_b", "a*b", "nœud", "logged", "falls-back", ON_CPU):
             self.sleepers[name] = subprocess.Popen(["sleep", "3600"])
         (self.data / "gpus").write_text(query_gpu(2))
         self.list_fallback(listed=True)
@@ -168,7 +172,7 @@ class Node:
         (self.data / "apps").write_text(query_apps_of(holders))
 
     def write_shards(self, broken: bool) -> None:
-        placed = [("a.b", 0), ("a_b", 0), ("a*b", 0), ("nœud", 0), ("falls-back", 1)]
+        placed = [("a.b", 0), ("a_b", 0), ("a*b", 0), ("nœud", 0), ("falls-back", 1), (ON_CPU, 1)]
         text = "".join(
             f'[[shard]]\nid = "{n}"\npid = {self.pid(n)}\ngpus = [{g}]\n\n' for n, g in placed
         )
@@ -481,6 +485,11 @@ def report(r: Result, interval: float) -> None:
         f"duplicate messages: {r.duplicate_id}; shards whose sequence differs: {differ or 'none'}"
     )
     print(f"  before JetStream (core messages, kept nowhere): {r.core_only}")
+    on_cpu = r.stored.get(ON_CPU, [])
+    print(
+        f"  {ON_CPU!r}, on the CPU throughout: {on_cpu.count('fallback firing')} firing, "
+        f"{on_cpu.count('fallback resolved')} resolved (1 and 0 expected)"
+    )
     for shard in sorted(r.produced):
         print(
             f"  {shard!r}: {len(r.produced[shard])} logged, {len(r.stored.get(shard, []))} stored"
