@@ -48,3 +48,16 @@ def test_benchmarks_page_is_short() -> None:
     assert len(doc.splitlines()) < 300
     first_table = next(line for line in doc.splitlines() if line.startswith("|"))
     assert first_table == "| figure | target | result | load | date | command |"
+
+
+def test_every_row_of_the_threat_table_names_tests_that_exist() -> None:
+    doc = (ROOT / "docs" / "operations.md").read_text()
+    table = doc.split("<!-- threat-table -->")[1].split("<!-- /threat-table -->")[0]
+    rows = [line for line in table.strip().splitlines()[2:] if line.startswith("|")]
+    assert len(rows) >= 7
+    for row in rows:
+        tests = re.findall(r"`(tests/[\w/]+\.py)::(\w+)`", row)
+        assert tests, row
+        for path, name in tests:
+            source = (ROOT / path).read_text()
+            assert f"def {name}(" in source, (path, name)
