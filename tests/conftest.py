@@ -11,7 +11,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +22,7 @@ from placewatch.worker.config import GPU_SOURCES
 from placewatch.worker.embedded import find_binary
 from placewatch.worker.gpu import nvml
 
-from tests.support.eventually import eventually
+from tests.support.child import LoggedChild
 from tests.support.gpu_tool import APPS_BASE
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -233,37 +232,12 @@ def run_placewatch(
     )
 
 
-class Worker:
-    """`placewatch run` as a child process, stopped with SIGTERM. Its stderr goes to a file,
-    so that a test can wait for a line (`wait_for`) while it runs."""
+class Worker(LoggedChild):
+    """`placewatch run` as a child process, stopped with SIGTERM; its stderr in a file
+    (LoggedChild: `err()`, `wait_for(text)`)."""
 
     def __init__(self, *args: str, env: dict[str, str]) -> None:
-        fd, path = tempfile.mkstemp(prefix="placewatch-run-", suffix=".err")
-        os.close(fd)
-        self.err_path = Path(path)
-        with self.err_path.open("a") as err:  # O_APPEND: the child writes, the test reads
-            self.proc = subprocess.Popen(
-                [*placewatch_cmd(), "run", *args],
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=err,
-                text=True,
-            )
-
-    def err(self) -> str:
-        """What it has written to stderr so far."""
-        return self.err_path.read_text(errors="replace")
-
-    def wait_for(self, text: str, timeout: float = 15) -> str:
-        """Its stderr once it holds `text`; fails after `timeout` seconds, or if it exits."""
-
-        def said() -> bool:
-            return text in self.err() or self.proc.poll() is not None
-
-        eventually(said, timeout, what=f"{text!r} in the worker's stderr")
-        err = self.err()
-        assert text in err, f"the worker exited {self.proc.returncode} without {text!r}: {err}"
-        return err
+        super().__init__([*placewatch_cmd(), "run", *args], env, "placewatch run")
 
     def stop(self, timeout: float = 5) -> tuple[int, float, str, str]:
         """SIGTERM; (exit code, seconds to exit, stdout, stderr)."""
@@ -297,8 +271,7 @@ def workers() -> Iterator[list[Worker]]:
     started: list[Worker] = []
     yield started
     for w in started:
-        w.kill()
-        w.err_path.unlink(missing_ok=True)
+        w.close()
 
 
 def parse_json(text: str) -> object:

@@ -109,6 +109,27 @@ def stream_statuses(url: str) -> list[tuple[str, str, bool]]:
     return found
 
 
+def on_cpu(
+    url: str,
+    fake_gpu: FakeGpuTools,
+    shard_procs: dict[str, subprocess.Popen[bytes]],
+    workers: list[Worker],
+    tmp_path: Path,
+) -> Worker:
+    """A worker of node n1 whose shard `on-cpu`, placed on GPU 1, holds nothing there."""
+    pid = start(shard_procs, "on-cpu")
+    fake_gpu.nvidia_smi(FIXTURES / "nvidia-smi" / "a100x2-query-gpu.csv", apps({}))
+    shards = tmp_path / "shards.toml"
+    shards.write_text(f'[[shard]]\nid = "on-cpu"\npid = {pid}\ngpus = [1]\n')
+    wait_older_than([pid], 1.2)
+    worker = Worker(
+        "--nats", url, "--node", "n1", "--shards", str(shards), "--grace", "1",
+        "--interval", "1", "--no-discover", env=fake_gpu.env(),
+    )  # fmt: skip
+    workers.append(worker)
+    return worker
+
+
 def test_a_gpu_tool_outage_neither_resolves_a_live_fallback_nor_fires_it_again(
     fake_gpu: FakeGpuTools,
     shard_procs: dict[str, subprocess.Popen[bytes]],
@@ -116,16 +137,7 @@ def test_a_gpu_tool_outage_neither_resolves_a_live_fallback_nor_fires_it_again(
     workers: list[Worker],
     tmp_path: Path,
 ) -> None:
-    pid = start(shard_procs, "on-cpu")
-    fake_gpu.nvidia_smi(FIXTURES / "nvidia-smi" / "a100x2-query-gpu.csv", apps({}))
-    shards = tmp_path / "shards.toml"
-    shards.write_text(f'[[shard]]\nid = "on-cpu"\npid = {pid}\ngpus = [1]\n')
-    wait_older_than([pid], 1.2)
-    worker = Worker(
-        "--nats", nats_server.url, "--node", "n1", "--shards", str(shards), "--grace", "1",
-        "--interval", "1", "--no-discover", env=fake_gpu.env(),
-    )  # fmt: skip
-    workers.append(worker)
+    worker = on_cpu(nats_server.url, fake_gpu, shard_procs, workers, tmp_path)
     fired = [("fallback", "firing", False), ("compute", "cpu_fallback", False)]
     eventually(lambda: stream_statuses(nats_server.url) == fired)
     # The driver stops answering: the looping tool hangs, and every tool started fails.
@@ -157,16 +169,7 @@ def test_jetstream_that_appears_later_gets_what_is_true_now_once(
 ) -> None:
     core = NatsServer(tmp_path / "store", port=free_port(), jetstream=False)
     core.start()
-    pid = start(shard_procs, "on-cpu")
-    fake_gpu.nvidia_smi(FIXTURES / "nvidia-smi" / "a100x2-query-gpu.csv", apps({}))
-    shards = tmp_path / "shards.toml"
-    shards.write_text(f'[[shard]]\nid = "on-cpu"\npid = {pid}\ngpus = [1]\n')
-    wait_older_than([pid], 1.2)
-    worker = Worker(
-        "--nats", core.url, "--node", "n1", "--shards", str(shards), "--grace", "1",
-        "--interval", "1", "--no-discover", env=fake_gpu.env(),
-    )  # fmt: skip
-    workers.append(worker)
+    worker = on_cpu(core.url, fake_gpu, shard_procs, workers, tmp_path)
     worker.wait_for("fallback firing: shard on-cpu")  # published as a core message, not kept
     core.stop()
     stored = NatsServer(tmp_path / "store", port=core.port)  # the same server, with -js now
