@@ -50,16 +50,11 @@ from nats.aio.subscription import Subscription
 from placewatch.retained import kv_headers, last_per_subject, stored_at
 from placewatch.schemas import (
     FALLBACK_VERDICTS,
-    SCHEMA_VERSION,
     ComputeStatus,
-    DecodeError,
     FallbackEvent,
     NodeForgotten,
     NodeInventory,
     NodeTelemetry,
-    SchemaError,
-    decode,
-    on_own_subject,
     partitions,
     subjects,
 )
@@ -70,7 +65,7 @@ from .held import Held, Holdings, content_type
 from .impostors import Impostors
 from .mapping import PartitionCheck
 from .snapshot import FiringFallback, Fleet, FleetState, ShardKey, utc_now
-from .unreadable import Unreadable, old_subject
+from .unreadable import Unreadable
 
 log = logging.getLogger(__name__)
 
@@ -270,21 +265,9 @@ class FleetView(FleetState):
         """Take a message that came on `subject` live (`stored` None) or, stored by the
         server at `stored` (seconds since the epoch), read from a stream or bucket; the
         message, or None where it was not one, names another node, or its node is forgotten."""
-        try:
-            message: Message = decode(data, type_, headers)
-        except DecodeError as exc:
+        message = self.unreadable.read(data, type_, headers, subject, self.impostors)
+        if message is None:
             self.undecodable += 1
-            reason = "schema" if isinstance(exc, SchemaError) else "malformed"
-            self.unreadable.found(reason, subject, str(exc))
-            return None
-        if not on_own_subject(message, subject):
-            self.undecodable += 1
-            schema = getattr(message, "schema", SCHEMA_VERSION)
-            if isinstance(schema, int) and schema < SCHEMA_VERSION:  # names as they wrote them
-                self.unreadable.found("schema", subject, old_subject(schema))
-                return None
-            self.impostors.found(message, subject)
-            self.unreadable.found("impostor", subject, "", said=True)
             return None
         seen = time.time() if stored is None else stored
         if isinstance(message, NodeForgotten):

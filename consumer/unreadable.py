@@ -12,10 +12,25 @@ subject and what to do.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
+from typing import TypeVar
 
-from placewatch.schemas import subjects
+from msgspec import Struct
+
+from placewatch.schemas import (
+    SCHEMA_VERSION,
+    DecodeError,
+    SchemaError,
+    decode,
+    on_own_subject,
+    subjects,
+)
+
+from .impostors import Impostors
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T", bound=Struct)
 
 REASONS = ("schema", "malformed", "impostor", "partition")
 LOGGED = 256
@@ -52,6 +67,33 @@ class Unreadable:
             return
         self._said.add(node)
         log.warning("ignored a message of node %r on %s (%s): %s", node, subject, reason, why)
+
+    def read(
+        self,
+        data: bytes,
+        type_: type[T],
+        headers: Mapping[str, str] | None,
+        subject: str,
+        impostors: Impostors,
+    ) -> T | None:
+        """The message that came on `subject`, or None, counted here by why: not one
+        (malformed), of another schema, or naming another node or shard than its subject's
+        (an impostor, which `impostors` counts and logs by subject too)."""
+        try:
+            message = decode(data, type_, headers)
+        except DecodeError as exc:
+            reason = "schema" if isinstance(exc, SchemaError) else "malformed"
+            self.found(reason, subject, str(exc))
+            return None
+        if on_own_subject(message, subject):
+            return message
+        schema = getattr(message, "schema", SCHEMA_VERSION)
+        if isinstance(schema, int) and schema < SCHEMA_VERSION:  # names as they wrote them
+            self.found("schema", subject, old_subject(schema))
+            return None
+        impostors.found(message, subject)
+        self.found("impostor", subject, "", said=True)
+        return None
 
     def summary(self) -> str | None:
         """One line for a person, or None while every message was read."""

@@ -1,10 +1,9 @@
 """The messages placewatch publishes and reads, as msgspec Structs.
 
-These names are the product's API: fields are added with defaults, never
-renamed or removed, so a gateway built against an older placewatch keeps
-decoding newer messages (unknown fields are ignored on decode). Sizes are
-bytes, times are UTC and travel as RFC 3339 strings, and a reading a tool
-could not give is None, never 0.
+These names are the product's API: fields are added with defaults, never renamed or
+removed, so a gateway built against an older placewatch keeps decoding newer messages
+(unknown fields are ignored on decode). Sizes are bytes, times are UTC and travel as RFC
+3339 strings, and a reading a tool could not give is None, never 0.
 
 Every Struct is `gc=False`: a message holds values and lists of values, never
 a reference back to itself, so the garbage collector has no cycle to find in
@@ -345,11 +344,10 @@ class ComputeStatus(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     reason: str = ""
     evidence: list[str] = msgspec.field(default_factory=list)
     stale: bool = False
-    """The verdict evidence gave last, held while the evidence is lost (the GPU tools silent,
-    the engine's log gone, an error checking the shard): lost evidence never resolves a
-    fallback. The reason says since when and what was lost."""
+    """The verdict evidence gave last, held while that evidence is lost (tools silent, log
+    gone): lost evidence never resolves a fallback. The reason says what was lost."""
     stale_since: Time | None = None
-    """When the evidence a stale verdict rests on was last had; None while it is fresh."""
+    """When the evidence of a stale verdict was last had; None while it is fresh."""
     omitted: dict[str, NonNegative] = msgspec.field(default_factory=dict)
     """What was left out so that the message fits the server's max payload: a list field's
     name -> the entries left out ("evidence": 3), `reason` -> the characters cut from it."""

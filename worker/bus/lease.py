@@ -47,17 +47,22 @@ from nats.js.kv import KeyValue
 
 from placewatch.schemas import (
     LEASE_INTERVALS,
-    DecodeError,
     NodeLease,
-    NodeTelemetry,
-    decode,
     encode,
     subjects,
 )
 from placewatch.schemas.streams import for_prefix
 
 from .clock import CLOCK_OFF_S, clock_offset, describe, now_utc
-from .holder import Holder, holder_of
+from .holder import (
+    OWN_NODE,
+    Holder,
+    answering,
+    answering_message,
+    held_message,
+    holder_of,
+    lost_message,
+)
 from .outbox import JETSTREAM_RECHECK_S
 from .streams import StreamSettings, ensure_bucket
 
@@ -73,11 +78,6 @@ one at the cadence adds no write."""
 WRITE_TRIES = 5
 """Writes refused because the lease changed in between, before giving up."""
 RELEASE_TIMEOUT_S = 1.0
-ANSWER_S = 1.0
-"""How long a worker about to take a node with no live lease waits for a live worker of that
-node to answer on the node's micro service."""
-TAKEOVER = "start this one with --takeover (PLACEWATCH_TAKEOVER=true)"
-OWN_NODE = "if the two watch different nodes, give each its own --node"
 
 
 class LeaseHeld(Exception):
@@ -97,39 +97,6 @@ def node_lease(node: str, session: str, interval_s: float) -> NodeLease:
         pid=os.getpid(),
         started=now_utc(),
         interval_s=interval_s,
-    )
-
-
-def held_message(node: str, holder: Holder, now: datetime, own_interval_s: float) -> str:
-    age = max((now - holder.stored).total_seconds(), 0.0)
-    left = max((holder.expires(own_interval_s) - now).total_seconds(), 0.0)
-    if holder.lease is None:
-        return (
-            f"node {node}'s lease key holds {holder.who()}, written {age:.1f} s ago: it counts "
-            f"as held for {left:.1f} s more ({LEASE_INTERVALS} of this worker's intervals). "
-            f"Start this one again then, or {TAKEOVER} to write over it"
-        )
-    return (
-        f"node {node} is held by another live worker: {holder.who()}; its lease was refreshed "
-        f"{age:.1f} s ago (every {holder.lease.interval_s:g} s) and expires in {left:.1f} s "
-        f"unless refreshed again. Stop it, or {TAKEOVER} to take the node from it; {OWN_NODE}"
-    )
-
-
-def answering_message(node: str, subject: str, session: str, bucket: str) -> str:
-    return (
-        f"node {node} is held by a live worker that answers on {subject} (session {session}), "
-        f"though its lease in KV {bucket} is missing or expired (the bucket deleted, the key "
-        "removed by hand, or refreshes that did not get through): that worker writes it again "
-        f"at its next refresh. Stop it, or {TAKEOVER} to take the node from it; {OWN_NODE}"
-    )
-
-
-def lost_message(node: str, holder: Holder) -> str:
-    return (
-        f"node {node} was taken over by another worker: {holder.who()} (started with "
-        f"--takeover, or this worker's lease went {LEASE_INTERVALS} intervals unrefreshed); "
-        f"this worker stops publishing for it. Stop one of the two; {OWN_NODE}"
     )
 
 
@@ -271,25 +238,11 @@ class LeaseKeeper:
         if ask and not self.takeover:
             holder = await self._read(js)
             live = holder is not None and holder.live(self.server_now(), self.lease.interval_s)
-            if not live and (session := await self._answering(nc)) is not None:
+            if not live and (session := await answering(nc, self.lease, self.prefix)) is not None:
                 subject = f"{subjects.service(self.lease.node, self.prefix)}.telemetry"
                 message = answering_message(self.lease.node, subject, session, self.bucket.name)
                 raise LeaseHeld(message)
         await self._write(js, 0, refreshing=False)
-
-    async def _answering(self, nc: Client) -> str | None:
-        """The session of a worker of this node that answers on its micro service now, or
-        None when none does ("?" for an answer that names none)."""
-        subject = f"{subjects.service(self.lease.node, self.prefix)}.telemetry"
-        try:
-            reply = await nc.request(subject, b"", timeout=ANSWER_S)
-        except (nats.errors.Error, TimeoutError):
-            return None  # no responders, no answer, or not allowed to ask: nobody known
-        try:
-            session = decode(reply.data, NodeTelemetry, reply.headers).session
-        except DecodeError:
-            return "?"  # an answer all the same (no sample yet): someone serves the node
-        return None if session == self.lease.session else session
 
     async def holder(self, nc: Client, js: JetStreamContext) -> Holder | None:
         """Who holds the lease now, as the server stored it (None: nobody ever did), this

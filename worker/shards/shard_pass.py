@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,6 +29,7 @@ from .engine_log import EngineEvidence
 from .engine_logs import EngineLogs, Evidence
 from .gpu_health import health_by_index, unhealthy, with_health
 from .liveness import Tracked, find_processes, named, readiness, settled, shared_processes
+from .lost_evidence import held
 from .placements import MAX_SHARDS, Placement, ShardsFile, placed
 from .silent_tools import engine_says_cpu
 from .verdict import GpuIds, Judgement, Observation, gpu_ids, judge
@@ -39,9 +40,6 @@ if TYPE_CHECKING:  # the bucket brings the NATS client, which `placewatch sample
 log = logging.getLogger(__name__)
 
 REPORT_IT = "please report it with the output of `placewatch sample --json`"
-HELD = frozenset({"gpu", "partial", "cpu_fallback", "misplaced", "cpu"})
-"""The verdicts that evidence gave and that a shard keeps, marked stale, while the evidence
-is lost: a fallback resolves only on evidence, never because a tool or a log went silent."""
 
 
 def _at_most(placements: list[Placement], most: int) -> tuple[list[Placement], int]:
@@ -226,10 +224,10 @@ class ShardPass:
     ) -> Judgement:
         """One shard's verdict. Nothing about one shard stops the others: an error checking or
         judging it makes it `unknown`, saying what went wrong, and a verdict evidence gave
-        stands through it as through any loss of evidence (_held)."""
+        stands through it as through any loss of evidence (lost_evidence.py)."""
         if t.error is not None:
             lost = Judgement("unknown", f"placewatch could not check this shard: {t.error}")
-            return self._held(t, lost, seen.gpus_known, now)
+            return held(t, lost, seen.gpus_known, now)
         obs = Observation(
             placement=t.placement,
             pid=t.pid,
@@ -251,40 +249,8 @@ class ShardPass:
             lost = Judgement(
                 "unknown", f"placewatch could not judge this shard ({said}); {REPORT_IT}"
             )
-            return self._held(t, lost, seen.gpus_known, now)
-        return self._held(t, judged, seen.gpus_known, now)
-
-    def _held(self, t: Tracked, judged: Judgement, gpus_known: bool, now: datetime) -> Judgement:
-        """The verdict to give: `judged`, unless it is `unknown` for want of evidence (the GPU
-        tools silent, a log gone, an error) where evidence judged this same process before.
-        That verdict then stands, marked stale since the last evidence, for as long as the
-        evidence stays lost: only evidence ends a fallback (the shard seen computing where it
-        was placed, its process gone, or no longer placed; docs/shards.md, Lost evidence)."""
-        known = t.known if t.known is not None and t.known[2] == t.pid else None
-        if judged.verdict == "unknown":
-            if known is None:
-                return judged
-            last, since, _ = known
-            lost = "the GPU tools have not answered" if not gpus_known else judged.reason
-            return replace(
-                last,
-                reason=f"{last.reason} (stale since {since:%Y-%m-%dT%H:%M:%SZ}: {lost}; the "
-                "verdict stands until evidence says otherwise)",
-                stale=True,
-                stale_since=since,
-            )
-        if gpus_known:
-            if judged.verdict in HELD:
-                t.known = (judged, now, t.pid)
-            return judged
-        if known is None:
-            return judged
-        # The engine's own word decides, fresh; what only the GPU tools tell (the memory its
-        # processes hold, whose GPUs those are) stands as they last told it, rather than a
-        # status for every failed read.
-        last = known[0]
-        backend = last.backend if judged.backend == "unknown" else judged.backend
-        return replace(judged, devices=last.devices, backend=backend)
+            return held(t, lost, seen.gpus_known, now)
+        return held(t, judged, seen.gpus_known, now)
 
     def _attribute(self, gpus: list[GpuSample], gpus_known: bool, exited: bool) -> _Attributed:
         shard_pids = {

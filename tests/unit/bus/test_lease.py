@@ -12,8 +12,8 @@ import msgspec
 import pytest
 
 from placewatch.schemas import LEASE_INTERVALS, NodeLease, encode
-from placewatch.worker.bus.holder import Holder, holder_of
-from placewatch.worker.bus.lease import held_message, lost_message, node_lease
+from placewatch.worker.bus.holder import Holder, held_message, holder_of, lost_message
+from placewatch.worker.bus.lease import node_lease
 
 STORED = datetime(2026, 11, 30, 6, 12, 3, 500000, tzinfo=UTC)
 LEASE = NodeLease(

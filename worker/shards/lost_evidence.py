@@ -1,0 +1,55 @@
+"""Lost evidence holds a verdict: a fallback resolves only on evidence.
+
+Evidence ends a fallback: the shard seen computing where it was placed, its process gone, or
+no longer placed. Losing it does not: the GPU tools that stop answering (a driver stuck after
+an Xid), an engine's log truncated or deleted, an error checking the shard. Read as `unknown`,
+such a tick resolved every live alert, and the alert fired again when the evidence came back.
+So a verdict that evidence gave a shard's process stands while the evidence is lost, marked
+stale since the evidence was last had (ComputeStatus.stale, .stale_since), for as long as it
+stays lost (docs/shards.md, Lost evidence).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime
+
+from .liveness import Tracked
+from .verdict import Judgement
+
+HELD = frozenset({"gpu", "partial", "cpu_fallback", "misplaced", "cpu"})
+"""The verdicts that evidence gave and that a shard keeps, marked stale, while the evidence
+is lost."""
+
+
+def held(t: Tracked, judged: Judgement, gpus_known: bool, now: datetime) -> Judgement:
+    """The verdict to give: `judged`, unless it is `unknown` for want of evidence (the GPU
+    tools silent, a log gone, an error) where evidence judged this same process before.
+    That verdict then stands, marked stale since the last evidence, for as long as the
+    evidence stays lost: only evidence ends a fallback (the shard seen computing where it
+    was placed, its process gone, or no longer placed; docs/shards.md, Lost evidence)."""
+    known = t.known if t.known is not None and t.known[2] == t.pid else None
+    if judged.verdict == "unknown":
+        if known is None:
+            return judged
+        last, since, _ = known
+        lost = "the GPU tools have not answered" if not gpus_known else judged.reason
+        return replace(
+            last,
+            reason=f"{last.reason} (stale since {since:%Y-%m-%dT%H:%M:%SZ}: {lost}; the "
+            "verdict stands until evidence says otherwise)",
+            stale=True,
+            stale_since=since,
+        )
+    if gpus_known:
+        if judged.verdict in HELD:
+            t.known = (judged, now, t.pid)
+        return judged
+    if known is None:
+        return judged
+    # The engine's own word decides, fresh; what only the GPU tools tell (the memory its
+    # processes hold, whose GPUs those are) stands as they last told it, rather than a
+    # status for every failed read.
+    last = known[0]
+    backend = last.backend if judged.backend == "unknown" else judged.backend
+    return replace(judged, devices=last.devices, backend=backend)
