@@ -34,6 +34,7 @@ from tests.conftest import (
     wait_older_than,
 )
 from tests.support.certs import make_certs, needs_openssl
+from tests.support.eventually import eventually
 from tests.support.http_endpoint import Endpoint
 from tests.support.natsproto import Message, RawSubscriber
 
@@ -120,11 +121,13 @@ def test_least_privilege_works_and_another_nodes_subjects_are_refused(
         # that node's inbox, so it cannot take that node's lease and publishes nothing for it;
         # it says so, once, and keeps running.
         impostor = Worker(
-            "--nats", server.url, "--node", "n2", "--interval", "1", "--no-discover", env=env
-        )
+            "--nats", server.url, "--node", "n2", "--interval", "1", "--no-discover",
+            "--log-level", "debug", env=env,
+        )  # fmt: skip
         workers.append(impostor)
         impostor.wait_for("nothing is published until it is taken")
-        time.sleep(3)  # three more tries to take the lease (one a second): none says it again
+        # Three more tries to take the lease (one a second), each said at DEBUG only.
+        eventually(lambda: impostor.err().count("still cannot take node n2's lease") >= 3)
         assert impostor.proc.poll() is None, "the worker stopped on a refusal"
         code, _, _, err = impostor.stop()
         assert code == 0

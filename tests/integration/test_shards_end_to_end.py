@@ -39,7 +39,7 @@ from tests.conftest import (
     start,
     wait_older_than,
 )
-from tests.support.eventually import eventually
+from tests.support.eventually import answered, eventually
 from tests.support.natsproto import RawSubscriber
 
 
@@ -99,12 +99,7 @@ async def put(url: str, key: str, value: bytes | None) -> None:
     nc = await nats.connect(url)
     try:
         js = nc.jetstream()
-        for _ in range(50):  # the worker creates the bucket when it starts
-            try:
-                kv = await js.key_value(PLACEMENTS.name)
-                break
-            except Exception:
-                await anyio.sleep(0.2)
+        kv = await answered(lambda: js.key_value(PLACEMENTS.name), what="the placements bucket")
         if value is None:
             await kv.delete(key)
         else:

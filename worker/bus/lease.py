@@ -225,6 +225,8 @@ class LeaseKeeper:
                         waiting,
                         RETRY_S,
                     )
+                else:  # said once: a try that fails alike is said at DEBUG only
+                    log.debug("still cannot take node %s's lease (%s)", self.lease.node, why)
                 said = why
             await anyio.sleep(RETRY_S)
 
