@@ -230,7 +230,9 @@ def list_devices_check(engine: Engine, text: str, error: str | None, node_gpus: 
     if evidence.gpu_failed is not None:
         return _backend_failed(label, evidence.gpu_failed, evidence.gpu_backend, devices, node_gpus)
     if not devices:
-        return _no_device(label, error, node_gpus)
+        cpu_only = error is None and evidence.gpu_backend is None
+        libraries = _backend_libraries(engine.path)
+        return _no_device(label, error, node_gpus, cpu_only and libraries == [])
     if error is not None:
         return Check(
             ENGINE,
@@ -251,17 +253,39 @@ def _backend_failed(
     return Check(ENGINE, "fail", found, _backend_advice(failed, backend))
 
 
-def _no_device(label: str, error: str | None, node_gpus: int) -> Check:
+def _no_device(label: str, error: str | None, node_gpus: int, cpu_only: bool) -> Check:
+    """No GPU listed; `cpu_only`: nothing it printed names a GPU backend, and no backend
+    library is beside it, so it was compiled without one."""
     if node_gpus == 0:
         return Check(ENGINE, "skip", f"{label}: lists no GPU device; the GPU tools see none")
+    found = f"{label}: lists no GPU device, though the GPU tools see {count(node_gpus, 'GPU')}"
+    found += f" ({error})" if error else ""
+    if cpu_only:
+        return Check(
+            ENGINE,
+            "fail",
+            f"{found}; it has no GPU backend (compiled without GPU support)",
+            "run a GPU build of llama.cpp (e.g. -DGGML_CUDA=ON, or a CUDA release; "
+            "-DGGML_HIP=ON for AMD GPUs)",
+        )
     return Check(
         ENGINE,
         "fail",
-        f"{label}: lists no GPU device, though the GPU tools see {count(node_gpus, 'GPU')}"
-        + (f" ({error})" if error else ""),
+        found,
         "check that it was built for them (-DGGML_CUDA=ON, -DGGML_HIP=ON) and that its "
         "libggml-cuda.so (or libggml-hip.so) is beside it; run ldd on that library",
     )
+
+
+def _backend_libraries(path: str) -> list[str] | None:
+    """The GPU backend libraries beside a build (a GGML_BACKEND_DL build loads them from its
+    own folder): none for a CPU-only build or a static one; None where its folder cannot be
+    read."""
+    try:
+        names = sorted(os.listdir(os.path.dirname(os.path.abspath(path))))
+    except OSError:
+        return None
+    return [n for n in names if _BACKEND_LIB.fullmatch(n)]
 
 
 def _device(device: str, lines: Sequence[str]) -> str:

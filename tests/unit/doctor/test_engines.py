@@ -6,6 +6,8 @@ tests/fixtures/engine-logs, and real captures of ../shared/corpus/engine-logs wh
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from placewatch.worker.doctor import Check, Engine
 from placewatch.worker.doctor.engines import list_devices_check
 
@@ -163,3 +165,27 @@ def test_devices_listed_then_a_crash_fails_asking_to_read_the_last_lines() -> No
         f"{LABEL}: lists CUDA0 NVIDIA A100-SXM4-80GB, CUDA1 NVIDIA A100-SXM4-80GB, then {error}",
         "run /opt/llama.cpp/bin/llama-server --list-devices and read what it prints last",
     )
+
+
+def test_a_build_without_a_gpu_backend_is_told_to_run_a_gpu_build(tmp_path: Path) -> None:
+    """A real CPU-only b11434 prints only `Available devices:`; nothing beside it either."""
+    binary = tmp_path / "llama-server"
+    binary.touch()
+    check = list_devices_check(Engine(str(binary)), "Available devices:\n", None, 2)
+    assert check == Check(
+        "engine pre-flight",
+        "fail",
+        f"llama-server ({binary}): lists no GPU device, though the GPU tools see 2 GPUs; it has "
+        "no GPU backend (compiled without GPU support)",
+        "run a GPU build of llama.cpp (e.g. -DGGML_CUDA=ON, or a CUDA release; -DGGML_HIP=ON "
+        "for AMD GPUs)",
+    )
+    assert "ldd" not in (check.todo or "")
+
+
+def test_a_backend_library_beside_it_that_lists_nothing_is_asked_about(tmp_path: Path) -> None:
+    binary = tmp_path / "llama-server"
+    binary.touch()
+    (tmp_path / "libggml-vulkan.so").touch()
+    check = list_devices_check(Engine(str(binary)), "Available devices:\n", None, 2)
+    assert check.todo == NOT_BUILT_FOR_THEM
