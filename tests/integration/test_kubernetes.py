@@ -161,6 +161,17 @@ def test_it_runs_read_only_with_two_capabilities() -> None:
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
 
 
+def test_it_reads_the_kubelet_s_pod_logs_read_only() -> None:
+    """Engines in pods write to stdout; their logs are the kubelet's files (log_path.py)."""
+    mounts = {m["mountPath"]: m for m in worker()["volumeMounts"]}
+    volumes = {v["name"]: v for v in daemonset()["spec"]["template"]["spec"]["volumes"]}
+    for path in ("/var/log/pods", "/var/log/containers"):
+        assert mounts[path]["readOnly"] is True
+        assert volumes[mounts[path]["name"]]["hostPath"] == {"path": path, "type": "Directory"}
+    writable = {p for p, m in mounts.items() if not m.get("readOnly")}
+    assert writable == {"/run/placewatch", "/tmp"}
+
+
 def test_forget_runs_daily_one_at_a_time_as_nobody_with_the_forget_credentials() -> None:
     job = objects()["CronJob/placewatch-forget"]["spec"]
     assert job["schedule"] == "17 3 * * *"

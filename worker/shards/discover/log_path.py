@@ -15,6 +15,13 @@ Ollama nor vLLM has a log-file flag. An Ollama runner writes its stderr to a pip
 server copies to the server's own stderr, and shares the server's stdout (Ollama's
 llm/server.go), so `ollama serve > ollama.log 2>&1` makes that file the runner's stdout.
 
+An engine in a container writes to a pipe its runtime reads; the runtime keeps the file. For a
+container's process (its id from its cgroup, cgroup.py) the log is the kubelet's
+`/var/log/containers/<pod>_<namespace>_<container>-<id>.log`, a link to the CRI file under
+`/var/log/pods/<namespace>_<pod>_<uid>/<container>/`, or Docker's json-file log
+`/var/lib/docker/containers/<id>/<id>-json.log`: files the runtime names by the container's id
+and only it writes (the DaemonSet mounts them read-only). unwrap.py reads their format.
+
 A path is used only when it names, in this worker's filesystem, the very file the engine
 holds open (a container's /var/log is not the node's) and this worker may read it. A path
 on a command line that the engine does not hold open is not followed: anyone may write
@@ -28,10 +35,13 @@ import stat
 from collections.abc import Mapping
 from pathlib import Path
 
+from ..cgroup import CONTAINER_ID
 from .flags import LOG_FILE, lookup
 from .launch import Launch
 
 STDOUT, STDERR = 1, 2
+CONTAINER_LOGS = Path("/var/log/containers")
+DOCKER_CONTAINERS = Path("/var/lib/docker/containers")
 
 _OUTPUTS = {"vllm": (STDOUT, STDERR)}
 """The order an engine's outputs are looked at, where it is not stderr first."""
@@ -95,3 +105,33 @@ def _log_file_flag(launch: Launch, env: Mapping[str, str] | None, process: Path)
         except OSError:
             continue  # closed since the listing
     return None
+
+
+def container_log(
+    container_id: str | None,
+    *,
+    logs: Path = CONTAINER_LOGS,
+    docker: Path = DOCKER_CONTAINERS,
+) -> str | None:
+    """The file a container runtime keeps of the container's output, when this worker may
+    read it: the kubelet's (the file its link in `logs` names), else Docker's json-file."""
+    if container_id is None or not CONTAINER_ID.fullmatch(container_id):
+        return None
+    suffix = f"-{container_id}.log"
+    try:
+        names = [n for n in os.listdir(logs) if n.endswith(suffix)]
+    except OSError:
+        names = []
+    for name in names:
+        target = os.path.realpath(logs / name)
+        if _readable_file(target):
+            return target
+    own = docker / container_id / f"{container_id}-json.log"
+    return str(own) if _readable_file(str(own)) else None
+
+
+def _readable_file(path: str) -> bool:
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode) and os.access(path, os.R_OK)
+    except OSError:
+        return False

@@ -16,9 +16,10 @@ import psutil
 
 from placewatch.schemas import GpuSample
 
+from ..cgroup import read_container
 from .classify import Discovered, classify
 from .launch import VLLM, Launch, read_launch
-from .log_path import find_log
+from .log_path import container_log, find_log
 
 MAX_DEPTH = 64
 """Ancestors looked at when asking whether an engine process is another's child."""
@@ -73,7 +74,7 @@ def discover(
             gpus,
             create_time=created,
             tools_silent=tools_silent,
-            log_path=find_log(launch, env, pid),
+            log_path=find_log(launch, env, pid) or container_log(read_container(pid).container_id),
         )
         if d is None:
             continue
