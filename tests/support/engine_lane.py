@@ -185,25 +185,30 @@ class Lane:
         env: Mapping[str, str] | None = None,
         log: Path | None = None,
         via: LlamaServers | None = None,
+        port: int | None = None,
     ) -> Server:
         """A server, its stdout and stderr appended to `log` (a fresh file by default);
-        `via` starts it through another command (a wrapper) than the binary."""
+        `via` starts it through another command (a wrapper) than the binary; on `port`, or a
+        free one."""
         log = log or self.tmp / f"server-{len(self.started)}.log"
         with log.open("ab") as out:
             proc, port = (via or self.servers).start(
-                *args, stdout=out, stderr=subprocess.STDOUT, env=dict(env or {})
+                *args, stdout=out, stderr=subprocess.STDOUT, env=dict(env or {}), port=port
             )
         server = Server(proc, port, log)
         self.started.append(server)
         return server
 
-    def shards_file(self, placed: Mapping[str, Server]) -> Path:
-        """A shards file placing each server on GPU 0, with its log and health URL."""
+    def shards_file(self, placed: Mapping[str, Server], *, by_port: bool = False) -> Path:
+        """A shards file placing each server on GPU 0, with its log and health URL; found by
+        its pid, or with `by_port` by its port on its command line (a restart is the same
+        shard)."""
         path = self.tmp / "shards.toml"
         path.write_text(
             "".join(
-                f'[[shard]]\nid = "{sid}"\npid = {s.pid}\ngpus = [0]\nlog_path = "{s.log}"\n'
-                f'health_url = "http://127.0.0.1:{s.port}/health"\n\n'
+                f'[[shard]]\nid = "{sid}"\ngpus = [0]\nlog_path = "{s.log}"\n'
+                + (f"match = '--port {s.port}\\b'\n" if by_port else f"pid = {s.pid}\n")
+                + f'health_url = "http://127.0.0.1:{s.port}/health"\n\n'
                 for sid, s in placed.items()
             )
         )
@@ -217,10 +222,12 @@ class Lane:
         )
 
     @contextmanager
-    def running(self, placed: Mapping[str, Server]) -> Iterator[dict[str, Running]]:
+    def running(
+        self, placed: Mapping[str, Server], *, by_port: bool = False
+    ) -> Iterator[dict[str, Running]]:
         """A worker for each mode, over every server started: `placed` by the shards file,
         the others left to discovery; each stopped at the end."""
-        shards = self.shards_file(placed)
+        shards = self.shards_file(placed, by_port=by_port)
         self.gpu_lists([s.engine_pid for s in self.started if s.proc.poll() is None])
         envs = {"bare": clean_env(), "gpu": self.fake_gpu.env()}
         with ExitStack() as stack:

@@ -209,10 +209,11 @@ class LlamaServers:
         stderr: Output = subprocess.DEVNULL,
         cwd: Path | None = None,
         env: dict[str, str] | None = None,
+        port: int | None = None,
     ) -> tuple[subprocess.Popen[bytes], int]:
-        """A server on a free loopback port, ready (its /health answers 200); and the port.
-        `env` is added to this environment."""
-        port = free_port()
+        """A server on a free loopback port (or `port`), ready (its /health answers 200); and
+        the port. `env` is added to this environment."""
+        port = port or free_port()
         argv = [str(self.binary), "-m", str(self.model)]
         argv += ["--host", "127.0.0.1", "--port", str(port), *args]
         proc = subprocess.Popen(

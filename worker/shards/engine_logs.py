@@ -16,7 +16,8 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, TypeAlias
 
 import anyio
@@ -25,6 +26,7 @@ from anyio.abc import TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from .engine_log import EngineEvidence, LogTail
+from .engine_log.unwrap import Unwrap
 
 if TYPE_CHECKING:
     from .engine_log.read import EvidenceReader
@@ -58,29 +60,67 @@ class _Followed:
     tail: LogTail
     reader: EvidenceReader = field(default_factory=_reader)
     serving: ServingLog = field(default_factory=_serving)
+    unwrap: Unwrap = field(default_factory=Unwrap)
     generation: int = 0
     polled: bool = False
     """The log was read once: what it held then is history (serving.py)."""
+    pid: int | None = None
+    """The process that writes the log, as the tick last said."""
+    starts: int = 0
+    """The startup banners read by the last answer to the tick."""
+    stale_since: datetime | None = None
+    """When the log was truncated, rotated or removed under the process that writes it."""
+    _rotated: EngineEvidence | None = None
+    """The evidence then: once the engine says more, it is fresh again."""
+
+    def writer(self, pid: int | None) -> None:
+        """The process writing the log now, as the tick found it. One that replaced the last
+        one before its startup banner was read starts a new life from here (lives.py): what
+        was read so far is the last process's. Ollama's runners give None: they come and go
+        within one server's life, which its log follows."""
+        if pid is None:
+            return
+        if self.pid is not None and pid != self.pid and self.reader.lives.starts == self.starts:
+            self.reader.new_life()
+            self.stale_since = None
+        self.pid = pid
+
+    def answer(self) -> EngineEvidence:
+        self.starts = self.reader.lives.starts
+        said = self.reader.snapshot()
+        return said if self.stale_since is None else replace(said, stale_since=self.stale_since)
 
     def update(self) -> bool:
         """Read what the log added; True when its evidence changed (the requests it runs are
         no news worth a tick of their own). Blocking."""
         before = self.reader.snapshot()
         lines = self.tail.poll()
-        if self.tail.generation != self.generation:  # another run of the engine, from the top
-            self.reader, self.generation = _reader(), self.tail.generation
-            self.serving = _serving()
+        if self.tail.generation != self.generation:
+            # Truncated, rotated or removed: what the process said stands, stale, until it
+            # says more; a restart says its banner (or the tick a new pid) and starts afresh.
+            self.generation = self.tail.generation
+            self.serving, self.unwrap = _serving(), Unwrap()
+            self.reader.lives.new_file()
+            if before.known and self.stale_since is None:
+                self.stale_since, self._rotated = datetime.now(UTC), before
         at, history, self.polled = time.monotonic(), not self.polled, True
-        for line in lines:
-            self.reader.read(line)
-            self.serving.read(line, at, history)
-        return self.reader.snapshot() != before
+        for wrapped in lines:
+            for line in self.unwrap.lines(wrapped):
+                self.reader.read(line)
+                self.serving.read(line, at, history)
+        now = self.reader.snapshot()
+        if self.stale_since is not None and now != self._rotated:
+            self.stale_since = None
+        return now != before
+
+
+Wanted = Mapping[str, tuple[str, "int | None"]]
+"""Shard id -> its log's path, and the pid of the process that writes it (None: not told)."""
 
 
 @dataclass(frozen=True)
 class _Ask:
-    wanted: dict[str, str]
-    """Shard id -> log path."""
+    wanted: dict[str, tuple[str, int | None]]
     reply: MemoryObjectSendStream[Evidence]
 
 
@@ -109,7 +149,7 @@ class EngineLogs:
                 changed = bool(followed) and await anyio.to_thread.run_sync(_update_all, followed)
                 if ask is not None:
                     with ask.reply:
-                        evidence = {sid: f.reader.snapshot() for sid, f in followed.items()}
+                        evidence = {sid: f.answer() for sid, f in followed.items()}
                         self.serving = {sid: f.serving.snapshot() for sid, f in followed.items()}
                         with contextlib.suppress(anyio.BrokenResourceError):  # asker cancelled
                             ask.reply.send_nowait(evidence)
@@ -127,9 +167,8 @@ class EngineLogs:
             return await asks.receive()
         return None
 
-    async def read(self, wanted: Mapping[str, str]) -> Evidence:
-        """Follow exactly the logs `wanted` names (shard id -> path) and give their evidence,
-        read up to now."""
+    async def read(self, wanted: Wanted) -> Evidence:
+        """Follow exactly the logs `wanted` names and give their evidence, read up to now."""
         if self._asks is None:
             raise RuntimeError("EngineLogs.read before its task started")
         reply_send, reply = anyio.create_memory_object_stream[Evidence](1)
@@ -142,13 +181,14 @@ class EngineLogs:
         await self._changes.receive()
 
 
-def _follow(followed: dict[str, _Followed], wanted: Mapping[str, str]) -> None:
+def _follow(followed: dict[str, _Followed], wanted: Wanted) -> None:
     for sid in [s for s in followed if s not in wanted]:
         del followed[sid]
-    for sid, path in wanted.items():
+    for sid, (path, pid) in wanted.items():
         current = followed.get(sid)
         if current is None or str(current.tail.path) != path:
-            followed[sid] = _Followed(LogTail(path))
+            current = followed[sid] = _Followed(LogTail(path))
+        current.writer(pid)
 
 
 def _update_all(followed: Mapping[str, _Followed]) -> bool:

@@ -9,6 +9,7 @@ grace period has passed since its process started.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -52,11 +53,15 @@ class Tracked:
     container: Container = NONE
     """The container and pod its process runs in: read once when the process is found (a
     process's cgroup does not change while it runs)."""
+    cpu_flag: str | None = None
+    """The engine's own flag that keeps its model on the CPU ("-ngl 0"), read from its command
+    line and environment once when a placed shard's process is found."""
 
     def forget_process(self) -> None:
         self.pid = self.create_time = self.started = None
         self.ready = False
         self.container = NONE
+        self.cpu_flag = None
 
 
 def named(sid: str, placement: Placement) -> str:
@@ -80,6 +85,29 @@ def shared_processes(tracked: Mapping[str, Tracked]) -> dict[str, str]:
         if t.pid is not None and holders.setdefault(t.pid, sid) != sid:
             shared[sid] = holders[t.pid]
     return shared
+
+
+def shared_logs(tracked: Mapping[str, Tracked], shared: Mapping[str, str]) -> dict[str, str]:
+    """Each shard whose log another shard's live process writes too -> what to say. Two
+    engines appending to one file interleave their lines, so neither's can be told apart: one
+    would be given the other's verbosity, devices and failures."""
+    writers: dict[str, dict[int, str]] = {}
+    for sid, t in tracked.items():
+        path = t.placement.spec.log_path
+        if path and t.pid is not None and sid not in shared:
+            writers.setdefault(os.path.normpath(path), {})[t.pid] = sid
+    said = {}
+    for path, by_pid in writers.items():
+        if len(by_pid) < 2:
+            continue
+        for pid, sid in by_pid.items():
+            others = ", ".join(f"{o} (pid {p})" for p, o in by_pid.items() if p != pid)
+            said[sid] = (
+                f"two engines write this log ({path}): {others} too, so whose lines are whose "
+                "cannot be told; give each engine its own log (llama.cpp: -lv 4 with "
+                "--log-file)"
+            )
+    return said
 
 
 def runs(table: ProcTable, pid: int, started: int | None) -> bool:
@@ -152,6 +180,29 @@ def _find_process(
         return
     t.pid, t.create_time, t.started, t.ready = pid, created, started, False
     t.container = read_container(pid, table.root)
+    if t.placement.origin != "discovered":  # discovery read its flags already
+        t.cpu_flag = own_cpu_flag(pid)
+
+
+def own_cpu_flag(pid: int) -> str | None:
+    """What on an engine's command line (or in its environment) keeps it on the CPU, as
+    written: `-ngl 0`, `--device none`, vLLM's `--device cpu`; None for anything else, or a
+    process that cannot be read."""
+    from .discover.intent import cpu_flag  # noqa: PLC0415 - discovery's tables, when placed
+    from .discover.launch import read_launch  # noqa: PLC0415
+
+    try:
+        process = psutil.Process(pid)
+        launch = read_launch(process.cmdline())
+        if launch is None:
+            return None
+        try:
+            env: dict[str, str] | None = process.environ()
+        except psutil.AccessDenied:
+            env = None
+    except psutil.Error:
+        return None
+    return cpu_flag(launch, env)
 
 
 class SlowPattern(Exception):

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime
 
+from .engine_log import EngineEvidence
 from .liveness import Tracked
 from .verdict import Judgement
 
@@ -53,3 +54,18 @@ def held(t: Tracked, judged: Judgement, gpus_known: bool, now: datetime) -> Judg
     last = known[0]
     backend = last.backend if judged.backend == "unknown" else judged.backend
     return replace(judged, devices=last.devices, backend=backend)
+
+
+def rotated(judged: Judgement, evidence: EngineEvidence | None) -> Judgement:
+    """A verdict read from a log truncated, rotated or removed under the same process: it
+    stands, stale since then, until the engine says more (or starts again)."""
+    since = evidence.stale_since if evidence is not None else None
+    if since is None or judged.stale or judged.verdict not in HELD:
+        return judged
+    return replace(
+        judged,
+        reason=f"{judged.reason} (stale since {since:%Y-%m-%dT%H:%M:%SZ}: its log was truncated "
+        "or rotated under it; the verdict stands until its engine says otherwise)",
+        stale=True,
+        stale_since=since,
+    )

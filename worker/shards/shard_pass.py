@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -24,12 +24,21 @@ from placewatch.schemas import ComputeStatus, GpuHealth, GpuSample, ShardBrief, 
 from ..gpu import ActivityWanted
 from .activity import Activity, ActivityWindows, Read, shard_usage
 from .attribution import Held, ProcTable, attribute, owner, unseen_holders
+from .discover.launch import OLLAMA
 from .discovered import DiscoveryWalks
 from .engine_log import EngineEvidence
 from .engine_logs import EngineLogs, Evidence
 from .gpu_health import health_by_index, unhealthy, with_health
-from .liveness import Tracked, find_processes, named, readiness, settled, shared_processes
-from .lost_evidence import held
+from .liveness import (
+    Tracked,
+    find_processes,
+    named,
+    readiness,
+    settled,
+    shared_logs,
+    shared_processes,
+)
+from .lost_evidence import held, rotated
 from .placements import MAX_SHARDS, Placement, ShardsFile, placed
 from .silent_tools import engine_says_cpu
 from .verdict import GpuIds, Judgement, Observation, gpu_ids, judge
@@ -110,12 +119,14 @@ class ShardPass:
         self.clock = clock
         self.tracked: dict[str, Tracked] = {}
         self.shared: dict[str, str] = {}
+        self.shared_logs: dict[str, str] = {}
+        """Each shard whose log another shard's process writes too -> what to say of it."""
         """Shards refused this tick for naming a process another shard holds -> that shard."""
         self.table = ProcTable(proc_root)
         self.walks = DiscoveryWalks(clock)
         self._owners: dict[int, str | None] = {}
         self._owners_for: dict[int, str] = {}
-        self._logs_wanted: dict[str, str] = {}
+        self._logs_wanted: dict[str, tuple[str, int | None]] = {}
         self.windows = ActivityWindows()
         self.gpu_health: dict[int, GpuHealth] = {}
         """Each GPU's health as the GPU tools last told it: it stands while they fail (a GPU
@@ -167,6 +178,7 @@ class ShardPass:
         if not settled(self.tracked.values(), self.table):
             await anyio.to_thread.run_sync(find_processes, self.tracked.values(), self.table)
         self.shared = shared_processes(self.tracked)
+        self.shared_logs = shared_logs(self.tracked, self.shared)
         problems += self._refused(self.shared)
         await self._readiness()
         evidence = await self._evidence()
@@ -228,8 +240,12 @@ class ShardPass:
         if t.error is not None:
             lost = Judgement("unknown", f"placewatch could not check this shard: {t.error}")
             return held(t, lost, seen.gpus_known, now)
+        if sid in self.shared_logs:
+            return held(t, Judgement("unknown", self.shared_logs[sid]), seen.gpus_known, now)
         obs = Observation(
-            placement=t.placement,
+            placement=replace(t.placement, cpu_on_purpose=t.cpu_flag)
+            if t.cpu_flag
+            else t.placement,
             pid=t.pid,
             alive=t.pid is not None,
             ready=t.ready,
@@ -250,7 +266,7 @@ class ShardPass:
                 "unknown", f"placewatch could not judge this shard ({said}); {REPORT_IT}"
             )
             return held(t, lost, seen.gpus_known, now)
-        return held(t, judged, seen.gpus_known, now)
+        return held(t, rotated(judged, evidence), seen.gpus_known, now)
 
     def _attribute(self, gpus: list[GpuSample], gpus_known: bool, exited: bool) -> _Attributed:
         shard_pids = {
@@ -286,9 +302,9 @@ class ShardPass:
         """What each followed log says; a tick with no log to follow, now or before, asks
         nothing of EngineLogs."""
         wanted = {
-            sid: t.placement.spec.log_path
+            sid: (spec.log_path, None if spec.engine == OLLAMA else t.pid)
             for sid, t in self.tracked.items()
-            if t.placement.spec.log_path
+            if (spec := t.placement.spec).log_path and sid not in self.shared_logs
         }
         if self.logs is None or not (wanted or self._logs_wanted):
             return {}

@@ -202,9 +202,17 @@ def _before_evidence(case: _Case) -> Judgement | None:
                 f"cannot tell which GPUs it was meant for: {obs.placement.gpus_unknown}"
             ),
         )
+    on_purpose = obs.placement.cpu_on_purpose
     if not case.placed:
-        why = f" ({obs.placement.cpu_on_purpose})" if obs.placement.cpu_on_purpose else ""
+        why = f" ({on_purpose})" if on_purpose else ""
         return case.verdict("cpu", f"placed on the CPU on purpose{why}", "CPU")
+    if on_purpose:  # placed on GPUs, and its own flags say the CPU: the flags are meant
+        return case.verdict(
+            "cpu",
+            f"on the CPU on purpose: its own flags say so ({on_purpose}), though placed on "
+            f"{_gpu_list(case.placed)}; drop {on_purpose} to use them, or place it on no GPU",
+            "CPU",
+        )
     if not obs.ready:
         return case.verdict(
             "starting", "not ready yet: waiting for its health check or grace period"

@@ -27,7 +27,6 @@ from placewatch.schemas import FALLBACK_VERDICTS
 from placewatch.worker.shards.engine_log import EngineEvidence
 from placewatch.worker.shards.engine_logs import EngineLogs
 
-from tests.conftest import FakeGpuTools, NatsServer
 from tests.support import llama_server
 from tests.support.engine_lane import (
     H200_UUID,
@@ -96,21 +95,6 @@ class Said:
     layers: tuple[int | None, int | None] = (None, None)
 
 
-@pytest.fixture
-def lane(
-    llama_servers: LlamaServers,
-    cpu_only_build: Path,
-    nats_server: NatsServer,
-    fake_gpu: FakeGpuTools,
-    tmp_path: Path,
-) -> Iterator[Lane]:
-    lane = Lane(llama_servers, nats_server, fake_gpu, tmp_path)
-    yield lane
-    for pid in [c for s in lane.started for c in descendants(s.pid)]:
-        with suppress(psutil.NoSuchProcess):
-            psutil.Process(pid).kill()
-
-
 def shown(evidence: list[str]) -> tuple[str, ...]:
     """The evidence, with device_info's CPU entry written as CPU_LISTED."""
     cpu = re.compile(r"- CPU +: .+ \(\d+ MiB, \d+ MiB free\)")
@@ -165,6 +149,13 @@ class Case:
         check(session, PLACED, placed_want, pid=placed, placed=[0], held=held)
 
 
+def own_flags(flag: str) -> str:
+    return (
+        f"on the CPU on purpose: its own flags say so ({flag}), though placed on GPU 0; drop "
+        f"{flag} to use them, or place it on no GPU"
+    )
+
+
 def cpu_fallback(reason: str, evidence: tuple[str, ...]) -> Said:
     return Said("cpu_fallback", "CPU", reason, evidence)
 
@@ -212,14 +203,24 @@ CASES = {
         placed_bare=NO_USABLE_GPU,
         placed_gpu=NO_USABLE_GPU,
     ),
-    # -ngl 0 is the CPU on purpose, unless a shards file placed it on a GPU
+    # -ngl 0 is the CPU on purpose, found or placed on a GPU by a shards file
     "ngl0": Case(
         ("-ngl", "0"),
         {},
         discovered_bare=Said("cpu", "CPU", "placed on the CPU on purpose (-ngl 0)", NGL),
         discovered_gpu=Said("cpu", "CPU", "placed on the CPU on purpose (-ngl 0)", NGL),
-        placed_bare=NO_USABLE_GPU,
-        placed_gpu=NO_USABLE_GPU,
+        placed_bare=Said("cpu", "CPU", own_flags("-ngl 0"), NGL),
+        placed_gpu=Said("cpu", "CPU", own_flags("-ngl 0"), NGL),
+        discovered_gpus=([], []),
+    ),
+    # --device none: no device to offload to, the same
+    "device-none": Case(
+        ("--device", "none"),
+        {},
+        discovered_bare=Said("cpu", "CPU", "placed on the CPU on purpose (--device none)", DEFAULT),
+        discovered_gpu=Said("cpu", "CPU", "placed on the CPU on purpose (--device none)", DEFAULT),
+        placed_bare=Said("cpu", "CPU", own_flags("--device none"), DEFAULT),
+        placed_gpu=Said("cpu", "CPU", own_flags("--device none"), DEFAULT),
         discovered_gpus=([], []),
     ),
     # the layer count from llama.cpp's variable, read as -ngl is
@@ -334,7 +335,7 @@ def follower() -> Iterator[Callable[[Path], EngineEvidence]]:
         logs = EngineLogs()
         running, _ = portal.start_task(logs.run)
         try:
-            yield lambda path: portal.call(logs.read, {PLACED: str(path)})[PLACED]
+            yield lambda path: portal.call(logs.read, {PLACED: (str(path), None)})[PLACED]
         finally:
             running.cancel()
 

@@ -89,7 +89,7 @@ def intended_gpus(
             unknown=f"its settings come from {config[0]}, which placewatch does not read; "
             "place this shard in a shards file to say which GPUs it should use"
         )
-    cpu = _cpu_flag(launch, env) or (_masks_hide_all(env) if tools_silent is not None else None)
+    cpu = cpu_flag(launch, env) or (_masks_hide_all(env) if tools_silent is not None else None)
     if cpu is not None:
         return Intent(cpu=cpu)
     if not gpus and tools_silent is not None:
@@ -112,8 +112,8 @@ def intended_gpus(
     return visible.everything()
 
 
-def _cpu_flag(launch: Launch, env: Mapping[str, str] | None) -> str | None:
-    """The flag (or variable) that keeps the model on the CPU, as written."""
+def cpu_flag(launch: Launch, env: Mapping[str, str] | None) -> str | None:
+    """The engine's own flag (or variable) that keeps the model on the CPU, as written."""
     if launch.dialect == "vllm":
         device = lookup(DEVICE, launch, env)
         return device[0] if device and device[1].strip().lower() == "cpu" else None

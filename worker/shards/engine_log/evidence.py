@@ -13,6 +13,7 @@ only its reader holds.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Literal
 
 EngineBackend = Literal["CUDA", "ROCm", "Vulkan", "Metal", "SYCL", "CPU"]
@@ -63,6 +64,9 @@ class EngineEvidence:
     says. Its `cpu_only_build` is set with it."""
     lines: tuple[str, ...] = ()
     """The lines each finding came from, newest last (bounded), for the status's evidence."""
+    stale_since: datetime | None = None
+    """When the log this was read from was truncated, rotated or removed while the same
+    process writes it: what it said stands, stale, until the engine says more."""
 
     @property
     def known(self) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from .clean import clean_line, is_ollama_format, is_vllm_format
 from .evidence import EngineEvidence, EvidenceState
+from .lives import Lives
 from .llama_cpp import assigned_device, read_llama_cpp_line
 from .ollama import read_ollama_line
 from .rules import cut_line
@@ -32,13 +33,13 @@ nothing else but starts the count of layers and weights afresh, and `device_info
 entry (`- CPU : AMD EPYC (24105 MiB, 24105 MiB free)`), which names nothing but the CPU."""
 
 
-def read_line(ev: EvidenceState, line: str) -> bool:
-    """Update `ev` from one line of an engine's output. False when the line was passed over
-    unread (no keyword in it, or nothing left once cleaned), so `ev` is unchanged. Never
-    raises."""
+def read_line(ev: EvidenceState, line: str, low: str | None = None) -> bool:
+    """Update `ev` from one line of an engine's output (`low`: the line lowercased, where the
+    caller has it). False when the line was passed over unread (no keyword in it, or nothing
+    left once cleaned), so `ev` is unchanged. Never raises."""
     if len(line) > _SCAN_CHARS:
-        line = line[:_SCAN_CHARS]
-    low = line.lower()
+        line, low = line[:_SCAN_CHARS], None
+    low = line.lower() if low is None else low
     if not any(k in low for k in _KEYWORDS):
         return False
     text = clean_line(line)
@@ -78,16 +79,29 @@ def _remember(ev: EvidenceState, text: str) -> None:
 
 
 class EvidenceReader:
-    """The evidence of one engine's output, read line by line; `snapshot()` is what it says
-    so far, a value no later line changes."""
+    """The evidence of one engine's output, read line by line, of the process life that wrote
+    it last (lives.py); `snapshot()` is what it says so far, a value no later line changes."""
 
     def __init__(self) -> None:
         self._state = EvidenceState()
         self._snapshot: EngineEvidence | None = None
+        self.lives = Lives()
 
     def read(self, line: str) -> None:
-        if read_line(self._state, line):
+        line = line[:_SCAN_CHARS]
+        low = line.lower()
+        replay = self.lives.see(line, low)
+        if replay is not None:
+            self.new_life()
+            for said in replay:
+                read_line(self._state, said)
+        elif read_line(self._state, line, low):
             self._snapshot = None
+            self.lives.settled()
+
+    def new_life(self) -> None:
+        """Another process writes from here on: what was read so far is not its evidence."""
+        self._state, self._snapshot = EvidenceState(), None
 
     def snapshot(self) -> EngineEvidence:
         """The evidence so far; the same value until a line that may change it is read."""

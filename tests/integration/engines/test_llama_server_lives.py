@@ -1,0 +1,104 @@
+"""A real llama-server's log across its process's life, as operators run it: restarted into
+the same file, rotated by copytruncate, shared with a second server, written as JSONL.
+
+Real servers (the lane's CPU-only b11434 build) judged by a real `placewatch run` on a real
+nats-server; tests/support/engine_lane.py says how.
+"""
+
+from __future__ import annotations
+
+import os
+
+from placewatch.schemas import ComputeStatus
+
+from .test_llama_server import LV4, NGL, NO_GPU, NO_USABLE_GPU, PLACED, shown
+from tests.support.engine_lane import Lane, Session
+
+
+def fallbacks(session: Session, shard: str) -> list[tuple[str, str]]:
+    return [(f.state, f.status.verdict) for f in session.fallbacks.get(shard, [])]
+
+
+def test_a_restart_into_its_old_log_is_judged_on_its_own_lines(lane: Lane) -> None:
+    """`llama-server -ngl 99 >> s.log` on a CPU build, stopped, started again into s.log at
+    -lv 4 (found by its port: the same shard): its status is the new run's alone."""
+    log = lane.tmp / "s.log"
+    old = lane.start("-ngl", "99", log=log)
+    with lane.running({PLACED: old}, by_port=True) as workers:
+        for w in workers.values():
+            w.settle([PLACED])
+            assert w.session.last(PLACED).verdict == "cpu_fallback"
+        old.stop()
+        new = lane.start("-lv", "4", log=log, port=old.port)
+        lane.gpu_lists([new.engine_pid])
+
+        def judged_anew(s: Session) -> bool:
+            last = s.last(PLACED)
+            return last.pid == new.pid and last.verdict not in ("starting", "gone")
+
+        for w in workers.values():
+            w.until(judged_anew)
+        sessions = {mode: w.session for mode, w in workers.items()}
+    assert log.read_text().count(NO_GPU) == 1
+    for session in sessions.values():
+        now = session.last(PLACED)
+        assert NO_GPU not in now.evidence
+        assert shown(now.evidence) == LV4
+        assert now.reason.startswith("placed on GPU 0 but computing on the CPU: llama.cpp lists")
+        assert not now.stale
+
+
+def test_copytruncate_keeps_the_fallback_stale_and_never_resolves_it(lane: Lane) -> None:
+    server = lane.start("-ngl", "99")
+    with lane.running({PLACED: server}) as workers:
+        for w in workers.values():
+            w.settle([PLACED])
+        os.truncate(server.log, 0)  # logrotate's copytruncate, after its copy
+        for w in workers.values():
+            w.until(lambda s: s.last(PLACED).stale)
+            seen = len(w.session.telemetry)
+            w.until(lambda s, seen=seen: len(s.telemetry) >= seen + 3)
+        sessions = {mode: w.session for mode, w in workers.items()}
+    for session in sessions.values():
+        last: ComputeStatus = session.last(PLACED)
+        assert (last.verdict, last.stale, last.pid) == ("cpu_fallback", True, server.pid)
+        assert last.reason.startswith(NO_USABLE_GPU.reason)
+        assert last.stale_since is not None
+        assert fallbacks(session, PLACED) == [("firing", "cpu_fallback")]
+        assert session.telemetry[-1].shards[PLACED].verdict == "cpu_fallback"
+
+
+def test_two_servers_on_one_log_are_both_unknown_and_say_why(lane: Lane) -> None:
+    log = lane.tmp / "shared.log"
+    quiet = lane.start(log=log)
+    loud = lane.start("-lv", "4", log=log)
+    shards = [quiet.discovered_id, loud.discovered_id]
+    with lane.running({}) as workers:
+        for w in workers.values():
+            w.until(lambda s: all(s.statuses.get(sid) for sid in shards))
+            w.settle(shards)
+        sessions = {mode: w.session for mode, w in workers.items()}
+    for session in sessions.values():
+        for sid, other in ((quiet, loud), (loud, quiet)):
+            s = session.last(sid.discovered_id)
+            assert s.verdict == "unknown", s
+            assert s.reason == (
+                f"two engines write this log ({log}): {other.discovered_id} (pid {other.pid}) "
+                "too, so whose lines are whose cannot be told; give each engine its own log "
+                "(llama.cpp: -lv 4 with --log-file)"
+            )
+            assert s.evidence == []
+            assert fallbacks(session, sid.discovered_id) == []
+
+
+def test_log_jsonl_reads_as_the_text_log_does(lane: Lane) -> None:
+    jsonl = lane.start("-ngl", "99", "--log-jsonl")
+    text = lane.start("-ngl", "99")
+    assert '{"type":"log"' in jsonl.log.read_text()
+    sessions = lane.judge([jsonl], {PLACED: text})
+    for session in sessions.values():
+        found, placed = session.last(jsonl.discovered_id), session.last(PLACED)
+        assert (found.verdict, found.backend) == ("cpu_fallback", "CPU")
+        assert tuple(found.evidence) == NGL
+        assert found.evidence == placed.evidence
+        assert not any("{" in line or "\\n" in line for line in found.evidence)

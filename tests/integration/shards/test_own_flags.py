@@ -1,0 +1,49 @@
+"""A placed engine's own CPU flags, read from its running process's command line and
+environment: a real child named as the engine (its argv[0]), with the engine's flags."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from placewatch.worker.shards.liveness import own_cpu_flag
+
+SLEEP = "import time; time.sleep(60)"
+
+
+@contextmanager
+def engine(argv0: str, *args: str, env: dict[str, str] | None = None) -> Iterator[int]:
+    proc = subprocess.Popen([argv0, "-c", SLEEP, *args], executable=sys.executable, env=env or {})
+    try:
+        yield proc.pid
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.parametrize(
+    ("argv0", "args", "env", "said"),
+    [
+        ("llama-server", ("-ngl", "0"), None, "-ngl 0"),
+        ("llama-server", ("--device", "none"), None, "--device none"),
+        ("llama-server", (), {"LLAMA_ARG_N_GPU_LAYERS": "0"}, "LLAMA_ARG_N_GPU_LAYERS=0"),
+        ("llama-server", ("-ngl", "99"), None, None),
+        ("llama-server", ("-ngl", "0", "-ngl", "99"), None, None),
+        ("bash", ("-ngl", "0"), None, None),
+    ],
+)
+def test_a_running_engine_s_own_cpu_flag(
+    argv0: str, args: tuple[str, ...], env: dict[str, str] | None, said: str | None
+) -> None:
+    with engine(argv0, *args, env=env) as pid:
+        assert own_cpu_flag(pid) == said
+
+
+def test_a_process_gone_has_no_flag() -> None:
+    with engine("llama-server", "-ngl", "0") as pid:
+        pass
+    assert own_cpu_flag(pid) is None
