@@ -22,9 +22,10 @@ import anyio
 import anyio.to_thread
 import psutil
 
+from ..engines import LLAMA_CPP
+from ..engines.llama_cpp.log import listed_device
 from ..probe import ProbeRunner
-from ..shards.discover import LLAMA_CPP, Discovered
-from ..shards.engine_log.llama_cpp import listed_device
+from ..shards.discover import Discovered
 from ..shards.engine_log.read import read_text
 from .placed import Placed
 from .processes import AS_ENGINE_USER

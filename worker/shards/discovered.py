@@ -73,4 +73,6 @@ class DiscoveryWalks:
 
 
 def _placement(d: Discovered) -> Placement:
-    return Placement(d.spec, "discovered", d.gpus_unknown, d.cpu_on_purpose, d.gpu_request)
+    return Placement(
+        d.spec, "discovered", d.gpus_unknown, d.cpu_on_purpose, d.gpu_request, d.log_prefix
+    )

@@ -18,7 +18,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, NamedTuple, TypeAlias
 
 import anyio
 import anyio.to_thread
@@ -60,6 +60,8 @@ class _Followed:
     tail: LogTail
     reader: EvidenceReader = field(default_factory=_reader)
     serving: ServingLog = field(default_factory=_serving)
+    prefix: str | None = None
+    """Only lines starting with this are the shard's (a router's child's `[PORT]`)."""
     unwrap: Unwrap = field(default_factory=Unwrap)
     generation: int = 0
     polled: bool = False
@@ -72,6 +74,13 @@ class _Followed:
     """When the log was truncated, rotated or removed under the process that writes it."""
     _rotated: EngineEvidence | None = None
     """The evidence then: once the engine says more, it is fresh again."""
+
+    def _own(self, lines: list[str]) -> list[str]:
+        """The shard's lines: with a prefix, those that carry it, without it."""
+        if self.prefix is None:
+            return lines
+        cut = len(self.prefix)
+        return [x[cut:].removeprefix(" ") for x in lines if x.startswith(self.prefix)]
 
     def writer(self, pid: int | None) -> None:
         """The process writing the log now, as the tick found it. One that replaced the last
@@ -105,7 +114,7 @@ class _Followed:
                 self.stale_since, self._rotated = datetime.now(UTC), before
         at, history, self.polled = time.monotonic(), not self.polled, True
         for wrapped in lines:
-            for line in self.unwrap.lines(wrapped):
+            for line in self._own(self.unwrap.lines(wrapped)):
                 self.reader.read(line)
                 self.serving.read(line, at, history)
         now = self.reader.snapshot()
@@ -114,13 +123,22 @@ class _Followed:
         return now != before
 
 
-Wanted = Mapping[str, tuple[str, "int | None"]]
-"""Shard id -> its log's path, and the pid of the process that writes it (None: not told)."""
+class Log(NamedTuple):
+    """A shard's log: its path, the pid of the process that writes it (None: not told), and
+    the prefix its own lines carry where others write there too (a router's children)."""
+
+    path: str
+    pid: int | None = None
+    prefix: str | None = None
+
+
+Wanted = Mapping[str, "Log | tuple[str, int | None]"]
+"""Shard id -> its log."""
 
 
 @dataclass(frozen=True)
 class _Ask:
-    wanted: dict[str, tuple[str, int | None]]
+    wanted: dict[str, Log]
     reply: MemoryObjectSendStream[Evidence]
 
 
@@ -173,7 +191,7 @@ class EngineLogs:
             raise RuntimeError("EngineLogs.read before its task started")
         reply_send, reply = anyio.create_memory_object_stream[Evidence](1)
         with reply:
-            await self._asks.send(_Ask(dict(wanted), reply_send))
+            await self._asks.send(_Ask({s: Log(*w) for s, w in wanted.items()}, reply_send))
             return await reply.receive()
 
     async def changed(self) -> None:
@@ -181,13 +199,13 @@ class EngineLogs:
         await self._changes.receive()
 
 
-def _follow(followed: dict[str, _Followed], wanted: Wanted) -> None:
+def _follow(followed: dict[str, _Followed], wanted: Mapping[str, Log]) -> None:
     for sid in [s for s in followed if s not in wanted]:
         del followed[sid]
-    for sid, (path, pid) in wanted.items():
+    for sid, (path, pid, prefix) in wanted.items():
         current = followed.get(sid)
-        if current is None or str(current.tail.path) != path:
-            current = followed[sid] = _Followed(LogTail(path))
+        if current is None or str(current.tail.path) != path or current.prefix != prefix:
+            current = followed[sid] = _Followed(LogTail(path), prefix=prefix)
         current.writer(pid)
 
 

@@ -56,12 +56,14 @@ class Tracked:
     cpu_flag: str | None = None
     """The engine's own flag that keeps its model on the CPU ("-ngl 0"), read from its command
     line and environment once when a placed shard's process is found."""
+    router: bool = False
+    """Its process is a llama-server router, which loads no model itself (read likewise)."""
 
     def forget_process(self) -> None:
         self.pid = self.create_time = self.started = None
         self.ready = False
         self.container = NONE
-        self.cpu_flag = None
+        self.cpu_flag, self.router = None, False
 
 
 def named(sid: str, placement: Placement) -> str:
@@ -91,13 +93,14 @@ def shared_logs(tracked: Mapping[str, Tracked], shared: Mapping[str, str]) -> di
     """Each shard whose log another shard's live process writes too -> what to say. Two
     engines appending to one file interleave their lines, so neither's can be told apart: one
     would be given the other's verbosity, devices and failures."""
-    writers: dict[str, dict[int, str]] = {}
+    writers: dict[tuple[str, str | None], dict[int, str]] = {}
     for sid, t in tracked.items():
         path = t.placement.spec.log_path
         if path and t.pid is not None and sid not in shared:
-            writers.setdefault(os.path.normpath(path), {})[t.pid] = sid
+            where = (os.path.normpath(path), t.placement.log_prefix)  # a router's children
+            writers.setdefault(where, {})[t.pid] = sid
     said = {}
-    for path, by_pid in writers.items():
+    for (path, _), by_pid in writers.items():
         if len(by_pid) < 2:
             continue
         for pid, sid in by_pid.items():
@@ -181,28 +184,33 @@ def _find_process(
     t.pid, t.create_time, t.started, t.ready = pid, created, started, False
     t.container = read_container(pid, table.root)
     if t.placement.origin != "discovered":  # discovery read its flags already
-        t.cpu_flag = own_cpu_flag(pid)
+        t.cpu_flag, t.router = own_flags(pid)
 
 
-def own_cpu_flag(pid: int) -> str | None:
+ROUTER = (
+    "llama-server router (--models-dir), which loads no model itself: each model it loads "
+    "runs in a child found as <router>/<model>; place those, or leave them to discovery"
+)
+
+
+def own_flags(pid: int) -> tuple[str | None, bool]:
     """What on an engine's command line (or in its environment) keeps it on the CPU, as
-    written: `-ngl 0`, `--device none`, vLLM's `--device cpu`; None for anything else, or a
-    process that cannot be read."""
-    from .discover.intent import cpu_flag  # noqa: PLC0415 - discovery's tables, when placed
-    from .discover.launch import read_launch  # noqa: PLC0415
+    written (`-ngl 0`, `--device none`, vLLM's `--device cpu`), and whether it is a
+    llama-server router; (None, False) for anything else, or a process that cannot be read."""
+    from ..engines import engine_of, read_launch  # noqa: PLC0415 - when a placed one runs
 
     try:
         process = psutil.Process(pid)
         launch = read_launch(process.cmdline())
         if launch is None:
-            return None
+            return None, False
         try:
             env: dict[str, str] | None = process.environ()
         except psutil.AccessDenied:
             env = None
     except psutil.Error:
-        return None
-    return cpu_flag(launch, env)
+        return None, False
+    return engine_of(launch).cpu_flag(launch, env), launch.router
 
 
 class SlowPattern(Exception):

@@ -68,6 +68,8 @@ class Placement:
     gpu_request: str | None = None
     """What asks for GPUs ("-ngl 99"), for a discovered engine on a node where no GPU tool
     answered: `gpus_unknown` says so, and only the engine's own word can still tell."""
+    log_prefix: str | None = None
+    """Only the lines of `spec.log_path` that start with this are its own (a router's child)."""
 
 
 def check_spec(raw: object, where: str) -> PlacementSpec:

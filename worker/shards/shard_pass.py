@@ -21,15 +21,16 @@ import anyio.to_thread
 
 from placewatch.schemas import ComputeStatus, GpuHealth, GpuSample, ShardBrief, SourceStatus
 
+from ..engines import OLLAMA
 from ..gpu import ActivityWanted
 from .activity import Activity, ActivityWindows, Read, shard_usage
 from .attribution import Held, ProcTable, attribute, owner, unseen_holders
-from .discover.launch import OLLAMA
 from .discovered import DiscoveryWalks
 from .engine_log import EngineEvidence
-from .engine_logs import EngineLogs, Evidence
+from .engine_logs import EngineLogs, Evidence, Log
 from .gpu_health import health_by_index, unhealthy, with_health
 from .liveness import (
+    ROUTER,
     Tracked,
     find_processes,
     named,
@@ -126,7 +127,7 @@ class ShardPass:
         self.walks = DiscoveryWalks(clock)
         self._owners: dict[int, str | None] = {}
         self._owners_for: dict[int, str] = {}
-        self._logs_wanted: dict[str, tuple[str, int | None]] = {}
+        self._logs_wanted: dict[str, Log] = {}
         self.windows = ActivityWindows()
         self.gpu_health: dict[int, GpuHealth] = {}
         """Each GPU's health as the GPU tools last told it: it stands while they fail (a GPU
@@ -242,6 +243,8 @@ class ShardPass:
             return held(t, lost, seen.gpus_known, now)
         if sid in self.shared_logs:
             return held(t, Judgement("unknown", self.shared_logs[sid]), seen.gpus_known, now)
+        if t.router:
+            return Judgement("unknown", f"pid {t.pid} is a {ROUTER}")
         obs = Observation(
             placement=replace(t.placement, cpu_on_purpose=t.cpu_flag)
             if t.cpu_flag
@@ -302,7 +305,9 @@ class ShardPass:
         """What each followed log says; a tick with no log to follow, now or before, asks
         nothing of EngineLogs."""
         wanted = {
-            sid: (spec.log_path, None if spec.engine == OLLAMA else t.pid)
+            sid: Log(
+                spec.log_path, None if spec.engine == OLLAMA else t.pid, t.placement.log_prefix
+            )
             for sid, t in self.tracked.items()
             if (spec := t.placement.spec).log_path and sid not in self.shared_logs
         }

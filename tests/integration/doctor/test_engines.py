@@ -17,8 +17,9 @@ import pytest
 from placewatch.schemas import PlacementSpec
 from placewatch.worker.doctor import Check, Engine, Report, preflight
 from placewatch.worker.doctor.engines import engines_to_check
+from placewatch.worker.engines import LLAMA_CPP, OLLAMA
 from placewatch.worker.probe import ProbeRunner
-from placewatch.worker.shards.discover import LLAMA_CPP, OLLAMA, Discovered
+from placewatch.worker.shards.discover import Discovered
 
 from tests.conftest import FakeGpuTools, free_port, run_placewatch
 from tests.support.doctor import (

@@ -9,7 +9,8 @@ from pathlib import Path
 from placewatch.schemas import GpuProcess, GpuSample, PlacementSpec
 from placewatch.worker.doctor.processes import check_processes
 from placewatch.worker.doctor.report import Report
-from placewatch.worker.shards.discover import LLAMA_CPP, Discovered
+from placewatch.worker.engines import LLAMA_CPP
+from placewatch.worker.shards.discover import Discovered
 
 from tests.conftest import GPU0, FakeGpuTools, apps, free_port, run_placewatch
 from tests.support.doctor import A100_GPUS, lines

@@ -11,8 +11,8 @@ import os
 
 from placewatch.schemas import ComputeStatus
 
-from .test_llama_server import LV4, NGL, NO_GPU, NO_USABLE_GPU, PLACED, shown
-from tests.support.engine_lane import Lane, Session
+from .test_llama_server import LV4, NGL, NO_GPU, NO_USABLE_GPU, shown
+from tests.support.engine_lane import PLACED, Lane, Session
 
 
 def fallbacks(session: Session, shard: str) -> list[tuple[str, str]]:

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from placewatch.worker.shards.liveness import own_cpu_flag
+from placewatch.worker.shards.liveness import own_flags
 
 SLEEP = "import time; time.sleep(60)"
 
@@ -36,14 +36,21 @@ def engine(argv0: str, *args: str, env: dict[str, str] | None = None) -> Iterato
         ("bash", ("-ngl", "0"), None, None),
     ],
 )
-def test_a_running_engine_s_own_cpu_flag(
+def test_a_running_engine_s_own_flags(
     argv0: str, args: tuple[str, ...], env: dict[str, str] | None, said: str | None
 ) -> None:
     with engine(argv0, *args, env=env) as pid:
-        assert own_cpu_flag(pid) == said
+        assert own_flags(pid) == (said, False)
+
+
+def test_a_router_is_told() -> None:
+    with engine("llama-server", "--models-dir", "/models", "-ngl", "99") as pid:
+        assert own_flags(pid) == (None, True)
+    with engine("llama-server", "--models-dir", "/models", "-m", "x.gguf") as pid:
+        assert own_flags(pid) == (None, False)  # a model of its own: no router
 
 
 def test_a_process_gone_has_no_flag() -> None:
     with engine("llama-server", "-ngl", "0") as pid:
         pass
-    assert own_cpu_flag(pid) is None
+    assert own_flags(pid) == (None, False)

@@ -10,7 +10,7 @@ from placewatch.worker.shards.engine_log.read import read_text
 from placewatch.worker.shards.placements import Placement
 from placewatch.worker.shards.verdict import Observation, judge
 
-from .engine_log.readings import REAL, read_log
+from tests.unit.engines.readings import REAL, read_log
 
 GiB = 1 << 30
 GPUS = [GpuSample(index=i, uuid=f"GPU-{i}", vendor="nvidia") for i in range(4)]

@@ -9,11 +9,13 @@ the CPU is caught like a placed shard would be.
 
 - scan.py      walking the processes: discover(), a child that is part of its parent engine
 - classify.py  one process as a placement: classify(), Discovered
-- launch.py    which engine a command line starts, and whose flags it takes
-- flags.py     reading a flag or the variable it comes from; each engine's flag names
 - endpoint.py  the port and the health URL an engine serves
-- intent.py    the GPUs it meant to use: device masks, CPU-on-purpose flags, device picks
+- intent.py    the GPUs it meant to use: device masks, CPU-on-purpose flags, then the
+               engine's own pick (its folder in worker/engines/)
 - log_path.py  where its output goes, when that is a file this worker can follow
+
+Which engine a command line starts, its flags and what they mean are the engine's
+(worker/engines/).
 
 A device mask that cannot be translated, or runtime device numbers whose
 order is not the bus order, are reported in `gpus_unknown`, never guessed;
@@ -21,7 +23,6 @@ so is an engine meant for GPUs on a node where no GPU tool answered.
 """
 
 from .classify import Discovered, classify
-from .launch import LLAMA_CPP, OLLAMA, VLLM
 from .scan import discover
 
-__all__ = ["LLAMA_CPP", "OLLAMA", "VLLM", "Discovered", "classify", "discover"]
+__all__ = ["Discovered", "classify", "discover"]

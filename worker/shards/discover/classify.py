@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 from placewatch.schemas import GpuSample, PlacementSpec
 
+from ...engines import read_launch
 from .endpoint import health_url, serve_port
 from .intent import intended_gpus
-from .launch import read_launch
 
 
 @dataclass(frozen=True)
@@ -18,7 +18,7 @@ class Discovered:
 
     spec: PlacementSpec
     engine: str
-    """"llama.cpp", "ollama" or "vllm"."""
+    """The engine's name: "llama.cpp", "ollama", "vllm", "sglang"."""
     gpus_unknown: str | None = None
     """Why the intended GPUs cannot be told; `spec.gpus` means nothing when set."""
     cpu_on_purpose: str | None = None
@@ -28,6 +28,9 @@ class Discovered:
     `gpus_unknown` then says so."""
     create_time: float = 0.0
     """The process's start, as psutil reports it (seconds since the epoch)."""
+    log_prefix: str | None = None
+    """The prefix of its lines in `spec.log_path` when that is another process's log: a
+    llama-server router's child (`[PORT]`)."""
 
 
 def classify(

@@ -14,8 +14,8 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Mapping
 
-from .flags import API_PREFIX, HOST, PORT, UNIX_SOCKET, int_value, lookup
-from .launch import Launch
+from ...engines import Launch
+from ...engines.flags import API_PREFIX, HOST, PORT, UNIX_SOCKET, int_value, lookup
 
 _LOOPBACK = {"", "0.0.0.0", "::", "localhost", "127.0.0.1", "[::]"}  # noqa: S104 - hosts read, not bound
 

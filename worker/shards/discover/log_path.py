@@ -35,16 +35,12 @@ import stat
 from collections.abc import Mapping
 from pathlib import Path
 
+from ...engines import Launch, engine_of
+from ...engines.flags import LOG_FILE, lookup
 from ..cgroup import CONTAINER_ID
-from .flags import LOG_FILE, lookup
-from .launch import Launch
 
-STDOUT, STDERR = 1, 2
 CONTAINER_LOGS = Path("/var/log/containers")
 DOCKER_CONTAINERS = Path("/var/lib/docker/containers")
-
-_OUTPUTS = {"vllm": (STDOUT, STDERR)}
-"""The order an engine's outputs are looked at, where it is not stderr first."""
 
 
 def find_log(
@@ -54,7 +50,7 @@ def find_log(
 
     Reads /proc/PID/fd (as root, or as the engine's user); None for anything it may not read.
     """
-    first, second = _OUTPUTS.get(launch.dialect, (STDERR, STDOUT))
+    first, second = engine_of(launch).outputs
     found = _output_file(proc / str(pid) / "fd" / str(first))
     if found is None:
         found = _log_file_flag(launch, env, proc / str(pid))

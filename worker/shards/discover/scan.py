@@ -16,9 +16,11 @@ import psutil
 
 from placewatch.schemas import GpuSample
 
+from ...engines import VLLM, Launch, read_launch
+from ...engines.llama_cpp import served_model
 from ..cgroup import read_container
 from .classify import Discovered, classify
-from .launch import VLLM, Launch, read_launch
+from .endpoint import serve_port
 from .log_path import container_log, find_log
 
 MAX_DEPTH = 64
@@ -49,18 +51,26 @@ def discover(
     descendants count with it. Two engines on one port (each in its own
     container) get their pid added to the id. Each one's output is followed
     where it goes to a file (log_path.py).
+
+    A llama-server router (`--models-dir`) is no shard: it loads no model. Each model it
+    runs is a child llama-server whose output the router prefixes with `[PORT]` into its own:
+    a shard `<router's id>/<model>`, its lines those of the router's log with its prefix.
     """
     if processes is not None:
         seen = _scan(processes)
     else:
         seen = _scan_proc() or _scan(psutil.process_iter())
     parents = _Parents(seen)
+    routers = _routers(seen)
     found: list[Discovered] = []
     for pid, (_, cmdline, launch) in seen.items():
-        if launch is None or pid in exclude:
+        if launch is None or pid in exclude or launch.router:
             continue
         try:
-            if _placed(pid, exclude, parents) or _part_of_parent(pid, launch, seen, parents):
+            router = routers.get(parents.of(pid) or 0)  # its models are shards, placed or not
+            if router is None and _placed(pid, exclude, parents):
+                continue
+            if _part_of_parent(pid, launch, seen, parents):
                 continue
             process = _process(pid, seen[pid])
             created = process.create_time()
@@ -78,6 +88,8 @@ def discover(
         )
         if d is None:
             continue
+        if router is not None:
+            d = _router_child(d, launch, *router)
         if d.spec.health_url and _other_network(pid):
             # Its loopback is its container's, not this worker's: judge it after the grace period.
             d = replace(d, spec=msgspec.structs.replace(d.spec, health_url=None))
@@ -172,6 +184,30 @@ def _environ(process: psutil.Process) -> dict[str, str] | None:
         return process.environ()
     except psutil.AccessDenied:
         return None
+
+
+def _routers(seen: Mapping[int, _Seen]) -> dict[int, tuple[str, str | None]]:
+    """Each llama-server router's pid -> its id and its log (where its children's lines go)."""
+    found = {}
+    for pid, (_, _, launch) in seen.items():
+        if launch is None or not launch.router:
+            continue
+        try:
+            env = _environ(_process(pid, seen[pid]))
+        except psutil.Error:
+            continue
+        port = serve_port(launch, env)
+        found[pid] = (f"{launch.name}-{port or pid}", find_log(launch, env, pid))
+    return found
+
+
+def _router_child(d: Discovered, launch: Launch, router: str, log: str | None) -> Discovered:
+    """A router's child: named by its router and its model, its lines those of the router's
+    log that carry its port."""
+    port = serve_port(launch, None)
+    model = served_model(launch) or str(d.spec.pid)
+    spec = msgspec.structs.replace(d.spec, id=f"{router}/{model}", log_path=log)
+    return replace(d, spec=spec, log_prefix=f"[{port}]" if port else None)
 
 
 def _part_of_parent(pid: int, launch: Launch, seen: Mapping[int, _Seen], parents: _Parents) -> bool:

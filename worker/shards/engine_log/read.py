@@ -8,29 +8,20 @@ followed log.
 
 from __future__ import annotations
 
-from .clean import clean_line, is_ollama_format, is_vllm_format
+from ...engines import ENGINES
+from ...engines.llama_cpp.log import assigned_device
+from .clean import clean_line
 from .evidence import EngineEvidence, EvidenceState
 from .lives import Lives
-from .llama_cpp import assigned_device, read_llama_cpp_line
-from .ollama import read_ollama_line
 from .rules import cut_line
-from .vllm import read_vllm_line
 
 MAX_LINES = 20
 """Finding lines kept in the evidence, newest last."""
 _SCAN_CHARS = 16_384
 """Only this much of a line is searched: vLLM's config line is about 3 KB."""
 
-_KEYWORDS = (
-    "offload", "device", "cuda", "rocm", "vulkan", "sycl", "metal", "mtl", "gpu", "buffer",
-    "platform", "librar", "compiled", "backend", "verbosity", "weights",
-    "model loading", "layer", "blocks", "runner", "overrid", "cublas", "falling back",
-    "model tensors", "ctx size", "mib free",
-)  # fmt: skip
-"""Every line any reader takes holds one of these, lowercased: a load's first line too
-(`load_tensors: loading model tensors`, `llm_load_tensors: ggml ctx size`), which names
-nothing else but starts the count of layers and weights afresh, and `device_info`'s CPU
-entry (`- CPU : AMD EPYC (24105 MiB, 24105 MiB free)`), which names nothing but the CPU."""
+_KEYWORDS = tuple(dict.fromkeys(k for e in ENGINES for k in e.log().keywords))
+"""Every line any engine's reader takes holds one of these, lowercased."""
 
 
 def read_line(ev: EvidenceState, line: str, low: str | None = None) -> bool:
@@ -53,18 +44,18 @@ def read_line(ev: EvidenceState, line: str, low: str | None = None) -> bool:
     return True
 
 
+_LOGS = [e.log() for e in ENGINES]
+
+
 def _read_in_its_format(ev: EvidenceState, line: str, text: str, low: str) -> tuple[str, bool]:
-    """The line read by the reader its format calls for: the engine that said it, and whether
-    it is a finding. Ollama's log holds its runners' llama.cpp lines, so an Ollama line that
-    is no Ollama finding is read as llama.cpp's."""
-    ollama_format = is_ollama_format(line)
-    if ollama_format or "msg=" in text:
-        if read_ollama_line(ev, text, low):
-            return "ollama", True
-        return ("ollama" if ollama_format else "llama.cpp"), read_llama_cpp_line(ev, text, low)
-    if is_vllm_format(line):
-        return "vllm", read_vllm_line(ev, text)
-    return "llama.cpp", read_llama_cpp_line(ev, text, low)
+    """The line read by the reader its format calls for (registry.py's order; llama.cpp's
+    reads every line no other claims): the engine that said it, and whether it is a
+    finding."""
+    for log in _LOGS:
+        found = log.read(ev, line, text, low)
+        if found is not None:
+            return found
+    return "llama.cpp", False
 
 
 def _remember(ev: EvidenceState, text: str) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from placewatch.worker.shards.discover.launch import Launch, read_launch
+from placewatch.worker.engines import Launch, read_launch
 from placewatch.worker.shards.discover.log_path import find_log
 
 from tests.support.discovery import MODEL, SERVER

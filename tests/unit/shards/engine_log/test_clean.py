@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from placewatch.worker.shards.engine_log.clean import clean_line, is_ollama_format, is_vllm_format
+from placewatch.worker.engines.ollama.log import is_ollama_format
+from placewatch.worker.engines.vllm.log import is_vllm_format
+from placewatch.worker.shards.engine_log.clean import clean_line
 from placewatch.worker.shards.engine_log.read import EvidenceReader
 
 SAID = "load_tensors: offloaded 13/13 layers to GPU"

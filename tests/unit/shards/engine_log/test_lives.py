@@ -10,8 +10,8 @@ import pytest
 from placewatch.worker.shards.engine_log.lives import Lives, life_line
 from placewatch.worker.shards.engine_log.read import EvidenceReader, read_text
 
-from .readings import LOGS, OWN, REAL
 from tests.conftest import needs_corpus
+from tests.unit.engines.readings import LOGS, OWN, REAL
 
 CPU_BUILD = REAL / "ngl99.log"
 """A real CPU-only b11434 given -ngl 99: `warning: no usable GPU found`."""

@@ -14,9 +14,11 @@ from placewatch.worker.shards.engine_log import EngineEvidence
 from placewatch.worker.shards.engine_log.read import MAX_LINES, EvidenceReader, read_text
 from placewatch.worker.shards.engine_log.rules import MAX_LINE_CHARS
 
-from . import test_llama_cpp, test_ollama, test_vllm
-from .readings import LLAMA, LOGS, OLLAMA, OWN, Reading, read_log
 from tests.conftest import corpus_files, needs_corpus
+from tests.unit.engines.llama_cpp import test_log as test_llama_cpp
+from tests.unit.engines.ollama import test_log as test_ollama
+from tests.unit.engines.readings import LLAMA, LOGS, OLLAMA, OWN, Reading, read_log
+from tests.unit.engines.vllm import test_log as test_vllm
 
 CORPUS_READINGS = (
     test_llama_cpp.CORPUS_READINGS | test_ollama.CORPUS_READINGS | test_vllm.CORPUS_READINGS

@@ -22,7 +22,7 @@ from placewatch.worker.shards.engine_log.rules import (
     note_weights,
 )
 
-from .readings import mib
+from tests.unit.engines.readings import mib
 
 CUDART_FAILED = (
     'msg="Unable to load cudart library /usr/lib/ollama/cuda_v13/libcudart.so.13: '

@@ -8,7 +8,7 @@ import json
 from placewatch.worker.shards.engine_log.read import read_text
 from placewatch.worker.shards.engine_log.unwrap import MAX_JOINED, Unwrap
 
-from .readings import REAL
+from tests.unit.engines.readings import REAL
 
 CPU_BUILD = REAL / "ngl99-lv4.log"
 

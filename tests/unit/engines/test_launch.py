@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from placewatch.worker.shards.discover import LLAMA_CPP, OLLAMA, VLLM, classify
-from placewatch.worker.shards.discover.launch import read_launch
+from placewatch.worker.engines import LLAMA_CPP, OLLAMA, VLLM, read_launch
+from placewatch.worker.shards.discover import classify
 
 from tests.support.discovery import A100X4
 

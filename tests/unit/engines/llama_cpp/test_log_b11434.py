@@ -10,7 +10,7 @@ import pytest
 from placewatch.worker.shards.engine_log.clean import clean_line
 from placewatch.worker.shards.engine_log.read import EvidenceReader, read_text
 
-from .readings import LLAMA, REAL, Reading, mib, read_log, reading
+from tests.unit.engines.readings import LLAMA, REAL, Reading, mib, read_log, reading
 
 TINY = mib(0.46)
 """The model's weights as b11434 says them: `CPU_Mapped model buffer size = 0.46 MiB`."""

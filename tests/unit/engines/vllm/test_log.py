@@ -7,8 +7,8 @@ import pytest
 
 from placewatch.worker.shards.engine_log.read import read_text
 
-from .readings import LOGS, OWN, VLLM, Reading, gib, read_log, reading
 from tests.conftest import needs_corpus
+from tests.unit.engines.readings import LOGS, OWN, VLLM, Reading, gib, read_log, reading
 
 CORPUS_READINGS: dict[str, Reading] = {
     # vLLM CPU build: the CUDA platform check fails for want of NVML

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from placewatch.worker.shards.discover.flags import DEVICE, PORT, flag, lookup, setting
-from placewatch.worker.shards.discover.launch import read_launch
+from placewatch.worker.engines import read_launch
+from placewatch.worker.engines.flags import DEVICE, PORT, flag, lookup, setting
 
 from tests.support.discovery import SERVER, found
 

@@ -7,8 +7,18 @@ import pytest
 
 from placewatch.worker.shards.engine_log.read import read_text
 
-from .readings import LLAMA, LOGS, OLLAMA, OWN, Reading, gib, mib, read_log, reading
 from tests.conftest import needs_corpus
+from tests.unit.engines.readings import (
+    LLAMA,
+    LOGS,
+    OLLAMA,
+    OWN,
+    Reading,
+    gib,
+    mib,
+    read_log,
+    reading,
+)
 
 GPU_6DE = "GPU-d6de3398-9932-6902-11ec-fee8e424c8a2"
 

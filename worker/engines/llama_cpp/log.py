@@ -30,8 +30,8 @@ from __future__ import annotations
 import re
 
 from ...gpu.values import to_bytes
-from .evidence import EvidenceState
-from .rules import (
+from ...shards.engine_log.evidence import EvidenceState
+from ...shards.engine_log.rules import (
     CPU_ONLY_BUILD,
     CRASHED,
     DEVICE,
@@ -47,6 +47,21 @@ from .rules import (
     note_on_cpu,
     note_weights,
 )
+
+MODULE_TAG = r"(?:cmn|srv|slot|spec|que|res)\s+[\w~()]{1,12}:(?=\s|$)"
+"""llama.cpp's module tag and the function that logged, as common/ and the server print them
+(b11434: `cmn  common_param:`, `srv    load_model:`, `slot   load_model:`): the tag, then
+`__func__` cut and right-aligned to 12 characters (`%12.*s`), so a line of common/'s
+`device_info` list reads `cmn  common_param:   - CUDA0   : ...` and nothing anchored at the
+start of the message sees it until the tag is off. libllama's and ggml's lines carry none."""
+PREFIXES = (
+    r"\[[A-Z]+\]::\w+:",  # Jan's cortex: "[CORTEX]::Error:"
+    r"\[\d{1,10}\](?=\s)",  # llama.cpp's "[pid]"
+    r"\d{1,4}\.\d\d\.\d{3}\.\d{3}(?:\s+[EWIDT](?=\s))?",  # "0.00.305.659 I" (2025 on)
+    rf"[EWIDT](?=\s+(?:[\w.]+:|{MODULE_TAG}))",  # its level letter alone (b9181 on)
+    MODULE_TAG,  # its module tag and function (common/, the server)
+)
+"""What llama.cpp puts before a line, taken off by clean.py."""
 
 _VERBOSITY = re.compile(r"\bverbosity = (-?\d{1,20})\b")
 _LOAD_START = re.compile(
@@ -355,3 +370,38 @@ def listed_device(line: str) -> tuple[str, str] | None:
     if match is None:
         return None
     return match.group(1), _FREE_MEMORY.sub("", match.group(2))
+
+
+class _Log:
+    """llama.cpp's lines: the format every line no other engine claims is read in."""
+
+    banner = re.compile(
+        r"llama_server: initializing\b|(?:^|\s)build: \d{1,7} \(|\bmain: build = \d"
+    )
+    """b11434's first timestamped line, `print_build_info`'s (2023 to 2025), `main`'s (2023)."""
+    before = re.compile(
+        r"^(?:warn(?:ing)?: |Log start$"
+        r"|ggml_(?:init_cublas|cuda|vulkan|sycl|metal|opencl|hip)\w*:"
+        r"|load_backend:|register_backend:|register_device:|Device \d{1,3}:|Using device \d)"
+    )
+    """Its argument warnings (printed while it parses its flags) and its GPU backends' init."""
+    words = (
+        ("initializing", "build"),
+        ("warn", "log start", "ggml_", "backend", "device"),
+    )
+    prefixes = PREFIXES
+    keywords = (
+        "offload", "device", "cuda", "rocm", "vulkan", "sycl", "metal", "mtl", "gpu", "buffer",
+        "librar", "compiled", "backend", "verbosity", "layer", "overrid", "cublas",
+        "model tensors", "ctx size", "mib free",
+    )  # fmt: skip
+    """A load's first line too (`load_tensors: loading model tensors`, `llm_load_tensors:
+    ggml ctx size`), which names nothing else but starts the count of layers and weights
+    afresh, and `device_info`'s CPU entry (`- CPU : AMD EPYC (24105 MiB, 24105 MiB free)`),
+    which names nothing but the CPU."""
+
+    def read(self, ev: EvidenceState, line: str, text: str, low: str) -> tuple[str, bool]:
+        return "llama.cpp", read_llama_cpp_line(ev, text, low)
+
+
+LOG = _Log()

@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 
 from ...gpu.values import to_bytes
-from .evidence import EvidenceState
-from .rules import (
+from ...shards.engine_log.evidence import EvidenceState
+from ...shards.engine_log.rules import (
     NUMBER,
     add_device,
     backend_of,
@@ -83,3 +83,35 @@ def read_vllm_line(ev: EvidenceState, text: str) -> bool:
         ev.gpu_weight_bytes = to_bytes(f"{match.group(1)} GiB")
         return True
     return False
+
+
+_VLLM_LINE = re.compile(r"\w\.py:\d{1,6}\]")
+
+
+def is_vllm_format(line: str) -> bool:
+    """vLLM's logging format, which names the Python source line (`[__init__.py:256]`)."""
+    return _VLLM_LINE.search(line) is not None
+
+
+class _Log:
+    """vLLM's logging lines."""
+
+    banner = re.compile(r"\bvLLM API server version\b")
+    before = re.compile(
+        r"^(?:Checking if|Automatically detected|No platform detected|Platform plugin"
+        r"|The vLLM package was not found|.*\bplatform is (?:not )?available)"
+    )
+    """Its platform detection, logged from vllm/platforms/__init__.py before the server."""
+    words = (("server version",), ("platform", "vllm package"))
+    keywords = ("platform", "weights", "model loading", "blocks", "device", "cuda", "rocm")
+    prefixes = (
+        r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+\d\d-\d\d\s+\d\d:\d\d:\d\d(?:\.\d+)?",
+        r"\((?:VllmWorkerProcess|Worker\w*|EngineCore\w*|APIServer)\s+pid=\d{1,10}\)",
+        r"\[?[\w/.-]{1,64}\.py:\d{1,6}\]",  # its source line
+    )
+
+    def read(self, ev: EvidenceState, line: str, text: str, low: str) -> tuple[str, bool] | None:
+        return ("vllm", read_vllm_line(ev, text)) if is_vllm_format(line) else None
+
+
+LOG = _Log()

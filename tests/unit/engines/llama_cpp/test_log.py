@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from placewatch.worker.shards.engine_log.llama_cpp import listed_device
+from placewatch.worker.engines.llama_cpp.log import listed_device
 from placewatch.worker.shards.engine_log.read import EvidenceReader, read_text
 
-from .readings import LLAMA, LOGS, OWN, Reading, mib, read_log, reading
 from tests.conftest import needs_corpus
+from tests.unit.engines.readings import LLAMA, LOGS, OWN, Reading, mib, read_log, reading
 
 CORPUS_READINGS: dict[str, Reading] = {
     # ggml's CPU-variant scoring at debug level: CPU backends only, nothing about a GPU

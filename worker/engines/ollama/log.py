@@ -15,8 +15,8 @@ from __future__ import annotations
 import re
 
 from ...gpu.values import to_bytes
-from .evidence import EngineBackend, EvidenceState
-from .rules import (
+from ...shards.engine_log.evidence import EngineBackend, EvidenceState
+from ...shards.engine_log.rules import (
     BACKEND_PREFIXES,
     DEVICE,
     add_device,
@@ -28,6 +28,7 @@ from .rules import (
     note_on_cpu,
     note_weights,
 )
+from ..llama_cpp.log import read_llama_cpp_line
 
 _KV = re.compile(r'([\w.]{1,64})=("[^"]{0,512}"|[^\s"]{0,512})')
 _OFFLOAD_PLAN = re.compile(r'msg="?offload(?: to (\w+))?\b')
@@ -203,3 +204,39 @@ def _read_placement(ev: EvidenceState, text: str, low: str) -> bool:
         note_gpu_backend(ev, backend_of(match.group(1)), "hint")
         return True
     return False
+
+
+_OLLAMA_LINE = re.compile(r"\bsource=[\w./-]{1,64}\.go:\d|\bollama\[\d{1,10}\]:")
+
+
+def is_ollama_format(line: str) -> bool:
+    """Ollama's own logfmt line (`source=server.go:368`), or any line journald took from the
+    ollama unit, which includes its runners' llama.cpp lines."""
+    return _OLLAMA_LINE.search(line) is not None
+
+
+class _Log:
+    """Ollama's logfmt lines, and its runners' llama.cpp lines in its log."""
+
+    banner = re.compile(r"msg=\"?Listening on\b")
+    """The server's; its runners come and go within one server's life."""
+    before = None
+    words = (("listening",), ())
+    keywords = ("runner", "falling back", "offload", "gpu", "librar", "layer", "weights")
+    prefixes = (
+        r"time=\S{1,64}(?=\s)",  # its logfmt time (or the poster's "time=...")
+        r"(?:(?:le)?vel=\w{1,8}\s+)?source=[\w./-]{1,64}\.go:\d{1,6}(?=\s)",  # level, source
+    )
+
+    def read(self, ev: EvidenceState, line: str, text: str, low: str) -> tuple[str, bool] | None:
+        """Its own lines, else its runners' llama.cpp lines (an Ollama line that is no Ollama
+        finding is read as llama.cpp's)."""
+        ollama_format = is_ollama_format(line)
+        if not (ollama_format or "msg=" in text):
+            return None
+        if read_ollama_line(ev, text, low):
+            return "ollama", True
+        return ("ollama" if ollama_format else "llama.cpp"), read_llama_cpp_line(ev, text, low)
+
+
+LOG = _Log()

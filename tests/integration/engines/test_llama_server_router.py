@@ -1,0 +1,95 @@
+"""A real llama-server in router mode (`--models-dir`): the router loads no model and is no
+shard; each model it loads runs in a child llama-server of its own, a shard
+`<router's id>/<model>`, its lines those the router prefixes with the child's `[PORT]`.
+
+The lane's CPU-only b11434 build, judged by a real `placewatch run` on a real nats-server
+(tests/support/engine_lane.py).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import psutil
+
+from placewatch.worker.shards.liveness import ROUTER
+
+from .test_llama_server import NGL
+from tests.conftest import free_port
+from tests.support.engine_lane import Lane, Server, Session, descendants
+from tests.support.llama_server import START_S, healthy
+
+
+def post(port: int, path: str, body: dict[str, str]) -> None:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}{path}", json.dumps(body).encode(), method="POST"
+    )
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        assert answer.status == 200
+
+
+def router(lane: Lane, models: Path, log: Path) -> Server:
+    port = free_port()
+    argv = [str(lane.servers.binary), "--models-dir", str(models), "--host", "127.0.0.1"]
+    argv += ["--port", str(port), "-ngl", "99"]
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT
+        )
+    server = Server(proc, port, log)
+    lane.started.append(server)
+    deadline = time.monotonic() + START_S
+    while not healthy(port):
+        assert proc.poll() is None, log.read_text()
+        assert time.monotonic() < deadline, f"router not ready in {START_S} s"
+        time.sleep(0.05)
+    return server
+
+
+def test_a_router_is_no_shard_and_each_model_it_loads_is_one(lane: Lane, tmp_path: Path) -> None:
+    models = tmp_path / "models"
+    models.mkdir()
+    shutil.copy(lane.servers.model, models / "tiny.gguf")
+    served = router(lane, models, tmp_path / "router.log")
+    router_id, child_id = served.discovered_id, f"{served.discovered_id}/tiny"
+    with lane.running({"router": served}) as workers:  # a shards file names the router too
+        for w in workers.values():  # idle: nothing loaded, nothing to judge
+            w.until(lambda s: len(s.telemetry) >= 3)
+        post(served.port, "/models/load", {"model": "tiny"})
+        deadline = time.monotonic() + START_S
+        while not (children := descendants(served.pid)):
+            assert time.monotonic() < deadline, "the router started no child"
+            time.sleep(0.05)
+        child = children[0]
+        argv = psutil.Process(child).cmdline()
+        child_port = argv[argv.index("--port") + 1]
+        lane.gpu_lists([child])
+
+        def judged(s: Session) -> bool:
+            return child_id in s.statuses and s.last(child_id).verdict != "starting"
+
+        for w in workers.values():
+            w.until(judged)
+        loaded = {mode: w.session.last(child_id) for mode, w in workers.items()}
+        post(served.port, "/models/unload", {"model": "tiny"})
+        for w in workers.values():
+            w.until(lambda s: s.last(child_id).verdict == "gone")
+        sessions = {mode: w.session for mode, w in workers.items()}
+    said = served.log.read_text()
+    assert f"[{child_port}] warning: no usable GPU found" in said  # the router's own file
+    for mode, session in sessions.items():
+        assert router_id not in session.statuses, sorted(session.statuses)
+        placed = session.last("router")
+        assert (placed.verdict, placed.reason) == ("unknown", f"pid {served.pid} is a {ROUTER}")
+        assert "router" not in session.fallbacks
+        assert all(router_id not in t.shards for t in session.telemetry)
+        status = loaded[mode]
+        assert (status.verdict, status.backend, status.pid) == ("cpu_fallback", "CPU", child)
+        assert tuple(status.evidence) == NGL
+        assert status.placed_gpus == ([0] if mode == "gpu" else [])
+        assert [f.state for f in session.fallbacks[child_id]] == ["firing", "resolved"]

@@ -1,0 +1,33 @@
+"""The inference engines placewatch reads, one folder each, behind one protocol.
+
+An engine folder (llama_cpp/, ollama/, vllm/, sglang/) says everything that is that engine's:
+how its process and arguments look (`launch`), whose flags these are and which keep it on
+the CPU (`cpu_flag`), which GPUs its flags pick (`gpus`), where its output goes first
+(`outputs`), and what its log lines mean (`log()`: its banner, the lines before it, the
+prefixes it puts before a line, and its reader). base.py has the protocol, registry.py the
+list. What is the same for every engine stays outside: scanning processes and following
+their device masks (shards/discover/), tailing files and weighing findings
+(shards/engine_log/).
+"""
+
+from .base import Engine, EngineLog, Intent, Launch
+from .llama_cpp import NAME as LLAMA_CPP
+from .ollama import NAME as OLLAMA
+from .registry import BY_NAME, ENGINES, engine_of, read_launch
+from .sglang import NAME as SGLANG
+from .vllm import NAME as VLLM
+
+__all__ = [
+    "BY_NAME",
+    "ENGINES",
+    "LLAMA_CPP",
+    "OLLAMA",
+    "SGLANG",
+    "VLLM",
+    "Engine",
+    "EngineLog",
+    "Intent",
+    "Launch",
+    "engine_of",
+    "read_launch",
+]

@@ -1,0 +1,209 @@
+"""llama.cpp: `llama-server`, `llama-cli`, and llama-cpp-python's server.
+
+Read from llama.cpp's common/arg.cpp and tools/server (b11434) and llama-cpp-python's server
+settings:
+
+- `llama-server` serves HTTP (8080 by default) and answers GET /health with 2xx once its
+  model is loaded (under `--api-prefix` when one is set); `llama-cli` serves nothing.
+  llama-cpp-python runs as `python -m llama_cpp.server` (8000).
+- Every llama.cpp flag can also come from a LLAMA_ARG_* variable; llama-cpp-python takes
+  underscore flags and pydantic settings read in either case.
+- `-ngl 0` and `--device none` keep the model on the CPU; `--device CUDA1,CUDA2` picks runtime
+  devices (numbered within the device mask); `-sm none` uses only `-mg N` (default 0) of them;
+  `-sm none -mg -1` uses no GPU. An absent `-ngl` is not the CPU on purpose: older builds
+  defaulted to 0 layers, newer ones to all, and a forgotten `-ngl` is worth a fallback alert.
+  llama-cpp-python's `n_gpu_layers` defaults to 0, so there no flag means the CPU.
+- Router mode (`--models-dir DIR` or `--models-preset FILE`, no model of its own): it loads
+  no model and starts a `llama-server` per model (`POST /models/load`), on a port of its own
+  with `--alias NAME`, its output piped into the router's, each line prefixed `[PORT] `.
+- `--log-file FNAME` (or LLAMA_ARG_LOG_FILE) gets its common log; what it writes straight to
+  stderr (its argument warnings) is not in it, so stderr is looked at first.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from ..base import STDERR, STDOUT, EngineLog, Intent, Launch
+from ..flags import (
+    ALIAS,
+    API_PREFIX,
+    CONFIG_FILE,
+    DEVICE,
+    HOST,
+    LAYERS,
+    LOG_FILE,
+    MAIN_GPU,
+    MODEL,
+    MODELS_DIR,
+    PORT,
+    SPLIT_MODE,
+    Dialect,
+    flag,
+    int_value,
+    lookup,
+    takes,
+)
+from ..visible import VENDOR_NAMES, VENDORS, Device, Visible
+
+NAME = "llama.cpp"
+LLAMA = Dialect(
+    "llama",
+    {
+        LAYERS: takes("-ngl", "--gpu-layers", "--n-gpu-layers", variable="LLAMA_ARG_N_GPU_LAYERS"),
+        DEVICE: takes("-dev", "--device", variable="LLAMA_ARG_DEVICE"),
+        SPLIT_MODE: takes("-sm", "--split-mode", variable="LLAMA_ARG_SPLIT_MODE"),
+        MAIN_GPU: takes("-mg", "--main-gpu", variable="LLAMA_ARG_MAIN_GPU"),
+        PORT: takes("--port", variable="LLAMA_ARG_PORT"),
+        HOST: takes("--host", variable="LLAMA_ARG_HOST"),
+        API_PREFIX: takes("--api-prefix", variable="LLAMA_ARG_API_PREFIX"),
+        LOG_FILE: takes("--log-file", variable="LLAMA_ARG_LOG_FILE"),
+        MODEL: takes("-m", "--model", "-hf", "--hf-repo", "-mu", "--model-url"),
+        MODELS_DIR: takes("--models-dir", "--models-preset", variable="LLAMA_ARG_MODELS_DIR"),
+        ALIAS: takes("-a", "--alias"),
+    },
+)
+PYTHON = Dialect(
+    "llama-cpp-python",
+    {
+        LAYERS: takes("--n-gpu-layers", variable="N_GPU_LAYERS"),
+        SPLIT_MODE: takes("--split-mode", variable="SPLIT_MODE"),
+        MAIN_GPU: takes("--main-gpu", variable="MAIN_GPU"),
+        CONFIG_FILE: takes("--config-file", variable="CONFIG_FILE"),
+        PORT: takes("--port", variable="PORT"),
+        HOST: takes("--host", variable="HOST"),
+    },
+    either_case=True,
+)
+_RUNTIME_DEVICE = re.compile(r"(cuda|rocm|hip)(\d+)")
+
+
+class LlamaCpp:
+    name = NAME
+    outputs = (STDERR, STDOUT)
+
+    def launch(self, exe: str, args: tuple[str, ...]) -> Launch | None:
+        if exe == "llama-server":
+            router = flag(args, LLAMA.settings[MODEL][0]) is None and (
+                flag(args, LLAMA.settings[MODELS_DIR][0]) is not None
+            )
+            return Launch(NAME, "llama-server", args, LLAMA, True, 8080, True, router)
+        if exe == "llama-cli":
+            return Launch(NAME, "llama-cli", args, LLAMA)
+        return None
+
+    def python_launch(
+        self, module: str | None, script: str | None, args: tuple[str, ...]
+    ) -> Launch | None:
+        if module == "llama_cpp.server":
+            return Launch(NAME, "llama-cpp-python", args, PYTHON, True, 8000)
+        return None
+
+    def cpu_flag(self, launch: Launch, env: Mapping[str, str] | None) -> str | None:
+        layers = lookup(LAYERS, launch, env)
+        if layers is not None and int_value(layers[1]) == 0:
+            return layers[0]
+        if launch.dialect is PYTHON and layers is None and env is not None:
+            return "no --n_gpu_layers (llama-cpp-python's default is 0 layers on the GPU)"
+        device = lookup(DEVICE, launch, env)
+        if device is not None and device[1].strip().lower() == "none":
+            return device[0]
+        split = lookup(SPLIT_MODE, launch, env)
+        main = lookup(MAIN_GPU, launch, env)
+        if split is not None and _split_none(split[1]) and main is not None:
+            index = int_value(main[1])
+            if index is not None and index < 0:
+                return f"{split[0]} {main[0]}"  # no main GPU, no GPU at all
+        return None
+
+    def gpus(self, launch: Launch, env: Mapping[str, str], visible: Visible) -> Intent:
+        return gpus(launch, env, visible)
+
+    def gpu_request(self, launch: Launch, env: Mapping[str, str] | None) -> str:
+        said = lookup(LAYERS, launch, env) or lookup(DEVICE, launch, env)
+        return said[0] if said else "no -ngl; recent llama.cpp builds offload by default"
+
+    def log(self) -> EngineLog:
+        from .log import LOG  # noqa: PLC0415 - compiled when a log is first read
+
+        return LOG
+
+
+ENGINE = LlamaCpp()
+
+
+def served_model(launch: Launch) -> str | None:
+    """The model a router's child serves: its `--alias`, else its model file's name."""
+    alias = flag(launch.args, LLAMA.settings[ALIAS][0])
+    if alias is not None and alias[1]:
+        return alias[1]
+    model = flag(launch.args, LLAMA.settings[MODEL][0])
+    if model is None or not model[1]:
+        return None
+    return model[1].replace("\\", "/").rsplit("/", 1)[-1].removesuffix(".gguf")
+
+
+def _split_none(value: str) -> bool:
+    """llama.cpp spells it `none`; llama-cpp-python takes LLAMA_SPLIT_MODE_NONE, 0."""
+    return value.strip().lower() in ("none", "0")
+
+
+def gpus(launch: Launch, env: Mapping[str, str], visible: Visible) -> Intent:
+    """llama.cpp's device list (-dev), then -sm none's one main GPU (-mg) of it."""
+    devices = _devices(launch, env, visible)
+    if isinstance(devices, str):
+        return Intent(unknown=devices)
+    split = lookup(SPLIT_MODE, launch, env)
+    if split is not None and _split_none(split[1]):
+        main = _main_gpu(split[0], lookup(MAIN_GPU, launch, env), devices)
+        if isinstance(main, str):
+            return Intent(unknown=main)
+        devices = [main]
+    for vendor in dict.fromkeys(v for v, _ in devices):
+        problem = visible.check_order(vendor, [i for v, i in devices if v == vendor])
+        if problem is not None:
+            return Intent(unknown=problem)
+    return Intent(gpus=tuple(sorted({i for _, i in devices})))
+
+
+def _devices(launch: Launch, env: Mapping[str, str], visible: Visible) -> list[Device] | str:
+    """The devices -dev names in the runtime's numbering, else every visible one; or why not."""
+    device = lookup(DEVICE, launch, env)
+    if device is None:
+        everything = visible.everything()
+        if everything.unknown is not None:
+            return everything.unknown
+        return [(v, i) for v in VENDORS for i in visible.lists.get(v, ())]
+    devices: list[Device] = []
+    for name in (n.strip() for n in device[1].split(",")):
+        found = _RUNTIME_DEVICE.fullmatch(name.lower())
+        if found is None:
+            return (
+                f"{device[0]} names {name}, whose number is not a CUDA or ROCm "
+                "device number; place this shard in a shards file"
+            )
+        vendor = "nvidia" if found[1] == "cuda" else "amd"
+        runtime = visible.vendor(vendor)
+        if isinstance(runtime, str):
+            return runtime
+        position = int(found[2])
+        if position >= len(runtime):
+            return (
+                f"{device[0]} names {name}, but only {len(runtime)} "
+                f"{VENDOR_NAMES[vendor]} GPU(s) are visible to it"
+            )
+        devices.append((vendor, runtime[position]))
+    return devices
+
+
+def _main_gpu(split: str, main: tuple[str, str] | None, devices: list[Device]) -> Device | str:
+    """The one device `-sm none` computes on (`-mg`, default 0), or why it cannot be told."""
+    index = int_value(main[1]) if main is not None else 0
+    if len({v for v, _ in devices}) > 1:
+        return f"{split} on NVIDIA and AMD GPUs: which is its first device depends on the build"
+    if index is None or not 0 <= index < len(devices):
+        return (
+            f"{split} with {main[0] if main else 'main GPU 0'}, but it sees {len(devices)} GPU(s)"
+        )
+    return devices[index]
