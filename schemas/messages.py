@@ -5,11 +5,9 @@ removed, so a gateway built against an older placewatch keeps decoding newer mes
 (unknown fields are ignored on decode). Sizes are bytes, times are UTC and travel as RFC
 3339 strings, and a reading a tool could not give is None, never 0.
 
-Every Struct is `gc=False`: a message holds values and lists of values, never
-a reference back to itself, so the garbage collector has no cycle to find in
-it. A gateway holding the latest sample of thousands of nodes otherwise has
-every full collection walk them all: with 5,000 samples of 8 GPUs held, one
-took 167 ms, and 86 ms with only their lists left to walk (bench/fan_in.py).
+Every Struct is `gc=False`: a message never refers back to itself, so the collector has no
+cycle to find in it; a gateway holding 5,000 samples of 8 GPUs had each full collection take
+167 ms without it, 86 ms with (bench/fan_in.py).
 """
 
 from __future__ import annotations
@@ -28,9 +26,8 @@ ACTIVITY_WINDOW_S = 30.0
 serving requests with no GPU activity is judged to compute on the CPU."""
 
 SCHEMA_VERSION = 2
-"""Bumped only when a change would mislead an old reader; sent as Placewatch-Schema. The
-changes are listed in docs/subjects.md: 2 wrote names outside the safe set one-to-one, and
-split telemetry into a NodeInventory and lean readings."""
+"""Bumped only when a change would mislead an old reader; sent as Placewatch-Schema; changes
+in docs/subjects.md (2: names one-to-one, telemetry split into inventory and readings)."""
 
 Vendor = Literal["nvidia", "amd"]
 Activity = Literal["busy", "power"]
@@ -43,7 +40,6 @@ FallbackState = Literal["firing", "resolved"]
 FALLBACK_VERDICTS: frozenset[Verdict] = frozenset({"partial", "cpu_fallback", "misplaced"})
 """The verdicts of a shard placed on GPUs that does not compute (only) on them: entering one
 fires a FallbackEvent, leaving it resolves the event."""
-
 
 PID_MAX = 4_194_304
 """The largest process id Linux hands out (PID_MAX_LIMIT on 64-bit kernels)."""
@@ -356,6 +352,10 @@ class ComputeStatus(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     Podman name it), from the process's cgroup; None outside a container or when unseen."""
     pod_uid: str | None = None
     """The Kubernetes pod its process runs in (the pod's metadata.uid), from its cgroup."""
+    pod_namespace: str | None = None
+    pod_name: str | None = None
+    container_name: str | None = None
+    """Its pod's namespace and name and its container's name, from the kubelet's log link."""
     sm_pct: WholePercent | None = None
     """How busy the shard keeps its busiest GPU: the share of time its processes ran kernels
     on that GPU's SMs (summed over its processes, as DCGM's per-process SM utilization),

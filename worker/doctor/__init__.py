@@ -30,6 +30,7 @@ from .engines import ENGINE_TIMEOUT_S, Engine, check_engines, preflight
 from .gpu_tools import check_gpu_tools
 from .jetstream import CHECKS as JETSTREAM_CHECKS
 from .jetstream import check_jetstream
+from .logs import check_logs
 from .placed import Placed, check_shards_file
 from .processes import check_processes
 from .report import Check, Report, secrets_of
@@ -97,6 +98,7 @@ async def diagnose(
         claimed = {p.pid for p in placed if p.pid is not None}
         found = await anyio.to_thread.run_sync(discover, gpus, claimed)
     await anyio.to_thread.run_sync(check_processes, gpus, found, report)
+    check_logs(found, placed, report)
     await _check_server_and_jetstream(settings, report)
     await check_engines(found, engines, len(gpus), timeout_s, report, placed=placed)
 

@@ -30,8 +30,9 @@ text that names no container gives None for both.
 
 from __future__ import annotations
 
+import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 CONTAINER_ID = re.compile(r"[0-9a-f]{64}")
@@ -50,6 +51,8 @@ _POD_SLICE = re.compile(
 kubelet given another cgroup root prefixes it (kind's `kubelet-kubepods-...`)."""
 _POD_FOLDER = re.compile(r"pod(?P<uid>[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12})")
 """The cgroupfs driver writes the pod's UID as the API server has it."""
+CONTAINER_LOGS = Path("/var/log/containers")
+"""Where the kubelet links each container's log, named after its pod and itself."""
 MAX_CGROUP_BYTES = 64 * 1024
 """More than a cgroup file ever holds (one line per hierarchy): a read stops there."""
 
@@ -60,6 +63,11 @@ class Container:
 
     container_id: str | None = None
     pod_uid: str | None = None
+    namespace: str | None = None
+    pod: str | None = None
+    name: str | None = None
+    """The pod's namespace and name and the container's name, as the kubelet names the
+    container's log; None where there is none to read."""
 
 
 NONE = Container()
@@ -96,11 +104,29 @@ def _from_path(path: str) -> tuple[str | None, str | None]:
 
 
 def read_container(pid: int, proc_root: Path = Path("/proc")) -> Container:
-    """What /proc/PID/cgroup says, or NONE when it cannot be read (the process exited, or a
-    kernel without cgroups). Blocking: called where liveness finds a shard's process."""
+    """What /proc/PID/cgroup says, with the names the kubelet gives a pod's container, or
+    NONE when it cannot be read (the process exited, or a kernel without cgroups). Blocking:
+    called where liveness finds a shard's process."""
     try:
         with open(proc_root / str(pid) / "cgroup", "rb") as f:
             raw = f.read(MAX_CGROUP_BYTES)
     except OSError:
         return NONE
-    return parse_cgroup(raw.decode("utf-8", "replace"))
+    found = parse_cgroup(raw.decode("utf-8", "replace"))
+    names = kubelet_names(found.container_id) if found.pod_uid else None
+    return replace(found, namespace=names[0], pod=names[1], name=names[2]) if names else found
+
+
+def kubelet_names(container_id: str | None) -> tuple[str, str, str] | None:
+    """A container's namespace, pod and name, from the link the kubelet keeps of its log:
+    /var/log/containers/<pod>_<namespace>_<container>-<id>.log (none of the three names may
+    hold `_`, which Kubernetes names never do)."""
+    if container_id is None or not CONTAINER_ID.fullmatch(container_id):
+        return None
+    suffix = f"-{container_id}.log"
+    try:
+        names = [n for n in os.listdir(CONTAINER_LOGS) if n.endswith(suffix)]
+    except OSError:
+        return None
+    parts = names[0].removesuffix(suffix).split("_") if names else []
+    return (parts[1], parts[0], parts[2]) if len(parts) == 3 else None

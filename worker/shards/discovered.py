@@ -59,7 +59,7 @@ class DiscoveryWalks:
         silent = tools_silent is not None
         if self._found is None or now - self._at >= self.every_s or silent != self._silent:
             walk = functools.partial(self.walk, gpus, claimed, tools_silent=tools_silent)
-            found = [_placement(d) for d in await anyio.to_thread.run_sync(walk)]
+            found = [placement_of(d) for d in await anyio.to_thread.run_sync(walk)]
             self._found = self._keep_told(found) if silent else found
             self._at, self._silent = now, silent
         return self._found
@@ -72,7 +72,7 @@ class DiscoveryWalks:
         ]
 
 
-def _placement(d: Discovered) -> Placement:
+def placement_of(d: Discovered) -> Placement:
     return Placement(
         d.spec, "discovered", d.gpus_unknown, d.cpu_on_purpose, d.gpu_request, d.log_prefix
     )

@@ -12,6 +12,8 @@ import os
 from placewatch.schemas import ComputeStatus
 
 from .test_llama_server import LV4, NGL, NO_GPU, NO_USABLE_GPU, shown
+from tests.conftest import clean_env, run_placewatch
+from tests.support.doctor import lines
 from tests.support.engine_lane import PLACED, Lane, Session
 
 
@@ -89,6 +91,15 @@ def test_two_servers_on_one_log_are_both_unknown_and_say_why(lane: Lane) -> None
             )
             assert s.evidence == []
             assert fallbacks(session, sid.discovered_id) == []
+    # doctor says the same, naming both
+    done = run_placewatch("doctor", "--nats", lane.nats.url, env=clean_env())
+    said = sorted(line for line in lines(done.stdout, "engine logs") if str(log) in line)
+    assert said == [
+        f"fail  engine logs: {a.discovered_id}: two engines write this log ({log}): "
+        f"{b.discovered_id} (pid {b.pid}) too, so whose lines are whose cannot be told; next: "
+        "give each engine its own log (llama.cpp: -lv 4 with --log-file)"
+        for a, b in sorted(((quiet, loud), (loud, quiet)), key=lambda p: p[0].discovered_id)
+    ]
 
 
 def test_log_jsonl_reads_as_the_text_log_does(lane: Lane) -> None:

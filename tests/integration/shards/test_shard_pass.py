@@ -18,7 +18,7 @@ import pytest
 from placewatch.schemas import ComputeStatus, GpuHealth, GpuProcess, GpuSample
 from placewatch.worker.gpu import health
 from placewatch.worker.gpu.nvml import NvmlSource
-from placewatch.worker.shards import shard_pass, verdict
+from placewatch.worker.shards import cgroup, shard_pass, verdict
 from placewatch.worker.shards.engine_logs import EngineLogs
 from placewatch.worker.shards.events import EventTracker
 from placewatch.worker.shards.placements import ShardsFile
@@ -427,6 +427,36 @@ def test_a_shard_s_container_and_pod_are_read_once_from_its_cgroup(
     cgroup.unlink()
     again = judge(watch, gpu_listing(pid))["in-a-pod"]
     assert (again.container_id, again.pod_uid) == (first.container_id, first.pod_uid)
+
+
+def test_a_pod_s_namespace_pod_and_container_come_from_the_kubelet_s_log_link(
+    sleepers: list[subprocess.Popen[bytes]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pid = sleeper(sleepers)
+    proc = tmp_path / "proc"
+    (proc / str(pid)).mkdir(parents=True)
+    (proc / str(pid) / "stat").write_bytes(Path(f"/proc/{pid}/stat").read_bytes())
+    (proc / str(pid) / "cgroup").write_bytes(
+        (FIXTURES / "cgroup" / "containerd-v2-systemd-burstable.txt").read_bytes()
+    )
+    cid = "3c19c840d9f9bacda62d2465be71c2d9e66c0e9819428e8a34c6049fa9998118"
+    logs = tmp_path / "containers"  # as the kubelet lays them out, and a neighbour's
+    logs.mkdir()
+    (logs / f"llama-8b-a-0_llm_llama-{cid}.log").touch()
+    (logs / f"other-0_default_sidecar-{'f' * 64}.log").touch()
+    monkeypatch.setattr(cgroup, "CONTAINER_LOGS", logs)
+    shards = tmp_path / "shards.toml"
+    shards.write_text(f'[[shard]]\nid = "in-a-pod"\npid = {pid}\ngpus = [0]\n')
+    watch = ShardPass(
+        "n1", "s1", grace_s=0, shards_file=ShardsFile(shards), discovery=False, proc_root=proc
+    )
+    status = judge(watch, gpu_listing(pid))["in-a-pod"]
+    assert (status.pod_namespace, status.pod_name, status.container_name) == (
+        "llm",
+        "llama-8b-a-0",
+        "llama",
+    )
+    assert status.container_id == cid
 
 
 def test_a_shard_on_the_host_has_no_container_or_pod(

@@ -37,9 +37,9 @@ from pathlib import Path
 
 from ...engines import Launch, engine_of
 from ...engines.flags import LOG_FILE, lookup
+from .. import cgroup
 from ..cgroup import CONTAINER_ID
 
-CONTAINER_LOGS = Path("/var/log/containers")
 DOCKER_CONTAINERS = Path("/var/lib/docker/containers")
 
 
@@ -106,13 +106,14 @@ def _log_file_flag(launch: Launch, env: Mapping[str, str] | None, process: Path)
 def container_log(
     container_id: str | None,
     *,
-    logs: Path = CONTAINER_LOGS,
+    logs: Path | None = None,
     docker: Path = DOCKER_CONTAINERS,
 ) -> str | None:
     """The file a container runtime keeps of the container's output, when this worker may
     read it: the kubelet's (the file its link in `logs` names), else Docker's json-file."""
     if container_id is None or not CONTAINER_ID.fullmatch(container_id):
         return None
+    logs = cgroup.CONTAINER_LOGS if logs is None else logs
     suffix = f"-{container_id}.log"
     try:
         names = [n for n in os.listdir(logs) if n.endswith(suffix)]
