@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 import anyio.to_thread
 
-from placewatch.schemas import GpuSample
+from placewatch.schemas import GpuSample, PlacementSpec
 
 from .discover import Discovered, discover
 from .placements import Placement
@@ -52,13 +52,16 @@ class DiscoveryWalks:
         gpus: Sequence[GpuSample],
         tools_silent: Sequence[str] | None,
         claimed: Collection[int],
+        routers: Mapping[int, PlacementSpec] | None = None,
     ) -> list[Placement]:
         """The engines found on the node, but those of `claimed` pids, walking again when
-        it is time; `tools_silent` names the GPU sources that did not answer when none did."""
+        it is time; `tools_silent` names the GPU sources that did not answer when none did;
+        `routers` the placements that name a llama-server router, whose children they place."""
         now = self.clock()
         silent = tools_silent is not None
         if self._found is None or now - self._at >= self.every_s or silent != self._silent:
-            walk = functools.partial(self.walk, gpus, claimed, tools_silent=tools_silent)
+            more = {"placed_routers": routers} if routers else {}
+            walk = functools.partial(self.walk, gpus, claimed, tools_silent=tools_silent, **more)
             found = [placement_of(d) for d in await anyio.to_thread.run_sync(walk)]
             self._found = self._keep_told(found) if silent else found
             self._at, self._silent = now, silent

@@ -23,22 +23,14 @@ from placewatch.schemas import ComputeStatus, GpuHealth, GpuSample, ShardBrief, 
 
 from ..engines import OLLAMA
 from ..gpu import ActivityWanted
+from . import liveness
 from .activity import Activity, ActivityWindows, Read, shard_usage
 from .attribution import Held, ProcTable, attribute, owner, unseen_holders
 from .discovered import DiscoveryWalks
 from .engine_log import EngineEvidence
 from .engine_logs import EngineLogs, Evidence, Log
 from .gpu_health import health_by_index, unhealthy, with_health
-from .liveness import (
-    ROUTER,
-    Tracked,
-    find_processes,
-    named,
-    readiness,
-    settled,
-    shared_logs,
-    shared_processes,
-)
+from .liveness import ROUTER, Tracked, find_processes, named, readiness, settled
 from .lost_evidence import held, rotated
 from .placements import MAX_SHARDS, Placement, ShardsFile, placed
 from .silent_tools import engine_says_cpu
@@ -178,8 +170,8 @@ class ShardPass:
         exited = self.table.refresh()
         if not settled(self.tracked.values(), self.table):
             await anyio.to_thread.run_sync(find_processes, self.tracked.values(), self.table)
-        self.shared = shared_processes(self.tracked)
-        self.shared_logs = shared_logs(self.tracked, self.shared)
+        self.shared = liveness.shared_processes(self.tracked)
+        self.shared_logs = liveness.shared_logs(self.tracked, self.shared)
         problems += self._refused(self.shared)
         await self._readiness()
         evidence = await self._evidence()
@@ -320,12 +312,14 @@ class ShardPass:
         self, gpus: list[GpuSample], silent: Sequence[str] | None, placements: list[Placement]
     ) -> list[Placement]:
         """Engines nothing places (discovered.py says how often the processes are walked)."""
-        # Placed shards claim their processes, also one placed since the last walk.
+        # Placed shards claim their processes, also one placed since the last walk; a placed
+        # router places its children.
         claimed = {
             t.pid for t in self.tracked.values() if t.pid and t.placement.origin != "discovered"
         }
         claimed |= {p.spec.pid for p in placements if p.spec.pid}
-        found = await self.walks.found(gpus, silent, claimed)
+        routers = {t.pid: t.placement.spec for t in self.tracked.values() if t.router and t.pid}
+        found = await self.walks.found(gpus, silent, claimed, routers)
         taken = {p.spec.id for p in placements}
         return [p for p in found if p.spec.id not in taken and p.spec.pid not in claimed]
 

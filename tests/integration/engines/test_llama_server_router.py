@@ -16,6 +16,7 @@ import urllib.request
 from pathlib import Path
 
 import psutil
+import pytest
 
 from placewatch.worker.shards.liveness import ROUTER
 
@@ -51,13 +52,19 @@ def router(lane: Lane, models: Path, log: Path) -> Server:
     return server
 
 
-def test_a_router_is_no_shard_and_each_model_it_loads_is_one(lane: Lane, tmp_path: Path) -> None:
+@pytest.mark.parametrize("named", [False, True], ids=["found", "placed"])
+def test_a_router_is_no_shard_and_each_model_it_loads_is_one(
+    lane: Lane, tmp_path: Path, named: bool
+) -> None:
+    """Found, its children are `<router's id>/<model>` on their own flags' GPUs; named by a
+    shards file, they are `<placement's id>/<model>` on the placement's GPUs."""
     models = tmp_path / "models"
     models.mkdir()
     shutil.copy(lane.servers.model, models / "tiny.gguf")
     served = router(lane, models, tmp_path / "router.log")
-    router_id, child_id = served.discovered_id, f"{served.discovered_id}/tiny"
-    with lane.running({"router": served}) as workers:  # a shards file names the router too
+    router_id = served.discovered_id
+    child_id = f"{'router' if named else router_id}/tiny"
+    with lane.running({"router": served} if named else {}) as workers:
         for w in workers.values():  # idle: nothing loaded, nothing to judge
             w.until(lambda s: len(s.telemetry) >= 3)
         post(served.port, "/models/load", {"model": "tiny"})
@@ -84,12 +91,13 @@ def test_a_router_is_no_shard_and_each_model_it_loads_is_one(lane: Lane, tmp_pat
     assert f"[{child_port}] warning: no usable GPU found" in said  # the router's own file
     for mode, session in sessions.items():
         assert router_id not in session.statuses, sorted(session.statuses)
-        placed = session.last("router")
-        assert (placed.verdict, placed.reason) == ("unknown", f"pid {served.pid} is a {ROUTER}")
-        assert "router" not in session.fallbacks
         assert all(router_id not in t.shards for t in session.telemetry)
+        if named:  # the entry naming it reads unknown, saying why, and never fires
+            entry = session.last("router")
+            assert (entry.verdict, entry.reason) == ("unknown", f"pid {served.pid} is a {ROUTER}")
+            assert "router" not in session.fallbacks
         status = loaded[mode]
         assert (status.verdict, status.backend, status.pid) == ("cpu_fallback", "CPU", child)
         assert tuple(status.evidence) == NGL
-        assert status.placed_gpus == ([0] if mode == "gpu" else [])
+        assert status.placed_gpus == ([0] if named or mode == "gpu" else [])
         assert [f.state for f in session.fallbacks[child_id]] == ["firing", "resolved"]

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import msgspec
 import psutil
 
-from placewatch.schemas import GpuSample
+from placewatch.schemas import GpuSample, PlacementSpec
 
 from ...engines import VLLM, Launch, read_launch
 from ...engines.llama_cpp import served_model
@@ -36,6 +36,7 @@ def discover(
     processes: Iterable[psutil.Process] | None = None,
     *,
     tools_silent: Sequence[str] | None = None,
+    placed_routers: Mapping[int, PlacementSpec] | None = None,
 ) -> list[Discovered]:
     """Every engine process on the node that is not already placed, by id.
 
@@ -54,14 +55,16 @@ def discover(
 
     A llama-server router (`--models-dir`) is no shard: it loads no model. Each model it
     runs is a child llama-server whose output the router prefixes with `[PORT]` into its own:
-    a shard `<router's id>/<model>`, its lines those of the router's log with its prefix.
+    a shard `<router's id>/<model>`, its lines those of the router's log with its prefix. A
+    router a placement names (`placed_routers`, pid -> placement) places its children: each is
+    `<placement's id>/<model>` on the placement's GPUs.
     """
     if processes is not None:
         seen = _scan(processes)
     else:
         seen = _scan_proc() or _scan(psutil.process_iter())
     parents = _Parents(seen)
-    routers = _routers(seen)
+    routers = _routers(seen, placed_routers or {})
     found: list[Discovered] = []
     for pid, (_, cmdline, launch) in seen.items():
         if launch is None or pid in exclude or launch.router:
@@ -89,7 +92,7 @@ def discover(
         if d is None:
             continue
         if router is not None:
-            d = _router_child(d, launch, *router)
+            d = _router_child(d, launch, router)
         if d.spec.health_url and _other_network(pid):
             # Its loopback is its container's, not this worker's: judge it after the grace period.
             d = replace(d, spec=msgspec.structs.replace(d.spec, health_url=None))
@@ -186,8 +189,17 @@ def _environ(process: psutil.Process) -> dict[str, str] | None:
         return None
 
 
-def _routers(seen: Mapping[int, _Seen]) -> dict[int, tuple[str, str | None]]:
-    """Each llama-server router's pid -> its id and its log (where its children's lines go)."""
+@dataclass(frozen=True)
+class _Router:
+    """A llama-server router: the id its children's ids start with, its log (where their
+    lines go), and the GPUs a placement naming it gives them (None: their own flags')."""
+
+    id: str
+    log: str | None
+    gpus: list[int] | None = None
+
+
+def _routers(seen: Mapping[int, _Seen], placed: Mapping[int, PlacementSpec]) -> dict[int, _Router]:
     found = {}
     for pid, (_, _, launch) in seen.items():
         if launch is None or not launch.router:
@@ -196,17 +208,24 @@ def _routers(seen: Mapping[int, _Seen]) -> dict[int, tuple[str, str | None]]:
             env = _environ(_process(pid, seen[pid]))
         except psutil.Error:
             continue
-        port = serve_port(launch, env)
-        found[pid] = (f"{launch.name}-{port or pid}", find_log(launch, env, pid))
+        log = find_log(launch, env, pid)
+        spec = placed.get(pid)
+        if spec is not None:
+            found[pid] = _Router(spec.id, spec.log_path or log, list(spec.gpus))
+        else:
+            found[pid] = _Router(f"{launch.name}-{serve_port(launch, env) or pid}", log)
     return found
 
 
-def _router_child(d: Discovered, launch: Launch, router: str, log: str | None) -> Discovered:
+def _router_child(d: Discovered, launch: Launch, router: _Router) -> Discovered:
     """A router's child: named by its router and its model, its lines those of the router's
     log that carry its port."""
     port = serve_port(launch, None)
     model = served_model(launch) or str(d.spec.pid)
-    spec = msgspec.structs.replace(d.spec, id=f"{router}/{model}", log_path=log)
+    spec = msgspec.structs.replace(d.spec, id=f"{router.id}/{model}", log_path=router.log)
+    if router.gpus is not None:
+        spec = msgspec.structs.replace(spec, gpus=router.gpus)
+        d = replace(d, gpus_unknown=None, gpu_request=None)  # its own CPU flags still hold
     return replace(d, spec=spec, log_prefix=f"[{port}]" if port else None)
 
 
