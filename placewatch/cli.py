@@ -114,15 +114,8 @@ def _alerts_command(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _exporter_command(settings: Settings, args: argparse.Namespace) -> int:
-    try:
-        from placewatch.consumer.exporter import serve
-    except ImportError as exc:  # prometheus_client is the `exporter` extra's
-        print(
-            f"placewatch: the exporter needs prometheus_client ({exc}); install "
-            "'placewatch[exporter]'",
-            file=sys.stderr,
-        )
-        return EXIT_CONFIG
+    from placewatch.consumer.exporter import serve
+
     return serve.command(_bus(settings), args)
 
 
@@ -400,6 +393,11 @@ def _run_arguments(run: argparse.ArgumentParser) -> None:
         "--replicas", type=int, metavar="N", help="replicas of what the worker creates (1)"
     )
     run.add_argument("--storage", choices=["file", "memory"], help="storage of what it creates")
+    run.add_argument(
+        "--metrics-listen",
+        metavar="HOST:PORT",
+        help="serve this node's Prometheus metrics here (:9400, dcgm-exporter's port; off)",
+    )
     run.add_argument(
         "--takeover",
         action="store_const",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import socket
+from argparse import ArgumentTypeError
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args, get_origin, get_type_hints
@@ -19,6 +20,7 @@ from urllib.parse import urlsplit
 import msgspec
 
 from placewatch.connection import redact
+from placewatch.prometheus.listen import listen_argument
 from placewatch.schemas.messages import MAX_INTERVAL_S
 from placewatch.schemas.streams import stem
 from placewatch.schemas.subjects import MAX_NAME_BYTES
@@ -114,6 +116,9 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """A file the process writes its own health to, for `placewatch health --heartbeat`:
     `run` whether it ticks, `watch` and `alerts` whether their connection's PINGs are
     answered. None: no file."""
+    metrics_listen: str | None = None
+    """Where `run` serves its node's Prometheus metrics (`:9400`, `127.0.0.1:9400`); None:
+    not served."""
 
 
 class ConfigError(Exception):
@@ -193,6 +198,12 @@ def _check(layer: dict[str, Any], where: str, *, strict: bool) -> dict[str, Any]
         problem = servers_problem(servers)
         if problem is not None:
             raise ConfigError(_explain(f"{problem} - at `$.nats`", where))
+    listen = layer.get("metrics_listen")
+    if isinstance(listen, str):
+        try:
+            listen_argument(listen)
+        except ArgumentTypeError as exc:
+            raise ConfigError(_explain(f"{exc} - at `$.metrics_listen`", where)) from None
     prefix = layer.get("prefix")
     if isinstance(prefix, str):
         try:

@@ -19,7 +19,7 @@ import logging
 import math
 import time
 from contextlib import AsyncExitStack
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import anyio
 import nats.errors
@@ -49,6 +49,9 @@ from .shards.bucket import PlacementsBucket
 from .shards.engine_logs import EngineLogs
 from .shards.events import EventTracker
 
+if TYPE_CHECKING:
+    from .metrics import NodeCollector
+
 log = logging.getLogger(__name__)
 
 RETRY_FIRST_S, RETRY_MOST_S = 1.0, 30.0
@@ -64,6 +67,7 @@ async def run(settings: Settings, out: TextIO) -> None:
     options = connect_options(settings)  # a bad credentials or TLS file stops us at once
     beats = _tick_beats(settings)
     async with AsyncExitStack() as stack:
+        metrics = _serve_metrics(stack, settings.metrics_listen)
         servers = settings.nats or [await _embedded(stack, settings, out)]
         session = new_session()
         streams = StreamSettings(settings.create, settings.replicas, settings.storage)
@@ -93,11 +97,27 @@ async def run(settings: Settings, out: TextIO) -> None:
                     tg, nc, settings, session=session, pipeline=pipeline, streams=streams
                 )
                 worker.beats, worker.lease = beats, lease
+                if metrics is not None:
+                    metrics.latest = worker.latest
                 await worker.run(settings.interval)
         finally:
             await lease.release()
             await drain(nc)
         lease.check()
+
+
+def _serve_metrics(stack: AsyncExitStack, listen: str | None) -> NodeCollector | None:
+    """The node's /metrics, served from the start (empty until the first tick), stopped with
+    the stack; ConfigError where it cannot listen."""
+    if listen is None:
+        return None
+    from .metrics import serve_node  # noqa: PLC0415 - the HTTP server, when asked for
+
+    served, collector = serve_node(listen)
+    stack.callback(served.server_close)
+    stack.callback(served.shutdown)
+    log.info("serving this node's Prometheus metrics on http://%s/metrics", listen)
+    return collector
 
 
 def _tick_beats(settings: Settings) -> TickBeats | None:
@@ -198,6 +218,7 @@ class Worker:
         sample = self.pipeline.sample(reading, shards)  # 3. the sample, built
         inventory, telemetry = lean.split(sample, self.latest.inventory)
         self.latest.inventory, self.latest.telemetry = inventory, telemetry
+        self.latest.scraped = (telemetry, sample, time.time())
         self.latest.statuses = shards.statuses
         changes = self.tracker.changes(shards.statuses, shards.gone)
         for change in changes:

@@ -1,10 +1,10 @@
 """`placewatch exporter`: serving the fleet on the bus as Prometheus metrics, on /metrics.
 
 A FleetView follows the bus (the whole fleet, one partition, or every node with one node
-served); prometheus_client's HTTP server answers each scrape in a thread of its own, which
-asks the event loop for the view's holdings (a copy of two dicts) and builds the metric
-families from them there, so nothing the view holds is touched from two threads and a
-scrape of a large fleet does not stall the view.
+served); the metrics server (placewatch/prometheus/) answers each scrape in a thread of its
+own, which asks the event loop for the view's holdings (a copy of two dicts) and builds the
+metric families from them there, so nothing the view holds is touched from two threads and
+a scrape of a large fleet does not stall the view.
 """
 
 from __future__ import annotations
@@ -20,16 +20,15 @@ import anyio.from_thread
 import anyio.lowlevel
 import anyio.to_thread
 from nats.aio.client import Client
-from prometheus_client import CollectorRegistry
 
 from placewatch.connection import Bus, connect
 from placewatch.consumer.fleet import FleetView, Holdings
 from placewatch.lifecycle import drain, stop_on_signal
+from placewatch.prometheus import server as metrics_server
+from placewatch.prometheus.listen import Listen
 from placewatch.schemas.streams import for_prefix
 
-from . import metrics_server
 from .collector import FleetCollector
-from .options import Listen
 
 log = logging.getLogger(__name__)
 
@@ -78,10 +77,8 @@ async def _serve(bus: Bus, args: argparse.Namespace) -> int:
         partition_problems=partition_problems,
         unreadable=unreadable,
     )
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(collector)
     try:
-        server, thread = metrics_server.serve(listen.host, listen.port, registry)
+        server, thread = metrics_server.serve(listen.host, listen.port, collector.collect)
     except OSError as exc:
         why = exc.strerror or str(exc)
         print(

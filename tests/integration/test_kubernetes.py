@@ -4,6 +4,7 @@ the DaemonSet gives the worker what it needs and no more, the forget CronJob les
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ import yaml
 from placewatch.worker.config import ENV_CONFIG, FIELDS, env_name
 from placewatch.worker.forget import duration
 
-from tests.conftest import ROOT
+from tests.conftest import FIXTURES, ROOT
 
 KUBERNETES = ROOT / "deploy" / "kubernetes"
 MANIFESTS = sorted(KUBERNETES.glob("*.yaml"))
@@ -37,6 +38,32 @@ def validate(document: dict[str, Any], version: str) -> None:
     except ImportError:
         pytest.fail("kubernetes-validate is missing: pip install -e '.[test]' installs it")
     kubernetes_validate.validate(document, version, strict=True)
+
+
+BUILT_IN = ("v1", "apps/v1", "batch/v1")
+"""The API groups kubernetes-validate knows; the others are custom resources, checked
+against their CRD's schema (fixtures/kubernetes)."""
+POD_MONITOR = FIXTURES / "kubernetes" / "podmonitor-v1.schema.json"
+
+
+def closed(schema: Any) -> Any:
+    """The CRD schema refusing what it does not name, as a misspelt field is pruned without a
+    word by the API server."""
+    if isinstance(schema, dict):
+        found = {k: closed(v) for k, v in schema.items()}
+        if "properties" in found and not found.get("x-kubernetes-preserve-unknown-fields"):
+            found.setdefault("additionalProperties", False)
+        return found
+    if isinstance(schema, list):
+        return [closed(x) for x in schema]
+    return schema
+
+
+def validate_pod_monitor(document: dict[str, Any]) -> None:
+    import jsonschema
+
+    schema = closed(json.loads(POD_MONITOR.read_text()))
+    jsonschema.validate(document, schema)
 
 
 def objects() -> dict[str, dict[str, Any]]:
@@ -63,11 +90,17 @@ def worker() -> dict[str, Any]:
 
 
 def test_the_manifests_are_a_namespace_account_daemonset_cronjob_and_secrets() -> None:
-    assert [p.name for p in MANIFESTS] == ["forget.yaml", "placewatch.yaml", "secret.example.yaml"]
+    assert [p.name for p in MANIFESTS] == [
+        "forget.yaml",
+        "monitoring.yaml",
+        "placewatch.yaml",
+        "secret.example.yaml",
+    ]
     assert sorted(objects()) == [
         "CronJob/placewatch-forget",
         "DaemonSet/placewatch",
         "Namespace/placewatch",
+        "PodMonitor/placewatch",
         "Secret/placewatch-forget",
         "Secret/placewatch-nats",
         "ServiceAccount/placewatch",
@@ -81,7 +114,33 @@ def test_the_manifests_are_a_namespace_account_daemonset_cronjob_and_secrets() -
 @pytest.mark.parametrize("path", MANIFESTS, ids=lambda p: p.name)
 def test_every_object_follows_the_kubernetes_schema(path: Path, version: str) -> None:
     for document in documents(path):
-        validate(document, version)
+        if document["apiVersion"] in BUILT_IN:
+            validate(document, version)
+        else:
+            assert document["kind"] == "PodMonitor"
+            validate_pod_monitor(document)
+
+
+def test_the_pod_monitor_scrapes_the_workers_metrics_port_naming_each_node() -> None:
+    import jsonschema
+
+    monitor = objects()["PodMonitor/placewatch"]
+    pod = daemonset()["spec"]["template"]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    (port,) = worker()["ports"]
+    assert (endpoint["port"], port["name"], port["containerPort"]) == ("metrics", "metrics", 9400)
+    env = {e["name"]: e.get("value") for e in worker()["env"]}
+    assert env["PLACEWATCH_METRICS_LISTEN"] == ":9400"
+    assert endpoint["relabelings"] == [
+        {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "instance"}
+    ]
+    misspelt = {**monitor, "spec": {**monitor["spec"], "podMetricEndpoints": []}}
+    with pytest.raises(jsonschema.ValidationError, match="podMetricEndpoints"):
+        validate_pod_monitor(misspelt)
+    wrong = {**monitor, "spec": {**monitor["spec"], "podMetricsEndpoints": [{"port": 9400}]}}
+    with pytest.raises(jsonschema.ValidationError, match="is not of type 'string'"):
+        validate_pod_monitor(wrong)
 
 
 def test_the_schema_check_catches_a_misspelt_key_and_a_wrong_type() -> None:

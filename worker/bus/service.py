@@ -23,7 +23,7 @@ from nats.micro.request import Request, ServiceError
 from nats.micro.service import Service
 
 from placewatch import __version__
-from placewatch.schemas import ComputeStatus, NodeInventory, NodeTelemetry, subjects
+from placewatch.schemas import ComputeStatus, NodeInventory, NodeSample, NodeTelemetry, subjects
 from placewatch.schemas.codec import Encoding
 from placewatch.schemas.service import (
     ENDPOINTS,
@@ -88,6 +88,9 @@ class Latest:
         self.inventory: NodeInventory | None = None
         self.telemetry: NodeTelemetry | None = None
         self.statuses: list[ComputeStatus] = []
+        self.scraped: tuple[NodeTelemetry, NodeSample, float] | None = None
+        """The last tick's telemetry and sample, and when (time.time()), for /metrics: set
+        as one value, read from the metrics server's thread."""
 
 
 class Rechecks:

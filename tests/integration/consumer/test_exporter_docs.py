@@ -10,13 +10,13 @@ from typing import Any
 
 import yaml
 
-from placewatch.consumer.exporter.metrics import (
+from placewatch.consumer.mapping import KINDS
+from placewatch.prometheus.metrics import (
     GPU_METRICS,
     PARTITION_PROBLEM,
     PARTITION_PROBLEM_HELP,
     served,
 )
-from placewatch.consumer.mapping import KINDS
 
 from tests.conftest import ROOT
 from tests.support.prometheus import DASHBOARD, PROMTOOL, dashboard_exprs, need

@@ -3,16 +3,23 @@ rest closed at once, a scrape answered all the while; real sockets on loopback."
 
 from __future__ import annotations
 
+import gzip
 import socket
 import threading
 import urllib.request
 
 import pytest
-from prometheus_client import CollectorRegistry, Counter
 
-from placewatch.consumer.exporter import metrics_server
+from placewatch.prometheus import server as metrics_server
+from placewatch.prometheus.exposition import Family
 
 from tests.support.eventually import eventually
+
+PROMETHEUS_ACCEPT = (
+    "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;"
+    "q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+)
+"""What Prometheus 2.42 sends."""
 
 
 def scrape(port: int) -> str:
@@ -33,9 +40,8 @@ def test_idle_connections_are_let_go_and_no_more_are_served_than_it_bounds(
 ) -> None:
     monkeypatch.setattr(metrics_server, "MAX_CONNECTIONS", 4)
     monkeypatch.setattr(metrics_server._Handler, "timeout", 0.5)
-    registry = CollectorRegistry()
-    Counter("scrapes_seen", "a series to serve", registry=registry).inc()
-    server, thread = metrics_server.serve("127.0.0.1", 0, registry)
+    seen = Family("scrapes_seen_total", "a series to serve", (), "counter", [("", 1.0)])
+    server, thread = metrics_server.serve("127.0.0.1", 0, lambda: [seen])
     port = server.server_address[1]
     idle: list[socket.socket] = []
     try:
@@ -56,6 +62,38 @@ def test_idle_connections_are_let_go_and_no_more_are_served_than_it_bounds(
     finally:
         for conn in idle:
             conn.close()
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+@pytest.mark.parametrize(
+    ("accept", "encoding", "content_type"),
+    [
+        (None, None, "text/plain; version=0.0.4; charset=utf-8"),
+        (PROMETHEUS_ACCEPT, None, "application/openmetrics-text; version=1.0.0; charset=utf-8"),
+        (PROMETHEUS_ACCEPT, "gzip", "application/openmetrics-text; version=1.0.0; charset=utf-8"),
+    ],
+)
+def test_it_answers_in_the_format_and_encoding_asked_for(
+    accept: str | None, encoding: str | None, content_type: str
+) -> None:
+    seen = Family("scrapes_seen_total", "a series to serve", ("node",), "counter")
+    seen.add(["gpu-07"], 3.0)
+    server, thread = metrics_server.serve("127.0.0.1", 0, lambda: [seen])
+    try:
+        request = urllib.request.Request(f"http://127.0.0.1:{server.server_address[1]}/metrics")
+        for header, value in (("Accept", accept), ("Accept-Encoding", encoding)):
+            if value is not None:
+                request.add_header(header, value)
+        with urllib.request.urlopen(request, timeout=5) as answer:
+            body, headers = answer.read(), answer.headers
+        assert headers["Content-Type"] == content_type
+        assert headers.get("Content-Encoding") == encoding
+        text = (gzip.decompress(body) if encoding else body).decode()
+        assert 'scrapes_seen_total{node="gpu-07"} 3.0\n' in text
+        assert text.endswith("# EOF\n") == (accept is not None)
+    finally:
         server.shutdown()
         server.server_close()
         thread.join()

@@ -6,19 +6,19 @@ import argparse
 from datetime import datetime, timedelta
 
 import pytest
-from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from placewatch.consumer.exporter.collector import FleetCollector, stale_limit
-from placewatch.consumer.exporter.metrics import (
+from placewatch.consumer.fleet import Holdings
+from placewatch.prometheus.exposition import render
+from placewatch.prometheus.listen import Listen, listen_argument
+from placewatch.prometheus.metrics import (
     GPU_LABELS,
     GPU_METRICS,
     clock_event_mask,
     problem_kind,
     served,
 )
-from placewatch.consumer.exporter.options import Listen, listen_argument
-from placewatch.consumer.fleet import Holdings
 from placewatch.schemas import GpuHealth, GpuSample
 from placewatch.schemas.health import CLOCK_EVENT_BITS
 
@@ -33,10 +33,8 @@ OWN = {"placewatch_unreadable_messages_total"}
 
 def scrape(content: Holdings, now: datetime = NOW, own: bool = False, **kwargs: object) -> Series:
     """The series served of `content` (and, with `own`, those of the exporter's view)."""
-    registry = CollectorRegistry(auto_describe=False)
     collector = FleetCollector(lambda: content, clock=now.timestamp, **kwargs)  # type: ignore[arg-type]
-    registry.register(collector)
-    text = generate_latest(registry).decode()
+    text = render(collector.collect(), openmetrics=False).decode()
     series: Series = {}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
@@ -284,13 +282,14 @@ def test_clock_events_read_as_dcgm_s_bitmask_and_none_when_none_are_named() -> N
         ("127.0.0.1:9400", Listen("127.0.0.1", 9400)),
         ("[::1]:9401", Listen("::1", 9401)),
         ("0.0.0.0:1", Listen("0.0.0.0", 1)),
+        (":9400", Listen("0.0.0.0", 9400)),  # dcgm-exporter's way of saying every interface
     ],
 )
 def test_listen_takes_host_and_port(text: str, expected: Listen) -> None:
     assert listen_argument(text) == expected
 
 
-@pytest.mark.parametrize("text", ["9400", ":9400", "host:", "host:port", "host:0", "host:70000"])
+@pytest.mark.parametrize("text", ["9400", ":", "host:", "host:port", "host:0", ":70000"])
 def test_a_bad_listen_says_what_to_give(text: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError, match="is not HOST:PORT"):
         listen_argument(text)

@@ -1,0 +1,166 @@
+"""`placewatch run --metrics-listen`: each worker serves its own node on /metrics, scraped by a
+real Prometheus the way dcgm-exporter's DaemonSet is, one target per node.
+
+Two workers with the fake nvidia-smi replaying the two-A100 capture
+(fixtures/nvidia-smi/a100x2-query-gpu.csv), on one real nats-server.
+"""
+
+from __future__ import annotations
+
+import functools
+import subprocess
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.conftest import (
+    FIXTURES,
+    GPU0,
+    FakeGpuTools,
+    NatsServer,
+    Worker,
+    free_port,
+    run_placewatch,
+)
+from tests.support.eventually import eventually
+from tests.support.prometheus import PROMTOOL, Prometheus, need
+
+NODES = ("gpu-a", "gpu-b")
+OPENMETRICS = "application/openmetrics-text; version=1.0.0,text/plain;version=0.0.4;q=0.5"
+
+
+def scrape(port: int, accept: str | None = None) -> str:
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/metrics")
+    if accept is not None:
+        request.add_header("Accept", accept)
+    with urllib.request.urlopen(request, timeout=5) as answer:
+        return str(answer.read().decode())
+
+
+def served_gpus(port: int) -> bool:
+    try:
+        return bool(samples(scrape(port), "DCGM_FI_DEV_FB_USED"))
+    except OSError:
+        return False  # not listening yet
+
+
+def samples(text: str, name: str) -> list[tuple[dict[str, str], float]]:
+    return [
+        (s.labels, s.value)
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == name
+    ]
+
+
+@pytest.fixture
+def node_workers(
+    nats_server: NatsServer, fake_gpu: FakeGpuTools, tmp_path: Path
+) -> Iterator[dict[str, int]]:
+    """Each node's worker, and the port its /metrics is on."""
+    fake_gpu.nvidia_smi(FIXTURES / "nvidia-smi" / "a100x2-query-gpu.csv")
+    ports = {node: free_port() for node in NODES}
+    started = []
+    for node, port in ports.items():
+        env = fake_gpu.env() | {"PLACEWATCH_STATE_DIR": str(tmp_path / node)}
+        argv = ["--nats", nats_server.url, "--node", node, "--interval", "0.5"]
+        started.append(Worker(*argv, "--metrics-listen", f"127.0.0.1:{port}", env=env))
+    try:
+        for port in ports.values():
+            eventually(functools.partial(served_gpus, port), timeout=20, what="its GPUs")
+        yield ports
+    finally:
+        for w in started:
+            w.close()
+
+
+def test_each_node_serves_its_own_gpus_under_dcgm_names(node_workers: dict[str, int]) -> None:
+    for node, port in node_workers.items():
+        text = scrape(port)
+        used = samples(text, "DCGM_FI_DEV_FB_USED")
+        # a100x2-query-gpu.csv: GPU 0 uses 40960 MiB
+        assert sorted((labels["gpu"], labels["Hostname"]) for labels, _ in used) == [
+            ("0", node),
+            ("1", node),
+        ]
+        (gpu0,) = [labels | {"value": str(v)} for labels, v in used if labels["gpu"] == "0"]
+        assert gpu0 == {
+            "gpu": "0",
+            "UUID": GPU0,
+            "pci_bus_id": "00000000:07:00.0",
+            "device": "nvidia0",
+            "modelName": "NVIDIA A100-SXM4-80GB",
+            "Hostname": node,
+            "value": "40960.0",
+        }
+        assert samples(text, "placewatch_node_up") == [({"node": node}, 1.0)]
+        # Prometheus asks for OpenMetrics first: the same samples, in that format
+        open_metrics = scrape(port, OPENMETRICS)
+        assert open_metrics.rstrip().endswith("# EOF")
+
+
+def test_promtool_finds_nothing_but_dcgm_s_own_label_names(node_workers: dict[str, int]) -> None:
+    promtool = need(PROMTOOL)
+    text = scrape(node_workers["gpu-a"])
+    done = subprocess.run(
+        [str(promtool), "check", "metrics"], check=False, input=text, capture_output=True, text=True
+    )
+    complaints = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+    assert complaints, "promtool names DCGM's camelCase labels; an empty answer is suspect"
+    assert all("camelCase" in line or "UUID" in line for line in complaints), complaints
+
+
+def test_prometheus_scraping_each_node_never_mixes_them(
+    node_workers: dict[str, int], tmp_path: Path
+) -> None:
+    targets = [f"127.0.0.1:{port}" for port in node_workers.values()]
+    prometheus = Prometheus(tmp_path / "prometheus", targets)
+    prometheus.start()
+    try:
+        eventually(lambda: len(prometheus.query("DCGM_FI_DEV_FB_USED")) == 4, timeout=30)
+        found = prometheus.query("DCGM_FI_DEV_FB_USED")
+        by_instance = {f"127.0.0.1:{port}": node for node, port in node_workers.items()}
+        for series in found:
+            labels = series["metric"]
+            assert by_instance[labels["instance"]] == labels["Hostname"], labels
+        per_node = prometheus.query("count by (instance, Hostname) (DCGM_FI_DEV_FB_USED)")
+        assert sorted(r["value"][1] for r in per_node) == ["2", "2"]
+    finally:
+        prometheus.stop()
+
+
+def test_a_bad_or_busy_listen_address_stops_the_worker_naming_it(nats_server: NatsServer) -> None:
+    done = run_placewatch(
+        "run", "--nats", nats_server.url, "--node", "n1", "--metrics-listen", "host:port"
+    )
+    assert done.returncode == 2
+    assert done.stderr.startswith("placewatch: --metrics-listen: 'host:port' is not HOST:PORT")
+    with socket_in_use() as port:
+        done = run_placewatch(
+            "run",
+            "--nats",
+            nats_server.url,
+            "--node",
+            "n1",
+            "--metrics-listen",
+            f"127.0.0.1:{port}",
+        )
+    assert done.returncode == 2
+    assert f"--metrics-listen 127.0.0.1:{port}: cannot serve there" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+class socket_in_use:
+    def __enter__(self) -> int:
+        import socket
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen()
+        return int(self.sock.getsockname()[1])
+
+    def __exit__(self, *_: object) -> None:
+        self.sock.close()

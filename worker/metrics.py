@@ -1,0 +1,60 @@
+"""`placewatch run --metrics-listen`: the node's own GPUs, shards and health on /metrics,
+under the fleet exporter's names and labels (placewatch/prometheus/), from the last tick's
+sample: a scrape reads no GPU tool, and costs the worker only the families' building and
+formatting (docs/benchmarks.md).
+
+The scrape runs in the metrics server's thread; it reads the tick's sample, an immutable
+value the tick loop swaps in as one reference (`Latest.scraped`), and nothing else.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+from placewatch.prometheus import server
+from placewatch.prometheus.exposition import Family
+from placewatch.prometheus.families import Families
+from placewatch.prometheus.listen import listen_argument
+
+from .config import ConfigError
+
+if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
+
+    from .bus.service import Latest
+
+
+class NodeCollector:
+    """The node's families, from the sample `latest` holds at each scrape (none before the
+    worker runs)."""
+
+    def __init__(
+        self, latest: Latest | None = None, clock: Callable[[], float] = time.time
+    ) -> None:
+        self.latest = latest
+        self.clock = clock
+
+    def collect(self) -> Iterator[Family]:
+        families = Families()
+        scraped = self.latest.scraped if self.latest is not None else None
+        if scraped is not None:
+            telemetry, sample, at = scraped
+            families.add(telemetry, sample, max(self.clock() - at, 0.0))
+        yield from families
+
+
+def serve_node(listen: str) -> tuple[WSGIServer, NodeCollector]:
+    """/metrics of the node at `listen`, from a thread of the server's own, and its collector
+    (given the worker's `Latest` once it runs); ConfigError says why it cannot listen there."""
+    where = listen_argument(listen)
+    collector = NodeCollector()
+    try:
+        served, _ = server.serve(where.host, where.port, collector.collect)
+    except OSError as exc:
+        raise ConfigError(
+            f"--metrics-listen {listen}: cannot serve there ({exc.strerror or exc}); give a "
+            "free port on an address of this host"
+        ) from None
+    return served, collector
