@@ -204,12 +204,17 @@ def _msgpack_decoder(type_: type[T]) -> msgspec.msgpack.Decoder[T]:
 
 
 def json_schema() -> dict[str, Any]:
-    """The JSON Schema of every message of the contract, with shared definitions."""
+    """The JSON Schema of every message of the contract, with shared definitions. The root
+    takes any message (`anyOf`): the types share fields and no definition forbids others, so a
+    ComputeStatus is also a valid NodeForgotten and `oneOf` would refuse it. Which type a
+    message is, its subject says (docs/subjects.md); validate against `$defs/<type>` to check
+    one."""
     refs, components = msgspec.json.schema_components(MESSAGE_TYPES, ref_template="#/$defs/{name}")
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": "placewatch messages",
-        "description": f"Wire contract, schema version {SCHEMA_VERSION}.",
-        "oneOf": list(refs),
+        "description": f"Wire contract, schema version {SCHEMA_VERSION}: any message of it; "
+        "its subject says which type it is, whose definition in $defs checks it.",
+        "anyOf": list(refs),
         "$defs": components,
     }

@@ -187,6 +187,9 @@ def test_every_json_block_in_subjects_md_is_a_named_sample() -> None:
     assert names.count("ComputeStatus") == 2  # on its subject and in the compute bucket
 
 
+FORMATS = jsonschema.Draft202012Validator.FORMAT_CHECKER
+
+
 @pytest.mark.parametrize(
     ("name", "payload"), json_samples(), ids=[f"{n}-{i}" for i, (n, _) in enumerate(json_samples())]
 )
@@ -199,6 +202,9 @@ def test_subjects_md_sample_decodes_and_validates_against_schema_json(
         {"$ref": f"#/$defs/{name}", "$defs": schema["$defs"]}
     )
     validator.validate(json.loads(payload))
+    # The root takes every message too, dates checked as dates (check-jsonschema's way).
+    root = jsonschema.Draft202012Validator(schema, format_checker=FORMATS)
+    assert list(root.iter_errors(json.loads(payload))) == []
     # Complete: every field present, as the worker writes it (nothing left to defaults).
     assert json.loads(payload) == json.loads(msgspec.json.encode(message))
 

@@ -170,7 +170,7 @@ def test_a_kv_value_is_told_json_or_msgpack_by_its_first_byte() -> None:
 def test_json_schema_names_every_message() -> None:
     schema = json_schema()
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
-    assert schema["oneOf"] == [
+    assert schema["anyOf"] == [
         {"$ref": f"#/$defs/{name}"}
         for name in (
             "NodeTelemetry",
@@ -220,3 +220,16 @@ def test_a_message_of_the_first_schema_is_still_read() -> None:
     )
     status = decode(old, ComputeStatus, {"Placewatch-Schema": "1"})
     assert (status.schema, status.node, status.verdict, status.stale) == (1, "gpu_1", "gpu", False)
+
+
+def test_a_compute_status_validates_against_the_root_schema() -> None:
+    """A ComputeStatus is also a valid NodeForgotten (no definition forbids other fields), so a
+    root `oneOf` refused every one of them."""
+    import jsonschema
+
+    message = json.loads(encode(status())[0])
+    validator = jsonschema.Draft202012Validator(
+        json_schema(), format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER
+    )
+    assert list(validator.iter_errors(message)) == []
+    assert list(validator.iter_errors({"node": 3})) != []
