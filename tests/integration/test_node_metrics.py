@@ -8,6 +8,7 @@ Two workers with the fake nvidia-smi replaying the two-A100 capture
 from __future__ import annotations
 
 import functools
+import json
 import subprocess
 import urllib.request
 from collections.abc import Iterator
@@ -61,7 +62,7 @@ def node_workers(
     nats_server: NatsServer, fake_gpu: FakeGpuTools, tmp_path: Path
 ) -> Iterator[dict[str, int]]:
     """Each node's worker, and the port its /metrics is on."""
-    fake_gpu.nvidia_smi(FIXTURES / "nvidia-smi" / "a100x2-query-gpu.csv")
+    fake_gpu.nvidia_smi(FIXTURES / "nvidia-smi" / "a100x2-query-gpu-health.csv")
     ports = {node: free_port() for node in NODES}
     started = []
     for node, port in ports.items():
@@ -164,3 +165,48 @@ class socket_in_use:
 
     def __exit__(self, *_: object) -> None:
         self.sock.close()
+
+
+DASHBOARD = FIXTURES / "grafana" / "dcgm-exporter-dashboard.json"
+PROFILING = "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"
+"""DCGM's profiling counter, which no NVML or nvidia-smi reading gives: its panel stays
+empty on placewatch, as on a dcgm-exporter without profiling metrics."""
+
+
+def test_nvidia_s_dashboard_draws_each_node_apart(
+    node_workers: dict[str, int], tmp_path: Path
+) -> None:
+    """Every panel of dcgm-exporter's own dashboard, asked for each node (its `$instance`
+    variable) and for all: data from that node only, never one series of two nodes."""
+    board = json.loads(DASHBOARD.read_text())
+    panels = {p["title"]: [t["expr"] for t in p["targets"]] for p in board["panels"]}
+    by_instance = {f"127.0.0.1:{port}": node for node, port in node_workers.items()}
+    prometheus = Prometheus(tmp_path / "prometheus", list(by_instance))
+    prometheus.start()
+    try:
+        eventually(lambda: len(prometheus.query("DCGM_FI_DEV_SM_CLOCK")) == 4, timeout=30)
+        (variable,) = [v for v in board["templating"]["list"] if v["name"] == "instance"]
+        offered = prometheus.query(
+            f"count by (instance) ({variable['query'].split('(')[1].split(',')[0]})"
+        )
+        assert sorted(r["metric"]["instance"] for r in offered) == sorted(by_instance)
+        drawn = 0
+        for title, exprs in panels.items():
+            for expr in exprs:
+                for instance, node in by_instance.items():
+                    asked = expr.replace("$instance", instance.replace(".", "\\\\.")).replace(
+                        "$gpu", ".*"
+                    )
+                    found = prometheus.query(asked)
+                    if PROFILING in expr:
+                        assert found == [], title
+                        continue
+                    assert found, f"{title}: no data for {node}"
+                    for series in found:
+                        labels = series["metric"]
+                        assert labels.get("instance", instance) == instance, (title, labels)
+                        assert labels.get("Hostname", node) == node, (title, labels)
+                    drawn += 1
+        assert drawn == 2 * (len(panels) - 1)
+    finally:
+        prometheus.stop()
