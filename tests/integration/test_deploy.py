@@ -144,6 +144,16 @@ def test_the_worker_s_healthcheck_asks_the_worker_and_watch_and_alerts_their_hea
     assert "healthcheck" in services["nats-1"]
 
 
+def test_each_node_serves_its_metrics_and_the_fleet_exporter_is_opt_in() -> None:
+    services = compose()["services"]
+    worker, exporter = services["worker"], services["exporter"]
+    assert worker["environment"]["PLACEWATCH_METRICS_LISTEN"] == ":9400"
+    assert worker["ports"] == ["9400:9400"]
+    assert exporter["profiles"] == ["fleet-exporter"]  # scraped instead of the nodes, not too
+    assert exporter["command"] == ["exporter", "--listen", "0.0.0.0:9400"]
+    assert exporter["ports"] == ["9401:9400"]
+
+
 def test_every_placewatch_variable_compose_sets_is_a_setting() -> None:
     known = {env_name(f) for f in FIELDS} | {ENV_CONFIG}
     for name, service in compose()["services"].items():

@@ -43,7 +43,10 @@ def validate(document: dict[str, Any], version: str) -> None:
 BUILT_IN = ("v1", "apps/v1", "batch/v1")
 """The API groups kubernetes-validate knows; the others are custom resources, checked
 against their CRD's schema (fixtures/kubernetes)."""
-POD_MONITOR = FIXTURES / "kubernetes" / "podmonitor-v1.schema.json"
+CRD_SCHEMAS = {
+    "PodMonitor": FIXTURES / "kubernetes" / "podmonitor-v1.schema.json",
+    "ServiceMonitor": FIXTURES / "kubernetes" / "servicemonitor-v1.schema.json",
+}
 
 
 def closed(schema: Any) -> Any:
@@ -59,10 +62,11 @@ def closed(schema: Any) -> Any:
     return schema
 
 
-def validate_pod_monitor(document: dict[str, Any]) -> None:
+def validate_custom(document: dict[str, Any]) -> None:
+    """A Prometheus Operator resource against its CRD's schema (fixtures/kubernetes)."""
     import jsonschema
 
-    schema = closed(json.loads(POD_MONITOR.read_text()))
+    schema = closed(json.loads(CRD_SCHEMAS[document["kind"]].read_text()))
     jsonschema.validate(document, schema)
 
 
@@ -91,6 +95,7 @@ def worker() -> dict[str, Any]:
 
 def test_the_manifests_are_a_namespace_account_daemonset_cronjob_and_secrets() -> None:
     assert [p.name for p in MANIFESTS] == [
+        "exporter.yaml",
         "forget.yaml",
         "monitoring.yaml",
         "placewatch.yaml",
@@ -99,11 +104,15 @@ def test_the_manifests_are_a_namespace_account_daemonset_cronjob_and_secrets() -
     assert sorted(objects()) == [
         "CronJob/placewatch-forget",
         "DaemonSet/placewatch",
+        "Deployment/placewatch-exporter",
         "Namespace/placewatch",
         "PodMonitor/placewatch",
+        "Secret/placewatch-exporter",
         "Secret/placewatch-forget",
         "Secret/placewatch-nats",
+        "Service/placewatch-exporter",
         "ServiceAccount/placewatch",
+        "ServiceMonitor/placewatch-exporter",
     ]
     for name, thing in objects().items():
         if thing["kind"] != "Namespace":
@@ -117,8 +126,34 @@ def test_every_object_follows_the_kubernetes_schema(path: Path, version: str) ->
         if document["apiVersion"] in BUILT_IN:
             validate(document, version)
         else:
-            assert document["kind"] == "PodMonitor"
-            validate_pod_monitor(document)
+            assert document["apiVersion"] == "monitoring.coreos.com/v1"
+            validate_custom(document)
+
+
+def test_the_exporter_runs_as_nobody_and_its_service_monitor_names_each_node() -> None:
+    import jsonschema
+
+    deployment = objects()["Deployment/placewatch-exporter"]
+    pod = deployment["spec"]["template"]
+    (container,) = pod["spec"]["containers"]
+    assert container["args"] == ["exporter", "--listen", "0.0.0.0:9400"]
+    assert pod["spec"]["securityContext"]["runAsUser"] == 65534
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert (container["envFrom"][0]["secretRef"]["name"]) == "placewatch-exporter"
+    service = objects()["Service/placewatch-exporter"]
+    assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+    monitor = objects()["ServiceMonitor/placewatch-exporter"]
+    assert (
+        monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    )
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["port"] == service["spec"]["ports"][0]["name"] == "metrics"
+    assert endpoint["metricRelabelings"] == [
+        {"sourceLabels": ["Hostname"], "regex": "(.+)", "targetLabel": "instance"}
+    ]
+    misspelt = {**monitor, "spec": {**monitor["spec"], "endpoint": []}}
+    with pytest.raises(jsonschema.ValidationError, match="endpoint"):
+        validate_custom(misspelt)
 
 
 def test_the_pod_monitor_scrapes_the_workers_metrics_port_naming_each_node() -> None:
@@ -137,10 +172,10 @@ def test_the_pod_monitor_scrapes_the_workers_metrics_port_naming_each_node() -> 
     ]
     misspelt = {**monitor, "spec": {**monitor["spec"], "podMetricEndpoints": []}}
     with pytest.raises(jsonschema.ValidationError, match="podMetricEndpoints"):
-        validate_pod_monitor(misspelt)
+        validate_custom(misspelt)
     wrong = {**monitor, "spec": {**monitor["spec"], "podMetricsEndpoints": [{"port": 9400}]}}
     with pytest.raises(jsonschema.ValidationError, match="is not of type 'string'"):
-        validate_pod_monitor(wrong)
+        validate_custom(wrong)
 
 
 def test_the_schema_check_catches_a_misspelt_key_and_a_wrong_type() -> None:

@@ -24,6 +24,7 @@ UNITS = ROOT / "deploy" / "systemd"
 WORKER = UNITS / "placewatch.service"
 ALERTS = UNITS / "placewatch-alerts.service"
 FORGET = UNITS / "placewatch-forget.service"
+EXPORTER = UNITS / "placewatch-exporter.service"
 FORGET_TIMER = UNITS / "placewatch-forget.timer"
 MOST_EXPOSURE = 5.0
 needs_analyze = pytest.mark.skipif(
@@ -112,6 +113,17 @@ def test_the_alerts_unit_runs_alerts_with_nothing_of_the_node() -> None:
         assert name in {env_name(f) for f in FIELDS} | {ENV_CONFIG}, name
 
 
+def test_the_exporter_unit_serves_the_fleet_with_nothing_of_the_node() -> None:
+    service = unit(EXPORTER)["Service"]
+    assert service["ExecStart"] == "/opt/placewatch/bin/placewatch exporter $EXPORTER_FLAGS"
+    assert service["RestartPreventExitStatus"] == str(EXIT_CONFIG)
+    assert service["DynamicUser"] == "yes"
+    assert service["CapabilityBoundingSet"] == ""
+    assert service["PrivateDevices"] == "yes"
+    assert "AF_INET" in service["RestrictAddressFamilies"].split()
+    assert not "EXPORTER_FLAGS".startswith("PLACEWATCH_")
+
+
 def test_the_forget_unit_forgets_nodes_silent_for_a_day_once_a_day() -> None:
     service = unit(FORGET)["Service"]
     assert service["Type"] == "oneshot"
@@ -142,7 +154,7 @@ def exposure(path: Path) -> float:
 
 
 @needs_analyze
-@pytest.mark.parametrize("path", [WORKER, ALERTS, FORGET], ids=lambda p: p.name)
+@pytest.mark.parametrize("path", [WORKER, ALERTS, FORGET, EXPORTER], ids=lambda p: p.name)
 def test_a_unit_s_exposure_is_at_most_five(path: Path) -> None:
     assert exposure(path) <= MOST_EXPOSURE
 
@@ -158,7 +170,9 @@ def test_the_exposure_check_tells_a_bare_unit_from_a_hardened_one(tmp_path: Path
 
 @needs_analyze
 @pytest.mark.parametrize(
-    "paths", [[WORKER], [ALERTS], [FORGET, FORGET_TIMER]], ids=lambda p: p[-1].name
+    "paths",
+    [[WORKER], [ALERTS], [EXPORTER], [FORGET, FORGET_TIMER]],
+    ids=lambda p: p[-1].name,
 )
 def test_a_unit_has_no_unknown_keys(paths: list[Path], tmp_path: Path) -> None:
     # verify wants ExecStart to exist; the rest of the unit is checked as written. A timer is
