@@ -37,6 +37,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_CONFIG
     if args.command == "schema":
         return _schema(args)
+    if args.command == "partition":
+        return _partition(args)
     try:
         settings = load(_flags(args), config_path=args.config)
     except ConfigError as exc:
@@ -162,6 +164,24 @@ COMMANDS = {
 }
 
 
+def _partition(args: argparse.Namespace) -> int:
+    from placewatch.schemas import partitions, subjects
+
+    try:
+        found = partitions.partition_of(args.node, args.partitions)
+    except ValueError as exc:
+        print(f"placewatch: --partitions: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    token = subjects.token(args.node)
+    print(
+        f"{args.node}: partition {found} of {args.partitions} (FNV-1a of {token!r}: "
+        f"{partitions.node_hash(args.node)})"
+    )
+    for kind in partitions.PARTITIONED:
+        print(f"  {partitions.mapped(kind, args.node, args.partitions, args.prefix)}")
+    return 0
+
+
 def _flags(args: argparse.Namespace) -> dict[str, Any]:
     given: dict[str, Any] = {}
     for field in Settings.__struct_fields__:
@@ -195,6 +215,7 @@ def _parser(argv: Sequence[str]) -> argparse.ArgumentParser:
         "alerts": [reader, bus],
         "exporter": [reader, bus],
         "schema": [],
+        "partition": [],
     }
     for name, (help_text, description) in HELP.items():
         command = commands.add_parser(
@@ -257,6 +278,12 @@ HELP = {
         "embedded default nats://127.0.0.1:4222.",
     ),
     "schema": ("print the JSON Schema of every message", None),
+    "partition": (
+        "print the partition the servers' mapping puts a node in",
+        "The partition of NODE among N, as nats-server's {{partition(N,1)}} computes it (the "
+        "32-bit FNV-1a hash of the node's subject token, modulo N), and its mapped subjects: "
+        "what to give `nats stream get --last-for` or `nats sub` once the mapping is on.",
+    ),
 }
 
 
@@ -294,6 +321,14 @@ def _add_arguments(name: str, command: argparse.ArgumentParser) -> None:
         from placewatch.consumer.exporter.options import add_arguments
 
         add_arguments(command)
+    elif name == "partition":
+        from placewatch.arguments import node_name
+
+        command.add_argument("node", type=node_name, metavar="NODE", help="the node's name")
+        command.add_argument(
+            "--partitions", type=int, required=True, metavar="N", help="the mapping's N"
+        )
+        command.add_argument("--prefix", default="placewatch", help="subject prefix")
     elif name == "schema":
         command.add_argument(
             "--asyncapi", action="store_true", help="print the AsyncAPI 3.0.0 document instead"

@@ -537,3 +537,49 @@ def test_a_node_publishing_straight_into_another_partition_is_refused_not_a_reas
     assert problems == [
         "2 messages not read (partition 2): the log names the first of each node and what to do"
     ]
+
+
+@pytest.mark.parametrize("node", ["gpu-07", "rack 4.gpu*7", "nœud"])
+def test_placewatch_partition_names_the_subject_a_real_server_delivers_on(
+    tmp_path: Path, node: str
+) -> None:
+    """`placewatch partition NODE --partitions 4` against compose's servers, whose mapping
+    rewrites the subject: the node's telemetry arrives on the subject it printed."""
+    done = run_placewatch("partition", node, "--partitions", str(N))
+    assert done.returncode == 0, done.stderr
+    header, telemetry, inventory = done.stdout.splitlines()
+    assert header.startswith(f"{node}: partition {partition_of(node, N)} of {N} ")
+    server = NatsServer(tmp_path / "js", config=COMPOSE_CONF.read_text())
+    server.start()
+
+    async def scenario() -> None:
+        nc = await nats.connect(server.url)
+        try:
+            got = await nc.subscribe(telemetry.strip())
+            await nc.publish(subjects.telemetry(node), b"{}")
+            msg = await got.next_msg(timeout=5)
+            assert msg.subject == telemetry.strip()
+        finally:
+            await nc.close()
+
+    anyio.run(scenario, backend="asyncio")
+    assert inventory.strip() == mapped("inventory", node, N)
+
+
+def test_placewatch_partition_refuses_no_partitions_in_one_line() -> None:
+    done = run_placewatch("partition", "gpu-07", "--partitions", "0")
+    assert done.returncode == 2
+    assert done.stderr.startswith("placewatch: --partitions: 0 partitions: give the N")
+    assert len(done.stderr.splitlines()) == 1
+
+
+def test_the_documented_shell_way_computes_the_same_partition() -> None:
+    doc = (ROOT / "docs" / "operations.md").read_text()
+    (line,) = [x for x in doc.splitlines() if x.startswith("h=2166136261;")]
+    command = line.split("   #")[0]
+    for node in ("gpu-07", "gpu-123", "node_a-7"):
+        script = command.replace("gpu-07", node).replace("% 4", "% 16")
+        done = subprocess.run(
+            ["bash", "-c", script], capture_output=True, text=True, check=True, timeout=10
+        )
+        assert int(done.stdout) == partition_of(node, 16), node

@@ -15,6 +15,7 @@ from placewatch.worker.forget import duration
 
 COMMAND_NAMES = [
     "run", "sample", "doctor", "health", "forget", "watch", "alerts", "exporter", "schema",
+    "partition",
 ]  # fmt: skip
 
 
@@ -45,7 +46,7 @@ def test_help_lists_every_command_with_its_summary(capsys: pytest.CaptureFixture
     assert code == 0
     listed = re.findall(r"^    (\w+)\s+(.+)$", out, re.M)
     assert listed == [(name, HELP[name][0]) for name in COMMAND_NAMES]
-    assert sorted(COMMANDS) == sorted(set(COMMAND_NAMES) - {"schema"})
+    assert sorted(COMMANDS) == sorted(set(COMMAND_NAMES) - {"schema", "partition"})
 
 
 def test_no_command_prints_the_help_and_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
@@ -87,7 +88,7 @@ def test_an_unknown_command_exits_2_naming_the_choices(capsys: pytest.CaptureFix
     assert err.splitlines()[-1] == (
         "placewatch: error: argument COMMAND: invalid choice: 'frobnicate' "
         "(choose from 'run', 'sample', 'doctor', 'health', 'forget', 'watch', 'alerts', 'exporter', "
-        "'schema')"
+        "'schema', 'partition')"
     )
 
 
