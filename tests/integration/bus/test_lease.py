@@ -155,7 +155,9 @@ def test_a_live_worker_whose_leases_bucket_was_deleted_keeps_its_node(
     nats_server: NatsServer, workers: list[Worker]
 ) -> None:
     url = nats_server.url
-    first = Worker(*run_args(url, "n1", 0.5), env=clean_env())
+    # Its next refresh 6 s away: the second worker below asks well before it, however slow
+    # this machine is to start a Python process.
+    first = Worker(*run_args(url, "n1", 6), env=clean_env())
     workers.append(first)
     session = first_session(url, "n1")
 
@@ -185,7 +187,7 @@ def test_a_live_worker_whose_leases_bucket_was_deleted_keeps_its_node(
         except nats.errors.Error:
             return False  # the bucket is not there yet
 
-    eventually(written)
+    eventually(written, timeout=30)
     lease, _ = anyio.run(lease_entry, url, "n1", backend="asyncio")
     assert lease is not None and lease.session == session
     assert first.proc.poll() is None
