@@ -44,6 +44,7 @@ def router(lane: Lane, models: Path, log: Path) -> Server:
         )
     server = Server(proc, port, log)
     lane.started.append(server)
+    lane.servers.procs.append(proc)  # stopped with the lane's servers
     deadline = time.monotonic() + START_S
     while not healthy(port):
         assert proc.poll() is None, log.read_text()
