@@ -8,17 +8,21 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import psutil
 import pytest
 
 from placewatch.worker.shards.liveness import own_flags
 
-SLEEP = "import time; time.sleep(60)"
+from tests.conftest import SLEEP
+from tests.support.eventually import eventually
 
 
 @contextmanager
 def engine(argv0: str, *args: str, env: dict[str, str] | None = None) -> Iterator[int]:
     proc = subprocess.Popen([argv0, "-c", SLEEP, *args], executable=sys.executable, env=env or {})
     try:
+        # read once it runs as the engine: just after fork, /proc shows the parent's
+        eventually(lambda: psutil.Process(proc.pid).cmdline()[:1] == [argv0], timeout=10)
         yield proc.pid
     finally:
         proc.kill()
