@@ -154,7 +154,9 @@ async def fallback_events(url: str) -> list[FallbackEvent]:
         await nc.close()
 
 
-def wait_fallback_events(url: str, count: int, timeout: float = 15) -> list[FallbackEvent]:
+def wait_fallback_events(url: str, count: int, timeout: float = 30) -> list[FallbackEvent]:
+    """The stream's fallback events once there are `count`: a deadline, not a wait (a loaded
+    CI machine takes a verdict's change longer to publish)."""
     deadline = time.monotonic() + timeout
     found: list[FallbackEvent] = []
     while time.monotonic() < deadline:
