@@ -16,12 +16,11 @@ from .codec import (
     on_own_subject,
     value_headers,
 )
+from .control import LEASE_INTERVALS, MESSAGE_TYPES, NodeForgotten, NodeLease, PlacementSpec
 from .health import GpuHealth
 from .messages import (
     ACTIVITY_WINDOW_S,
     FALLBACK_VERDICTS,
-    LEASE_INTERVALS,
-    MESSAGE_TYPES,
     SCHEMA_VERSION,
     ComputeStatus,
     DeviceUse,
@@ -34,12 +33,9 @@ from .messages import (
     HostReading,
     HostSample,
     MigInstance,
-    NodeForgotten,
     NodeInventory,
-    NodeLease,
     NodeSample,
     NodeTelemetry,
-    PlacementSpec,
     ProcessInfo,
     ShardBrief,
     ShardReading,

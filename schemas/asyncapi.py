@@ -21,7 +21,8 @@ from .codec import (
     JSON,
     MSGPACK,
 )
-from .messages import LEASE_INTERVALS, MESSAGE_TYPES, SCHEMA_VERSION
+from .control import LEASE_INTERVALS, MESSAGE_TYPES
+from .messages import SCHEMA_VERSION
 from .streams import for_prefix
 
 ASYNCAPI_VERSION = "3.0.0"

@@ -14,8 +14,8 @@ from typing import Any, Literal, TypeVar
 import msgspec
 
 from . import subjects
+from .control import MESSAGE_TYPES
 from .messages import (
-    MESSAGE_TYPES,
     SCHEMA_VERSION,
     ComputeStatus,
     FallbackEvent,

@@ -21,7 +21,7 @@ import msgspec
 
 from placewatch.connection import redact
 from placewatch.prometheus.listen import listen_argument
-from placewatch.schemas.messages import MAX_INTERVAL_S
+from placewatch.schemas.control import MAX_INTERVAL_S
 from placewatch.schemas.streams import stem
 from placewatch.schemas.subjects import MAX_NAME_BYTES
 

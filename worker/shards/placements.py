@@ -20,14 +20,14 @@ from typing import TYPE_CHECKING, Any, Literal
 import msgspec
 
 from placewatch.schemas import PlacementSpec, SourceStatus
-from placewatch.schemas.messages import (
+from placewatch.schemas.control import (
     MAX_FLOOR_BYTES,
     MAX_PATH_CHARS,
     MAX_PATTERN_CHARS,
     MAX_PLACED_GPUS,
     MAX_URL_CHARS,
-    PID_MAX,
 )
+from placewatch.schemas.messages import PID_MAX
 from placewatch.schemas.subjects import MAX_NAME_BYTES
 
 from ..files import UnusableFile, read_text
