@@ -20,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.conftest import (
     FIXTURES,
     GPU0,
+    ROOT,
     FakeGpuTools,
     NatsServer,
     Worker,
@@ -27,6 +28,7 @@ from tests.conftest import (
     run_placewatch,
 )
 from tests.support.eventually import eventually
+from tests.support.exporter import Exporter
 from tests.support.prometheus import PROMTOOL, Prometheus, need
 
 NODES = ("gpu-a", "gpu-b")
@@ -173,40 +175,64 @@ PROFILING = "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"
 empty on placewatch, as on a dcgm-exporter without profiling metrics."""
 
 
+def dashboard_draws_each_node_apart(prometheus: Prometheus, by_instance: dict[str, str]) -> None:
+    """Every panel of dcgm-exporter's own dashboard, asked for each node (its `$instance`
+    variable): data from that node only, never one series of two nodes."""
+    board = json.loads(DASHBOARD.read_text())
+    panels = {p["title"]: [t["expr"] for t in p["targets"]] for p in board["panels"]}
+    eventually(lambda: len(prometheus.query("DCGM_FI_DEV_SM_CLOCK")) == 4, timeout=30)
+    (variable,) = [v for v in board["templating"]["list"] if v["name"] == "instance"]
+    offered = prometheus.query(
+        f"count by (instance) ({variable['query'].split('(')[1].split(',')[0]})"
+    )
+    assert sorted(r["metric"]["instance"] for r in offered) == sorted(by_instance)
+    drawn = 0
+    for title, exprs in panels.items():
+        for expr in exprs:
+            for instance, node in by_instance.items():
+                asked = expr.replace("$instance", instance.replace(".", "\\\\.")).replace(
+                    "$gpu", ".*"
+                )
+                found = prometheus.query(asked)
+                if PROFILING in expr:
+                    assert found == [], title
+                    continue
+                assert found, f"{title}: no data for {node}"
+                for series in found:
+                    labels = series["metric"]
+                    assert labels.get("instance", instance) == instance, (title, labels)
+                    assert labels.get("Hostname", node) == node, (title, labels)
+                drawn += 1
+    assert drawn == 2 * (len(panels) - 1)
+
+
 def test_nvidia_s_dashboard_draws_each_node_apart(
     node_workers: dict[str, int], tmp_path: Path
 ) -> None:
-    """Every panel of dcgm-exporter's own dashboard, asked for each node (its `$instance`
-    variable) and for all: data from that node only, never one series of two nodes."""
-    board = json.loads(DASHBOARD.read_text())
-    panels = {p["title"]: [t["expr"] for t in p["targets"]] for p in board["panels"]}
     by_instance = {f"127.0.0.1:{port}": node for node, port in node_workers.items()}
     prometheus = Prometheus(tmp_path / "prometheus", list(by_instance))
     prometheus.start()
     try:
-        eventually(lambda: len(prometheus.query("DCGM_FI_DEV_SM_CLOCK")) == 4, timeout=30)
-        (variable,) = [v for v in board["templating"]["list"] if v["name"] == "instance"]
-        offered = prometheus.query(
-            f"count by (instance) ({variable['query'].split('(')[1].split(',')[0]})"
-        )
-        assert sorted(r["metric"]["instance"] for r in offered) == sorted(by_instance)
-        drawn = 0
-        for title, exprs in panels.items():
-            for expr in exprs:
-                for instance, node in by_instance.items():
-                    asked = expr.replace("$instance", instance.replace(".", "\\\\.")).replace(
-                        "$gpu", ".*"
-                    )
-                    found = prometheus.query(asked)
-                    if PROFILING in expr:
-                        assert found == [], title
-                        continue
-                    assert found, f"{title}: no data for {node}"
-                    for series in found:
-                        labels = series["metric"]
-                        assert labels.get("instance", instance) == instance, (title, labels)
-                        assert labels.get("Hostname", node) == node, (title, labels)
-                    drawn += 1
-        assert drawn == 2 * (len(panels) - 1)
+        dashboard_draws_each_node_apart(prometheus, by_instance)
     finally:
         prometheus.stop()
+
+
+def test_the_dashboard_on_the_fleet_exporter_with_the_documented_relabel_rule(
+    node_workers: dict[str, int], nats_server: NatsServer, tmp_path: Path
+) -> None:
+    """One exporter for both nodes: its `instance` is the exporter, until the rule of
+    docs/exporter.md copies each series' Hostname into it."""
+    doc = (ROOT / "docs" / "exporter.md").read_text()
+    block = doc.split("    metric_relabel_configs:\n", 1)[1].split("```", 1)[0]
+    exporter = Exporter(nats_server.url)
+    prometheus = Prometheus(
+        tmp_path / "prometheus", [f"127.0.0.1:{exporter.port}"], metric_relabel=block
+    )
+    prometheus.start()
+    try:
+        dashboard_draws_each_node_apart(prometheus, {node: node for node in node_workers})
+    finally:
+        prometheus.stop()
+        code, err = exporter.stop()
+        assert code == 0, err

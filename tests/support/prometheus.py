@@ -35,7 +35,14 @@ def need(binary: Path) -> Path:
 
 
 class Prometheus:
-    def __init__(self, root: Path, targets: list[str], scrape_interval: str = "1s") -> None:
+    def __init__(
+        self,
+        root: Path,
+        targets: list[str],
+        scrape_interval: str = "1s",
+        metric_relabel: str = "",
+    ) -> None:
+        """`metric_relabel`: the job's metric_relabel_configs, as YAML list items."""
         self.binary = need(BINARY)
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
@@ -45,6 +52,7 @@ class Prometheus:
             f"global:\n  scrape_interval: {scrape_interval}\n  evaluation_interval: 1s\n"
             f"scrape_configs:\n  - job_name: placewatch\n    static_configs:\n"
             f"      - targets: [{listed}]\n"
+            + (f"    metric_relabel_configs:\n{metric_relabel}" if metric_relabel else "")
         )
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"

@@ -3,11 +3,8 @@ and a real Prometheus scrapes it and answers queries with the stand-in tools' va
 
 from __future__ import annotations
 
-import signal
 import socket
-import subprocess
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,70 +21,15 @@ from tests.conftest import (
     GPU0,
     GPU1,
     NatsServer,
-    clean_env,
     free_port,
-    placewatch_cmd,
     run_placewatch,
 )
+from tests.support.exporter import Exporter
 from tests.support.fleet_node import HOLDING_MIB, NODE, ShardNode, a100x2_health
 from tests.support.held import UUID0, sick_node
 from tests.support.prometheus import Prometheus, dashboard_exprs
 
 MIB = 1 << 20
-
-
-class Exporter:
-    """`placewatch exporter` as a child process, stopped with SIGTERM."""
-
-    def __init__(self, url: str, *extra: str) -> None:
-        self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen(
-            [
-                *placewatch_cmd(),
-                "exporter",
-                "--nats",
-                url,
-                "--listen",
-                f"127.0.0.1:{self.port}",
-                *extra,
-            ],
-            env=clean_env(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, self.proc.communicate()
-            try:
-                socket.create_connection(("127.0.0.1", self.port), 0.2).close()
-                return
-            except OSError:
-                time.sleep(0.05)
-        raise AssertionError("the exporter did not listen within 15 s")
-
-    def metrics(self) -> str:
-        with urllib.request.urlopen(f"{self.base}/metrics", timeout=5) as r:
-            return str(r.read().decode())
-
-    def wait_metrics(self, check: str, present: bool = True, timeout: float = 20) -> str:
-        deadline = time.monotonic() + timeout
-        while True:
-            text = self.metrics()
-            if (check in text) == present:
-                return text
-            if time.monotonic() > deadline:
-                raise AssertionError(
-                    f"/metrics {'lacks' if present else 'keeps'} {check!r}:\n{text}"
-                )
-            time.sleep(0.2)
-
-    def stop(self) -> tuple[int, str]:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        _, err = self.proc.communicate(timeout=10)
-        return self.proc.returncode, err
 
 
 def samples(text: str, name: str) -> list[Sample]:
