@@ -104,6 +104,14 @@ class GpuSample(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """Energy the GPU consumed since the driver loaded, in joules (a counter)."""
     fan_pct: Percent | None = None
     """The fan's intended speed, as a share of its maximum; null on passively cooled GPUs."""
+    memory_reserved_bytes: NonNegative | None = None
+    """Memory the driver reserves for itself (neither used by processes nor free)."""
+    memory_temperature_c: float | None = None
+    """The memory's (HBM's) temperature, in °C."""
+    encoder_util_pct: Percent | None = None
+    """The share of time the video encoder was busy."""
+    decoder_util_pct: Percent | None = None
+    """The share of time the video decoder was busy."""
     health: GpuHealth | None = None
     """Its health as far as its tool tells; null where nothing of it was read."""
 
@@ -181,6 +189,7 @@ class GpuInfo(msgspec.Struct, frozen=True, kw_only=True, gc=False, omit_defaults
     mig: list[MigInstance] = msgspec.field(default_factory=list)
     """Its MIG instances, without their memory used (that is a reading: mig_used_bytes)."""
     temperature_sensor: str | None = None
+    memory_reserved_bytes: NonNegative | None = None
     health: GpuHealth | None = None
     """Its health as far as its tool tells, without its clock events (those are a reading:
     GpuReading.clock_events): the counts change rarely, and when they do, a new inventory
@@ -251,6 +260,9 @@ class GpuReading(msgspec.Struct, frozen=True, kw_only=True, gc=False, omit_defau
     """Energy the GPU consumed since the driver loaded, in joules (a counter)."""
     fan_pct: Percent | None = None
     """The fan's intended speed, as a share of its maximum; null on passively cooled GPUs."""
+    memory_temperature_c: float | None = None
+    encoder_util_pct: Percent | None = None
+    decoder_util_pct: Percent | None = None
     clock_events: list[str] = msgspec.field(default_factory=list)
     """GpuHealth.clock_events at this tick: what holds the clocks down now."""
     problems: list[str] = msgspec.field(default_factory=list)

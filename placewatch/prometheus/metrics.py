@@ -111,6 +111,15 @@ GPU_METRICS: tuple[GpuMetric, ...] = (
         times=MJ_PER_J,
     ),
     _dcgm("FAN_SPEED", "fan_pct", "Fan speed (in %)."),
+    GpuMetric(
+        "DCGM_FI_DEV_FB_RESERVED",
+        "memory_reserved_bytes",
+        "Framebuffer memory reserved (in MiB).",
+        MIB,
+    ),
+    _dcgm("MEMORY_TEMP", "memory_temperature_c", "Memory temperature (in C)."),
+    _dcgm("ENC_UTIL", "encoder_util_pct", "Encoder utilization (in %)."),
+    _dcgm("DEC_UTIL", "decoder_util_pct", "Decoder utilization (in %)."),
     _dcgm("XID_ERRORS", "health.last_xid", "Value of the last XID error encountered."),
     _dcgm("PCIE_REPLAY_COUNTER", "health.pcie_replays", "Total number of PCIe retries."),
     _dcgm(

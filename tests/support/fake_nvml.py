@@ -23,6 +23,7 @@ from placewatch.schemas import GpuHealth, GpuSample
 from placewatch.schemas.health import CLOCK_EVENT_BITS
 from placewatch.worker.gpu import recovery
 from placewatch.worker.gpu.nvidia_smi_csv import attach_processes, parse_compute_apps, parse_gpus
+from placewatch.worker.gpu.nvml import MEMORY_TEMP
 
 T = TypeVar("T")
 
@@ -419,6 +420,14 @@ class FakeNvml:
         self.asked["nvmlDeviceGetTotalEnergyConsumption"] += 1
         return round(self._need(h.gpu.energy_j) * 1000)
 
+    def nvmlDeviceGetEncoderUtilization(self, h: Device) -> list[int]:
+        self.asked["nvmlDeviceGetEncoderUtilization"] += 1
+        return [round(self._need(h.gpu.encoder_util_pct)), 167_000]
+
+    def nvmlDeviceGetDecoderUtilization(self, h: Device) -> list[int]:
+        self.asked["nvmlDeviceGetDecoderUtilization"] += 1
+        return [round(self._need(h.gpu.decoder_util_pct)), 167_000]
+
     def nvmlDeviceGetFanSpeed(self, h: Device) -> int:
         self.asked["nvmlDeviceGetFanSpeed"] += 1
         return round(self._need(h.gpu.fan_pct))
@@ -481,14 +490,20 @@ class FakeNvml:
         return self._need(self._health("nvmlDeviceGetPcieReplayCounter", h).pcie_replays)
 
     def nvmlDeviceGetFieldValues(self, h: Device, fieldIds: tuple[int, ...]) -> list[FieldValue]:
-        """Only the GPU recovery action; a field the GPU's sample lacks answers
-        NOT_SUPPORTED inside the call, which itself succeeds, as NVML does."""
+        """The GPU recovery action and the memory's temperature; a field the GPU's sample
+        lacks answers NOT_SUPPORTED inside the call, which itself succeeds, as NVML does."""
         self.asked["nvmlDeviceGetFieldValues"] += 1
         action = None if h.gpu.health is None else h.gpu.health.recovery_action
         codes = {name: code for code, name in recovery.ACTIONS.items()}
+        known: dict[int, int | None] = {
+            recovery.FIELD_GPU_RECOVERY_ACTION: codes.get(action) if action else None,
+            MEMORY_TEMP: None
+            if h.gpu.memory_temperature_c is None
+            else round(h.gpu.memory_temperature_c),
+        }
         return [
-            FieldValue(field, 0, FieldNumber(codes[action]))
-            if field == recovery.FIELD_GPU_RECOVERY_ACTION and action in codes
+            FieldValue(field, 0, FieldNumber(value))
+            if (value := known.get(field)) is not None
             else FieldValue(field, NVMLError_NotSupported.value, FieldNumber(0))
             for field in fieldIds
         ]

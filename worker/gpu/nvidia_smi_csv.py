@@ -261,6 +261,8 @@ class _GpuColumns:
         self.total, self.reserved = f.at("memory.total"), f.at("memory.reserved")
         self.power = f.at("power.draw", "power.draw.instant", "power.draw.average")
         self.cap, self.mig = f.at("enforced.power.limit", "power.limit"), f.at("mig.mode.current")
+        self.memory_temp = f.at("temperature.memory")
+        self.encoder, self.decoder = f.at("utilization.encoder"), f.at("utilization.decoder")
         self.health = _HealthColumns(f)
 
 
@@ -287,9 +289,12 @@ def gpus_of(columns: list[Column], rows: list[list[str]]) -> list[GpuSample]:
         used = _bytes(cells, at.used)
         free = _bytes(cells, at.free)
         total = _bytes(cells, at.total)
+        reserved = _bytes(cells, at.reserved)
         if total is None and used is not None and free is not None:
             # Some queries leave out memory.total; it is reserved + used + free.
-            total = used + free + (_bytes(cells, at.reserved) or 0)
+            total = used + free + (reserved or 0)
+        elif reserved is None and total is not None and used is not None and free is not None:
+            reserved = max(total - used - free, 0)  # R510 and later: total = reserved + ...
         # MIG-enabled GPUs report [N/A] here: the tool cannot tell.
         utilization = _first(cells, at.util, values.percent)
         gpus.append(
@@ -312,6 +317,10 @@ def gpus_of(columns: list[Column], rows: list[list[str]]) -> list[GpuSample]:
                 memory_clock_mhz=_first(cells, health.mem_clock, values.count),
                 memory_util_pct=_first(cells, health.mem_util, values.percent),
                 fan_pct=_first(cells, health.fan, values.percent),
+                memory_reserved_bytes=reserved,
+                memory_temperature_c=_number(cells, at.memory_temp),
+                encoder_util_pct=_first(cells, at.encoder, values.percent),
+                decoder_util_pct=_first(cells, at.decoder, values.percent),
                 health=health.health(cells),
             )
         )

@@ -28,9 +28,12 @@ from placewatch.schemas import GpuProcess, GpuSample, MigInstance, SourceStatus
 from placewatch.schemas.messages import Vendor
 
 from . import ActivityWanted, SourceOptions, values
-from .nvml_health import Refusals, XidEvents, read_health
+from .nvml_health import Refusals, XidEvents, field_value, read_health
 from .process_activity import IDLE, NO_READING, Usage, clamp_pct
 from .read_thread import ReadThread
+
+MEMORY_TEMP = 82
+"""NVML_FI_DEV_MEMORY_TEMP: the memory's temperature, a field value (DCGM_FI_DEV_MEMORY_TEMP)."""
 
 log = logging.getLogger(__name__)
 
@@ -148,6 +151,11 @@ def _read_gpu(
         processes += mig_processes
     util = None if rates is None else _pct(rates.gpu)
     health = read_health(nvml, index, handle, refusals)
+    encoder, decoder = (
+        once("nvmlDeviceGetEncoderUtilization"),
+        once("nvmlDeviceGetDecoderUtilization"),
+    )
+    memory_temp = field_value(nvml, index, handle, refusals, MEMORY_TEMP)
     return GpuSample(
         index=index,
         uuid=_str(ask("nvmlDeviceGetUUID", handle)),
@@ -171,6 +179,10 @@ def _read_gpu(
         energy_j=None if energy_mj is None else energy_mj / 1000,
         # NVML: "may exceed 100% in certain cases" (a share of the noise-tolerance maximum).
         fan_pct=None if _float(fan) is None else min(float(fan), 100.0),
+        memory_reserved_bytes=None if memory is None else memory.reserved,
+        memory_temperature_c=None if memory_temp is None else float(memory_temp),
+        encoder_util_pct=None if not encoder else _pct(encoder[0]),
+        decoder_util_pct=None if not decoder else _pct(decoder[0]),
         health=health if xids is None else xids.attach(index, health),
     )
 
@@ -205,6 +217,7 @@ class Memory(NamedTuple):
     total: int
     used: int
     free: int
+    reserved: int | None = None
 
 
 def _memory(nvml: Any, handle: Any, ask: Any) -> Memory | None:
@@ -226,9 +239,10 @@ def _memory(nvml: Any, handle: Any, ask: Any) -> Memory | None:
         if memory is None:
             return None
         total, used, free = _whole(memory.total), _whole(memory.used), _whole(memory.free)
+        reserved = None
     if total is None or used is None or free is None:
         return None  # a u64 sentinel or garbage: no reading, not 16 EiB
-    return Memory(total, used, free)
+    return Memory(total, used, free, reserved)
 
 
 class ProcessLists:

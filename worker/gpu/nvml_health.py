@@ -113,9 +113,17 @@ def read_health(nvml: Any, index: int, handle: Any, refusals: Refusals) -> GpuHe
 
 
 def _recovery_action(nvml: Any, index: int, handle: Any, refusals: Refusals) -> str | None:
-    """The recovery the driver asks for (R570 and later), by its field value: a field a
-    driver does not know answers inside the call, which itself succeeds."""
-    fields = (recovery.FIELD_GPU_RECOVERY_ACTION,)
+    """The recovery the driver asks for (R570 and later), by its field value."""
+    code = field_value(nvml, index, handle, refusals, recovery.FIELD_GPU_RECOVERY_ACTION)
+    return None if code is None else recovery.from_code(code)
+
+
+def field_value(
+    nvml: Any, index: int, handle: Any, refusals: Refusals, field_id: int
+) -> int | None:
+    """One unsigned field value (nvmlDeviceGetFieldValues): a field a driver does not know
+    answers inside the call, which itself succeeds; it is not asked again."""
+    fields = (field_id,)
     answer = refusals.ask(nvml, index, "nvmlDeviceGetFieldValues", handle, fields)
     if not answer:
         return None
@@ -124,7 +132,7 @@ def _recovery_action(nvml: Any, index: int, handle: Any, refusals: Refusals) -> 
         if field.nvmlReturn in REFUSED_FOR_GOOD:
             refusals.refuse(index, "nvmlDeviceGetFieldValues", fields)
         return None
-    return recovery.from_code(field.value.uiVal)
+    return int(field.value.uiVal)
 
 
 def clock_events(reasons: Any) -> list[str]:

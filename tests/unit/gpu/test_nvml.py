@@ -57,6 +57,45 @@ def test_used_memory_leaves_out_the_drivers_reserve_as_nvidia_smi_does() -> None
     (old, _), _ = sample(NvmlSource(FakeNvml(captured(), v2=False)))
     assert old.memory_used_bytes == (40960 + 555) * MiB
     assert old.memory_free_bytes == 40405 * MiB
+    # The reserve itself (DCGM_FI_DEV_FB_RESERVED): from v2, and none where only v1 answers.
+    assert (busy.memory_reserved_bytes, old.memory_reserved_bytes) == (555 * MiB, None)
+
+
+def test_memory_temperature_encoder_and_decoder_are_read_where_the_gpu_has_them() -> None:
+    busy, idle = captured()
+    told = msgspec.structs.replace(
+        busy, memory_temperature_c=52.0, encoder_util_pct=12.0, decoder_util_pct=30.0
+    )
+    nvml = FakeNvml([told, idle])
+    for _ in range(2):
+        (busy_read, idle_read), status = sample(NvmlSource(nvml))
+        assert status.ok
+        assert (
+            busy_read.memory_temperature_c,
+            busy_read.encoder_util_pct,
+            busy_read.decoder_util_pct,
+        ) == (52.0, 12.0, 30.0)
+        # A GPU without them (NOT_SUPPORTED): none, and the rest read.
+        assert (idle_read.memory_temperature_c, idle_read.encoder_util_pct) == (None, None)
+        assert idle_read.memory_total_bytes == 81920 * MiB
+
+
+def test_nvidia_smi_reads_them_where_its_query_names_them() -> None:
+    # The documented CSV format (`--format=csv,nounits`), with the three columns added.
+    text = (
+        "index, uuid, memory.total [MiB], memory.used [MiB], memory.free [MiB], "
+        "temperature.memory, utilization.encoder [%], utilization.decoder [%]\n"
+        "0, GPU-aa, 81920, 40960, 40405, 52, 12, 30\n"
+        "1, GPU-bb, 81920, 0, 81365, [N/A], [N/A], [N/A]\n"
+    )
+    first, second = parse_gpus(text)
+    assert (first.memory_temperature_c, first.encoder_util_pct, first.decoder_util_pct) == (
+        52.0,
+        12.0,
+        30.0,
+    )
+    assert first.memory_reserved_bytes == 555 * MiB  # total less used and free
+    assert (second.memory_temperature_c, second.encoder_util_pct) == (None, None)
 
 
 def test_a_gpu_the_driver_lost_leaves_the_others_read() -> None:

@@ -310,4 +310,5 @@ def test_a_driver_without_the_recovery_field_is_not_asked_for_it_again() -> None
     for _ in range(3):
         (gpu,) = read(nvml, refusals, events)
         assert gpu.health is not None and gpu.health.recovery_action is None
-    assert nvml.asked["nvmlDeviceGetFieldValues"] == 1
+    # once for the recovery field, once for the memory's temperature: neither again
+    assert nvml.asked["nvmlDeviceGetFieldValues"] == 2
