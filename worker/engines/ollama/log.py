@@ -3,8 +3,8 @@
 Ollama's server log mixes its own logfmt lines (discovery: `inference compute ...
 library=cuda|rocm|cpu`; the scheduler: `offload to cuda`, `msg=offload library=cpu
 layers.offload=0`; runner command lines; 0.12's `load request ... GPULayers:15[...]`) with
-the llama.cpp or ggml lines of its runners, which llama_cpp.py reads. Discovery tries several
-libraries (cuda_v12, cuda_v13, rocm) and skips GPUs it cannot use, so a discovery failure
+the llama.cpp or ggml lines of its runners, which llama_cpp/log.py reads. Discovery tries
+several libraries (cuda_v12, cuda_v13, rocm) and skips GPUs it cannot use, so a discovery failure
 ("Unable to load cudart library", "no compatible GPUs were discovered") is withdrawn when a
 later line finds a GPU. A build whose only runner is the CPU one (`Dynamic LLM libraries
 [cpu]`, as some distributions package it) can never find one.
