@@ -562,7 +562,10 @@ def test_placewatch_partition_names_the_subject_a_real_server_delivers_on(
         finally:
             await nc.close()
 
-    anyio.run(scenario, backend="asyncio")
+    try:
+        anyio.run(scenario, backend="asyncio")
+    finally:
+        server.stop()
     assert inventory.strip() == mapped("inventory", node, N)
 
 
