@@ -5,10 +5,10 @@ from __future__ import annotations
 import signal
 import socket
 import subprocess
-import time
 import urllib.request
 
 from tests.conftest import clean_env, free_port, placewatch_cmd
+from tests.support.eventually import eventually
 
 
 class Exporter:
@@ -32,31 +32,31 @@ class Exporter:
             stderr=subprocess.PIPE,
             text=True,
         )
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, self.proc.communicate()
-            try:
-                socket.create_connection(("127.0.0.1", self.port), 0.2).close()
-                return
-            except OSError:
-                time.sleep(0.05)
-        raise AssertionError("the exporter did not listen within 15 s")
+        eventually(self._listens, 15, what="the exporter listening")
+
+    def _listens(self) -> bool:
+        assert self.proc.poll() is None, self.proc.communicate()
+        try:
+            socket.create_connection(("127.0.0.1", self.port), 0.2).close()
+        except OSError:
+            return False
+        return True
 
     def metrics(self) -> str:
         with urllib.request.urlopen(f"{self.base}/metrics", timeout=5) as r:
             return str(r.read().decode())
 
     def wait_metrics(self, check: str, present: bool = True, timeout: float = 20) -> str:
-        deadline = time.monotonic() + timeout
-        while True:
-            text = self.metrics()
-            if (check in text) == present:
-                return text
-            if time.monotonic() > deadline:
-                raise AssertionError(
-                    f"/metrics {'lacks' if present else 'keeps'} {check!r}:\n{text}"
-                )
-            time.sleep(0.2)
+        """/metrics once `check` is in it (or, `present` False, once it is not)."""
+        seen = [""]
+
+        def holds() -> bool:
+            seen[0] = self.metrics()
+            return (check in seen[0]) == present
+
+        said = f"/metrics {'with' if present else 'without'} {check!r}"
+        eventually(holds, timeout, every=0.2, what=said)
+        return seen[0]
 
     def stop(self) -> tuple[int, str]:
         if self.proc.poll() is None:
