@@ -13,7 +13,7 @@ their device masks (shards/discover/), tailing files and weighing findings
 from .base import Engine, EngineLog, Intent, Launch
 from .llama_cpp import NAME as LLAMA_CPP
 from .ollama import NAME as OLLAMA
-from .registry import BY_NAME, ENGINES, engine_of, read_launch
+from .registry import BY_NAME, ENGINES, engine_of, owns_log, read_launch
 from .sglang import NAME as SGLANG
 from .vllm import NAME as VLLM
 
@@ -29,5 +29,6 @@ __all__ = [
     "Intent",
     "Launch",
     "engine_of",
+    "owns_log",
     "read_launch",
 ]

@@ -101,6 +101,10 @@ class Engine(Protocol):
     """As a ComputeStatus names it: "llama.cpp", "ollama", "vllm", "sglang"."""
     outputs: tuple[int, int]
     """Its output descriptors in the order its log is looked for (STDERR first for most)."""
+    owns_log: bool
+    """Whether the shard's process writes its log, so that a new pid is a new life of it
+    (lives.py); False where processes come and go within one server's log (Ollama's
+    runners)."""
 
     def launch(self, exe: str, args: tuple[str, ...]) -> Launch | None:
         """Its process, from the executable's name (lowercased, no folder) and arguments."""

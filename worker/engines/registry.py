@@ -24,6 +24,12 @@ def engine_of(launch: Launch) -> Engine:
     return BY_NAME[launch.engine]
 
 
+def owns_log(name: str | None) -> bool:
+    """Whether a shard of the engine `name` (None: not said) writes its log itself."""
+    engine = BY_NAME.get(name) if name is not None else None
+    return engine is None or engine.owns_log
+
+
 def read_launch(cmdline: Sequence[str]) -> Launch | None:
     """Which engine a command line starts; None for anything else (a shell, an editor, grep).
 

@@ -85,8 +85,8 @@ class _Followed:
     def writer(self, pid: int | None) -> None:
         """The process writing the log now, as the tick found it. One that replaced the last
         one before its startup banner was read starts a new life from here (lives.py): what
-        was read so far is the last process's. Ollama's runners give None: they come and go
-        within one server's life, which its log follows."""
+        was read so far is the last process's. None where the engine's processes do not own
+        its log (Engine.owns_log: Ollama's runners)."""
         if pid is None:
             return
         if self.pid is not None and pid != self.pid and self.reader.lives.starts == self.starts:

@@ -21,7 +21,7 @@ import anyio.to_thread
 
 from placewatch.schemas import ComputeStatus, GpuHealth, GpuSample, ShardBrief, SourceStatus
 
-from ..engines import OLLAMA
+from ..engines import owns_log
 from ..gpu import ActivityWanted
 from . import liveness
 from .activity import Activity, ActivityWindows, Read, shard_usage
@@ -298,7 +298,7 @@ class ShardPass:
         nothing of EngineLogs."""
         wanted = {
             sid: Log(
-                spec.log_path, None if spec.engine == OLLAMA else t.pid, t.placement.log_prefix
+                spec.log_path, t.pid if owns_log(spec.engine) else None, t.placement.log_prefix
             )
             for sid, t in self.tracked.items()
             if (spec := t.placement.spec).log_path and sid not in self.shared_logs

@@ -82,6 +82,7 @@ _RUNTIME_DEVICE = re.compile(r"(cuda|rocm|hip)(\d+)")
 class LlamaCpp:
     name = NAME
     outputs = (STDERR, STDOUT)
+    owns_log = True
 
     def launch(self, exe: str, args: tuple[str, ...]) -> Launch | None:
         if exe == "llama-server":

@@ -29,6 +29,7 @@ OLLAMA = Dialect("ollama", {LAYERS: takes("--n-gpu-layers"), PORT: takes("--port
 class Ollama:
     name = NAME
     outputs = (STDERR, STDOUT)
+    owns_log = False  # its runners share the server's log, which follows the server's life
 
     def launch(self, exe: str, args: tuple[str, ...]) -> Launch | None:
         if exe not in ("ollama", "ollama_llama_server"):

@@ -55,6 +55,7 @@ SGLANG = Dialect(
 class Sglang:
     name = NAME
     outputs = (STDOUT, STDERR)
+    owns_log = True
 
     def launch(self, exe: str, args: tuple[str, ...]) -> Launch | None:
         return _serve(args[1:]) if exe == "sglang" and args[:1] == ("serve",) else None

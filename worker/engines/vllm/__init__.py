@@ -53,6 +53,7 @@ _SERVERS = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.api_server")
 class Vllm:
     name = NAME
     outputs = (STDOUT, STDERR)
+    owns_log = True
 
     def launch(self, exe: str, args: tuple[str, ...]) -> Launch | None:
         return _cli(args) if exe == "vllm" else None
