@@ -24,7 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from bench.synthetic import node_sample
 from placewatch.prometheus import server
 from placewatch.prometheus.exposition import render
-from placewatch.schemas import lean
+from placewatch.schemas import ComputeStatus, lean
 from placewatch.worker.bus.service import Latest
 from placewatch.worker.metrics import NodeCollector
 
@@ -33,10 +33,25 @@ OPENMETRICS = "application/openmetrics-text; version=1.0.0,text/plain;version=0.
 
 
 def collector(gpus: int = 8, shards: int = 16) -> NodeCollector:
+    """The node's collector after a tick; each GPU's shards run in one pod, so every GPU
+    series carries the pod labels as well as the driver's."""
     sample = node_sample(gpus=gpus, shards=shards)
     latest = Latest()
     _, telemetry = lean.split(sample)
     latest.scraped = (telemetry, sample, time.time())
+    latest.statuses = [
+        ComputeStatus(
+            node=sample.node,
+            shard=b.shard,
+            session=sample.session,
+            time=sample.time,
+            verdict=b.verdict,
+            pod_namespace="serving",
+            pod_name=f"model-{i % gpus}",
+            container_name="engine",
+        )
+        for i, b in enumerate(sample.shards)
+    ]
     return NodeCollector(latest)
 
 

@@ -192,6 +192,7 @@ def node_sample(
             memory_clock_mhz=3201,
             memory_util_pct=float(10 + g.index),
             energy_j=81_234_567.891 + g.index,
+            driver_version="580.159.04",
             health=HEALTHY,
         )
         if readings

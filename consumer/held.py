@@ -53,6 +53,8 @@ class Holdings(msgspec.Struct, frozen=True, gc=False):
 
     nodes: dict[str, Held]
     inventories: dict[str, Held]
+    statuses: dict[str, list[ComputeStatus]] = msgspec.field(default_factory=dict)
+    """Node -> its shards' latest statuses, where asked for (FleetState.holdings)."""
 
     def telemetry(self, node: str) -> NodeTelemetry | None:
         return decoded(self.nodes.get(node), NodeTelemetry)

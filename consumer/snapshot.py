@@ -101,10 +101,15 @@ class FleetState:
         their intervals), the oldest first."""
         return capacity.stale(self.holdings(), now or utc_now(), max_age)
 
-    def holdings(self) -> Holdings:
+    def holdings(self, *, statuses: bool = False) -> Holdings:
         """What the view holds now, copied (a dict copy per kind: the Held values are
-        shared, never changed); call it on the event loop."""
-        return Holdings(dict(self.nodes), dict(self.inventories))
+        shared, never changed); with `statuses`, each node's shards' statuses too (the
+        exporter labels a GPU with the pod of the shards on it). Call it on the event loop."""
+        held = Holdings(dict(self.nodes), dict(self.inventories))
+        if statuses:
+            for (node, _), s in self.shards.items():
+                held.statuses.setdefault(node, []).append(s)
+        return held
 
     def status(self, node: str, shard: str) -> ComputeStatus | None:
         return self.shards.get((node, shard))

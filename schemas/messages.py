@@ -112,6 +112,8 @@ class GpuSample(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """The share of time the video encoder was busy."""
     decoder_util_pct: Percent | None = None
     """The share of time the video decoder was busy."""
+    driver_version: str | None = None
+    """The version of the driver the GPU runs under ("580.159.04"; amdgpu's "6.3.6")."""
     health: GpuHealth | None = None
     """Its health as far as its tool tells; null where nothing of it was read."""
 
@@ -190,6 +192,7 @@ class GpuInfo(msgspec.Struct, frozen=True, kw_only=True, gc=False, omit_defaults
     """Its MIG instances, without their memory used (that is a reading: mig_used_bytes)."""
     temperature_sensor: str | None = None
     memory_reserved_bytes: NonNegative | None = None
+    driver_version: str | None = None
     health: GpuHealth | None = None
     """Its health as far as its tool tells, without its clock events (those are a reading:
     GpuReading.clock_events): the counts change rarely, and when they do, a new inventory

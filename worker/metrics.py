@@ -3,8 +3,9 @@ under the fleet exporter's names and labels (placewatch/prometheus/), from the l
 sample: a scrape reads no GPU tool, and costs the worker only the families' building and
 formatting (docs/benchmarks.md).
 
-The scrape runs in the metrics server's thread; it reads the tick's sample, an immutable
-value the tick loop swaps in as one reference (`Latest.scraped`), and nothing else.
+The scrape runs in the metrics server's thread; it reads the tick's sample and the shards'
+statuses (for their pods), values the tick loop swaps in whole (`Latest.scraped`,
+`Latest.statuses`), and nothing else.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from placewatch.prometheus import server
 from placewatch.prometheus.exposition import Family
-from placewatch.prometheus.families import Families
+from placewatch.prometheus.families import Families, pods_of
 from placewatch.prometheus.listen import listen_argument
 
 from .config import ConfigError
@@ -39,9 +40,10 @@ class NodeCollector:
     def collect(self) -> Iterator[Family]:
         families = Families()
         scraped = self.latest.scraped if self.latest is not None else None
-        if scraped is not None:
+        if scraped is not None and self.latest is not None:
             telemetry, sample, at = scraped
-            families.add(telemetry, sample, max(self.clock() - at, 0.0))
+            pods = pods_of(self.latest.statuses)  # a list the tick swaps in, never changes
+            families.add(telemetry, sample, max(self.clock() - at, 0.0), pods)
         yield from families
 
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from placewatch.consumer.fleet import Holdings
 from placewatch.consumer.unreadable import REASONS
 from placewatch.prometheus.exposition import Family
-from placewatch.prometheus.families import Families
+from placewatch.prometheus.families import Families, pods_of
 from placewatch.prometheus.metrics import (
     NODE_CLOCK_OFFSET,
     PARTITION_PROBLEM,
@@ -72,7 +72,8 @@ class FleetCollector:
             age = max(now - held.seen, 0.0)
             if age > stale_limit(telemetry.interval_s, self.stale_after):
                 continue
-            families.add(telemetry, holdings.sample(name), age)
+            pods = pods_of(holdings.statuses.get(name, ()))
+            families.add(telemetry, holdings.sample(name), age, pods)
             families.nodes[NODE_CLOCK_OFFSET].add([name], held.clock_offset_s)
         yield from families
         partition = Family(PARTITION_PROBLEM, PARTITION_PROBLEM_HELP, ("kind",))

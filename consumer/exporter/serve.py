@@ -2,7 +2,7 @@
 
 A FleetView follows the bus (the whole fleet, one partition, or every node with one node
 served); the metrics server (placewatch/prometheus/) answers each scrape in a thread of its
-own, which asks the event loop for the view's holdings (a copy of two dicts) and builds the
+own, which asks the event loop for the view's holdings (a copy of its dicts) and builds the
 metric families from them there, so nothing the view holds is touched from two threads and
 a scrape of a large fleet does not stall the view.
 """
@@ -10,6 +10,7 @@ a scrape of a large fleet does not stall the view.
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import sys
 import threading
@@ -61,7 +62,9 @@ async def _serve(bus: Bus, args: argparse.Namespace) -> int:
     def take() -> Holdings:
         if not holder:
             return Holdings({}, {})
-        return anyio.from_thread.run_sync(holder[0].holdings, token=token)
+        return anyio.from_thread.run_sync(
+            functools.partial(holder[0].holdings, statuses=True), token=token
+        )
 
     def partition_problems() -> list[str]:
         check = holder[0].check if holder else None

@@ -3,26 +3,33 @@ tick's sample) and by the fleet exporter (every node it holds, at each scrape)."
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 
-from placewatch.schemas import NodeSample, NodeTelemetry
+from placewatch.schemas import ComputeStatus, GpuSample, NodeSample, NodeTelemetry
 
 from .exposition import Family, labels_text
 from .metrics import (
+    DRIVER_LABEL,
     GPU_LABELS,
     GPU_METRICS,
     GPU_PROBLEM,
     GPU_PROBLEM_HELP,
+    GPU_PROBLEM_LABEL,
     GPU_PROBLEM_LABELS,
     NODE_AGE,
     NODE_METRICS,
     NODE_UP,
+    POD_LABELS,
     SHARD_GPU_BYTES,
     SHARD_UNHEALTHY_GPU,
     SHARD_VERDICT,
     device,
     problem_kind,
 )
+
+Pod = tuple[str, str, str]
+"""The container, namespace and pod a shard runs in, as dcgm-exporter's Kubernetes labels
+name them (`container`, `namespace`, `pod`)."""
 
 UP_INTERVALS = 3
 """A node is up while its last sample is younger than three of its intervals, as `placewatch
@@ -40,15 +47,22 @@ class Families:
             for name, (help_, labels) in NODE_METRICS.items()
         }
 
-    def add(self, telemetry: NodeTelemetry, sample: NodeSample | None, age: float) -> None:
-        """One node: its telemetry `age` seconds old, and its sample where it is known."""
+    def add(
+        self,
+        telemetry: NodeTelemetry,
+        sample: NodeSample | None,
+        age: float,
+        pods: Mapping[str, Pod] | None = None,
+    ) -> None:
+        """One node: its telemetry `age` seconds old, its sample where it is known, and the
+        pod of each shard that runs in one (`pods_of` its statuses)."""
         up = age <= UP_INTERVALS * telemetry.interval_s
         self.nodes[NODE_UP].add([telemetry.node], 1.0 if up else 0.0)
         self.nodes[NODE_AGE].add([telemetry.node], age)
         for shard, reading in sorted(telemetry.shards.items()):
             self.nodes[SHARD_VERDICT].add([telemetry.node, shard, reading.verdict], 1.0)
         if sample is not None:
-            self._gpus(sample)
+            self._gpus(sample, pods or {})
             _shard_bytes(self.nodes[SHARD_GPU_BYTES], sample)
             _shard_unhealthy(self.nodes[SHARD_UNHEALTHY_GPU], sample)
 
@@ -57,17 +71,40 @@ class Families:
         yield self.problems
         yield from self.nodes.values()
 
-    def _gpus(self, s: NodeSample) -> None:
+    def _gpus(self, s: NodeSample, pods: Mapping[str, Pod]) -> None:
         for g in s.gpus:
+            names: tuple[str, ...] = GPU_LABELS
             labels = [str(g.index), g.uuid or "", g.bus_id or "", device(g), g.name or "", s.node]
-            text = labels_text(GPU_LABELS, labels)  # once for every metric of this GPU
+            if g.driver_version:
+                names, labels = (*names, DRIVER_LABEL), [*labels, g.driver_version]
+            if (pod := _held_by(g, pods)) is not None:
+                names, labels = (*names, *POD_LABELS), [*labels, *pod]
+            text = labels_text(names, labels)  # once for every metric of this GPU
             for metric in GPU_METRICS:
                 value = metric.value(g)
                 if value is not None:
                     self.gpu[metric.name].rows.append((text, value))
             kinds = {problem_kind(p) for p in g.health.problems} if g.health is not None else ()
             for kind in sorted(kinds):
-                self.problems.add([*labels, kind], 1.0)
+                problem = labels_text((*names, GPU_PROBLEM_LABEL), [*labels, kind])
+                self.problems.rows.append((problem, 1.0))
+
+
+def pods_of(statuses: Iterable[ComputeStatus]) -> dict[str, Pod]:
+    """The pod of each shard whose status names one, by shard."""
+    return {
+        s.shard: (s.container_name or "", s.pod_namespace or "", s.pod_name)
+        for s in statuses
+        if s.pod_name
+    }
+
+
+def _held_by(g: GpuSample, pods: Mapping[str, Pod]) -> Pod | None:
+    """The one pod whose shards hold every process on the GPU, as dcgm-exporter labels a GPU
+    the kubelet gave one pod; None where the GPU is idle, shared, or held by a process of no
+    pod's shard."""
+    held = {pods.get(p.shard) if p.shard is not None else None for p in g.processes}
+    return held.pop() if len(held) == 1 else None
 
 
 def _shard_bytes(family: Family, s: NodeSample) -> None:

@@ -33,6 +33,12 @@ MJ_PER_J = 1000
 GPU_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname")
 """dcgm-exporter's labels of a GPU metric, in its order. `Hostname` is the node's name as the
 worker publishes it (dcgm-exporter's is the host it runs on, the same node)."""
+DRIVER_LABEL = "DCGM_FI_DRIVER_VERSION"
+"""The driver's version, after GPU_LABELS where the GPU's tool reads it: dcgm-exporter's
+default counters (etc/default-counters.csv) put the field on every GPU series as a label."""
+POD_LABELS = ("container", "namespace", "pod")
+"""dcgm-exporter's Kubernetes labels (internal/pkg/transformation/const.go), last, on a GPU
+that one pod holds."""
 
 
 @dataclass(frozen=True)
@@ -200,7 +206,8 @@ GPU_PROBLEM_HELP = (
     "1 for each fatal condition seen on the GPU, by kind (the first clause of its problem, "
     "without counts); the telemetry's health.problems says what to do."
 )
-GPU_PROBLEM_LABELS = (*GPU_LABELS, "problem")
+GPU_PROBLEM_LABEL = "problem"
+GPU_PROBLEM_LABELS = (*GPU_LABELS, GPU_PROBLEM_LABEL)
 PROBLEM_CHARS = 80
 
 

@@ -49,7 +49,8 @@ def h200() -> list[GpuSample]:
         parse_gpus((A100X2 / "h200-query-gpu.csv").read_text()),
         parse_compute_apps((A100X2 / "h200-query-compute-apps.csv").read_text()),
     )
-    xml = ET.parse(A100X2 / "h200-q.xml").find("gpu")
+    document = ET.parse(A100X2 / "h200-q.xml")
+    xml = document.find("gpu")
     assert xml is not None
 
     def number(path: str) -> int | None:
@@ -95,6 +96,7 @@ def h200() -> list[GpuSample]:
             memory_clock_mhz=number("clocks/mem_clock"),
             memory_util_pct=None if memory_util is None else float(memory_util),
             fan_pct=None if fan is None else float(fan),
+            driver_version=document.findtext("driver_version"),
             health=health,
         )
     ]
@@ -310,6 +312,10 @@ class FakeNvml:
         if value is None:
             raise NVMLError_NotSupported("Not Supported")
         return value
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        """The driver of the first GPU: one driver serves a node's NVIDIA GPUs."""
+        return self._need(self.devices[0].gpu.driver_version if self.devices else None)
 
     def nvmlDeviceGetCount(self) -> int:
         self._wait()

@@ -99,6 +99,7 @@ GPU_FIELDS = (
     "clocks_throttle_reasons.active",
     "pcie.link.gen.current",
     "pcie.link.width.current",
+    "driver_version",
 )
 APP_FIELDS = ("gpu_uuid", "pid", "process_name", "used_memory")
 

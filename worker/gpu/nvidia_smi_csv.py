@@ -263,6 +263,7 @@ class _GpuColumns:
         self.cap, self.mig = f.at("enforced.power.limit", "power.limit"), f.at("mig.mode.current")
         self.memory_temp = f.at("temperature.memory")
         self.encoder, self.decoder = f.at("utilization.encoder"), f.at("utilization.decoder")
+        self.driver = f.at("driver_version")
         self.health = _HealthColumns(f)
 
 
@@ -321,6 +322,7 @@ def gpus_of(columns: list[Column], rows: list[list[str]]) -> list[GpuSample]:
                 memory_temperature_c=_number(cells, at.memory_temp),
                 encoder_util_pct=_first(cells, at.encoder, values.percent),
                 decoder_util_pct=_first(cells, at.decoder, values.percent),
+                driver_version=_text(cells, at.driver),
                 health=health.health(cells),
             )
         )

@@ -81,10 +81,11 @@ def parse_xml(text: str) -> list[GpuSample]:
         return []  # ValueError: a str holding lone surrogates
     if root.tag != "nvidia_smi_log":
         return []
-    return [_gpu_sample(position, gpu) for position, gpu in enumerate(root.findall("gpu"))]
+    driver = values.text(root.findtext("driver_version"))
+    return [_gpu_sample(position, gpu, driver) for position, gpu in enumerate(root.findall("gpu"))]
 
 
-def _gpu_sample(index: int, gpu: ET.Element) -> GpuSample:
+def _gpu_sample(index: int, gpu: ET.Element, driver: str | None = None) -> GpuSample:
     total, used, free = _memory(gpu)
     # A MIG-enabled GPU reports N/A here: None, never 0.
     utilization = values.percent(gpu.findtext("utilization/gpu_util"))
@@ -109,6 +110,7 @@ def _gpu_sample(index: int, gpu: ET.Element) -> GpuSample:
         memory_clock_mhz=values.count(gpu.findtext("clocks/mem_clock")),
         memory_util_pct=values.percent(gpu.findtext("utilization/memory_util")),
         fan_pct=values.percent(gpu.findtext("fan_speed")),
+        driver_version=driver,
         health=_health(gpu),
     )
 

@@ -183,6 +183,7 @@ def _read_gpu(
         memory_temperature_c=None if memory_temp is None else float(memory_temp),
         encoder_util_pct=None if not encoder else _pct(encoder[0]),
         decoder_util_pct=None if not decoder else _pct(decoder[0]),
+        driver_version=_str(ask("nvmlSystemGetDriverVersion")),
         health=health if xids is None else xids.attach(index, health),
     )
 

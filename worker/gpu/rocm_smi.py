@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 import anyio.to_thread
+import msgspec
 
 from placewatch.schemas import GpuHealth, GpuSample, SourceStatus
 
@@ -50,6 +51,7 @@ ROCM_SMI_ARGS = (
     "-f",
     "--showreplaycount",
     "--showmemuse",
+    "--showdriverversion",
     "--json",
 )
 
@@ -280,7 +282,9 @@ def parse_rocm_smi(text: str) -> list[GpuSample]:
         if index is None or index in cards or not isinstance(card, dict):
             continue  # "system" (driver version, topology, --showpids) and odd keys
         cards[index] = _card(index, {str(k): v for k, v in card.items()})
-    return [cards[i] for i in sorted(cards)]
+    system = document.get("system")
+    driver = values.text(system.get("Driver version")) if isinstance(system, dict) else None
+    return [msgspec.structs.replace(cards[i], driver_version=driver) for i in sorted(cards)]
 
 
 class RocmSmiSource(AmdToolSource):
