@@ -371,6 +371,9 @@ class ComputeStatus(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     unhealthy_gpus: list[int] = msgspec.field(default_factory=list)
     """The GPUs it holds memory on that are unhealthy (GpuHealth.healthy false); the reason
     says why. The verdict stays where the shard computes."""
+    engine: str | None = None
+    """The engine that serves it, as its placement names it (`llama_cpp`, `ollama`, `vllm`,
+    `sglang` where discovered); null where unsaid."""
 
 
 class FallbackEvent(msgspec.Struct, frozen=True, kw_only=True, gc=False):

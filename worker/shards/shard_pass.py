@@ -409,6 +409,7 @@ class ShardPass:
             sm_pct=activity.sm_pct if activity else None,
             requests=activity.requests if activity else None,
             unhealthy_gpus=sick,
+            engine=t.placement.spec.engine,
         )
 
     def _gone_status(self, placement: Placement, now: datetime) -> ComputeStatus:
@@ -426,6 +427,7 @@ class ShardPass:
             placed_gpus=list(placement.spec.gpus),
             verdict="gone",
             reason=f"no longer watched: {what}",
+            engine=placement.spec.engine,
         )
 
 
