@@ -28,10 +28,10 @@ from anyio.abc import TaskGroup, TaskStatus
 from nats.aio.client import Client
 
 from placewatch.backoff import Backoff
-from placewatch.connection import connect
+from placewatch.connection import connect, redact
 from placewatch.heartbeat import check_folder
 from placewatch.lifecycle import drain, stop_on_signal
-from placewatch.schemas import ComputeStatus, FallbackEvent, lean, subjects
+from placewatch.schemas import ComputeStatus, FallbackEvent, SourceStatus, lean, subjects
 from placewatch.schemas.streams import consumers_refused
 
 from .bus.lease import LeaseKeeper, node_lease
@@ -97,6 +97,7 @@ async def run(settings: Settings, out: TextIO) -> None:
                     tg, nc, settings, session=session, pipeline=pipeline, streams=streams
                 )
                 worker.beats, worker.lease = beats, lease
+                print(f"placewatch: {how_to_look(servers, settings.prefix)}", file=out, flush=True)
                 if metrics is not None:
                     metrics.latest = worker.latest
                 await worker.run(settings.interval)
@@ -135,13 +136,31 @@ async def _embedded(stack: AsyncExitStack, settings: Settings, out: TextIO) -> s
     server = await stack.enter_async_context(
         EmbeddedServer(settings.state_dir, settings.embedded_port)
     )
-    print(
-        f"placewatch: embedded nats-server at {server.url}; watch with: "
-        f"nats sub -s {server.url} '{settings.prefix}.>'",
-        file=out,
-        flush=True,
-    )
+    print(f"placewatch: embedded nats-server at {server.url}", file=out, flush=True)
     return server.url
+
+
+def how_to_look(servers: list[str], prefix: str) -> str:
+    """What `run` says at the start: the command that shows what it publishes."""
+    url = ",".join(redact(s) for s in servers)
+    flags = "" if servers == [subjects.LOCAL_URL] else f" --nats {url}"
+    flags += "" if prefix == subjects.DEFAULT_PREFIX else f" --prefix {prefix}"
+    return (
+        f"look with: placewatch watch{flags} (or, with the NATS CLI: nats sub -s {url} "
+        f"'{prefix}.>'; docs/operations.md#the-nats-cli)"
+    )
+
+
+def no_gpu_tool(sources: list[SourceStatus]) -> str | None:
+    """What to do when no GPU tool answered, naming each and why; None when one did."""
+    if any(s.ok for s in sources):
+        return None
+    said = "; ".join(f"{s.name}: {s.error or 'no answer'}" for s in sources) or "none is set"
+    return (
+        f"no GPU tool answered ({said}): every shard placed on GPUs is judged by its engine's "
+        "log alone. Install the NVIDIA driver (nvidia-smi, NVML) or ROCm (rocm-smi, amd-smi), "
+        "or run `placewatch doctor`"
+    )
 
 
 async def _start_worker(
@@ -216,6 +235,8 @@ class Worker:
         reading = await self.pipeline.read()  # 1. the GPUs and the host
         shards = await self.pipeline.judge(reading)  # 2. every shard, on those readings
         sample = self.pipeline.sample(reading, shards)  # 3. the sample, built
+        if self.latest.scraped is None and (said := no_gpu_tool(sample.sources)) is not None:
+            log.warning(said)  # the first tick: what a person starting it should know
         inventory, telemetry = lean.split(sample, self.latest.inventory)
         self.latest.inventory, self.latest.telemetry = inventory, telemetry
         self.latest.scraped = (telemetry, sample, time.time())
