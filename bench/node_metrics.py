@@ -16,15 +16,16 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterator
 
+import msgspec
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.synthetic import node_sample
+from bench.synthetic import node_sample, shard_statuses
 from placewatch.prometheus import server
 from placewatch.prometheus.exposition import render
-from placewatch.schemas import ComputeStatus, lean
+from placewatch.schemas import lean
 from placewatch.worker.bus.service import Latest
 from placewatch.worker.metrics import NodeCollector
 
@@ -40,17 +41,10 @@ def collector(gpus: int = 8, shards: int = 16) -> NodeCollector:
     _, telemetry = lean.split(sample)
     latest.scraped = (telemetry, sample, time.time())
     latest.statuses = [
-        ComputeStatus(
-            node=sample.node,
-            shard=b.shard,
-            session=sample.session,
-            time=sample.time,
-            verdict=b.verdict,
-            pod_namespace="serving",
-            pod_name=f"model-{i % gpus}",
-            container_name="engine",
+        msgspec.structs.replace(
+            s, pod_namespace="serving", pod_name=f"model-{i % gpus}", container_name="engine"
         )
-        for i, b in enumerate(sample.shards)
+        for i, s in enumerate(shard_statuses(sample))
     ]
     return NodeCollector(latest)
 

@@ -13,6 +13,8 @@ from pathlib import Path
 import msgspec
 
 from placewatch.schemas import (
+    ComputeStatus,
+    DeviceUse,
     GpuHealth,
     HostSample,
     NodeInventory,
@@ -240,3 +242,36 @@ def node_messages(
 def node_telemetry(node: str = "gpu-node-0001", gpus: int = 8, shards: int = 16) -> NodeTelemetry:
     """node_sample()'s telemetry, as the node publishes it every interval."""
     return node_messages(node, gpus, shards)[1]
+
+
+ENGINES = ("llama_cpp", "vllm", "ollama", "sglang")
+
+
+def shard_statuses(
+    sample: NodeSample, fallback: frozenset[str] = frozenset()
+) -> list[ComputeStatus]:
+    """Each shard's status as its worker publishes it: on its GPU, computing there, except the
+    shards named in `fallback`, which came up on the CPU (cpu_fallback, as llama.cpp says it)."""
+    statuses = []
+    for i, b in enumerate(sample.shards):
+        gpu = i % max(len(sample.gpus), 1)
+        falls = b.shard in fallback
+        statuses.append(
+            ComputeStatus(
+                node=sample.node,
+                shard=b.shard,
+                session=sample.session,
+                time=sample.time,
+                pid=b.pid,
+                placed_gpus=[gpu],
+                backend="CPU" if falls else "CUDA",
+                devices=[] if falls else [DeviceUse(index=gpu, used_bytes=4_400_000_000)],
+                verdict="cpu_fallback" if falls else "gpu",
+                reason=f"placed on GPU {gpu} but computing on the CPU: its log says 0 of 33 layers offloaded"
+                if falls
+                else f"holds 4.1 GiB on GPU {gpu} as placed",
+                evidence=["load_tensors: offloaded 0/33 layers to GPU"] if falls else [],
+                engine=ENGINES[i % len(ENGINES)],
+            )
+        )
+    return statuses

@@ -111,6 +111,11 @@ class FleetState:
                 held.statuses.setdefault(node, []).append(s)
         return held
 
+    @property
+    def fallback_since(self) -> dict[ShardKey, datetime]:
+        """When each shard in a fallback verdict entered it (read it, never change it)."""
+        return self._since
+
     def status(self, node: str, shard: str) -> ComputeStatus | None:
         return self.shards.get((node, shard))
 

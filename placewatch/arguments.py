@@ -1,4 +1,5 @@
-"""Values a command line gives that every command reads alike: a limit in seconds, a name.
+"""Values a command line gives that every command reads alike: a limit in seconds, a name, a
+partition (`P/N`).
 
 A timeout of 0 would fail every request at once and be blamed on the server; `inf` or a
 year would wait for ever where a person expects an answer, and asyncio's timers refuse
@@ -11,6 +12,7 @@ from __future__ import annotations
 import argparse
 import math
 
+from placewatch.schemas import partitions
 from placewatch.schemas.subjects import MAX_NAME_BYTES
 
 MOST_S = 86400.0
@@ -36,3 +38,20 @@ def node_name(text: str) -> str:
             f"{text!r} is not a node's name: give one of 1 to {MAX_NAME_BYTES} bytes"
         )
     return text
+
+
+def partition_argument(text: str) -> tuple[int, int]:
+    """`P/N` as (P, N), or an error argparse prints, saying what to give."""
+    p, _, n = text.partition("/")
+    try:
+        partition, count = int(p), int(n)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not P/N: give a partition and the N of the servers' partition "
+            "mapping, such as 2/4"
+        ) from None
+    try:
+        partitions.check(partition, count)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return partition, count

@@ -104,9 +104,9 @@ def _forget_command(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _watch_command(settings: Settings, args: argparse.Namespace) -> int:
-    from placewatch.consumer import terminal
+    from placewatch.consumer.watch import command
 
-    return terminal.command(_bus(settings), args)
+    return command.command(_bus(settings), args)
 
 
 def _alerts_command(settings: Settings, args: argparse.Namespace) -> int:
@@ -310,9 +310,9 @@ def _add_arguments(name: str, command: argparse.ArgumentParser) -> None:
 
         forget.add_arguments(command)
     elif name == "watch":
-        from placewatch.consumer import terminal
+        from placewatch.consumer.watch import command as watch
 
-        terminal.add_arguments(command)
+        watch.add_arguments(command)
     elif name == "alerts":
         from placewatch.consumer import alerts
 

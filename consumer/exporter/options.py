@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from placewatch.arguments import node_name, seconds
+from placewatch.arguments import node_name, partition_argument, seconds
 from placewatch.prometheus.listen import DEFAULT_LISTEN, listen_argument
-
-from ..terminal import partition_argument
 
 STALE_MIN_S = 60.0
 STALE_INTERVALS = 5

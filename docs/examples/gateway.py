@@ -1,10 +1,11 @@
 """A gateway's first look at the fleet, from the bus.
 
-    python docs/examples/gateway.py nats://127.0.0.1:4222 [PREFIX]
+    .venv/bin/python docs/examples/gateway.py nats://127.0.0.1:4222 [PREFIX]
 
-Prints each node's GPUs with their free memory and each shard's verdict, then
-exits. Needs `placewatch.consumer` (this repository installed) and nothing
-else of the worker.
+Prints each live node's GPUs with their free memory, each stale node (silent past three of
+its intervals: its GPUs are not capacity, whatever it last said) and each shard's verdict,
+then exits. Needs `placewatch.consumer` (this repository installed) and nothing else of the
+worker.
 """
 
 from __future__ import annotations
@@ -24,7 +25,11 @@ async def main(url: str, prefix: str) -> None:
     view = FleetView(nc, prefix)
     await view.start()  # the last sample of every node and status of every shard, at once
     try:
+        stale = {s.node: s for s in view.stale()}
         for t in view.snapshot().nodes:
+            if t.node in stale:
+                print(f"{t.node} stale: last sample {stale[t.node].age_s:.0f} s ago, not capacity")
+                continue
             for g in t.gpus:
                 free = "?" if g.memory_free_bytes is None else f"{g.memory_free_bytes / GIB:.1f}"
                 print(f"{t.node} GPU {g.index} {g.name}: {free} GiB free")

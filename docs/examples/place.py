@@ -1,6 +1,6 @@
 """Where could a shard of N bytes go now? A gateway's placement question, from the bus.
 
-    python docs/examples/place.py nats://127.0.0.1:4222 --bytes 20GiB [--max-age SECONDS]
+    .venv/bin/python docs/examples/place.py nats://127.0.0.1:4222 --bytes 20GiB [--max-age SECONDS]
 
 Prints each healthy GPU of a live node that has that much free, the most free first, with
 how old its reading is; then the GPUs left out as unhealthy, with what to do; then the GPUs

@@ -62,3 +62,27 @@ def test_place_example_names_a_node_gone_stale(node: ShardNode) -> None:
     lines = done.stdout.splitlines()
     assert lines[0] == "no GPU of a live node has 1.0 GiB free"
     assert re.fullmatch(rf"stale: {NODE}, last sample \d+ s ago \(limit 0.5 s\)", lines[1]), lines
+
+
+def test_gateway_example_lists_live_gpus_and_names_a_stale_node_not_capacity(
+    node: ShardNode,
+) -> None:
+    gateway = [sys.executable, str(ROOT / "docs" / "examples" / "gateway.py"), node.url]
+    node.start()
+    node.wait_published()
+    done = subprocess.run(gateway, capture_output=True, text=True, timeout=30, check=True)
+    lines = done.stdout.splitlines()
+    assert lines[:2] == [
+        f"{NODE} GPU 0 NVIDIA A100-SXM4-80GB: 39.5 GiB free",
+        f"{NODE} GPU 1 NVIDIA A100-SXM4-80GB: 79.5 GiB free",
+    ]
+    assert f"{NODE} shard holding: gpu" in lines
+    node.stop()
+    deadline = time.monotonic() + 15  # three of its 1 s intervals without a sample
+    while time.monotonic() < deadline:
+        done = subprocess.run(gateway, capture_output=True, text=True, timeout=30, check=True)
+        if "stale" in done.stdout:
+            break
+    lines = done.stdout.splitlines()
+    assert re.fullmatch(rf"{NODE} stale: last sample \d+ s ago, not capacity", lines[0]), lines
+    assert not any("GiB free" in line for line in lines)

@@ -1,25 +1,33 @@
-"""`placewatch watch`: the fleet from the bus, once as JSON, or live."""
+"""`placewatch watch`: the fleet from the bus, once as text or JSON, or live: text frames into
+a pipe, the console on a terminal."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import pty
 import queue
 import select
 import signal
+import struct
 import subprocess
 import sys
+import termios
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
 import anyio
 import msgspec
 import nats
 
-from placewatch.consumer import FiringFallback, Fleet, FleetView, SharedGpu
-from placewatch.consumer.terminal import render
+from placewatch.consumer import FleetView, SharedGpu
+from placewatch.consumer.snapshot import FleetState
+from placewatch.consumer.watch.text import lines as board_lines
+from placewatch.consumer.watch.watched import Watched
 from placewatch.schemas import (
     ComputeStatus,
     GpuHealth,
@@ -45,7 +53,8 @@ from tests.conftest import (
     run_placewatch,
 )
 from tests.support.eventually import eventually_async
-from tests.support.fleet_node import HOLDING_MIB, NODE, ShardNode
+from tests.support.fleet_node import NODE, ShardNode
+from tests.support.held import held
 
 MIB = 1 << 20
 WHEN = datetime(2026, 11, 30, 6, 0, tzinfo=UTC)
@@ -58,18 +67,29 @@ def test_watch_once_json_shows_the_node_its_gpus_and_shards(node: ShardNode) -> 
     assert done.returncode == 0, done.stderr
     fleet = json.loads(done.stdout)
     (t,) = fleet["nodes"]
-    assert t["node"] == NODE
-    assert [(g["index"], g["memory_free_bytes"]) for g in t["gpus"]] == [
-        (0, 40405 * MIB),
-        (1, 81365 * MIB),
+    assert t["node"] == NODE and not t["silent"] and t["problems"] == []
+    assert [(g["index"], g["memory_used_bytes"]) for g in t["gpus"]] == [
+        (0, 40960 * MIB),
+        (1, 0),
     ]
-    assert t["gpus"][0]["foreign_bytes"] == (40960 - HOLDING_MIB) * MIB
     assert [(s["node"], s["shard"], s["verdict"]) for s in fleet["shards"]] == [
+        (NODE, "idle", "cpu_fallback"),  # problems first
         (NODE, "holding", "gpu"),
-        (NODE, "idle", "cpu_fallback"),
     ]
+    assert fleet["shards"][1]["used_gpus"] == [0]
     (firing,) = fleet["firing"]
     assert (firing["shard"], firing["verdict"]) == ("idle", "cpu_fallback")
+    assert t["verdicts"] == {"cpu_fallback": 1, "gpu": 1}
+    problems = run_placewatch("watch", "--once", "--problems", "--nats", node.url, "--wait", "0.5")
+    assert problems.returncode == 1, problems.stderr  # something needs a person
+    shards = [line for line in problems.stdout.splitlines() if not line.startswith("#")]
+    assert [line.split()[:5] for line in shards[1:]] == [
+        [NODE, "idle", "-", "cpu_fallback", "FIRING"]
+    ]
+    fine = run_placewatch(
+        "watch", "--once", "--problems", "--shard", "hold*", "--nats", node.url, "--wait", "0.5"
+    )
+    assert fine.returncode == 0, fine.stdout  # nothing that matches needs a person
     node.stop()
 
 
@@ -109,7 +129,23 @@ def sample(node: str, time: datetime) -> NodeSample:
     )
 
 
-def test_frame_shows_each_gpu_and_marks_firing_fallbacks() -> None:
+def frame(
+    samples: list[NodeSample],
+    statuses: list[ComputeStatus],
+    now: datetime,
+    late_s: float = 0.0,
+) -> list[str]:
+    """What `watch --once` prints of these nodes and shards at `now`, each node's sample
+    taken `late_s` after its time (a node whose clock is behind)."""
+    state = FleetState()
+    for s in samples:
+        state.nodes[s.node], state.inventories[s.node] = held(s, late_s=late_s)
+    for st in statuses:
+        state.shards[(st.node, st.shard)] = st
+    return board_lines(Watched(state, clock=now.timestamp).board(), now)
+
+
+def test_once_prints_a_line_per_shard_problems_first_and_marks_firing_and_stale() -> None:
     fallen = ComputeStatus(
         node="edge-1",
         shard="qwen",
@@ -118,86 +154,43 @@ def test_frame_shows_each_gpu_and_marks_firing_fallbacks() -> None:
         placed_gpus=[0],
         verdict="cpu_fallback",
         reason="placed on GPU 0 but computing on the CPU",
+        engine="llama_cpp",
     )
     fine = ComputeStatus(
         node="edge-1", shard="llama", session="s1", time=WHEN, placed_gpus=[0], verdict="gpu"
     )
-    fleet = Fleet(
-        nodes=[sample("edge-1", WHEN)],
-        shards=[fine, fallen],
-        firing=[
-            FiringFallback(
-                node="edge-1", shard="qwen", verdict="cpu_fallback", since=WHEN, reason=""
-            )
-        ],
-    )
-    lines = render(fleet, WHEN + timedelta(seconds=3)).splitlines()
-    assert lines[0].endswith("1 node  2 shards  1 firing")
-    assert lines[2].startswith("edge-1  seen 3 s ago  session s1  cpu 12% of 32")
-    gpu = lines[4].split()
-    assert gpu == ["0", "81%", "12.0", "2.0", "10.0", "61", "C", "55/72", "NVIDIA", "L4"]
-    assert lines[5] == "  shard llama  gpu  placed 0  pid -"
-    assert lines[6] == (
-        "  shard qwen  FIRING cpu_fallback  placed 0  pid -  "
-        "placed on GPU 0 but computing on the CPU"
-    )
-    stale = render(fleet, WHEN + timedelta(seconds=30)).splitlines()
-    assert "STALE" in stale[2]
-    held = msgspec.structs.replace(fallen, stale=True, stale_since=WHEN - timedelta(seconds=8))
-    lines = render(msgspec.structs.replace(fleet, shards=[fine, held]), WHEN).splitlines()
-    assert lines[6].startswith(
-        "  shard qwen  FIRING cpu_fallback (stale since 05:59:52Z: evidence lost)  placed 0"
-    )
+    lines = frame([sample("edge-1", WHEN)], [fine, fallen], WHEN + timedelta(seconds=3))
+    assert lines[1] == "# nodes 1 live, 0 silent  shards 2: 1 cpu_fallback, 1 gpu  1 firing"
+    assert lines[3].split() == [
+        "edge-1", "qwen", "llama_cpp", "cpu_fallback", "FIRING", "06:00:00Z", "0/-",
+        "placed", "on", "GPU", "0", "but", "computing", "on", "the", "CPU",
+    ]  # fmt: skip
+    assert lines[4].split()[:5] == ["edge-1", "llama", "-", "gpu", "-"]
+    silent = frame([sample("edge-1", WHEN)], [fine, fallen], WHEN + timedelta(seconds=30))
+    assert silent[1].endswith("1 firing, 1 on silent nodes")
+    assert [line.split()[1:5:3] for line in silent[3:5]] == [
+        ["llama", "silent"],
+        ["qwen", "FIRING,silent"],
+    ]
+    assert silent[-1] == "# node edge-1  silent 30 s"
+    held_ = msgspec.structs.replace(fallen, stale=True, stale_since=WHEN - timedelta(seconds=8))
+    stale = frame([sample("edge-1", WHEN)], [fine, held_], WHEN)
+    assert stale[3].split()[4] == "FIRING,stale"
 
 
-def test_frame_ages_a_node_by_its_arrival_and_names_a_clock_that_is_off() -> None:
+def test_a_node_whose_clock_is_off_or_whose_gpu_is_unhealthy_is_named() -> None:
     # Stamped 06:00 by a node whose clock is 40 s slow: it arrived at 06:00:40.
-    arrived = (WHEN + timedelta(seconds=40)).timestamp()
-    fleet = Fleet(nodes=[sample("edge-1", WHEN)], shards=[], firing=[], seen={"edge-1": arrived})
-    line = render(fleet, WHEN + timedelta(seconds=42)).splitlines()[2]
-    assert line.startswith("edge-1  seen 2 s ago  CLOCK 40 s behind  session s1"), line
-    later = render(fleet, WHEN + timedelta(seconds=47)).splitlines()[2]
-    assert later.startswith("edge-1  seen 7 s ago  STALE  CLOCK 40 s behind"), later
-    on_time = msgspec.structs.replace(fleet, seen={"edge-1": WHEN.timestamp() + 1.5})
-    assert "CLOCK" not in render(on_time, WHEN + timedelta(seconds=2))
-
-
-def test_frame_marks_an_unhealthy_gpu_and_the_shards_on_it() -> None:
+    lines = frame([sample("edge-1", WHEN)], [], WHEN + timedelta(seconds=42), late_s=40)
+    assert lines[-1] == "# node edge-1  clock 40 s behind"
+    on_time = frame([sample("edge-1", WHEN)], [], WHEN + timedelta(seconds=2), late_s=1.5)
+    assert not any(line.startswith("# node ") for line in on_time)
     node = sample("edge-1", WHEN)
     sick = msgspec.structs.replace(
         node.gpus[0],
         health=GpuHealth(healthy=False, problems=["XID 79 (GPU has fallen off the bus): reset"]),
     )
-    on_it = ComputeStatus(
-        node="edge-1",
-        shard="llama",
-        session="s1",
-        time=WHEN,
-        placed_gpus=[0],
-        verdict="gpu",
-        unhealthy_gpus=[0],
-    )
-    fleet = Fleet(nodes=[msgspec.structs.replace(node, gpus=[sick])], shards=[on_it], firing=[])
-    lines = render(fleet, WHEN).splitlines()
-    assert lines[4].split()[:2] == ["0", "81%"]
-    assert lines[5] == "       UNHEALTHY: XID 79 (GPU has fallen off the bus): reset"
-    assert lines[6] == "  shard llama  gpu  placed 0  pid -  on unhealthy GPU 0"
-
-
-def test_a_frame_holds_no_control_character_whatever_a_node_published() -> None:
-    # Any node may publish any text on its own subjects: a title change, a clipboard write,
-    # text reversed by a bidirectional override.
-    hostile = ComputeStatus(
-        node="edge-1",
-        shard="q\x1b]52;c;ZXZpbA==\x07",
-        session="s1",
-        time=WHEN,
-        verdict="unknown",
-        reason="\x1b[2J\u202egnp.exe\x9b",
-    )
-    frame = render(Fleet(nodes=[sample("edge-1", WHEN)], shards=[hostile], firing=[]), WHEN)
-    assert all(line.isprintable() for line in frame.splitlines())
-    assert "  shard q?]52;c;ZXZpbA==?  unknown  placed cpu  pid -  ?[2J?gnp.exe?" in frame
+    lines = frame([msgspec.structs.replace(node, gpus=[sick])], [], WHEN)
+    assert lines[-1] == "# node edge-1  GPU 0 unhealthy: XID 79 (GPU has fallen off the bus): reset"
 
 
 def test_watch_into_a_pipe_appends_a_frame_per_change_and_stops_on_sigterm(
@@ -238,17 +231,17 @@ def test_watch_into_a_pipe_appends_a_frame_per_change_and_stops_on_sigterm(
         raise AssertionError(f"no line starting {start!r}")
 
     try:
-        wait_line("no nodes yet")
+        wait_line("# no nodes yet")
         now = datetime.now(UTC)
         inventory, latest = lean.split(sample("edge-2", now))
         anyio.run(publish, inventory, subjects.inventory("edge-2"))
         anyio.run(publish, latest, subjects.telemetry("edge-2"))
-        wait_line("edge-2  seen")
+        wait_line("# nodes 1 live, 0 silent")
         status = ComputeStatus(
             node="edge-2", shard="phi", session="s1", time=now, placed_gpus=[0], verdict="gpu"
         )
         anyio.run(publish, status, subjects.compute("edge-2", "phi"))
-        wait_line("  shard phi  gpu")
+        wait_line("edge-2  phi")
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(5) == 0
     finally:
@@ -259,36 +252,65 @@ def test_watch_into_a_pipe_appends_a_frame_per_change_and_stops_on_sigterm(
         proc.stdout.close()  # type: ignore[union-attr]
         proc.stderr.close()  # type: ignore[union-attr]
     assert not any("\x1b[" in line for line in everything)  # not a terminal: plain frames
-    assert sum(line.startswith("placewatch  ") for line in everything) >= 3
+    assert sum(line.startswith("# placewatch  ") for line in everything) >= 3
 
 
-def test_watch_on_a_terminal_clears_and_redraws_in_place(nats_server: NatsServer) -> None:
+@contextmanager
+def on_a_terminal(*args: str) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    """`placewatch ARGS` with a 200x50 terminal as its stdin, stdout and stderr: the process
+    and the terminal's other end, both ended after."""
     leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 200, 0, 0))
     proc = subprocess.Popen(
-        [*placewatch_cmd(), "watch", "--nats", nats_server.url],
-        env=clean_env(),
+        [*placewatch_cmd(), *args],
+        env=clean_env() | {"TERM": "xterm-256color"},
+        stdin=follower,
         stdout=follower,
-        stderr=subprocess.PIPE,
+        stderr=follower,
     )
     os.close(follower)
     try:
-        seen = b""
-        deadline = time.monotonic() + 10
-        while seen.count(b"\x1b[H\x1b[2J") < 2 and time.monotonic() < deadline:
-            ready, _, _ = select.select([leader], [], [], 0.2)
-            if ready:
-                seen += os.read(leader, 65536)
-        # A frame a second even without a change: the ages move on.
-        assert seen.count(b"\x1b[H\x1b[2J") >= 2
-        assert seen.startswith(b"\x1b[H\x1b[2Jplacewatch  ")
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(5) == 0
+        yield proc, leader
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
         os.close(leader)
-        proc.stderr.close()  # type: ignore[union-attr]
+
+
+def read_until(leader: int, done: Callable[[bytes], bool], timeout: float = 15) -> bytes:
+    seen = b""
+    deadline = time.monotonic() + timeout
+    while not done(seen) and time.monotonic() < deadline:
+        ready, _, _ = select.select([leader], [], [], 0.2)
+        if ready:
+            try:
+                seen += os.read(leader, 65536)
+            except OSError:  # the process closed the terminal
+                break
+    return seen
+
+
+def test_watch_plain_on_a_terminal_clears_and_redraws_in_place(nats_server: NatsServer) -> None:
+    with on_a_terminal("watch", "--plain", "--nats", nats_server.url) as (proc, leader):
+        seen = read_until(leader, lambda seen: seen.count(b"\x1b[H\x1b[2J") >= 2)
+        # A frame a second even without a change: the ages move on.
+        assert seen.count(b"\x1b[H\x1b[2J") >= 2
+        assert seen.startswith(b"\x1b[H\x1b[2J# placewatch  ")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(5) == 0
+
+
+def test_watch_on_a_terminal_is_the_console_and_q_quits(node: ShardNode) -> None:
+    node.start()
+    node.wait_published()
+    with on_a_terminal("watch", "--nats", node.url) as (proc, leader):
+        seen = read_until(leader, lambda seen: b"cpu_fallback" in seen and b"FIRING" in seen)
+        assert b"\x1b[?1049h" in seen  # the alternate screen: a full-screen console
+        assert b"firing" in seen and b"idle" in seen  # the header, and the shard
+        os.write(leader, b"q")
+        assert proc.wait(10) == 0
+    node.stop()
 
 
 def test_two_workers_on_one_machine_under_two_names_are_named_and_its_gpus_offered_once(
@@ -319,13 +341,14 @@ def test_two_workers_on_one_machine_under_two_names_are_named_and_its_gpus_offer
     assert len(offered) == 2  # two GPUs, not four
     done = run_placewatch("watch", "--once", "--nats", nats_server.url, "--wait", "1")
     assert done.returncode == 0, done.stderr
-    said = [line for line in done.stdout.splitlines() if "SHARED" in line]
-    assert said == [
-        f"  SHARED GPU {i} ({s.uuid}) is also {other} GPU {i}: two workers watch one machine "
-        "under two names; stop one, or give both one --node"
-        for other in ("gpu-07.cluster.local", "gpu-07")
-        for i, s in enumerate(shared)
-    ], done.stdout
+    said = {line.split()[2]: line for line in done.stdout.splitlines() if "SHARED" in line}
+    assert sorted(said) == ["gpu-07", "gpu-07.cluster.local"], done.stdout
+    for this, other in (("gpu-07", "gpu-07.cluster.local"), ("gpu-07.cluster.local", "gpu-07")):
+        for i, s in enumerate(shared):
+            assert (
+                f"SHARED GPU {i} ({s.uuid}) is also {other} GPU {i}: two workers watch one "
+                "machine under two names; stop one, or give both one --node"
+            ) in said[this]
     example = ROOT / "docs" / "examples" / "place.py"
     placed = subprocess.run(
         [sys.executable, str(example), nats_server.url, "--bytes", "1GiB"],

@@ -11,7 +11,8 @@ EVERY_MODULE = (
     "placewatch.connection",
     "placewatch.lifecycle",
     "placewatch.retained",
-    "placewatch.consumer.terminal",
+    "placewatch.consumer.watch.command",
+    "placewatch.consumer.watch.console",
     "placewatch.consumer.alerts",
     "placewatch.consumer.alerts.alertmanager",
     "placewatch.consumer.alerts.catchup",
@@ -32,6 +33,7 @@ def test_no_worker_module_is_imported() -> None:
     # What a consumer loads beside its own: the shared package, never the worker or the CLI.
     assert outside == {
         "placewatch",
+        "placewatch.arguments",
         "placewatch.backoff",
         "placewatch.connection",
         "placewatch.heartbeat",

@@ -1,0 +1,297 @@
+"""What `placewatch watch` shows, whatever draws it: a header of counts, one row per shard,
+problems first, and one row per node, from what a view holds at one moment; pure.
+
+A node is silent once its last telemetry is older than SILENT_INTERVALS of its intervals (as
+the exporter and `placewatch health` judge a node down). Its shards keep their last verdict,
+marked silent: a dead node's shards are not capacity, and its fallbacks still fire (alerts
+resolve only on evidence), so the header counts those apart. A node silent FORGET_AFTER_S is
+named with `placewatch forget NODE`.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import NamedTuple
+
+from placewatch.schemas import FALLBACK_VERDICTS, ComputeStatus, GpuReading, GpuSample
+
+from ..capacity import STALE_INTERVALS
+
+SILENT_INTERVALS = STALE_INTERVALS
+FORGET_AFTER_S = 15 * 60.0
+"""A node silent this long is offered to `placewatch forget`."""
+CLOCK_OFF_S = 2.0
+"""A node's clock further off the view's than this is a problem of the node (the exporter's
+PlacewatchNodeClockOff fires at the same)."""
+
+_RANKS = {"cpu_fallback": 0, "misplaced": 1, "partial": 2}
+STALE_RANK, SILENT_RANK, PROBLEM_RANK = 3, 4, 5
+"""Rows ranked below PROBLEM_RANK need a person (rank())."""
+
+
+class NodeLook(NamedTuple):
+    """A node as the board needs it, from its joined sample or its telemetry alone."""
+
+    node: str
+    seen: float
+    """When the view took its latest telemetry (seconds since the epoch, the view's clock)."""
+    time: float
+    """When the node says it sampled (its clock)."""
+    interval_s: float
+    session: str
+    gpus: Sequence[GpuSample | GpuReading]
+    """Its GPUs as it last read them (bar() says what the board shows of each)."""
+    failed_sources: Sequence[str] = ()
+
+
+class GpuBar(NamedTuple):
+    """What the board shows of a GPU (bar() reads it from its sample or its reading)."""
+
+    gpu: int
+    util_pct: float | None
+    used: int | None
+    total: int | None
+    temperature_c: float | None
+    problems: tuple[str, ...]
+
+
+class ShardRow(NamedTuple):
+    rank: int
+    node: str
+    shard: str
+    engine: str
+    verdict: str
+    since: datetime
+    placed: str
+    used: str
+    reason: str
+    firing: bool
+    stale: bool
+    """Its verdict stands on evidence since lost (ComputeStatus.stale)."""
+    silent: bool
+    """Its node went silent: the verdict is the last it said."""
+    status: ComputeStatus
+
+    @property
+    def state(self) -> str:
+        """FIRING, stale, silent, as they hold, joined by commas; `-` for none."""
+        said = [
+            w
+            for w, on in (("FIRING", self.firing), ("stale", self.stale), ("silent", self.silent))
+            if on
+        ]
+        return ",".join(said) or "-"
+
+    @property
+    def gpus(self) -> str:
+        """The GPUs it is placed on / those its processes hold memory on: `1/-` for none."""
+        return f"{self.placed}/{self.used}"
+
+    @property
+    def problem(self) -> bool:
+        return self.rank < PROBLEM_RANK
+
+
+class NodeRow(NamedTuple):
+    node: str
+    silent: bool
+    age_s: float
+    session: str
+    gpus: Sequence[GpuSample | GpuReading]
+    verdicts: dict[str, int]
+    problems: tuple[str, ...]
+    """Why it needs a person: silent, unhealthy GPUs, GPU tools failing, a clock that is off."""
+
+    @property
+    def forget(self) -> bool:
+        """Whether it has been silent long enough to offer `placewatch forget`."""
+        return self.silent and self.age_s >= FORGET_AFTER_S
+
+
+class Header(NamedTuple):
+    live: int
+    silent: int
+    verdicts: dict[str, int]
+    shards: int
+    firing: int
+    firing_silent: int
+    """Of `firing`, those on silent nodes."""
+    newest_age_s: float | None
+    """How old the newest telemetry is; None without any."""
+
+
+class Board(NamedTuple):
+    header: Header
+    shards: list[ShardRow]
+    nodes: list[NodeRow]
+
+
+def build(
+    looks: Iterable[NodeLook],
+    statuses: Iterable[ComputeStatus],
+    since: Mapping[tuple[str, str], datetime],
+    now: float,
+    row: Callable[[ComputeStatus, datetime, bool], ShardRow] | None = None,
+) -> Board:
+    """The board at `now` (seconds since the epoch): `since`, when each firing shard entered
+    its fallback (FleetState keeps it); `row` makes a shard's row (shard_row, or a cache of
+    it)."""
+    row = row or shard_row
+    nodes: dict[str, NodeRow] = {}
+    for look in looks:
+        nodes[look.node] = _node_row(look, now)
+    rows = []
+    by_node: dict[str, Counter[str]] = {}
+    for s in statuses:
+        node = nodes.get(s.node)
+        silent = node is not None and node.silent
+        rows.append(row(s, since.get((s.node, s.shard), s.time), silent))
+        by_node.setdefault(s.node, Counter())[s.verdict] += 1
+    for name, counted in by_node.items():
+        if name in nodes:
+            nodes[name] = nodes[name]._replace(verdicts=dict(counted))
+    rows.sort(key=lambda r: (r.rank, r.node, r.shard))
+    ordered = sorted(nodes.values(), key=lambda n: (not n.problems, n.node))
+    quiet = sum(1 for n in nodes.values() if n.silent)
+    newest = min((n.age_s for n in nodes.values()), default=None)
+    header = Header(
+        live=len(nodes) - quiet,
+        silent=quiet,
+        verdicts=dict(Counter(r.verdict for r in rows)),
+        shards=len(rows),
+        firing=sum(1 for r in rows if r.firing),
+        firing_silent=sum(1 for r in rows if r.firing and r.silent),
+        newest_age_s=newest,
+    )
+    return Board(header, rows, ordered)
+
+
+def rank(verdict: str, stale: bool, silent: bool) -> int:
+    """Where a shard sorts, problems first: cpu_fallback, misplaced, partial, then unknown or
+    stale evidence, then the shards of silent nodes; then starting, then the rest."""
+    if silent:
+        return SILENT_RANK
+    if verdict in _RANKS:
+        return _RANKS[verdict]
+    if stale or verdict == "unknown":
+        return STALE_RANK
+    return PROBLEM_RANK if verdict == "starting" else PROBLEM_RANK + 1
+
+
+def shard_row(s: ComputeStatus, since: datetime, silent: bool) -> ShardRow:
+    used = sorted({d.index for d in s.devices})
+    return ShardRow(
+        rank=rank(s.verdict, s.stale, silent),
+        node=s.node,
+        shard=s.shard,
+        engine=s.engine or "-",
+        verdict=s.verdict,
+        since=since,
+        placed=",".join(map(str, s.placed_gpus)) or "cpu",
+        used=",".join(map(str, used)) or "-",
+        reason=s.reason,
+        firing=s.verdict in FALLBACK_VERDICTS,
+        stale=s.stale,
+        silent=silent,
+        status=s,
+    )
+
+
+def _node_row(look: NodeLook, now: float) -> NodeRow:
+    age = max(now - look.seen, 0.0)
+    silent = age > SILENT_INTERVALS * look.interval_s
+    problems = []
+    if silent:
+        problems.append(f"silent {duration(age)}")
+    for g in look.gpus:
+        if sick := _problems(g):
+            problems.append(f"GPU {g.index} unhealthy: {'; '.join(sick)}")
+    if not look.gpus and look.failed_sources:
+        problems.append(f"no GPUs: {'; '.join(look.failed_sources)}")
+    offset = look.time - look.seen
+    if abs(offset) > CLOCK_OFF_S:
+        problems.append(f"clock {abs(offset):.0f} s {'ahead' if offset > 0 else 'behind'}")
+    return NodeRow(look.node, silent, age, look.session, look.gpus, {}, tuple(problems))
+
+
+def bar(g: GpuSample | GpuReading) -> GpuBar:
+    used, free = g.memory_used_bytes, g.memory_free_bytes
+    total = used + free if used is not None and free is not None else None
+    if isinstance(g, GpuSample):
+        total = g.memory_total_bytes or total
+    return GpuBar(g.index, g.utilization_pct, used, total, g.temperature_c, _problems(g))
+
+
+def _problems(g: GpuSample | GpuReading) -> tuple[str, ...]:
+    """Why the GPU is unhealthy; none while it is healthy."""
+    if isinstance(g, GpuSample):
+        return tuple(g.health.problems) if g.health is not None else ()
+    return tuple(g.problems)
+
+
+def matches(row: ShardRow, pattern: str) -> bool:
+    """Whether a glob (`gpu-00*`, `*fallback`; a bare word matches within) matches the row's
+    node, shard, engine or verdict, case-insensitively; `field:glob` (node, shard, engine,
+    verdict, state) matches that field only."""
+    field, _, glob = pattern.partition(":") if ":" in pattern else ("", "", pattern)
+    if not any(c in glob for c in "*?["):
+        glob = f"*{glob}*"
+    fields = {
+        "node": row.node,
+        "shard": row.shard,
+        "engine": row.engine,
+        "verdict": row.verdict,
+        "state": row.state,
+    }
+    wanted = [fields[field]] if field in fields else list(fields.values())
+    return any(fnmatch.fnmatch(value.lower(), glob.lower()) for value in wanted)
+
+
+def node_matches(node: str, pattern: str) -> bool:
+    """Whether a filter term keeps a node: a `node:` glob or a bare one must match its name;
+    a term on another field keeps every node."""
+    field, _, glob = pattern.partition(":") if ":" in pattern else ("node", "", pattern)
+    if field != "node":
+        return True
+    if not any(c in glob for c in "*?["):
+        glob = f"*{glob}*"
+    return fnmatch.fnmatch(node.lower(), glob.lower())
+
+
+def selected(
+    board: Board,
+    *,
+    node: str | None = None,
+    shard: str | None = None,
+    problems: bool = False,
+) -> Board:
+    """The board with only the rows of nodes and shards matching the globs (exactly, as a
+    shell matches names), and with `problems` only the rows that need a person."""
+    if node is None and shard is None and not problems:
+        return board
+    rows = [
+        r
+        for r in board.shards
+        if (node is None or fnmatch.fnmatchcase(r.node, node))
+        and (shard is None or fnmatch.fnmatchcase(r.shard, shard))
+        and (not problems or r.problem)
+    ]
+    nodes = [
+        n
+        for n in board.nodes
+        if (node is None or fnmatch.fnmatchcase(n.node, node))
+        and (not problems or n.problems)
+        and (shard is None or any(r.node == n.node for r in rows))
+    ]
+    return Board(board.header, rows, nodes)
+
+
+def duration(seconds: float) -> str:
+    """`42 s`, `7 min`, `3 h`, `2 d`: how long, to the unit that says it."""
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= 2 * size:
+            return f"{seconds // size:.0f} {unit}"
+    return f"{seconds:.0f} s"

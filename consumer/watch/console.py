@@ -1,0 +1,352 @@
+"""The full-screen console of `placewatch watch` on a terminal, built on Textual.
+
+A fixed header (nodes live and silent, shards by verdict, what fires, the bus, the newest
+message's age), then the shards, one row each, problems first, or the nodes (tab), one row
+each with a bar per GPU; `/` filters with globs, `o` sorts by the next column, Enter opens a
+shard: its reason, evidence, placement, its GPUs' readings and its verdicts as this console
+saw them, and the `doctor` command for its node. Keys are shown in the footer.
+
+Each second (at most a third of the time: BUILD_SHARE) the board is built from a copy of what
+the view holds, in a thread (the view goes on taking messages, and a key is answered
+meanwhile); a table holds at most MAX_ROWS rows of its order (the count says how many match),
+and only its changed cells are redrawn.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import ClassVar
+
+import anyio.to_thread
+from rich.text import Text
+from textual import work
+from textual.app import App, ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import VerticalScroll
+from textual.widgets import ContentSwitcher, DataTable, Footer, Input, Static
+
+from .board import Board, NodeRow, ShardRow, bar, duration, matches, node_matches
+from .command import Filters
+from .text import header_lines, printable, shard_cells
+from .watched import Watched
+
+MAX_ROWS = 100
+"""Rows a table holds: the first in its order, two screens and more; the rest are a filter
+away. Textual measures every cell of a table it refills (a sort, rows that come or go): 100
+rows of 9 cells are about 50 ms of that."""
+REASON_CHARS = 120
+BUILD_SHARE = 3
+"""A board is built at most every this many times as long as the last took to build."""
+BLOCKS = " ▁▂▃▄▅▆▇█"
+SHARD_COLUMNS = ("node", "shard", "engine", "verdict", "state", "since", "gpus", "reason")
+NODE_COLUMNS = ("node", "state", "GPU util", "GPU memory", "shards", "problems")
+WIDTHS = {
+    "node": 20, "shard": 24, "engine": 9, "verdict": 12, "state": 13, "since": 9, "gpus": 9,
+    "reason": REASON_CHARS, "GPU util": 10, "GPU memory": 10, "problems": 80,
+}  # fmt: skip
+"""Each column's width: fixed, so that a redraw measures no cell (Textual sizes a column of
+automatic width by every cell in it); a longer cell is cut."""
+_STYLES = {"cpu_fallback": "bold red", "misplaced": "red", "partial": "yellow", "unknown": "yellow"}
+Row = tuple[str, tuple[str, ...]]
+"""A table row: its key and its cells' text."""
+
+
+class Console(App[None]):
+    TITLE = "placewatch"
+    ENABLE_COMMAND_PALETTE = False
+    CSS = """
+    #header { height: auto; background: $boost; padding: 0 1; }
+    #filter { display: none; }
+    #filter.shown { display: block; }
+    #count { height: 1; padding: 0 1; color: $text-muted; }
+    #tables { height: 1fr; }
+    #detail { display: none; height: 50%; border-top: solid $accent; padding: 0 1; }
+    #detail.shown { display: block; }
+    """
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("q", "quit", "quit"),
+        Binding("slash", "filter", "filter"),
+        Binding("tab", "switch", "shards/nodes", priority=True),
+        Binding("o", "sort", "sort"),
+        Binding("r", "reverse", "reverse"),
+        Binding("p", "problems", "problems only"),
+        Binding("escape", "close", "close", show=False),
+    ]
+
+    def __init__(
+        self,
+        watched: Watched,
+        filters: Filters | None = None,
+        *,
+        connected: Callable[[], bool] = lambda: True,
+        every_s: float = 1.0,
+    ) -> None:
+        super().__init__()
+        self.watched = watched
+        self.filters = filters or Filters()
+        self.connected = connected
+        self.every_s = every_s
+        self.pattern = ""
+        self.sort_by: int | None = None  # None: problems first
+        self.reverse = False
+        self.board: Board | None = None
+        """The last board built, as the view held it (filtered when drawn)."""
+        self.detail: str | None = None  # the key of the shard whose detail is open
+        self._shown: dict[str, list[Row]] = {"shards": [], "nodes": []}
+        self._rows: dict[str, ShardRow] = {}
+        self._building = False
+        self._next_at = 0.0
+        self.drawn = 0
+        """Boards drawn so far (tests and the benchmark wait on it)."""
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="header", markup=False)
+        yield Input(
+            placeholder="glob on node, shard, engine, verdict (node:gpu-0*); Enter", id="filter"
+        )
+        yield Static(id="count", markup=False)
+        with ContentSwitcher(initial="shards", id="tables"):
+            yield DataTable(id="shards", cursor_type="row", zebra_stripes=True)
+            yield DataTable(id="nodes", cursor_type="row", zebra_stripes=True)
+        with VerticalScroll(id="detail"):
+            yield Static(id="detail-text", markup=False)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        for table, columns in (("shards", SHARD_COLUMNS), ("nodes", NODE_COLUMNS)):
+            t = self.query_one(f"#{table}", DataTable)
+            for name in columns:
+                t.add_column(name, key=name, width=WIDTHS.get(name, 24))
+        self.query_one("#shards", DataTable).focus()
+        self.redraw()
+        self.set_interval(self.every_s, self.redraw)
+
+    def redraw(self) -> None:
+        """A board built anew, unless one is being built (it will be drawn at once) or the
+        last took long (a fleet of 10,000 nodes: building takes at most a third of the time)."""
+        if not self._building and time.monotonic() >= self._next_at:
+            self._building = True
+            self._build()
+
+    @work(group="redraw")
+    async def _build(self) -> None:
+        started = time.monotonic()
+        try:
+            taken = self.watched.take()  # on the loop; built in a thread, one at a time
+            board = await anyio.to_thread.run_sync(self.watched.build, taken)
+        finally:
+            self._building = False
+            self._next_at = started + BUILD_SHARE * (time.monotonic() - started)
+        self.board = board
+        self._draw()
+
+    def _draw(self) -> None:
+        if self.board is None:
+            return
+        board = self.filters.apply(self.board)
+        now = datetime.fromtimestamp(self.watched.clock(), UTC)
+        state = "" if self.connected() else "  DISCONNECTED: showing the last known"
+        header = header_lines(
+            board.header, now, self.watched.where + state, self.watched.state.problems()
+        )
+        self.query_one("#header", Static).update("\n".join(header))
+        shards = [r for r in board.shards if self._kept(r)] if self.pattern else board.shards
+        if self.sort_by is not None:  # the first rows of that order: no sort of them all
+            column = SHARD_COLUMNS[self.sort_by]
+            first = heapq.nlargest if self.reverse else heapq.nsmallest
+            shown = first(MAX_ROWS, shards, key=lambda r: getattr(r, column))
+        else:
+            shown = (shards[::-1] if self.reverse else shards)[:MAX_ROWS]
+        self._rows = {_key(r): r for r in shown}
+        self._fill("shards", [(_key(r), shard_cells(r)) for r in shown])
+        terms = self.pattern.split()
+        nodes = [n for n in board.nodes if all(node_matches(n.node, t) for t in terms)]
+        self._fill("nodes", [(n.node, _node_cells(n)) for n in nodes[:MAX_ROWS]])
+        sort = "problems first" if self.sort_by is None else f"by {SHARD_COLUMNS[self.sort_by]}"
+        sort += ", reversed" if self.reverse else ""
+        said = (
+            f"{len(shards)} of {len(board.shards)} shards, {len(nodes)} of {len(board.nodes)} nodes"
+        )
+        if len(shards) > MAX_ROWS or len(nodes) > MAX_ROWS:
+            said += f" (the first {MAX_ROWS} shown: / to filter)"
+        filtered = f"  filter: {self.pattern}" if self.pattern else ""
+        self.query_one("#count", Static).update(printable(f"{said}  sorted {sort}{filtered}"))
+        if self.detail is not None:
+            self._show_detail(self.detail)
+        self.drawn += 1
+
+    def _kept(self, row: ShardRow) -> bool:
+        return all(matches(row, term) for term in self.pattern.split())
+
+    def _fill(self, name: str, rows: list[Row]) -> None:
+        """The table's rows made `rows`: only changed cells redrawn where the rows are the
+        same ones in the same order, else all of them, the cursor kept on its row."""
+        table = self.query_one(f"#{name}", DataTable)
+        shown = self._shown[name]
+        columns = SHARD_COLUMNS if name == "shards" else NODE_COLUMNS
+        if [k for k, _ in shown] == [k for k, _ in rows]:
+            for (key, old), (_, new) in zip(shown, rows, strict=True):
+                for column, before, after in zip(columns, old, new, strict=True):
+                    if before != after:
+                        table.update_cell(key, column, _cell(column, after))
+        else:
+            at = _cursor_key(table)
+            table.clear()
+            for key, cells in rows:
+                table.add_row(*(_cell(c, v) for c, v in zip(columns, cells, strict=True)), key=key)
+            if at is not None and at in table.rows:
+                table.move_cursor(row=table.get_row_index(at))
+        self._shown[name] = rows
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        if event.data_table.id == "shards" and event.row_key.value is not None:
+            self._show_detail(event.row_key.value)
+
+    def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
+        if event.data_table.id == "shards":
+            self.sort_by = event.column_index
+            self._draw()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.pattern = event.value.strip()
+        event.input.remove_class("shown")
+        self._table().focus()
+        self._draw()
+
+    def action_filter(self) -> None:
+        field = self.query_one("#filter", Input)
+        field.add_class("shown")
+        field.value = self.pattern
+        field.focus()
+
+    def action_switch(self) -> None:
+        switcher = self.query_one("#tables", ContentSwitcher)
+        switcher.current = "nodes" if switcher.current == "shards" else "shards"
+        self._table().focus()
+
+    def action_sort(self) -> None:
+        self.sort_by = 0 if self.sort_by is None else self.sort_by + 1
+        if self.sort_by >= len(SHARD_COLUMNS):
+            self.sort_by = None
+        self._draw()
+
+    def action_reverse(self) -> None:
+        self.reverse = not self.reverse
+        self._draw()
+
+    def action_problems(self) -> None:
+        self.filters = self.filters._replace(problems=not self.filters.problems)
+        self._draw()
+
+    def action_close(self) -> None:
+        field = self.query_one("#filter", Input)
+        if field.has_class("shown"):
+            field.remove_class("shown")
+            self._table().focus()
+        elif self.detail is not None:
+            self.detail = None
+            self.query_one("#detail").remove_class("shown")
+        elif self.pattern:
+            self.pattern = ""
+            self._draw()
+
+    def _table(self) -> DataTable[Text]:
+        current = self.query_one("#tables", ContentSwitcher).current or "shards"
+        return self.query_one(f"#{current}", DataTable)
+
+    def _show_detail(self, key: str) -> None:
+        row = self._rows.get(key)
+        if row is None:
+            return
+        self.detail = key
+        self.query_one("#detail-text", Static).update("\n".join(detail_lines(self.watched, row)))
+        self.query_one("#detail").add_class("shown")
+
+
+def detail_lines(watched: Watched, row: ShardRow) -> list[str]:
+    """What one shard's pane says: its reason, evidence, placement, its GPUs' readings, its
+    verdicts as this console saw them, and what to run on its node."""
+    s = row.status
+    pod = f"  pod {s.pod_namespace}/{s.pod_name} ({s.container_name or '?'})" if s.pod_name else ""
+    out = [
+        f"{row.node} / {row.shard}   {row.verdict}   {row.state}   "
+        f"since {row.since:%Y-%m-%d %H:%M:%S}Z",
+        f"engine {row.engine}  backend {s.backend}  pid {s.pid or '-'}  placed GPUs {row.placed}"
+        f"  holds memory on {row.used}{pod}",
+        "",
+        "reason:",
+        f"  {s.reason or '-'}",
+    ]
+    if s.evidence:
+        out += ["", "evidence (the engine's own lines):", *(f"  {line}" for line in s.evidence)]
+    look = watched.look(row.node)
+    wanted = set(s.placed_gpus) | {d.index for d in s.devices}
+    if look is not None and wanted:
+        out += ["", "its GPUs, as the node last read them:"]
+        for g in map(bar, look.gpus):
+            if g.gpu in wanted:
+                util = "-" if g.util_pct is None else f"{g.util_pct:.0f}%"
+                used = "-" if g.used is None else f"{g.used / (1 << 30):.1f} GiB"
+                temp = "-" if g.temperature_c is None else f"{g.temperature_c:.0f} C"
+                out.append(f"  GPU {g.gpu}  util {util}  memory used {used}  {temp}")
+    history = watched.history.get((row.node, row.shard), [])
+    if history:
+        out += ["", "its verdicts, as this console saw them:"]
+        out += [
+            f"  {c.time:%H:%M:%S}Z  {c.verdict}{' (stale)' if c.stale else ''}  {c.reason}"
+            for c in history
+        ]
+    out += ["", f"on {row.node}: placewatch doctor --node {row.node}"]
+    if row.silent:
+        out.append(f"silent node: if it is gone for good, placewatch forget {row.node}")
+    return [printable(line)[: REASON_CHARS * 4] for line in out]
+
+
+def _key(row: ShardRow) -> str:
+    return f"{row.node}\x00{row.shard}"
+
+
+def _cursor_key(table: DataTable[Text]) -> str | None:
+    if not table.row_count:
+        return None
+    try:
+        return table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
+    except Exception:
+        return None
+
+
+def _cell(column: str, text: str) -> Text:
+    if column == "reason" and len(text) > REASON_CHARS:
+        text = text[: REASON_CHARS - 1] + "…"
+    style = _STYLES.get(text, "") if column == "verdict" else ""
+    if column == "state" and "FIRING" in text:
+        style = "bold red"
+    return Text(text, style=style)
+
+
+def _node_cells(n: NodeRow) -> tuple[str, ...]:
+    bars = [bar(g) for g in n.gpus]
+    state = f"silent {duration(n.age_s)}" if n.silent else "live"
+    util = _bars([g.util_pct for g in bars])
+    memory = _bars(
+        [None if not g.total or g.used is None else 100 * g.used / g.total for g in bars]
+    )
+    shards = " ".join(f"{count} {verdict}" for verdict, count in sorted(n.verdicts.items()))
+    problems = "; ".join(n.problems) + (f"  (placewatch forget {n.node})" if n.forget else "")
+    return tuple(
+        printable(c) for c in (n.node, state, util, memory, shards or "-", problems or "-")
+    )
+
+
+def _bars(pcts: Sequence[float | None]) -> str:
+    """A block a GPU, its height the share (nvitop's bars, one character each); `?` unread."""
+    return (
+        "".join(
+            "?" if p is None else BLOCKS[min(round(p / 100 * (len(BLOCKS) - 1)), len(BLOCKS) - 1)]
+            for p in pcts
+        )
+        or "-"
+    )

@@ -1,0 +1,164 @@
+"""A view's state as the board reads it, cheaply enough to redraw each second at 10,000 nodes:
+each node's telemetry is decoded once per message and its inventory once per change (never
+joined), and the GPUs two live nodes report are worked out from the inventories' uuids.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import NamedTuple
+
+from placewatch.schemas import ComputeStatus, NodeInventory, NodeTelemetry
+
+from ..held import Held, Holdings, decode_held
+from ..snapshot import FleetState
+from .board import Board, NodeLook, ShardRow, build, shard_row
+
+SHARED_EVERY_S = 10.0
+"""How often the GPUs two nodes report are looked for: their inventories rarely change."""
+SHARED_NAMED = 3
+"""The other nodes a shared GPU's sentence names; the rest are counted."""
+HISTORY = 20
+"""Verdict changes kept per shard for its detail pane."""
+
+
+class Change(NamedTuple):
+    time: datetime
+    verdict: str
+    stale: bool
+    reason: str
+
+
+class Taken(NamedTuple):
+    """What a view held at one moment, copied on its event loop: the board is built from it
+    in any thread while the view takes messages on."""
+
+    holdings: Holdings
+    statuses: list[ComputeStatus]
+    since: dict[tuple[str, str], datetime]
+    problems: list[str]
+
+
+class Watched:
+    """`state` (a FleetView's), read into boards; `where`: the bus as the header names it.
+    `take` runs on the view's event loop; `build` anywhere, one call at a time."""
+
+    def __init__(
+        self,
+        state: FleetState,
+        where: str = "",
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.state = state
+        self.where = where
+        self.clock = clock
+        self._looks: dict[str, tuple[Held, NodeLook]] = {}
+        self._uuids: dict[str, tuple[Held, list[tuple[int, str]]]] = {}
+        self._shared: dict[str, list[str]] = {}
+        self._shared_at = -SHARED_EVERY_S
+        self.history: dict[tuple[str, str], list[Change]] = {}
+        self._rows: dict[tuple[str, str], ShardRow] = {}
+
+    def take(self) -> Taken:
+        s = self.state
+        return Taken(s.holdings(), list(s.shards.values()), dict(s.fallback_since), s.problems())
+
+    def board(self) -> Board:
+        """The board now, taken and built at once (on the view's event loop)."""
+        return self.build(self.take())
+
+    def build(self, taken: Taken) -> Board:
+        now = self.clock()
+        self._note(taken.statuses)
+        looks = self._node_looks(taken.holdings.nodes)
+        board = build(looks, taken.statuses, taken.since, now, self._row)
+        if len(self._rows) > len(taken.statuses):  # shards let go: forget their rows too
+            kept = {(s.node, s.shard) for s in taken.statuses}
+            self._rows = {k: r for k, r in self._rows.items() if k in kept}
+            self.history = {k: h for k, h in self.history.items() if k in kept}
+        shared = self._shared
+        if now - self._shared_at >= SHARED_EVERY_S:
+            live = [n.node for n in board.nodes if not n.silent]
+            shared = self._shared = self._shared_gpus(taken.holdings.inventories, live)
+            self._shared_at = now
+        if shared:
+            nodes = [
+                n._replace(problems=(*n.problems, *shared[n.node])) if n.node in shared else n
+                for n in board.nodes
+            ]
+            nodes.sort(key=lambda n: (not n.problems, n.node))
+            board = board._replace(nodes=nodes)
+        return board
+
+    def _row(self, s: ComputeStatus, since: datetime, silent: bool) -> ShardRow:
+        """shard_row, made again only when the status, its since or its node's silence
+        changed: most of 40,000 shards' rows stay from one board to the next."""
+        key = (s.node, s.shard)
+        held = self._rows.get(key)
+        if held is None or held.status is not s or held.since != since or held.silent != silent:
+            held = self._rows[key] = shard_row(s, since, silent)
+        return held
+
+    def look(self, node: str) -> NodeLook | None:
+        held = self._looks.get(node)
+        return None if held is None else held[1]
+
+    def _node_looks(self, nodes: dict[str, Held]) -> list[NodeLook]:
+        looks = []
+        for node, held in nodes.items():
+            cached = self._looks.get(node)
+            if cached is None or cached[0] is not held:
+                cached = (held, _look(node, held))
+                self._looks[node] = cached
+            looks.append(cached[1])
+        if len(self._looks) > len(looks):  # a node let go (forgotten)
+            self._looks = {n: c for n, c in self._looks.items() if n in nodes}
+        return looks
+
+    def _shared_gpus(self, inventories: dict[str, Held], live: list[str]) -> dict[str, list[str]]:
+        """Node -> a sentence for each of its GPUs that another live node reports too (two
+        workers watch one machine under two names: capacity.shared_among)."""
+        seen: dict[str, list[tuple[str, int]]] = {}
+        for node in live:
+            held = inventories.get(node)
+            if held is None:
+                continue
+            cached = self._uuids.get(node)
+            if cached is None or cached[0] is not held:
+                gpus = decode_held(held, NodeInventory).gpus
+                cached = self._uuids[node] = (held, [(g.index, g.uuid) for g in gpus if g.uuid])
+            for index, uuid in cached[1]:
+                seen.setdefault(uuid, []).append((node, index))
+        if len(self._uuids) > len(inventories):  # a node let go (forgotten)
+            self._uuids = {n: c for n, c in self._uuids.items() if n in inventories}
+        said: dict[str, list[str]] = {}
+        for uuid, on in sorted((u, sorted(on)) for u, on in seen.items() if len(on) > 1):
+            for node, index in on:
+                named = (f"{n} GPU {i}" for n, i in on if n != node)  # a few: O(n), not n**2
+                others = [next(named) for _ in range(min(len(on) - 1, SHARED_NAMED))]
+                if len(on) - 1 > SHARED_NAMED:
+                    others.append(f"{len(on) - 1 - SHARED_NAMED} more")
+                said.setdefault(node, []).append(
+                    f"SHARED GPU {index} ({uuid}) is also {', '.join(others)}: two workers "
+                    "watch one machine under two names; stop one, or give both one --node"
+                )
+        return said
+
+    def _note(self, statuses: list[ComputeStatus]) -> None:
+        """Each shard's verdict changes, as this console saw them."""
+        for s in statuses:
+            key = (s.node, s.shard)
+            seen = self.history.get(key)
+            if seen is None:
+                self.history[key] = [Change(s.time, s.verdict, s.stale, s.reason)]
+            elif (seen[-1].verdict, seen[-1].stale) != (s.verdict, s.stale):
+                seen.append(Change(s.time, s.verdict, s.stale, s.reason))
+                del seen[:-HISTORY]
+
+
+def _look(node: str, held: Held) -> NodeLook:
+    t = decode_held(held, NodeTelemetry)
+    failed = [s.error or s.name for s in t.sources if not s.ok]
+    return NodeLook(node, held.seen, t.time.timestamp(), t.interval_s, t.session, t.gpus, failed)

@@ -1,0 +1,161 @@
+"""The console, driven as a person drives it, through Textual's own Pilot: at 1,000 nodes the
+firing shards are on the first screen with their nodes; `/` filters, `o` sorts, Enter opens a
+shard, tab shows the nodes, `q` quits."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+pytest.importorskip("textual", reason="the console needs Textual: pip install '.[console]'")
+
+from textual.pilot import Pilot
+from textual.widgets import DataTable, Static
+
+from placewatch.consumer.watch.command import Filters
+from placewatch.consumer.watch.console import MAX_ROWS, Console
+from placewatch.consumer.watch.watched import Watched
+
+from tests.support.console_fleet import NOW, dead_name, fleet_state, live_name
+from tests.support.screen import screen_text
+
+SIZE = (200, 50)
+
+
+def console(filters: Filters | None = None, **kwargs: int) -> Console:
+    watched = Watched(
+        fleet_state(**kwargs), "nats://127.0.0.1:4222", clock=lambda: NOW.timestamp() + 1
+    )
+    return Console(watched, filters, every_s=3600)  # drawn once, then on keys only
+
+
+def drive(app: Console, steps: Callable[[Pilot[None]], Awaitable[None]]) -> None:
+    async def run() -> None:
+        async with app.run_test(size=SIZE) as pilot:
+            for _ in range(200):  # the first board is built in a thread
+                if app.drawn:
+                    break
+                await pilot.pause(0.05)
+            assert app.drawn, "the console drew no board in 10 s"
+            await steps(pilot)
+
+    asyncio.run(run())
+
+
+def rows(app: Console, table: str = "shards") -> list[list[str]]:
+    t = app.query_one(f"#{table}", DataTable)
+    return [[str(c) for c in t.get_row_at(i)] for i in range(t.row_count)]
+
+
+def test_at_1000_nodes_the_header_and_the_firing_shards_are_on_the_first_screen() -> None:
+    app = console()
+
+    async def look(pilot: Pilot[None]) -> None:
+        for _ in range(200):  # the board drawn, then the screen refreshed with it
+            screen = screen_text(app)
+            said = "\n".join(screen)
+            if "nodes 1000 live" in said and "FIRING" in said:
+                break
+            await pilot.pause(0.05)
+        assert "nodes 1000 live, 27 silent" in said
+        assert "42 firing, 27 on silent nodes" in said
+        assert "4108 of 4108 shards" in said and f"the first {MAX_ROWS} shown" in said
+        firing = [line for line in screen if "cpu_fallback" in line and "FIRING" in line]
+        # the 15 on live nodes, then those on silent nodes, as many as the screen holds
+        nodes = [line.split()[0] for line in firing]
+        assert nodes[:15] == [live_name(i) for i in range(0, 1000, 71)], screen
+        assert len(firing) >= 20 and dead_name(0) in nodes
+        footer = screen[-1]  # the keys
+        assert all(key in footer for key in ("q quit", "/ filter", "o sort", "tab shards/nodes"))
+
+    drive(app, look)
+
+
+def test_slash_filters_by_glob_and_escape_clears_it() -> None:
+    app = console()
+
+    async def steps(pilot: Pilot[None]) -> None:
+        await pilot.press("slash")
+        await pilot.press(*"node:old-0*", "space", *"verdict:cpu*", "enter")
+        shown = rows(app)
+        assert [r[0] for r in shown] == [dead_name(i) for i in range(10)]
+        assert all(r[3] == "cpu_fallback" and r[4] == "FIRING,silent" for r in shown)
+        assert "10 of 4108 shards" in str(app.query_one("#count", Static).render())
+        await pilot.press("escape")
+        assert len(rows(app)) == MAX_ROWS
+
+    drive(app, steps)
+
+
+def test_o_sorts_by_the_next_column_and_r_reverses() -> None:
+    app = console(live=30, dead=2)
+
+    async def steps(pilot: Pilot[None]) -> None:
+        assert rows(app)[0][4] == "FIRING"  # problems first
+        await pilot.press("o")  # by node
+        names = [r[0] for r in rows(app)]
+        assert names == sorted(names) and names[0] == live_name(0)
+        await pilot.press("r")
+        assert rows(app)[0][0] == dead_name(1)
+        await pilot.press("o", "o", "o")  # by verdict, reversed
+        verdicts = [r[3] for r in rows(app)]
+        assert verdicts == sorted(verdicts, reverse=True)
+
+    drive(app, steps)
+
+
+def test_enter_opens_the_shard_its_reason_evidence_gpus_history_and_doctor() -> None:
+    app = console(live=100, dead=1)
+
+    async def steps(pilot: Pilot[None]) -> None:
+        await pilot.press("enter")  # the first row: gpu-0000's fallback
+        detail = str(app.query_one("#detail-text", Static).render())
+        assert detail.splitlines()[0].startswith("gpu-0000 / shard-01   cpu_fallback   FIRING")
+        assert "placed on GPU 1 but computing on the CPU" in detail
+        assert "  load_tensors: offloaded 0/33 layers to GPU" in detail
+        assert "  GPU 1  util 13%  memory used 20.5 GiB  41 C" in detail
+        assert "its verdicts, as this console saw them:\n  08:00:00Z  cpu_fallback" in detail
+        assert detail.rstrip().endswith("on gpu-0000: placewatch doctor --node gpu-0000")
+        assert app.query_one("#detail").has_class("shown")
+        for _ in range(100):  # on the screen, under the table
+            if "evidence (the engine's own lines):" in "\n".join(screen_text(app)):
+                break
+            await pilot.pause(0.05)
+        assert "  load_tensors: offloaded 0/33 layers to GPU" in "\n".join(screen_text(app))
+        await pilot.press("escape")
+        assert not app.query_one("#detail").has_class("shown")
+
+    drive(app, steps)
+
+
+def test_tab_shows_the_nodes_problems_first_with_a_bar_per_gpu() -> None:
+    app = console(live=20, dead=2)
+
+    async def steps(pilot: Pilot[None]) -> None:
+        await pilot.press("tab")
+        shown = rows(app, "nodes")
+        assert [r[0] for r in shown[:2]] == [dead_name(0), dead_name(1)]
+        assert shown[0][1] == "silent 60 min" and "placewatch forget old-00" in shown[0][5]
+        live = shown[2]
+        assert live[1] == "live" and len(live[2]) == 8 and len(live[3]) == 8  # a block a GPU
+        assert live[4] == "1 cpu_fallback 3 gpu" and live[0] == live_name(0)
+
+    drive(app, steps)
+
+
+def test_p_keeps_the_problems_and_q_quits() -> None:
+    app = console(live=200, dead=3)
+
+    async def steps(pilot: Pilot[None]) -> None:
+        await pilot.press("p")
+        for _ in range(100):
+            if len(rows(app)) == 3 + 3 * 4:
+                break
+            await pilot.pause(0.05)
+        assert len(rows(app)) == 3 + 3 * 4  # gpu-0000, 0071, 0142, and every shard of the dead
+        await pilot.press("q")
+        assert not app.is_running
+
+    drive(app, steps)
