@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import logging
 import math
 import shutil
@@ -39,6 +40,10 @@ SETTLE_S = 1.0
 FRAME_S = 1.0
 _TTY_GAP_S = 0.25
 _CLEAR = "\x1b[H\x1b[2J"
+WITHOUT_TEXTUAL = (
+    "# Textual is not installed: pip install 'placewatch[console]' for the full-screen "
+    "console (--plain: text, without this line)"
+)
 EXIT_PROBLEMS = 1
 """`--once --problems` found something that needs a person (as a Nagios check's non-zero)."""
 
@@ -103,9 +108,12 @@ def command(bus: Bus, args: argparse.Namespace) -> int:
     once = args.once or args.json
     # Textual draws on stderr: both on the terminal, or the text board on stdout.
     tty = sys.stdout.isatty() and sys.stderr.isatty()
-    console = not once and not args.plain and tty and _textual()
+    live = not once and not args.plain and tty
+    console = live and _textual()
+    hint = WITHOUT_TEXTUAL if live and not console else None
     try:
-        return anyio.run(_watch, bus, args, filters, console, sys.stdout, backend="asyncio")
+        watch = functools.partial(_watch, hint=hint)
+        return anyio.run(watch, bus, args, filters, console, sys.stdout, backend="asyncio")
     except Unreachable as exc:
         print(f"placewatch: {exc}", file=sys.stderr)
         return 1
@@ -128,7 +136,13 @@ def where(bus: Bus, partition: tuple[int, int] | None) -> str:
 
 
 async def _watch(
-    bus: Bus, args: argparse.Namespace, filters: Filters, console: bool, out: TextIO
+    bus: Bus,
+    args: argparse.Namespace,
+    filters: Filters,
+    console: bool,
+    out: TextIO,
+    *,
+    hint: str | None = None,
 ) -> int:
     nc = await connect_within(
         bus.servers, "placewatch watch", bus.options | {"inbox_prefix": INBOX}, CONNECT_TIMEOUT_S
@@ -151,7 +165,7 @@ async def _watch(
                 await app.run_async()
                 tg.cancel_scope.cancel()
             else:
-                await _draw(watched, filters, nc, changed, out)
+                await _draw(watched, filters, nc, changed, out, hint=hint)
         return 0
     finally:
         await view.stop()
@@ -171,7 +185,13 @@ def _once(watched: Watched, filters: Filters, as_json_: bool, out: TextIO) -> in
 
 
 async def _draw(
-    watched: Watched, filters: Filters, nc: Client, changed: asyncio.Event, out: TextIO
+    watched: Watched,
+    filters: Filters,
+    nc: Client,
+    changed: asyncio.Event,
+    out: TextIO,
+    *,
+    hint: str | None = None,
 ) -> None:
     tty = out.isatty()
     drawn: bool | None = None  # whether connected, as last drawn
@@ -184,6 +204,8 @@ async def _draw(
             now = datetime.fromtimestamp(watched.clock(), UTC)
             board = filters.apply(watched.board())
             frame = lines(board, now, watched.where + state, watched.state.problems())
+            if hint is not None:
+                frame.insert(2, hint)
             if tty:  # what fits, problems first: the header and the firing rows stay on screen
                 frame = frame[: max(shutil.get_terminal_size().lines - 1, 3)]
             text = "\n".join(frame)

