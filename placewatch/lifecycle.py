@@ -9,6 +9,7 @@ import signal
 
 import anyio
 import nats.errors
+from anyio.abc import TaskStatus
 from nats.aio.client import Client
 
 log = logging.getLogger(__name__)
@@ -17,9 +18,16 @@ DRAIN_TIMEOUT_S = 2.0
 CLOSE_TIMEOUT_S = 1.0
 
 
-async def stop_on_signal(scope: anyio.CancelScope, what: str = "stopping") -> None:
-    """Cancel `scope` at the first SIGTERM or SIGINT, saying so."""
+async def stop_on_signal(
+    scope: anyio.CancelScope,
+    what: str = "stopping",
+    *,
+    task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Cancel `scope` at the first SIGTERM or SIGINT, saying so; started (`tg.start`) once
+    the signals are caught."""
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        task_status.started()
         async for signum in signals:
             log.info("%s: %s", signal.Signals(signum).name, what)
             scope.cancel()

@@ -12,13 +12,20 @@ from __future__ import annotations
 
 import fnmatch
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import NamedTuple
 
-from placewatch.schemas import FALLBACK_VERDICTS, ComputeStatus, GpuReading, GpuSample
+from placewatch.schemas import (
+    FALLBACK_VERDICTS,
+    ComputeStatus,
+    GpuReading,
+    GpuSample,
+    NodeTelemetry,
+)
 
 from ..capacity import STALE_INTERVALS
+from ..held import Held, decode_held
 
 SILENT_INTERVALS = STALE_INTERVALS
 FORGET_AFTER_S = 15 * 60.0
@@ -33,7 +40,10 @@ STALE_RANK, SILENT_RANK, PROBLEM_RANK = 3, 4, 5
 
 
 class NodeLook(NamedTuple):
-    """A node as the board needs it, from its joined sample or its telemetry alone."""
+    """A node as the board needs it, from its latest telemetry: atoms and tuples of atoms,
+    which the garbage collector stops walking, where 80,000 GPU readings' lists would be in
+    each of its full passes (0.5 s at 10,000 nodes); the readings are decoded again for the
+    rows shown (gpus_of)."""
 
     node: str
     seen: float
@@ -42,9 +52,32 @@ class NodeLook(NamedTuple):
     """When the node says it sampled (its clock)."""
     interval_s: float
     session: str
-    gpus: Sequence[GpuSample | GpuReading]
-    """Its GPUs as it last read them (bar() says what the board shows of each)."""
-    failed_sources: Sequence[str] = ()
+    telemetry: Held
+    gpu_count: int
+    gpu_problems: tuple[tuple[int, tuple[str, ...]], ...] = ()
+    """Each unhealthy GPU's index and why."""
+    failed_sources: tuple[str, ...] = ()
+
+
+def look(node: str, held: Held) -> NodeLook:
+    """The node as its telemetry `held` says it."""
+    t = decode_held(held, NodeTelemetry)
+    return NodeLook(
+        node,
+        held.seen,
+        t.time.timestamp(),
+        t.interval_s,
+        t.session,
+        held,
+        len(t.gpus),
+        tuple((g.index, tuple(g.problems)) for g in t.gpus if g.problems),
+        tuple(s.error or s.name for s in t.sources if not s.ok),
+    )
+
+
+def gpus_of(look: NodeLook) -> list[GpuReading]:
+    """The node's GPUs as it last read them."""
+    return decode_held(look.telemetry, NodeTelemetry).gpus
 
 
 class GpuBar(NamedTuple):
@@ -100,7 +133,7 @@ class NodeRow(NamedTuple):
     silent: bool
     age_s: float
     session: str
-    gpus: Sequence[GpuSample | GpuReading]
+    look: NodeLook
     verdicts: dict[str, int]
     problems: tuple[str, ...]
     """Why it needs a person: silent, unhealthy GPUs, GPU tools failing, a clock that is off."""
@@ -206,15 +239,14 @@ def _node_row(look: NodeLook, now: float) -> NodeRow:
     problems = []
     if silent:
         problems.append(f"silent {duration(age)}")
-    for g in look.gpus:
-        if sick := _problems(g):
-            problems.append(f"GPU {g.index} unhealthy: {'; '.join(sick)}")
-    if not look.gpus and look.failed_sources:
+    for index, sick in look.gpu_problems:
+        problems.append(f"GPU {index} unhealthy: {'; '.join(sick)}")
+    if not look.gpu_count and look.failed_sources:
         problems.append(f"no GPUs: {'; '.join(look.failed_sources)}")
     offset = look.time - look.seen
     if abs(offset) > CLOCK_OFF_S:
         problems.append(f"clock {abs(offset):.0f} s {'ahead' if offset > 0 else 'behind'}")
-    return NodeRow(look.node, silent, age, look.session, look.gpus, {}, tuple(problems))
+    return NodeRow(look.node, silent, age, look.session, look, {}, tuple(problems))
 
 
 def bar(g: GpuSample | GpuReading) -> GpuBar:

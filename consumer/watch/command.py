@@ -157,7 +157,7 @@ async def _watch(
             await anyio.sleep(args.wait)
             return _once(watched, filters, args.json, out)
         async with anyio.create_task_group() as tg:
-            tg.start_soon(stop_on_signal, tg.cancel_scope)
+            await tg.start(stop_on_signal, tg.cancel_scope)  # caught before the first frame
             if console:
                 from .console import Console  # noqa: PLC0415 - Textual, on a terminal only
 

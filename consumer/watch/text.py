@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from .board import Board, Header, NodeRow, ShardRow, bar
+from .board import Board, Header, NodeRow, ShardRow, bar, gpus_of
 
 COLUMNS = ("NODE", "SHARD", "ENGINE", "VERDICT", "STATE", "SINCE", "GPUS", "REASON")
 """GPUS: those it is placed on / those its processes hold memory on (`1/-`: none)."""
@@ -136,7 +136,7 @@ def as_json(board: Board, now: datetime, problems: list[str] | None = None) -> b
                         "temperature_c": g.temperature_c,
                         "problems": list(g.problems),
                     }
-                    for g in map(bar, n.gpus)
+                    for g in map(bar, gpus_of(n.look))
                 ],
                 "verdicts": n.verdicts,
                 "problems": list(n.problems),

@@ -10,11 +10,11 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import NamedTuple
 
-from placewatch.schemas import ComputeStatus, NodeInventory, NodeTelemetry
+from placewatch.schemas import ComputeStatus, NodeInventory
 
 from ..held import Held, Holdings, decode_held
 from ..snapshot import FleetState
-from .board import Board, NodeLook, ShardRow, build, shard_row
+from .board import Board, NodeLook, ShardRow, build, look, shard_row
 
 SHARED_EVERY_S = 10.0
 """How often the GPUs two nodes report are looked for: their inventories rarely change."""
@@ -58,7 +58,7 @@ class Watched:
         self._uuids: dict[str, tuple[Held, list[tuple[int, str]]]] = {}
         self._shared: dict[str, list[str]] = {}
         self._shared_at = -SHARED_EVERY_S
-        self.history: dict[tuple[str, str], list[Change]] = {}
+        self.history: dict[tuple[str, str], tuple[Change, ...]] = {}
         self._rows: dict[tuple[str, str], ShardRow] = {}
 
     def take(self) -> Taken:
@@ -110,7 +110,7 @@ class Watched:
         for node, held in nodes.items():
             cached = self._looks.get(node)
             if cached is None or cached[0] is not held:
-                cached = (held, _look(node, held))
+                cached = (held, look(node, held))
                 self._looks[node] = cached
             looks.append(cached[1])
         if len(self._looks) > len(looks):  # a node let go (forgotten)
@@ -151,14 +151,8 @@ class Watched:
         for s in statuses:
             key = (s.node, s.shard)
             seen = self.history.get(key)
-            if seen is None:
-                self.history[key] = [Change(s.time, s.verdict, s.stale, s.reason)]
-            elif (seen[-1].verdict, seen[-1].stale) != (s.verdict, s.stale):
-                seen.append(Change(s.time, s.verdict, s.stale, s.reason))
-                del seen[:-HISTORY]
-
-
-def _look(node: str, held: Held) -> NodeLook:
-    t = decode_held(held, NodeTelemetry)
-    failed = [s.error or s.name for s in t.sources if not s.ok]
-    return NodeLook(node, held.seen, t.time.timestamp(), t.interval_s, t.session, t.gpus, failed)
+            if seen is None or (seen[-1].verdict, seen[-1].stale) != (s.verdict, s.stale):
+                # tuples of atoms, which the garbage collector stops walking: 40,000 shards'
+                # histories would otherwise be in each of its full passes
+                change = Change(s.time, s.verdict, s.stale, s.reason)
+                self.history[key] = (*(seen or ())[1 - HISTORY :], change)
