@@ -92,8 +92,10 @@ def lines(
         for r in rows
     ]
     out += [f"# {node_line(n)}" for n in board.nodes if n.problems]
-    if not board.shards and not board.nodes:
+    if board.header.live + board.header.silent == 0:
         out.append("# no nodes yet: is a worker publishing with this prefix?")
+    elif not board.shards and not board.nodes:
+        out.append("# nothing here matches")
     return out
 
 

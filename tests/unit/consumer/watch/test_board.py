@@ -173,3 +173,10 @@ def test_a_shard_s_verdicts_as_the_console_saw_them() -> None:
     w.board()
     w.board()  # the same status again: no change to note
     assert [(c.verdict, c.time) for c in w.history[key]] == [("cpu_fallback", NOW), ("gpu", later)]
+
+
+def test_a_selection_that_matches_nothing_says_so_and_an_empty_bus_says_what_to_check() -> None:
+    w = watched(live=3, dead=0)
+    assert lines(selected(w.board(), node="nope*"), NOW)[-1] == "# nothing here matches"
+    empty = Watched(fleet_state(live=0, dead=0), clock=NOW.timestamp).board()
+    assert lines(empty, NOW)[-1] == "# no nodes yet: is a worker publishing with this prefix?"
