@@ -28,6 +28,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.widgets import ContentSwitcher, DataTable, Footer, Input, Static
+from textual.widgets.data_table import CellDoesNotExist
 
 from .board import Board, NodeRow, ShardRow, bar, duration, gpus_of, matches, node_matches
 from .command import Filters
@@ -315,11 +316,10 @@ def _key(row: ShardRow) -> str:
 
 
 def _cursor_key(table: DataTable[Text]) -> str | None:
-    if not table.row_count:
-        return None
+    """The key of the row under the cursor; None in an empty table."""
     try:
         return table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
-    except Exception:
+    except CellDoesNotExist:
         return None
 
 
