@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from datetime import datetime
+from typing import Protocol
 
 import msgspec
 
@@ -116,20 +117,28 @@ def gpus_for(
 
 def shared_gpus(holdings: Holdings, now: datetime, max_age: float | None = None) -> list[SharedGpu]:
     """Every GPU that more than one live node reports, sorted by its uuid."""
-    return shared_among(_live(holdings, now, max_age))
+    return shared_among((node, sample.gpus) for node, sample in _live(holdings, now, max_age))
 
 
-def shared_among(samples: Iterable[tuple[str, NodeSample]]) -> list[SharedGpu]:
-    """Every GPU that more than one of these (node, sample) reports, sorted by its uuid."""
+class Identified(Protocol):
+    """A GPU as its index and uuid name it: a GpuSample, a GpuInfo."""
+
+    @property
+    def index(self) -> int: ...
+    @property
+    def uuid(self) -> str | None: ...
+
+
+def shared_among(nodes: Iterable[tuple[str, Iterable[Identified]]]) -> list[SharedGpu]:
+    """Every GPU that more than one of these (node, its GPUs) reports, sorted by its uuid."""
     seen: dict[str, list[tuple[str, int]]] = {}
-    for node, sample in sorted(samples, key=lambda pair: pair[0]):
-        for g in sample.gpus:
+    for node, gpus in sorted(nodes, key=lambda pair: pair[0]):
+        for g in gpus:
             if g.uuid is not None:
                 seen.setdefault(g.uuid, []).append((node, g.index))
     return [
         SharedGpu(uuid=uuid, nodes=[n for n, _ in on], gpus=[i for _, i in on])
-        for uuid, on in sorted(seen.items())
-        if len(on) > 1
+        for uuid, on in sorted((u, on) for u, on in seen.items() if len(on) > 1)
     ]
 
 

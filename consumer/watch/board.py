@@ -20,7 +20,6 @@ from placewatch.schemas import (
     FALLBACK_VERDICTS,
     ComputeStatus,
     GpuReading,
-    GpuSample,
     NodeTelemetry,
 )
 
@@ -81,7 +80,7 @@ def gpus_of(look: NodeLook) -> list[GpuReading]:
 
 
 class GpuBar(NamedTuple):
-    """What the board shows of a GPU (bar() reads it from its sample or its reading)."""
+    """What the board shows of a GPU (bar())."""
 
     gpu: int
     util_pct: float | None
@@ -249,19 +248,12 @@ def _node_row(look: NodeLook, now: float) -> NodeRow:
     return NodeRow(look.node, silent, age, look.session, look, {}, tuple(problems))
 
 
-def bar(g: GpuSample | GpuReading) -> GpuBar:
+def bar(g: GpuReading) -> GpuBar:
+    """What the board shows of a GPU as its node's telemetry read it (memory total: used and
+    free; the driver's reserve is the inventory's)."""
     used, free = g.memory_used_bytes, g.memory_free_bytes
     total = used + free if used is not None and free is not None else None
-    if isinstance(g, GpuSample):
-        total = g.memory_total_bytes or total
-    return GpuBar(g.index, g.utilization_pct, used, total, g.temperature_c, _problems(g))
-
-
-def _problems(g: GpuSample | GpuReading) -> tuple[str, ...]:
-    """Why the GPU is unhealthy; none while it is healthy."""
-    if isinstance(g, GpuSample):
-        return tuple(g.health.problems) if g.health is not None else ()
-    return tuple(g.problems)
+    return GpuBar(g.index, g.utilization_pct, used, total, g.temperature_c, tuple(g.problems))
 
 
 def matches(row: ShardRow, pattern: str) -> bool:

@@ -10,8 +10,11 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import NamedTuple
 
+import msgspec
+
 from placewatch.schemas import ComputeStatus, NodeInventory
 
+from .. import capacity
 from ..held import Held, Holdings, decode_held
 from ..snapshot import FleetState
 from .board import Board, NodeLook, ShardRow, build, look, shard_row
@@ -22,6 +25,14 @@ SHARED_NAMED = 3
 """The other nodes a shared GPU's sentence names; the rest are counted."""
 HISTORY = 20
 """Verdict changes kept per shard for its detail pane."""
+
+
+class GpuId(msgspec.Struct, frozen=True, gc=False):
+    """A GPU of an inventory as capacity.shared_among reads it; untracked by the garbage
+    collector, as 80,000 of them are held at 10,000 nodes."""
+
+    index: int
+    uuid: str | None
 
 
 class Change(NamedTuple):
@@ -55,7 +66,7 @@ class Watched:
         self.where = where
         self.clock = clock
         self._looks: dict[str, tuple[Held, NodeLook]] = {}
-        self._uuids: dict[str, tuple[Held, list[tuple[int, str]]]] = {}
+        self._gpus: dict[str, tuple[Held, tuple[GpuId, ...]]] = {}
         self._shared: dict[str, list[str]] = {}
         self._shared_at = -SHARED_EVERY_S
         self.history: dict[tuple[str, str], tuple[Change, ...]] = {}
@@ -71,7 +82,6 @@ class Watched:
 
     def build(self, taken: Taken) -> Board:
         now = self.clock()
-        self._note(taken.statuses)
         looks = self._node_looks(taken.holdings.nodes)
         board = build(looks, taken.statuses, taken.since, now, self._row)
         if len(self._rows) > len(taken.statuses):  # shards let go: forget their rows too
@@ -97,6 +107,8 @@ class Watched:
         changed: most of 40,000 shards' rows stay from one board to the next."""
         key = (s.node, s.shard)
         held = self._rows.get(key)
+        if held is None or held.status is not s:
+            self._note(key, s)
         if held is None or held.status is not s or held.since != since or held.silent != silent:
             held = self._rows[key] = shard_row(s, since, silent)
         return held
@@ -119,40 +131,36 @@ class Watched:
 
     def _shared_gpus(self, inventories: dict[str, Held], live: list[str]) -> dict[str, list[str]]:
         """Node -> a sentence for each of its GPUs that another live node reports too (two
-        workers watch one machine under two names: capacity.shared_among)."""
-        seen: dict[str, list[tuple[str, int]]] = {}
+        workers watch one machine under two names), from each inventory's GPUs, decoded once
+        per inventory."""
         for node in live:
             held = inventories.get(node)
-            if held is None:
-                continue
-            cached = self._uuids.get(node)
-            if cached is None or cached[0] is not held:
+            cached = self._gpus.get(node)
+            if held is not None and (cached is None or cached[0] is not held):
                 gpus = decode_held(held, NodeInventory).gpus
-                cached = self._uuids[node] = (held, [(g.index, g.uuid) for g in gpus if g.uuid])
-            for index, uuid in cached[1]:
-                seen.setdefault(uuid, []).append((node, index))
-        if len(self._uuids) > len(inventories):  # a node let go (forgotten)
-            self._uuids = {n: c for n, c in self._uuids.items() if n in inventories}
+                self._gpus[node] = (held, tuple(GpuId(index=g.index, uuid=g.uuid) for g in gpus))
+        if len(self._gpus) > len(inventories):  # a node let go (forgotten)
+            self._gpus = {n: c for n, c in self._gpus.items() if n in inventories}
         said: dict[str, list[str]] = {}
-        for uuid, on in sorted((u, sorted(on)) for u, on in seen.items() if len(on) > 1):
+        held_gpus = ((node, self._gpus[node][1]) for node in live if node in self._gpus)
+        for shared in capacity.shared_among(held_gpus):
+            on = list(zip(shared.nodes, shared.gpus, strict=True))
             for node, index in on:
                 named = (f"{n} GPU {i}" for n, i in on if n != node)  # a few: O(n), not n**2
                 others = [next(named) for _ in range(min(len(on) - 1, SHARED_NAMED))]
                 if len(on) - 1 > SHARED_NAMED:
                     others.append(f"{len(on) - 1 - SHARED_NAMED} more")
                 said.setdefault(node, []).append(
-                    f"SHARED GPU {index} ({uuid}) is also {', '.join(others)}: two workers "
-                    "watch one machine under two names; stop one, or give both one --node"
+                    f"SHARED GPU {index} ({shared.uuid}) is also {', '.join(others)}: two "
+                    "workers watch one machine under two names; stop one, or give both one --node"
                 )
         return said
 
-    def _note(self, statuses: list[ComputeStatus]) -> None:
-        """Each shard's verdict changes, as this console saw them."""
-        for s in statuses:
-            key = (s.node, s.shard)
-            seen = self.history.get(key)
-            if seen is None or (seen[-1].verdict, seen[-1].stale) != (s.verdict, s.stale):
-                # tuples of atoms, which the garbage collector stops walking: 40,000 shards'
-                # histories would otherwise be in each of its full passes
-                change = Change(s.time, s.verdict, s.stale, s.reason)
-                self.history[key] = (*(seen or ())[1 - HISTORY :], change)
+    def _note(self, key: tuple[str, str], s: ComputeStatus) -> None:
+        """A new status of a shard: its verdict's change, as this console saw it."""
+        seen = self.history.get(key)
+        if seen is None or (seen[-1].verdict, seen[-1].stale) != (s.verdict, s.stale):
+            # tuples of atoms, which the garbage collector stops walking: 40,000 shards'
+            # histories would otherwise be in each of its full passes
+            change = Change(s.time, s.verdict, s.stale, s.reason)
+            self.history[key] = (*(seen or ())[1 - HISTORY :], change)

@@ -26,7 +26,6 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 import anyio.to_thread
-import msgspec
 
 from placewatch.schemas import GpuHealth, GpuSample, SourceStatus
 
@@ -248,7 +247,7 @@ def _health(card: Mapping[str, object]) -> GpuHealth | None:
     return None if health == GpuHealth() else health
 
 
-def _card(index: int, card: Mapping[str, object]) -> GpuSample:
+def _card(index: int, card: Mapping[str, object], driver: str | None) -> GpuSample:
     temperature, sensor = _temperature(card)
     total, used = _vram(card)
     return amd_sample(
@@ -267,6 +266,7 @@ def _card(index: int, card: Mapping[str, object]) -> GpuSample:
         memory_clock_mhz=_mhz(card.get(MCLK_KEY)),
         memory_util_pct=values.percent(_first(card, MEMORY_BUSY_KEYS)),
         fan_pct=values.percent(card.get(FAN_KEY)),
+        driver_version=driver,
         health=_health(card),
     )
 
@@ -276,15 +276,15 @@ def parse_rocm_smi(text: str) -> list[GpuSample]:
     document = load_json(text)
     if not isinstance(document, dict):
         return []
+    system = document.get("system")  # the driver's version, topology, --showpids
+    driver = values.text(system.get("Driver version")) if isinstance(system, dict) else None
     cards: dict[int, GpuSample] = {}
     for key, card in document.items():
         index = _card_index(str(key))
         if index is None or index in cards or not isinstance(card, dict):
             continue  # "system" (driver version, topology, --showpids) and odd keys
-        cards[index] = _card(index, {str(k): v for k, v in card.items()})
-    system = document.get("system")
-    driver = values.text(system.get("Driver version")) if isinstance(system, dict) else None
-    return [msgspec.structs.replace(cards[i], driver_version=driver) for i in sorted(cards)]
+        cards[index] = _card(index, {str(k): v for k, v in card.items()}, driver)
+    return [cards[i] for i in sorted(cards)]
 
 
 class RocmSmiSource(AmdToolSource):
