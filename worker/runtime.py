@@ -34,6 +34,8 @@ from placewatch.lifecycle import drain, stop_on_signal
 from placewatch.schemas import ComputeStatus, FallbackEvent, SourceStatus, lean, subjects
 from placewatch.schemas.streams import consumers_refused
 
+from .bus.bucket import PlacementsBucket
+from .bus.events import EventTracker
 from .bus.lease import LeaseKeeper, node_lease
 from .bus.options import connect_options
 from .bus.outbox import EventOutbox
@@ -45,9 +47,7 @@ from .config import ConfigError, Settings
 from .embedded import EmbeddedServer
 from .health import TickBeats
 from .pipeline import Pipeline, new_session
-from .shards.bucket import PlacementsBucket
 from .shards.engine_logs import EngineLogs
-from .shards.events import EventTracker
 
 if TYPE_CHECKING:
     from .metrics import NodeCollector

@@ -31,7 +31,7 @@ from placewatch.schemas import (
 from placewatch.schemas.codec import Encoding
 from placewatch.schemas.streams import for_prefix
 
-from ..shards.events import Outgoing
+from .events import Outgoing
 from .fit import fit
 from .kvfollow import Values, follow
 from .streams import StreamSettings, ensure_stream, made_bucket

@@ -16,8 +16,8 @@ from nats.aio.client import Client
 
 from placewatch.schemas import ComputeStatus, decode, encode
 from placewatch.schemas.streams import COMPUTE, EVENTS
+from placewatch.worker.bus.events import EventTracker
 from placewatch.worker.bus.outbox import EventOutbox
-from placewatch.worker.shards.events import EventTracker
 
 from tests.conftest import NatsServer, free_port
 from tests.support.natsproto import RawSubscriber
