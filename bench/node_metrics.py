@@ -26,7 +26,7 @@ from bench.synthetic import node_sample, shard_statuses
 from placewatch.prometheus import server
 from placewatch.prometheus.exposition import render
 from placewatch.schemas import lean
-from placewatch.worker.bus.service import Latest
+from placewatch.worker.latest import Latest
 from placewatch.worker.metrics import NodeCollector
 
 TARGET_MS = 2.0

@@ -65,6 +65,7 @@ from placewatch.schemas.partitions import PARTITIONED, consumer_subject, node_su
 from placewatch.schemas.streams import for_prefix
 
 from .bus.clock import clock_offset
+from .bus.events import EventTracker
 from .bus.holder import Holder
 from .bus.lease import LeaseHeld, LeaseKeeper, failure, node_lease
 from .bus.options import connect_options
@@ -73,7 +74,6 @@ from .bus.streams import StreamSettings
 from .config import Settings
 from .doctor.report import count
 from .pipeline import new_session
-from .shards.events import EventTracker
 
 log = logging.getLogger(__name__)
 

@@ -4,8 +4,8 @@ sample: a scrape reads no GPU tool, and costs the worker only the families' buil
 formatting (docs/benchmarks.md).
 
 The scrape runs in the metrics server's thread; it reads the tick's sample and the shards'
-statuses (for their pods), values the tick loop swaps in whole (`Latest.scraped`,
-`Latest.statuses`), and nothing else.
+statuses (for their pods), immutable values the tick loop swaps in by reference
+(`Latest.scraped`, `Latest.statuses`; worker/latest.py), and nothing else.
 """
 
 from __future__ import annotations
@@ -24,34 +24,33 @@ from .config import ConfigError
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
 
-    from .bus.service import Latest
+    from .latest import Latest
 
 
 class NodeCollector:
     """The node's families, from the sample `latest` holds at each scrape (none before the
-    worker runs)."""
+    worker's first tick)."""
 
-    def __init__(
-        self, latest: Latest | None = None, clock: Callable[[], float] = time.time
-    ) -> None:
+    def __init__(self, latest: Latest, clock: Callable[[], float] = time.time) -> None:
         self.latest = latest
         self.clock = clock
 
     def collect(self) -> Iterator[Family]:
         families = Families()
-        scraped = self.latest.scraped if self.latest is not None else None
-        if scraped is not None and self.latest is not None:
+        scraped = self.latest.scraped
+        if scraped is not None:
             telemetry, sample, at = scraped
-            pods = pods_of(self.latest.statuses)  # a list the tick swaps in, never changes
+            pods = pods_of(self.latest.statuses)  # a tuple the tick swaps in, never changes
             families.add(telemetry, sample, max(self.clock() - at, 0.0), pods)
         yield from families
 
 
-def serve_node(listen: str) -> tuple[WSGIServer, NodeCollector]:
-    """/metrics of the node at `listen`, from a thread of the server's own, and its collector
-    (given the worker's `Latest` once it runs); ConfigError says why it cannot listen there."""
+def serve_node(listen: str, latest: Latest) -> tuple[WSGIServer, NodeCollector]:
+    """/metrics of the node at `listen`, from a thread of the server's own, answering from
+    `latest` (empty until the worker's first tick), and its collector; ConfigError says why it
+    cannot listen there."""
     where = listen_argument(listen)
-    collector = NodeCollector()
+    collector = NodeCollector(latest)
     try:
         served, _ = server.serve(where.host, where.port, collector.collect)
     except OSError as exc:

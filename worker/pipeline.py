@@ -21,7 +21,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
 
 import anyio
 
@@ -32,11 +31,8 @@ from .gpu.registry import chains_for
 from .host import HostSampler
 from .sampler import NodeReading, NodeSampler
 from .shards.engine_logs import EngineLogs
-from .shards.placements import ShardsFile
+from .shards.placements import PlacementFeed, ShardsFile
 from .shards.shard_pass import ShardPass, ShardsView
-
-if TYPE_CHECKING:  # the bucket brings the NATS client, which `placewatch sample` does without
-    from .shards.bucket import PlacementsBucket
 
 
 def new_session() -> str:
@@ -74,7 +70,7 @@ class Pipeline:
         cls,
         settings: Settings,
         session: str | None = None,
-        bucket: PlacementsBucket | None = None,
+        bucket: PlacementFeed | None = None,
     ) -> Pipeline:
         session = session or new_session()
         shards = ShardPass(

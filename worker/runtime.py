@@ -19,12 +19,13 @@ import logging
 import math
 import time
 from contextlib import AsyncExitStack
-from typing import TYPE_CHECKING, TextIO
+from typing import TextIO, TypeVar
 
 import anyio
 import nats.errors
 import nats.js.errors
 from anyio.abc import TaskGroup, TaskStatus
+from anyio.streams.memory import MemoryObjectReceiveStream
 from nats.aio.client import Client
 
 from placewatch.backoff import Backoff
@@ -34,25 +35,24 @@ from placewatch.lifecycle import drain, stop_on_signal
 from placewatch.schemas import ComputeStatus, FallbackEvent, SourceStatus, lean, subjects
 from placewatch.schemas.streams import consumers_refused
 
+from .bus.bucket import PlacementsBucket
+from .bus.events import EventTracker
 from .bus.lease import LeaseKeeper, node_lease
 from .bus.options import connect_options
 from .bus.outbox import EventOutbox
 from .bus.publish import Publisher
 from .bus.restore import missing
-from .bus.service import Latest, start_service
+from .bus.service import start_service
 from .bus.streams import StreamSettings
 from .config import ConfigError, Settings
 from .embedded import EmbeddedServer
 from .health import TickBeats
+from .latest import Latest
 from .pipeline import Pipeline, new_session
-from .shards.bucket import PlacementsBucket
 from .shards.engine_logs import EngineLogs
-from .shards.events import EventTracker
-
-if TYPE_CHECKING:
-    from .metrics import NodeCollector
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 RETRY_FIRST_S, RETRY_MOST_S = 1.0, 30.0
 """The placements bucket's pauses between tries to follow it."""
@@ -66,8 +66,9 @@ async def run(settings: Settings, out: TextIO) -> None:
     stopped), EmbeddedError when the embedded server cannot start."""
     options = connect_options(settings)  # a bad credentials or TLS file stops us at once
     beats = _tick_beats(settings)
+    latest = Latest()
     async with AsyncExitStack() as stack:
-        metrics = _serve_metrics(stack, settings.metrics_listen)
+        _serve_metrics(stack, settings.metrics_listen, latest)
         servers = settings.nats or [await _embedded(stack, settings, out)]
         session = new_session()
         streams = StreamSettings(settings.create, settings.replicas, settings.storage)
@@ -94,12 +95,17 @@ async def run(settings: Settings, out: TextIO) -> None:
                 await tg.start(lease.keep, nc, tg.cancel_scope)
                 tg.start_soon(_follow_placements, bucket, nc, streams)
                 worker = await _start_worker(
-                    tg, nc, settings, session=session, pipeline=pipeline, streams=streams
+                    tg,
+                    nc,
+                    settings,
+                    session=session,
+                    pipeline=pipeline,
+                    streams=streams,
+                    latest=latest,
+                    beats=beats,
+                    lease=lease,
                 )
-                worker.beats, worker.lease = beats, lease
                 print(f"placewatch: {how_to_look(servers, settings.prefix)}", file=out, flush=True)
-                if metrics is not None:
-                    metrics.latest = worker.latest
                 await worker.run(settings.interval)
         finally:
             await lease.release()
@@ -107,18 +113,17 @@ async def run(settings: Settings, out: TextIO) -> None:
         lease.check()
 
 
-def _serve_metrics(stack: AsyncExitStack, listen: str | None) -> NodeCollector | None:
-    """The node's /metrics, served from the start (empty until the first tick), stopped with
-    the stack; ConfigError where it cannot listen."""
+def _serve_metrics(stack: AsyncExitStack, listen: str | None, latest: Latest) -> None:
+    """The node's /metrics from `latest`, served from the start (empty until the first tick),
+    stopped with the stack; ConfigError where it cannot listen."""
     if listen is None:
-        return None
+        return
     from .metrics import serve_node  # noqa: PLC0415 - the HTTP server, when asked for
 
-    served, collector = serve_node(listen)
+    served, _ = serve_node(listen, latest)
     stack.callback(served.server_close)
     stack.callback(served.shutdown)
     log.info("serving this node's Prometheus metrics on http://%s/metrics", listen)
-    return collector
 
 
 def _tick_beats(settings: Settings) -> TickBeats | None:
@@ -171,6 +176,9 @@ async def _start_worker(
     session: str,
     pipeline: Pipeline,
     streams: StreamSettings,
+    latest: Latest,
+    beats: TickBeats | None,
+    lease: LeaseKeeper,
 ) -> Worker:
     """The outbox set up, the last session's statuses read, the micro service and the engine
     logs started: the tick loop, ready to run."""
@@ -179,12 +187,13 @@ async def _start_worker(
     tracker = EventTracker(settings.node, session, settings.prefix)
     with anyio.move_on_after(PREVIOUS_WAIT_S):
         tracker.seed(await outbox.previous(settings.node))
-    worker = Worker(pipeline, tracker, Publisher(nc, settings.prefix, settings.encoding), outbox)
+    publisher = Publisher(nc, settings.prefix, settings.encoding)
+    worker = Worker(pipeline, tracker, publisher, outbox, latest=latest, beats=beats, lease=lease)
     # Drained with the connection at the end: no stop of its own.
     await start_service(
         nc,
         settings.node,
-        worker.latest,
+        latest,
         worker.recheck,
         prefix=settings.prefix,
         encoding=settings.encoding,
@@ -205,7 +214,10 @@ async def _start_worker(
 
 class Worker:
     """Sample, judge, build, flush events, publish inventory and telemetry: once a tick, in
-    that order."""
+    that order.
+
+    What the lease keeper and the outbox learn of the bus comes as messages (LeaseRemoved,
+    StoresAppeared), each taken at the step of the tick that acts on it."""
 
     def __init__(
         self,
@@ -213,25 +225,27 @@ class Worker:
         tracker: EventTracker,
         publisher: Publisher,
         outbox: EventOutbox,
+        *,
+        latest: Latest | None = None,
+        beats: TickBeats | None = None,
+        lease: LeaseKeeper | None = None,
     ) -> None:
         self.pipeline = pipeline
         self.tracker = tracker
         self.publisher = publisher
         self.outbox = outbox
-        self.latest = Latest()
-        self.beats: TickBeats | None = None
+        self.latest = latest if latest is not None else Latest()
+        """What the micro service and /metrics answer with; this loop alone writes it."""
+        self.beats = beats
         """The health file's heartbeat, told of every tick, when there is one."""
-        self.lease: LeaseKeeper | None = None
+        self.lease = lease
         """The node's lease, refreshed with the telemetry when a refresh is due."""
         self._asks, self._asked = anyio.create_memory_object_stream[anyio.Event | None](math.inf)
-        self._removed = 0
-        """The lease removals this worker has said everything again for."""
 
     async def _tick(self) -> None:
-        if self.lease is not None and self.lease.removed != self._removed:
-            self._removed = self.lease.removed
+        if self.lease is not None and _waiting(self.lease.removals):
             self.tracker.say_again()  # the bus may hold nothing of this node now
-            self.publisher.inventory_sent = None
+            self.publisher.inventory_again()
         reading = await self.pipeline.read()  # 1. the GPUs and the host
         shards = await self.pipeline.judge(reading)  # 2. every shard, on those readings
         sample = self.pipeline.sample(reading, shards)  # 3. the sample, built
@@ -240,15 +254,14 @@ class Worker:
         inventory, telemetry = lean.split(sample, self.latest.inventory)
         self.latest.inventory, self.latest.telemetry = inventory, telemetry
         self.latest.scraped = (telemetry, sample, time.time())
-        self.latest.statuses = shards.statuses
+        self.latest.statuses = tuple(shards.statuses)
         changes = self.tracker.changes(shards.statuses, shards.gone)
         for change in changes:
             _log_change(change.message)
         self.outbox.add(changes)
-        if self.outbox.appeared:  # the stores are back: what they lack of what is true now
-            self.outbox.appeared = False
+        if _waiting(self.outbox.appearances):  # the stores are back: what they lack of it
             self.outbox.add(await missing(self.outbox, self.tracker, shards.statuses))
-            self.publisher.inventory_sent = None
+            self.publisher.inventory_again()
         await self.outbox.flush()  # 4. the events, before the telemetry that tells of them
         await self.publisher.inventory(inventory)  # 5. the inventory, when it changed
         if self.lease is not None:
@@ -266,7 +279,7 @@ class Worker:
         next_at = time.monotonic()
         asked: list[anyio.Event | None] = []
         while True:
-            asked += self._waiting_asks()
+            asked += _waiting(self._asked)
             try:
                 await self._tick()
             except Exception:
@@ -285,15 +298,6 @@ class Worker:
             with anyio.move_on_after(next_at - now):
                 asked.append(await self._asked.receive())
 
-    def _waiting_asks(self) -> list[anyio.Event | None]:
-        """Every ask waiting now: the coming tick answers them all."""
-        waiting: list[anyio.Event | None] = []
-        while True:
-            try:
-                waiting.append(self._asked.receive_nowait())
-            except anyio.WouldBlock:
-                return waiting
-
     def ask_tick(self) -> None:
         """A tick soon, without waiting for it."""
         self._asks.send_nowait(None)
@@ -303,6 +307,16 @@ class Worker:
         done = anyio.Event()
         self._asks.send_nowait(done)
         await done.wait()
+
+
+def _waiting(messages: MemoryObjectReceiveStream[T]) -> list[T]:
+    """Every message waiting now, taken: the coming tick answers them all."""
+    waiting: list[T] = []
+    while True:
+        try:
+            waiting.append(messages.receive_nowait())
+        except anyio.WouldBlock:
+            return waiting
 
 
 async def _tick_on_new_evidence(logs: EngineLogs, worker: Worker) -> None:

@@ -30,11 +30,11 @@ from placewatch.schemas import (
     subjects,
 )
 from placewatch.schemas.streams import COMPUTE, PLACEMENTS, Bucket, for_prefix
+from placewatch.worker.bus.events import EventTracker
 from placewatch.worker.bus.lease import LeaseKeeper, node_lease
 from placewatch.worker.bus.outbox import EventOutbox
 from placewatch.worker.bus.streams import StreamSettings, ensure_bucket, ensure_stream
 from placewatch.worker.forget import newest_stored
-from placewatch.worker.shards.events import EventTracker
 
 from tests.conftest import ROOT, NatsServer, clean_env, free_port, run_placewatch
 from tests.integration.test_permissions import two_nodes

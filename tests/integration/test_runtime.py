@@ -17,6 +17,7 @@ import pytest
 from placewatch.connection import connect
 from placewatch.schemas import NodeTelemetry, decode
 from placewatch.worker import runtime
+from placewatch.worker.bus.events import EventTracker
 from placewatch.worker.bus.outbox import EventOutbox
 from placewatch.worker.bus.publish import Publisher
 from placewatch.worker.host import HostSampler
@@ -25,7 +26,6 @@ from placewatch.worker.runtime import Worker as Worker_
 from placewatch.worker.sampler import NodeSampler
 from placewatch.worker.shards import engine_logs
 from placewatch.worker.shards.engine_logs import EngineLogs
-from placewatch.worker.shards.events import EventTracker
 from placewatch.worker.shards.placements import ShardsFile
 from placewatch.worker.shards.shard_pass import ShardPass
 

@@ -17,7 +17,7 @@ def named() -> list[str]:
 
 
 def resolves(path: str) -> bool:
-    """A path from the root (`worker/gpu/`), from the worker's folder (`shards/events.py`, as
+    """A path from the root (`worker/gpu/`), from the worker's folder (`bus/events.py`, as
     the doc writes within the worker), or a module's bare name beside the one before it."""
     if (ROOT / path).exists() or (ROOT / "worker" / path).exists():
         return True

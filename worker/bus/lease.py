@@ -30,11 +30,13 @@ time leaves this node's clock to judge.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import anyio
@@ -78,6 +80,14 @@ one at the cadence adds no write."""
 WRITE_TRIES = 5
 """Writes refused because the lease changed in between, before giving up."""
 RELEASE_TIMEOUT_S = 1.0
+
+
+@dataclass(frozen=True)
+class LeaseRemoved:
+    """Told to the tick loop (`LeaseKeeper.removals`): a refresh found this worker's lease
+    removed by someone else (`placewatch forget` while this worker could not refresh, or
+    `nats kv del`) and took it again. What the bus kept of this node may be gone, so the
+    worker says it all again."""
 
 
 class LeaseHeld(Exception):
@@ -142,10 +152,9 @@ class LeaseKeeper:
         """The server's clock minus this node's, as the last take measured it; None where the
         server did not say."""
         self.ended: LeaseHeld | LeaseLost | None = None
-        self.removed = 0
-        """How often a refresh found this worker's lease removed by someone else (`placewatch
-        forget` while this worker could not refresh, or `nats kv del`) and took it again: what
-        the bus kept of this node may be gone, so the worker says it all again."""
+        self._removed, self.removals = anyio.create_memory_object_stream[LeaseRemoved](1)
+        """Each LeaseRemoved, for the tick loop alone to receive; one waiting stands for any
+        number."""
         self._kv: KeyValue | None = None
         self._written = time.monotonic()
         """When the lease was last written (tried), by the monotonic clock."""
@@ -362,7 +371,8 @@ class LeaseKeeper:
         return holder_of(msg.seq or 0, msg.time or self.clock(), msg.data, msg.headers)
 
     def _say_removed(self) -> None:
-        self.removed += 1
+        with contextlib.suppress(anyio.WouldBlock):  # the tick has not heard the last one yet
+            self._removed.send_nowait(LeaseRemoved())
         log.warning(
             "node %s's lease was removed while this worker held it (`placewatch forget` while "
             "it could not refresh, or deleted by hand): taken again, and every shard's status "

@@ -11,6 +11,7 @@ once.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections import deque
 from dataclasses import dataclass, field
@@ -31,7 +32,7 @@ from placewatch.schemas import (
 from placewatch.schemas.codec import Encoding
 from placewatch.schemas.streams import for_prefix
 
-from ..shards.events import Outgoing
+from .events import Outgoing
 from .fit import fit
 from .kvfollow import Values, follow
 from .streams import StreamSettings, ensure_stream, made_bucket
@@ -47,6 +48,13 @@ PREVIOUS_HEARTBEAT_S = 1.0
 
 MAX_PENDING = 10_000
 PUBLISH_TIMEOUT_S = 2.0
+
+
+@dataclass(frozen=True)
+class StoresAppeared:
+    """Told to the tick loop (`EventOutbox.appearances`): the streams and buckets exist again
+    after a time without (no JetStream, a stream deleted), so what is true now is to be stored
+    (restore.py) and the inventory published again."""
 
 
 @dataclass
@@ -110,9 +118,9 @@ class EventOutbox:
         self._stored = False
         """An event went to the stream: stores made after that lack what was said before."""
         self.compute: KeyValue | None = None
-        self.appeared = False
-        """The streams and buckets exist again after a time without (no JetStream, a stream
-        deleted): what is true now is to be stored (restore.py); the tick clears it."""
+        self._appeared, self.appearances = anyio.create_memory_object_stream[StoresAppeared](1)
+        """Each StoresAppeared, for the tick loop alone to receive; one waiting stands for any
+        number."""
         self._failing = False
 
     def add(self, items: list[Outgoing]) -> None:
@@ -142,7 +150,9 @@ class EventOutbox:
                     self.stores.events.name,
                 )
             # Stores made after events went to them lack what the worker said before.
-            self.appeared = self.core_only or (self._stored and (any(created) or made))
+            if self.core_only or (self._stored and (any(created) or made)):
+                with contextlib.suppress(anyio.WouldBlock):  # the tick has not heard it yet
+                    self._appeared.send_nowait(StoresAppeared())
             self.core_only = False
         self._set_up = True
 

@@ -52,6 +52,11 @@ class Publisher:
         self.inventory_sent: tuple[str, float] | None = None
         """The id of the inventory last published, and when."""
 
+    def inventory_again(self) -> None:
+        """The bus may have lost the inventory (its stores made again, the node's lease
+        removed): the next `inventory` publishes it whatever was sent before."""
+        self.inventory_sent = None
+
     async def inventory(self, message: NodeInventory) -> bool:
         """Publish the inventory if it changed, or was last sent INVENTORY_REFRESH_S ago;
         True when it is out (now or before)."""

@@ -26,7 +26,7 @@ from placewatch.schemas import (
     value_headers,
 )
 
-from ..shards.events import EventTracker, Outgoing, signature
+from .events import EventTracker, Outgoing, signature
 from .outbox import EventOutbox
 
 log = logging.getLogger(__name__)

@@ -23,7 +23,7 @@ from nats.micro.request import Request, ServiceError
 from nats.micro.service import Service
 
 from placewatch import __version__
-from placewatch.schemas import ComputeStatus, NodeInventory, NodeSample, NodeTelemetry, subjects
+from placewatch.schemas import NodeInventory, NodeTelemetry, subjects
 from placewatch.schemas.codec import Encoding
 from placewatch.schemas.service import (
     ENDPOINTS,
@@ -34,6 +34,7 @@ from placewatch.schemas.service import (
     encode_statuses,
 )
 
+from ..latest import Latest
 from .fit import fit
 
 log = logging.getLogger(__name__)
@@ -79,18 +80,6 @@ class RecheckLimit:
 
     def _rate(self) -> str:
         return "one a second" if self.every == 1 else f"one every {self.every:g} s"
-
-
-class Latest:
-    """What the endpoints answer with: the worker keeps it current."""
-
-    def __init__(self) -> None:
-        self.inventory: NodeInventory | None = None
-        self.telemetry: NodeTelemetry | None = None
-        self.statuses: list[ComputeStatus] = []
-        self.scraped: tuple[NodeTelemetry, NodeSample, float] | None = None
-        """The last tick's telemetry and sample, and when (time.time()), for /metrics: set
-        as one value, read from the metrics server's thread."""
 
 
 class Rechecks:

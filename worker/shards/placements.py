@@ -3,7 +3,9 @@
 All three are live at once. A placement names its shard (`id`) and finds its
 process by `pid` or by `match`, a regular expression searched in the
 process's command line. One bad entry or value is reported and skipped;
-it never stops the worker or drops the others.
+it never stops the worker or drops the others. The placements bucket is
+read through `PlacementFeed`: the bucket itself (bus/bucket.py) speaks NATS,
+which the shard pass and `placewatch sample` do without.
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ import functools
 import logging
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import msgspec
 
@@ -32,10 +35,8 @@ from placewatch.schemas.subjects import MAX_NAME_BYTES
 
 from ..files import UnusableFile, read_text
 
-if TYPE_CHECKING:  # the bucket brings the NATS client, which `placewatch sample` does without
+if TYPE_CHECKING:
     import regex
-
-    from .bucket import PlacementsBucket
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,21 @@ backtrack (`.*--port.*8081` in 120 KB of `--port`); its search stops here."""
 MATCH_BUDGET_S = 0.1
 """The most every shard's `match` searches may take together in one tick."""
 SPEC_KEYS = PlacementSpec.__struct_fields__
+
+
+class PlacementFeed(Protocol):
+    """Placements a control plane keeps by key, current whenever the tick reads them (on the
+    event loop, as the task that follows them writes them)."""
+
+    @property
+    def specs(self) -> Mapping[str, PlacementSpec]:
+        """Each key's placement, for the keys whose value is a valid one."""
+        ...
+
+    @property
+    def problems(self) -> Mapping[str, str]:
+        """Each key whose value is not a valid placement -> what is wrong with it."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -265,7 +281,7 @@ def read_shards_file(path: Path) -> tuple[list[PlacementSpec], list[str]]:
 
 
 def placed(
-    shards_file: ShardsFile | None, bucket: PlacementsBucket | None
+    shards_file: ShardsFile | None, bucket: PlacementFeed | None
 ) -> tuple[list[Placement], list[SourceStatus]]:
     """The placements of the shards file and of the placements bucket, the file's first (it
     wins a shard both place), and what is wrong with either."""

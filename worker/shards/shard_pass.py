@@ -15,7 +15,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import anyio.to_thread
 
@@ -32,12 +31,9 @@ from .engine_logs import EngineLogs, Evidence, Log
 from .gpu_health import health_by_index, unhealthy, with_health
 from .liveness import ROUTER, Tracked, find_processes, named, readiness, settled
 from .lost_evidence import held, rotated
-from .placements import MAX_SHARDS, Placement, ShardsFile, placed
+from .placements import MAX_SHARDS, Placement, PlacementFeed, ShardsFile, placed
 from .silent_tools import engine_says_cpu
 from .verdict import GpuIds, Judgement, Observation, gpu_ids, judge
-
-if TYPE_CHECKING:  # the bucket brings the NATS client, which `placewatch sample` does without
-    from .bucket import PlacementsBucket
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +92,7 @@ class ShardPass:
         *,
         grace_s: float = 15.0,
         shards_file: ShardsFile | None = None,
-        bucket: PlacementsBucket | None = None,
+        bucket: PlacementFeed | None = None,
         discovery: bool = True,
         logs: EngineLogs | None = None,
         proc_root: Path = Path("/proc"),

@@ -23,7 +23,7 @@ from nats.aio.client import Client
 
 from placewatch.schemas import ComputeStatus, NodeLease, decode, subjects
 from placewatch.schemas.streams import COMPUTE, LEASES, PLACEMENTS
-from placewatch.worker.bus.lease import LeaseHeld, LeaseKeeper, node_lease
+from placewatch.worker.bus.lease import LeaseHeld, LeaseKeeper, LeaseRemoved, node_lease
 from placewatch.worker.bus.streams import StreamSettings, ensure_bucket
 
 from tests.conftest import (
@@ -340,6 +340,27 @@ def test_a_refresh_whose_answer_was_lost_finds_its_own_lease_and_carries_on(
             await keeper.release()
             with pytest.raises(nats.js.errors.KeyNotFoundError):
                 await kv.get("n1")
+
+    anyio.run(main, backend="asyncio")
+
+
+def test_a_lease_removed_under_a_live_keeper_is_taken_again_and_told_to_the_tick(
+    nats_server: NatsServer,
+) -> None:
+    async def main() -> None:
+        keeper = LeaseKeeper(node_lease("n1", "mine", 0.3), StreamSettings())
+        async with await nats.connect(nats_server.url) as nc, holding(nc, keeper):
+            kv = await nc.jetstream().key_value(LEASES.name)
+            await kv.delete("n1")  # as `placewatch forget` does while the worker is cut off
+            marker = (await nc.jetstream().stream_info(LEASES.stream)).state.last_seq
+            with anyio.fail_after(3):
+                assert await keeper.removals.receive() == LeaseRemoved()
+                while (keeper.revision or 0) <= marker:  # written again over the marker
+                    await anyio.sleep(0.01)
+            assert (await kv.get("n1")).value == keeper.value
+            assert keeper.ended is None
+            with pytest.raises(anyio.WouldBlock):  # told once
+                keeper.removals.receive_nowait()
 
     anyio.run(main, backend="asyncio")
 

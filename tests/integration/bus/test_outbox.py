@@ -16,8 +16,8 @@ from nats.aio.client import Client
 
 from placewatch.schemas import ComputeStatus, decode, encode
 from placewatch.schemas.streams import COMPUTE, EVENTS
-from placewatch.worker.bus.outbox import EventOutbox
-from placewatch.worker.shards.events import EventTracker
+from placewatch.worker.bus.events import EventTracker
+from placewatch.worker.bus.outbox import EventOutbox, StoresAppeared
 
 from tests.conftest import NatsServer, free_port
 from tests.support.natsproto import RawSubscriber
@@ -73,6 +73,27 @@ def test_a_retried_publish_is_stored_once_and_the_status_kept_in_kv(
         entry = await kv.get("n1.s")
         assert entry.value is not None
         assert decode(entry.value, ComputeStatus).verdict == "cpu_fallback"
+
+    connected(nats_server.url, go)
+
+
+def test_stores_made_again_are_told_to_the_tick_once_until_it_takes_it(
+    nats_server: NatsServer,
+) -> None:
+    async def go(nc: Client) -> None:
+        outbox = EventOutbox(nc)
+        outbox.add(EventTracker("n1", "abc").changes([status()]))
+        assert await outbox.flush() == 2
+        with pytest.raises(anyio.WouldBlock):  # the stores were there from the start
+            outbox.appearances.receive_nowait()
+        await nc.jetstream().delete_stream(EVENTS.name)
+        await outbox.setup()  # made again, lacking what was said before
+        await outbox.setup()  # there already: nothing new, and what waits is kept
+        await nc.jetstream().delete_stream(EVENTS.name)
+        await outbox.setup()  # made again before the tick took the first: one is enough
+        assert outbox.appearances.receive_nowait() == StoresAppeared()
+        with pytest.raises(anyio.WouldBlock):
+            outbox.appearances.receive_nowait()
 
     connected(nats_server.url, go)
 

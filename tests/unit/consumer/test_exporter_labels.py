@@ -14,7 +14,7 @@ from placewatch.consumer.snapshot import FleetState
 from placewatch.prometheus.exposition import render
 from placewatch.prometheus.families import Families, pods_of
 from placewatch.schemas import ComputeStatus, GpuHealth, GpuProcess, NodeSample, lean
-from placewatch.worker.bus.service import Latest
+from placewatch.worker.latest import Latest
 from placewatch.worker.metrics import NodeCollector
 
 from tests.support import fallback_events

@@ -17,9 +17,9 @@ from nats.aio.client import Client
 from placewatch.schemas import PlacementSpec, subjects
 from placewatch.schemas.streams import for_prefix
 
-from ..bus.kvfollow import Values, follow
-from ..bus.streams import StreamSettings, ensure_bucket
-from .placements import check_spec
+from ..shards.placements import check_spec
+from .kvfollow import Values, follow
+from .streams import StreamSettings, ensure_bucket
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +29,9 @@ RESTART_PAUSE_S = 0.5
 
 
 class PlacementsBucket:
+    """The node's keys of the placements bucket, as the shard pass reads them (its
+    `PlacementFeed`, shards/placements.py): `specs` and `problems` by key."""
+
     def __init__(
         self, node: str, *, prefix: str = subjects.DEFAULT_PREFIX, heartbeat: float = HEARTBEAT_S
     ) -> None:

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import msgspec
 
 from placewatch.schemas import ComputeStatus, DeviceUse, FallbackEvent
-from placewatch.worker.shards.events import EventTracker
+from placewatch.worker.bus.events import EventTracker
 
 
 def status(

@@ -17,8 +17,8 @@ from nats.js.kv import KeyValue
 
 from placewatch.schemas.streams import PLACEMENTS
 from placewatch.worker import runtime
+from placewatch.worker.bus.bucket import PlacementsBucket
 from placewatch.worker.bus.streams import StreamSettings
-from placewatch.worker.shards.bucket import PlacementsBucket
 
 from tests.conftest import NatsServer
 from tests.support.eventually import eventually_async
@@ -99,7 +99,7 @@ def test_latest_values_of_this_node_then_each_change(nats_server: NatsServer) ->
 def test_an_empty_bucket_is_ready_at_once_and_a_quiet_one_stays_put(
     nats_server: NatsServer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="placewatch.worker.shards.bucket")
+    caplog.set_level(logging.INFO, logger="placewatch.worker.bus.bucket")
     bucket = PlacementsBucket("n1", heartbeat=0.2)
 
     async def body(admin: Client, kv: KeyValue) -> None:
@@ -117,7 +117,7 @@ def test_an_empty_bucket_is_ready_at_once_and_a_quiet_one_stays_put(
 def test_a_lost_consumer_is_noticed_and_the_values_read_afresh(
     nats_server: NatsServer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="placewatch.worker.shards.bucket")
+    caplog.set_level(logging.INFO, logger="placewatch.worker.bus.bucket")
     bucket = PlacementsBucket("n1", heartbeat=0.2)
     written = [("n1.a", spec("a", 1)), ("n1.b", spec("b", 2)), ("n1.c", spec("c", 4))]
 
@@ -143,7 +143,7 @@ def test_a_lost_consumer_is_noticed_and_the_values_read_afresh(
 def test_a_server_restart_is_survived(
     nats_server: NatsServer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="placewatch.worker.shards.bucket")
+    caplog.set_level(logging.INFO, logger="placewatch.worker.bus.bucket")
     bucket = PlacementsBucket("n1", heartbeat=0.2)
 
     async def body(admin: Client, kv: KeyValue) -> None:
