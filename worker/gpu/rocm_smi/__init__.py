@@ -96,9 +96,11 @@ _SENSORS = (
 def power_activity(
     power_w: float | None, cap_w: float | None, busy_pct: float | None
 ) -> tuple[float | None, Literal["busy", "power"] | None]:
-    """Utilization and how it was derived: power over cap where both are known, else busy."""
+    """Utilization and how it was derived: power over cap where both are known, else busy.
+    The share is clamped before it is rounded: a draw near float's limit over a small cap
+    (a hostile or broken tool's output) is infinite, which round() refuses."""
     if power_w is not None and cap_w is not None and cap_w > 0:
-        return float(min(100, max(0, round(power_w * 100 / cap_w)))), "power"
+        return float(round(min(100.0, max(0.0, power_w * 100 / cap_w)))), "power"
     if busy_pct is not None:
         return busy_pct, "busy"
     return None, None

@@ -135,6 +135,11 @@ def test_power_activity_prefers_power_and_needs_a_cap() -> None:
     assert power_activity(None, None, None) == (None, None)
 
 
+def test_a_draw_whose_share_overflows_reads_as_full_power_not_a_crash() -> None:
+    assert power_activity(1.797693134862316e306, 1.0, None) == (100.0, "power")
+    assert power_activity(-1.797693134862316e306, 1.0, None) == (0.0, "power")
+
+
 def test_gpu_bracket_keys_index_cards_and_other_keys_are_skipped() -> None:
     text = json.dumps(
         {
