@@ -19,8 +19,8 @@ sys.path.insert(0, str(ROOT))
 
 from bench.synthetic import query_apps, query_gpu  # noqa: E402
 from placewatch.worker.gpu.amd_smi import parse_amd_smi  # noqa: E402
-from placewatch.worker.gpu.nvidia_smi_csv import parse_compute_apps, parse_gpus  # noqa: E402
-from placewatch.worker.gpu.nvidia_smi_xml import parse_xml  # noqa: E402
+from placewatch.worker.gpu.nvidia_smi.query_csv import parse_compute_apps, parse_gpus  # noqa: E402
+from placewatch.worker.gpu.nvidia_smi.query_xml import parse_xml  # noqa: E402
 from placewatch.worker.gpu.rocm_smi import parse_rocm_smi  # noqa: E402
 
 CORPUS = ROOT.parent / "shared" / "corpus"

@@ -25,7 +25,11 @@ from placewatch.schemas import (
     lean,
 )
 from placewatch.worker.gpu.nvidia_smi import APP_FIELDS
-from placewatch.worker.gpu.nvidia_smi_csv import attach_processes, parse_compute_apps, parse_gpus
+from placewatch.worker.gpu.nvidia_smi.query_csv import (
+    attach_processes,
+    parse_compute_apps,
+    parse_gpus,
+)
 
 GPU_HEADER = (
     "index, uuid, name, pci.bus_id, utilization.gpu [%], memory.total [MiB], memory.used [MiB], "

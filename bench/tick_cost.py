@@ -75,7 +75,7 @@ from placewatch.worker.gpu.nvidia_smi import (  # noqa: E402
     apps_query_argv,
     gpu_query_argv,
 )
-from placewatch.worker.gpu.nvidia_smi_csv import (  # noqa: E402
+from placewatch.worker.gpu.nvidia_smi.query_csv import (  # noqa: E402
     attach_processes,
     parse_compute_apps,
     parse_gpus,

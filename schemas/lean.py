@@ -32,6 +32,7 @@ import msgspec
 
 from .health import GpuHealth
 from .messages import (
+    GPU_READINGS,
     ComputeStatus,
     GpuInfo,
     GpuProcess,
@@ -171,9 +172,9 @@ def _numbers(whole: msgspec.Struct, fields: tuple[str, ...]) -> dict[str, Any]:
 def _copied(
     part: type[msgspec.Struct], whole: type[msgspec.Struct], by_hand: set[str]
 ) -> tuple[str, ...]:
-    """The fields a part (GpuInfo, GpuReading, HostInfo, HostReading) takes as they are from
-    the whole (GpuSample, HostSample): each of its fields but those made by hand. A field the
-    part has and the whole has not is a mistake in the Structs, said at import."""
+    """The fields a part (GpuInfo, HostInfo, HostReading) takes as they are from the whole
+    (GpuSample, HostSample): each of its fields but those made by hand. A field the part has
+    and the whole has not is a mistake in the Structs, said at import."""
     fields = tuple(f for f in part.__struct_fields__ if f not in by_hand)
     if stray := [f for f in fields if f not in whole.__struct_fields__]:
         raise TypeError(f"{part.__name__} has {stray}, which {whole.__name__} lacks")
@@ -181,17 +182,14 @@ def _copied(
 
 
 _GPU_INFO = _copied(GpuInfo, GpuSample, {"index", "mig", "health"})
-_GPU_READING = _copied(
-    GpuReading, GpuSample, {"index", "processes", "mig_used_bytes", "clock_events", "problems"}
-)
 _HOST_INFO = _copied(HostInfo, HostSample, set())
 _HOST_READING = _copied(HostReading, HostSample, set())
 BY_HAND = frozenset({"index", "processes", "mig", "health"})
 """GpuSample's fields that split and join make by hand: the key, the processes (their
 memory a reading, their names and shards inventory), the MIG instances (their layout
 inventory, their memory a reading), the health (its counts inventory, its clock events and
-problems readings). Every other field of GpuSample is in GpuInfo or GpuReading, copied as it
-is: a new reading is a field of GpuSample and of GpuReading, nothing here."""
+problems readings). Every other field of GpuSample is a reading (GPU_READINGS: GpuSample and
+GpuReading both take them from GpuReadingFields) or in GpuInfo, copied as it is."""
 
 
 def _info(g: GpuSample) -> GpuInfo:
@@ -217,7 +215,7 @@ def _reading(g: GpuSample) -> GpuReading:
         mig_used_bytes=[m.memory_used_bytes for m in g.mig],
         clock_events=[] if g.health is None else g.health.clock_events,
         problems=[] if g.health is None else g.health.problems,
-        **_numbers(g, _GPU_READING),
+        **_numbers(g, GPU_READINGS),
     )
 
 
@@ -232,7 +230,7 @@ def _gpu(info: GpuInfo | None, r: GpuReading, processes: Mapping[int, ProcessInf
         )
         for pid, used in r.processes.items()
     ]
-    values = {f: getattr(r, f) for f in _GPU_READING}
+    values = {f: getattr(r, f) for f in GPU_READINGS}
     if info is not None:  # without it, what the inventory holds takes GpuSample's defaults
         values.update((f, getattr(info, f)) for f in _GPU_INFO)
     mig = [] if info is None else info.mig

@@ -12,7 +12,8 @@ cycle to find in it; a gateway holding 5,000 samples of 8 GPUs had each full col
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from collections.abc import Callable
+from typing import Annotated, Any, Literal, TypeVar, cast
 
 import msgspec
 
@@ -43,6 +44,51 @@ PID_MAX = 4_194_304
 """The largest process id Linux hands out (PID_MAX_LIMIT on 64-bit kernels)."""
 Pid = Annotated[int, msgspec.Meta(ge=1, le=PID_MAX)]
 
+S = TypeVar("S", bound=msgspec.Struct)
+
+
+def _placed(after: str, fields: tuple[str, ...]) -> Callable[[type[S]], type[S]]:
+    """The Struct made again with its own `fields` right after its field `after`, its name,
+    docstring and configuration kept. A subclass's fields follow its base's, and schema 2
+    put GpuReading's processes and MIG memory after its power draw: its JSON keeps the
+    order it had, byte for byte (a reader may diff or hash it). The Struct made is not a
+    subclass of the base; nothing asks isinstance of GpuReadingFields."""
+
+    def place(cls: type[S]) -> type[S]:
+        declared = msgspec.structs.fields(cls)
+        by_name = {f.name: f for f in declared}
+        kept = [f for f in declared if f.name not in fields]
+        moved = [by_name[name] for name in fields]
+        at = [f.name for f in kept].index(after) + 1
+        c = cls.__struct_config__
+        made = msgspec.defstruct(
+            cls.__name__,
+            [_field(f) for f in [*kept[:at], *moved, *kept[at:]]],
+            module=cls.__module__,
+            namespace={"__doc__": cls.__doc__},
+            kw_only=True,
+            **{name: getattr(c, name) for name in _CONFIG},
+        )
+        return cast("type[S]", made)
+
+    return place
+
+
+_CONFIG = (
+    "frozen", "eq", "order", "array_like", "gc", "omit_defaults", "repr_omit_defaults",
+    "forbid_unknown_fields", "weakref", "dict", "cache_hash", "tag", "tag_field",
+)  # fmt: skip
+"""The Struct options a Struct made again by _placed keeps (kw_only is every message's)."""
+
+
+def _field(f: msgspec.structs.FieldInfo) -> tuple[str, Any] | tuple[str, Any, Any]:
+    """A field as msgspec.defstruct takes it: name, type and, where it has one, default."""
+    if f.default_factory is not msgspec.NODEFAULT:
+        return (f.name, f.type, msgspec.field(default_factory=f.default_factory))
+    if f.default is not msgspec.NODEFAULT:
+        return (f.name, f.type, f.default)
+    return (f.name, f.type)
+
 
 class GpuProcess(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """A process holding memory on a GPU, as the GPU's driver lists it."""
@@ -72,28 +118,25 @@ class MigInstance(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     memory_used_bytes: NonNegative | None = None
 
 
-class GpuSample(msgspec.Struct, frozen=True, kw_only=True, gc=False):
-    """One GPU at one tick. `index` is physical: the vendor tool's (PCI bus) order."""
+class GpuReadingFields(msgspec.Struct, frozen=True, kw_only=True, gc=False):
+    """A GPU's readings at one tick, each declared once, here: GpuSample (what a source
+    reads) and GpuReading (what the telemetry carries) both have them, and split and join
+    copy them by these names. A new reading is a field here, with a default, and its
+    parsers: it reaches the sample, the telemetry and the joined sample with nothing else
+    to write. What a GPU is (its name, totals, driver) is in GpuSample and GpuInfo."""
 
     index: NonNegative
-    uuid: str | None = None
-    vendor: Vendor = "nvidia"
-    name: str | None = None
-    bus_id: str | None = None
+    """Physical: the vendor tool's (PCI bus) order, as in the inventory's GpuInfo."""
     utilization_pct: Percent | None = None
     activity: Activity | None = None
-    memory_total_bytes: NonNegative | None = None
+    """Which reading `utilization_pct` is: "busy" (the driver's busy time) or "power" (the
+    power draw as a share of the cap, where the busy figure says nothing)."""
     memory_used_bytes: NonNegative | None = None
     memory_free_bytes: NonNegative | None = None
     foreign_bytes: NonNegative | None = None
+    """Memory held by processes of no shard."""
     temperature_c: float | None = None
     power_w: float | None = None
-    power_cap_w: float | None = None
-    processes: list[GpuProcess] = msgspec.field(default_factory=list)
-    mig_enabled: bool | None = None
-    mig: list[MigInstance] = msgspec.field(default_factory=list)
-    temperature_sensor: str | None = None
-    """Which sensor `temperature_c` is ("edge", "junction"; AMD datacenter cards have no edge)."""
     sm_clock_mhz: NonNegative | None = None
     """The SM clock now, in MHz."""
     memory_clock_mhz: NonNegative | None = None
@@ -104,14 +147,34 @@ class GpuSample(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """Energy the GPU consumed since the driver loaded, in joules (a counter)."""
     fan_pct: Percent | None = None
     """The fan's intended speed, as a share of its maximum; null on passively cooled GPUs."""
-    memory_reserved_bytes: NonNegative | None = None
-    """Memory the driver reserves for itself (neither used by processes nor free)."""
     memory_temperature_c: float | None = None
     """The memory's (HBM's) temperature, in °C."""
     encoder_util_pct: Percent | None = None
     """The share of time the video encoder was busy."""
     decoder_util_pct: Percent | None = None
     """The share of time the video decoder was busy."""
+
+
+GPU_READINGS: tuple[str, ...] = tuple(f for f in GpuReadingFields.__struct_fields__ if f != "index")
+"""The names of the readings GpuReadingFields declares."""
+
+
+class GpuSample(GpuReadingFields, frozen=True, kw_only=True, gc=False):
+    """One GPU at one tick: its readings (GpuReadingFields) and what it is."""
+
+    uuid: str | None = None
+    vendor: Vendor = "nvidia"
+    name: str | None = None
+    bus_id: str | None = None
+    memory_total_bytes: NonNegative | None = None
+    power_cap_w: float | None = None
+    processes: list[GpuProcess] = msgspec.field(default_factory=list)
+    mig_enabled: bool | None = None
+    mig: list[MigInstance] = msgspec.field(default_factory=list)
+    temperature_sensor: str | None = None
+    """Which sensor `temperature_c` is ("edge", "junction"; AMD datacenter cards have no edge)."""
+    memory_reserved_bytes: NonNegative | None = None
+    """Memory the driver reserves for itself (neither used by processes nor free)."""
     driver_version: str | None = None
     """The version of the driver the GPU runs under ("580.159.04"; amdgpu's "6.3.6")."""
     health: GpuHealth | None = None
@@ -234,38 +297,14 @@ class NodeInventory(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """What was left out so that the message fits the server's max payload."""
 
 
-class GpuReading(msgspec.Struct, frozen=True, kw_only=True, gc=False, omit_defaults=True):
+@_placed(after="power_w", fields=("processes", "mig_used_bytes"))
+class GpuReading(GpuReadingFields, frozen=True, kw_only=True, gc=False, omit_defaults=True):
     """One GPU's readings at one tick. A reading the tool could not give is absent (null)."""
 
-    index: NonNegative
-    """Physical, as in the inventory's GpuInfo of the same index."""
-    utilization_pct: Percent | None = None
-    activity: Activity | None = None
-    """Which reading `utilization_pct` is: "busy" (the driver's busy time) or "power" (the
-    power draw as a share of the cap, where the busy figure says nothing)."""
-    memory_used_bytes: NonNegative | None = None
-    memory_free_bytes: NonNegative | None = None
-    foreign_bytes: NonNegative | None = None
-    """Memory held by processes of no shard."""
-    temperature_c: float | None = None
-    power_w: float | None = None
     processes: dict[int, NonNegative | None] = msgspec.field(default_factory=dict)
     """Pid -> the memory it holds on this GPU (null where the driver does not say)."""
     mig_used_bytes: list[NonNegative | None] = msgspec.field(default_factory=list)
     """Memory used in each MIG instance, in the inventory's order."""
-    sm_clock_mhz: NonNegative | None = None
-    """The SM clock now, in MHz."""
-    memory_clock_mhz: NonNegative | None = None
-    """The memory clock now, in MHz."""
-    memory_util_pct: Percent | None = None
-    """The share of time the memory controller was busy (DCGM's "mem copy utilization")."""
-    energy_j: float | None = None
-    """Energy the GPU consumed since the driver loaded, in joules (a counter)."""
-    fan_pct: Percent | None = None
-    """The fan's intended speed, as a share of its maximum; null on passively cooled GPUs."""
-    memory_temperature_c: float | None = None
-    encoder_util_pct: Percent | None = None
-    decoder_util_pct: Percent | None = None
     clock_events: list[str] = msgspec.field(default_factory=list)
     """GpuHealth.clock_events at this tick: what holds the clocks down now."""
     problems: list[str] = msgspec.field(default_factory=list)

@@ -22,7 +22,11 @@ import msgspec
 from placewatch.schemas import GpuHealth, GpuSample
 from placewatch.schemas.health import CLOCK_EVENT_BITS
 from placewatch.worker.gpu import recovery
-from placewatch.worker.gpu.nvidia_smi_csv import attach_processes, parse_compute_apps, parse_gpus
+from placewatch.worker.gpu.nvidia_smi.query_csv import (
+    attach_processes,
+    parse_compute_apps,
+    parse_gpus,
+)
 from placewatch.worker.gpu.nvml import MEMORY_TEMP
 
 T = TypeVar("T")

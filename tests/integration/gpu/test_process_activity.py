@@ -15,7 +15,7 @@ from placewatch.worker.gpu.nvidia_smi import NvidiaSmiSource
 from placewatch.worker.probe import ProbeRunner
 
 from tests.conftest import FIXTURES, FakeGpuTools
-from tests.integration.gpu.test_amd_smi import calls, fake_amd_smi
+from tests.integration.gpu.amd_smi.test_amd_smi import calls, fake_amd_smi
 from tests.support.kfd_tree import make_kfd_tree
 
 NVIDIA = FIXTURES / "nvidia-smi"

@@ -8,8 +8,8 @@ import re
 import pytest
 
 from placewatch.worker.gpu.nvidia_smi import GPU_FIELDS
-from placewatch.worker.gpu.nvidia_smi_csv import parse_gpus
-from placewatch.worker.gpu.nvidia_smi_xml import parse_xml
+from placewatch.worker.gpu.nvidia_smi.query_csv import parse_gpus
+from placewatch.worker.gpu.nvidia_smi.query_xml import parse_xml
 from placewatch.worker.gpu.nvml import read_gpus
 from placewatch.worker.gpu.rocm_smi import ROCM_SMI_ARGS, parse_rocm_smi
 

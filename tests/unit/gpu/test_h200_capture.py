@@ -9,13 +9,13 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from placewatch.schemas import GpuSample
-from placewatch.worker.gpu.nvidia_smi_csv import (
+from placewatch.worker.gpu.nvidia_smi.query_csv import (
     attach_processes,
     parse_compute_apps,
     parse_gpus,
     parse_table,
 )
-from placewatch.worker.gpu.nvidia_smi_xml import parse_xml
+from placewatch.worker.gpu.nvidia_smi.query_xml import parse_xml
 from placewatch.worker.gpu.nvml import _memory
 
 from tests.conftest import FIXTURES

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from placewatch.worker.gpu import recovery
-from placewatch.worker.gpu.nvidia_smi_csv import parse_gpus
-from placewatch.worker.gpu.nvidia_smi_xml import parse_xml
+from placewatch.worker.gpu.nvidia_smi.query_csv import parse_gpus
+from placewatch.worker.gpu.nvidia_smi.query_xml import parse_xml
 
 from tests.conftest import CORPUS, FIXTURES, needs_corpus
 

@@ -26,6 +26,7 @@ from placewatch.schemas import (
     lean,
 )
 from placewatch.schemas.lean import InventoryMismatch
+from placewatch.schemas.messages import GPU_READINGS, GpuReadingFields
 
 WHEN = datetime(2026, 12, 1, 6, 0, 0, 250000, tzinfo=UTC)
 
@@ -361,8 +362,8 @@ def test_what_the_dcgm_readings_add_to_a_busy_node_s_telemetry() -> None:
 
 
 def test_every_field_of_a_gpu_and_the_host_is_split_and_joined() -> None:
-    """A new reading is a field of GpuSample and of GpuReading (or GpuInfo): split and join
-    copy it from the Structs' fields, with nothing to add in lean.py."""
+    """A new reading is a field of GpuReadingFields: GpuSample and GpuReading both have it,
+    and split and join copy it by name, with nothing to add in lean.py."""
     from placewatch.schemas import (
         GpuInfo,
         GpuReading,
@@ -373,15 +374,62 @@ def test_every_field_of_a_gpu_and_the_host_is_split_and_joined() -> None:
         lean,
     )
 
+    declared = set(GPU_READINGS)
+    telemetry_only = {"index", "processes", "mig_used_bytes", "clock_events", "problems"}
+    assert set(GpuReading.__struct_fields__) - telemetry_only == declared
     gpu = set(GpuSample.__struct_fields__)
-    assert gpu == set(lean._GPU_INFO) | set(lean._GPU_READING) | lean.BY_HAND
+    assert gpu == set(lean._GPU_INFO) | declared | lean.BY_HAND
     assert set(lean._GPU_INFO) < set(GpuInfo.__struct_fields__)
-    assert set(lean._GPU_READING) < set(GpuReading.__struct_fields__)
+    assert not declared & set(GpuInfo.__struct_fields__)
     assert set(HostSample.__struct_fields__) == set(lean._HOST_INFO) | set(lean._HOST_READING)
-    assert {"utilization_pct", "fan_pct", "energy_j"} <= set(lean._GPU_READING)
+    assert {"utilization_pct", "fan_pct", "energy_j", "encoder_util_pct"} <= declared
     assert {"uuid", "name", "memory_total_bytes"} <= set(lean._GPU_INFO)
     assert set(HostInfo.__struct_fields__) == set(lean._HOST_INFO)
     assert set(HostReading.__struct_fields__) == set(lean._HOST_READING)
+
+
+def a_reading(field: msgspec.structs.FieldInfo) -> object:
+    """A value of the declared reading's type other than its default (None, no reading): the
+    highest whole number below 90 its constraints allow (and a half, for a float), the last
+    of a Literal's values, or a string."""
+    info = msgspec.inspect.type_info(field.type)
+    assert isinstance(info, msgspec.inspect.UnionType), f"{field.name}: a reading is X | None"
+    kinds = [t for t in info.types if not isinstance(t, msgspec.inspect.NoneType)]
+    assert len(kinds) == 1, f"{field.name}: a reading is one type or None"
+    kind = kinds[0]
+    if isinstance(kind, msgspec.inspect.LiteralType):
+        return kind.values[-1]
+    if isinstance(kind, msgspec.inspect.StrType):
+        return f"{field.name} read"
+    assert isinstance(kind, msgspec.inspect.IntType | msgspec.inspect.FloatType), kind
+    high = 89 if kind.le is None else min(89, int(kind.le))
+    return high if isinstance(kind, msgspec.inspect.IntType) else high + 0.5
+
+
+@pytest.mark.parametrize("encoding", ["json", "msgpack"])
+def test_every_declared_reading_reaches_the_telemetry_and_comes_back_joined(
+    encoding: str,
+) -> None:
+    """Each field of GpuReadingFields, set, travels in the telemetry (not the inventory) and
+    the joined sample has it: what a reading added to the declaration gets with no more."""
+    fields = [f for f in msgspec.structs.fields(GpuReadingFields) if f.name in GPU_READINGS]
+    readings = {f.name: a_reading(f) for f in fields}
+    whole = sample()
+    whole = msgspec.structs.replace(
+        whole, gpus=[msgspec.structs.replace(whole.gpus[0], **readings), whole.gpus[1]]
+    )
+    inventory, telemetry = lean.split(whole)
+    sent = [encode(m, encoding) for m in (inventory, telemetry)]  # type: ignore[arg-type]
+    wire = msgspec.json.decode(encode(telemetry, "json")[0])
+    assert {name: wire["gpus"][0][name] for name in readings} == readings
+    assert not set(readings) & set(msgspec.json.decode(encode(inventory, "json")[0])["gpus"][0])
+    joined = lean.join(
+        decode(sent[0][0], NodeInventory, sent[0][1]),
+        decode(sent[1][0], NodeTelemetry, sent[1][1]),
+        statuses(whole),
+    )
+    assert {name: getattr(joined.gpus[0], name) for name in readings} == readings
+    assert joined == msgspec.structs.replace(whole, inventory=inventory.id)
 
 
 def test_a_part_with_a_field_the_whole_lacks_is_said_at_import() -> None:
