@@ -43,10 +43,10 @@ from .bus.service import Latest, start_service
 from .bus.streams import StreamSettings
 from .config import ConfigError, Settings
 from .embedded import EmbeddedServer
+from .engines.evidence.follow import EngineLogs
 from .health import TickBeats
 from .pipeline import Pipeline, new_session
 from .shards.bucket import PlacementsBucket
-from .shards.engine_logs import EngineLogs
 from .shards.events import EventTracker
 
 if TYPE_CHECKING:

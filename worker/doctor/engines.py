@@ -23,10 +23,10 @@ import anyio.to_thread
 import psutil
 
 from ..engines import LLAMA_CPP
+from ..engines.evidence.read import read_text
 from ..engines.llama_cpp.log import listed_device
 from ..probe import ProbeRunner
 from ..shards.discover import Discovered
-from ..shards.engine_log.read import read_text
 from .placed import Placed
 from .processes import AS_ENGINE_USER
 from .report import Check, Report, count

@@ -5,9 +5,9 @@ how its process and arguments look (`launch`), whose flags these are and which k
 the CPU (`cpu_flag`), which GPUs its flags pick (`gpus`), where its output goes first
 (`outputs`), and what its log lines mean (`log()`: its banner, the lines before it, the
 prefixes it puts before a line, and its reader). base.py has the protocol, registry.py the
-list. What is the same for every engine stays outside: scanning processes and following
-their device masks (shards/discover/), tailing files and weighing findings
-(shards/engine_log/).
+list. What is the same for every engine stays outside the folders: scanning processes and
+following their device masks (shards/discover/); tailing files, weighing findings and
+following every shard's log (evidence/, beside the folders).
 """
 
 from .base import Engine, EngineLog, Intent, Launch

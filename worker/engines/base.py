@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Protocol
 from .flags import Dialect
 
 if TYPE_CHECKING:
-    from ..shards.engine_log.evidence import EvidenceState
+    from .evidence.state import EvidenceState
     from .visible import Visible
 
 STDOUT, STDERR = 1, 2

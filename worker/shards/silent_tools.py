@@ -12,7 +12,7 @@ them, so that leaves it `unknown`.
 
 from __future__ import annotations
 
-from .engine_log import EngineEvidence
+from ..engines.evidence import EngineEvidence
 from .placements import Placement
 from .verdict import ADVICE_BUILD, ADVICE_DOCTOR, ADVICE_LIBS, NO_GPU_LISTED, Judgement
 

@@ -18,8 +18,8 @@ from typing import cast
 from placewatch.schemas import ACTIVITY_WINDOW_S, DeviceUse, GpuSample
 from placewatch.schemas.messages import Backend, Verdict
 
+from ..engines.evidence import EngineEvidence
 from .activity import Activity, IdleServing
-from .engine_log import EngineEvidence
 from .placements import Placement
 
 GIB = 1 << 30

@@ -30,8 +30,7 @@ from __future__ import annotations
 import re
 
 from ...gpu.values import to_bytes
-from ...shards.engine_log.evidence import EvidenceState
-from ...shards.engine_log.rules import (
+from ..evidence.rules import (
     CPU_ONLY_BUILD,
     CRASHED,
     DEVICE,
@@ -47,6 +46,7 @@ from ...shards.engine_log.rules import (
     note_on_cpu,
     note_weights,
 )
+from ..evidence.state import EvidenceState
 
 MODULE_TAG = r"(?:cmn|srv|slot|spec|que|res)\s+[\w~()]{1,12}:(?=\s|$)"
 """llama.cpp's module tag and the function that logged, as common/ and the server print them

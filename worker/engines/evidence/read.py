@@ -8,12 +8,12 @@ followed log.
 
 from __future__ import annotations
 
-from ...engines import ENGINES
-from ...engines.llama_cpp.log import assigned_device
+from .. import ENGINES
+from ..llama_cpp.log import assigned_device
 from .clean import clean_line
-from .evidence import EngineEvidence, EvidenceState
 from .lives import Lives
 from .rules import cut_line
+from .state import EngineEvidence, EvidenceState
 
 MAX_LINES = 20
 """Finding lines kept in the evidence, newest last."""

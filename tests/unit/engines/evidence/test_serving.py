@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from placewatch.worker.shards.engine_log.serving import (
+from placewatch.worker.engines.evidence.serving import (
     KEEP_S,
     Request,
     Serving,
