@@ -38,7 +38,7 @@ MAX_REQUESTS = 512
 _SCAN_CHARS = 1024
 
 _SLOT = re.compile(r"\b(launch_slot_|print_timing|release):\s+id\s+(\d+)\s+\|\s+task\s+-?\d+\s+\|")
-_TOTAL = re.compile(r"total time\s*=\s*([0-9.]+)\s*ms")
+_TOTAL = re.compile(r"total time\s*=\s*(\d{1,12}(?:\.\d{1,9})?)\s*ms")
 _KEYED = re.compile(r"slot (is processing task|released)\b.*?\bid_slot\"?\s*[=:]\s*(\d+)")
 _GIN = re.compile(
     r"\[GIN\][^|]*\|\s*(2\d\d)\s*\|\s*(\S+)\s*\|[^|]*\|\s*POST\s+\""

@@ -138,6 +138,16 @@ def test_finished_requests_are_kept_for_a_while_and_no_more() -> None:
     assert log.snapshot().requests == (Request(KEEP_S + 10.0, KEEP_S + 11.0),)
 
 
+def test_a_total_time_that_is_no_number_ends_nothing_and_raises_nothing() -> None:
+    # Anyone who can write the log writes this line; the release line still ends the request.
+    lines = [
+        "slot launch_slot_: id  3 | task 0 | processing task, is_child = 0",
+        "slot print_timing: id  3 | task 0 |   total time = 1.2.3 ms /  34 tokens",
+        "slot      release: id  3 | task 0 | stop processing: n_tokens = 33, truncated = 0",
+    ]
+    assert read(lines, start=0.0).requests == (Request(0.0, 2.0),)
+
+
 @given(st.lists(st.text(max_size=300), max_size=30))
 def test_any_lines_read_without_raising(lines: list[str]) -> None:
     serving = read(lines)
