@@ -403,5 +403,14 @@ class _Log:
     def read(self, ev: EvidenceState, line: str, text: str, low: str) -> tuple[str, bool]:
         return "llama.cpp", read_llama_cpp_line(ev, text, low)
 
+    def replaces(self, line: str, previous: str) -> bool:
+        """`layer N assigned to device D` (`-v`, 2025 on) comes one a layer: a run of them on
+        one device keeps its latest."""
+        device = assigned_device(line)
+        return device is not None and assigned_device(previous) == device
+
+    def listed_device(self, line: str) -> tuple[str, str] | None:
+        return listed_device(line)
+
 
 LOG = _Log()

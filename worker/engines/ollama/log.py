@@ -238,5 +238,11 @@ class _Log:
             return "ollama", True
         return ("ollama" if ollama_format else "llama.cpp"), read_llama_cpp_line(ev, text, low)
 
+    def replaces(self, line: str, previous: str) -> bool:
+        return False
+
+    def listed_device(self, line: str) -> tuple[str, str] | None:
+        return None
+
 
 LOG = _Log()

@@ -113,5 +113,11 @@ class _Log:
     def read(self, ev: EvidenceState, line: str, text: str, low: str) -> tuple[str, bool] | None:
         return ("vllm", read_vllm_line(ev, text)) if is_vllm_format(line) else None
 
+    def replaces(self, line: str, previous: str) -> bool:
+        return False
+
+    def listed_device(self, line: str) -> tuple[str, str] | None:
+        return None
+
 
 LOG = _Log()

@@ -16,7 +16,6 @@ from placewatch.worker.engines.evidence.serving import (
     Request,
     Serving,
     ServingLog,
-    go_duration,
 )
 
 from tests.conftest import CORPUS, FIXTURES, needs_corpus
@@ -114,16 +113,6 @@ def test_ollama_endpoints_that_run_a_model() -> None:
         for path in ("/api/chat", "/v1/chat/completions", "/api/embed", "/v1/completions")
     ]
     assert len(read(lines).requests) == 4
-
-
-@pytest.mark.parametrize(
-    ("text", "seconds"),
-    [("6.234077207s", 6.234077207), ("275.807699ms", 0.275807699), ("196.452µs", 196.452e-6),
-     ("1m2.5s", 62.5), ("1h0m0s", 3600.0), ("15ns", 15e-9), ("", None), ("1.5", None),
-     ("5s junk", None)],
-)  # fmt: skip
-def test_go_durations(text: str, seconds: float | None) -> None:
-    assert go_duration(text) == (None if seconds is None else pytest.approx(seconds))
 
 
 def test_finished_requests_are_kept_for_a_while_and_no_more() -> None:
