@@ -27,10 +27,10 @@ import anyio
 from placewatch.schemas import NodeSample
 
 from .config import Settings
+from .engines.evidence.follow import EngineLogs
 from .gpu.registry import chains_for
 from .host import HostSampler
 from .sampler import NodeReading, NodeSampler
-from .shards.engine_logs import EngineLogs
 from .shards.placements import PlacementFeed, ShardsFile
 from .shards.shard_pass import ShardPass, ShardsView
 

@@ -46,10 +46,10 @@ from .bus.service import start_service
 from .bus.streams import StreamSettings
 from .config import ConfigError, Settings
 from .embedded import EmbeddedServer
+from .engines.evidence.follow import EngineLogs
 from .health import TickBeats
 from .latest import Latest
 from .pipeline import Pipeline, new_session
-from .shards.engine_logs import EngineLogs
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

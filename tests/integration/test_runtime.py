@@ -20,12 +20,12 @@ from placewatch.worker import runtime
 from placewatch.worker.bus.events import EventTracker
 from placewatch.worker.bus.outbox import EventOutbox
 from placewatch.worker.bus.publish import Publisher
+from placewatch.worker.engines.evidence import follow
+from placewatch.worker.engines.evidence.follow import EngineLogs
 from placewatch.worker.host import HostSampler
 from placewatch.worker.pipeline import Pipeline
 from placewatch.worker.runtime import Worker as Worker_
 from placewatch.worker.sampler import NodeSampler
-from placewatch.worker.shards import engine_logs
-from placewatch.worker.shards.engine_logs import EngineLogs
 from placewatch.worker.shards.placements import ShardsFile
 from placewatch.worker.shards.shard_pass import ShardPass
 
@@ -226,13 +226,13 @@ def test_a_log_that_says_something_new_asks_for_a_tick_and_an_idle_one_does_not(
     nats_server: NatsServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     looks: list[float] = []
-    update_all = engine_logs._update_all
+    update_all = follow._update_all
 
     def counted(followed: Any) -> bool:
         looks.append(time.monotonic())
         return update_all(followed)
 
-    monkeypatch.setattr(engine_logs, "_update_all", counted)
+    monkeypatch.setattr(follow, "_update_all", counted)
     log = tmp_path / "engine.log"
     log.write_text("")
     shards = tmp_path / "shards.toml"

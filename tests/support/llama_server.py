@@ -178,7 +178,7 @@ def _run(argv: list[str], cwd: Path) -> None:
 def list_devices(binary: Path) -> tuple[str, ...]:
     """The GPU devices a build lists in `--list-devices`, read as doctor reads them: none for
     the lane's CPU-only build."""
-    from placewatch.worker.shards.engine_log.read import read_text
+    from placewatch.worker.engines.evidence.read import read_text
 
     done = subprocess.run(
         [str(binary), "--list-devices"], capture_output=True, text=True, timeout=60, check=False

@@ -22,11 +22,10 @@ import anyio
 import anyio.to_thread
 import psutil
 
-from ..engines import LLAMA_CPP
-from ..engines.llama_cpp.log import listed_device
+from ..engines import ENGINES, engine_named
+from ..engines.evidence.read import read_text
 from ..probe import ProbeRunner
 from ..shards.discover import Discovered
-from ..shards.engine_log.read import read_text
 from .placed import Placed
 from .processes import AS_ENGINE_USER
 from .report import Check, Report, count
@@ -92,9 +91,9 @@ def engines_to_check(
     unless it names another engine than llama.cpp."""
     engines: dict[tuple[str, EnvLent], list[str]] = {}
     shards = [(p.label, p.pid, True) for p in placed]
-    shards += [(d.spec.id, d.spec.pid, False) for d in found if d.engine == LLAMA_CPP]
+    shards += [(d.spec.id, d.spec.pid, False) for d in found if _lists_devices(d.engine)]
     for p in placed:
-        if p.pid is None and p.spec.engine in (None, LLAMA_CPP):
+        if p.pid is None and (p.spec.engine is None or _lists_devices(p.spec.engine)):
             report.skip(ENGINE, f"{p.label}: {p.missing}, so its build was not asked")
     for label, pid, named in shards:
         running = _running_build(label, pid, report, named) if pid is not None else None
@@ -104,6 +103,12 @@ def engines_to_check(
         resolved = os.path.abspath(path) if os.sep in path else shutil.which(path) or path
         engines.setdefault((resolved, ()), [])
     return [Engine(path, tuple(shards), env) for (path, env), shards in engines.items()]
+
+
+def _lists_devices(name: str | None) -> bool:
+    """Whether the builds of the engine `name` answer `--list-devices`."""
+    engine = engine_named(name)
+    return engine is not None and engine.lists_devices
 
 
 def _running_build(label: str, pid: int, report: Report, named: bool) -> tuple[str, EnvLent] | None:
@@ -291,8 +296,9 @@ def _backend_libraries(path: str) -> list[str] | None:
 
 def _device(device: str, lines: Sequence[str]) -> str:
     """A device with its model, from its `CUDA0: NVIDIA A100 (81050 MiB, 80536 MiB free)` line."""
+    logs = [e.log() for e in ENGINES if e.lists_devices]
     for line in lines:
-        listed = listed_device(line)
+        listed = next((x for log in logs if (x := log.listed_device(line))), None)
         if listed is not None and listed[0] == device and listed[1]:
             return f"{device} {listed[1]}"
     return device

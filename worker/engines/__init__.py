@@ -3,17 +3,20 @@
 An engine folder (llama_cpp/, ollama/, vllm/, sglang/) says everything that is that engine's:
 how its process and arguments look (`launch`), whose flags these are and which keep it on
 the CPU (`cpu_flag`), which GPUs its flags pick (`gpus`), where its output goes first
-(`outputs`), and what its log lines mean (`log()`: its banner, the lines before it, the
-prefixes it puts before a line, and its reader). base.py has the protocol, registry.py the
-list. What is the same for every engine stays outside: scanning processes and following
-their device masks (shards/discover/), tailing files and weighing findings
-(shards/engine_log/).
+(`outputs`), how its processes make shards (`children_join_parent`, `served_model`), what
+its log lines mean (`log()`: its banner, the lines before it, the prefixes it puts before a
+line, and its reader) and what they say of its requests (`requests()`), and the advice only
+it needs (`cpu_only_build_fix`, `layers_flag`, `lists_devices`). base.py has the protocol,
+registry.py the list; the worker's other packages reach an engine through them alone. What is
+the same for every engine stays outside the folders: scanning processes and following their
+device masks (shards/discover/); tailing files, weighing findings and following every
+shard's log (evidence/, beside the folders).
 """
 
-from .base import Engine, EngineLog, Intent, Launch
+from .base import Engine, EngineLog, Intent, Launch, RequestLine, RequestLog
 from .llama_cpp import NAME as LLAMA_CPP
 from .ollama import NAME as OLLAMA
-from .registry import BY_NAME, ENGINES, engine_of, owns_log, read_launch
+from .registry import BY_NAME, ENGINES, engine_named, engine_of, owns_log, read_launch
 from .sglang import NAME as SGLANG
 from .vllm import NAME as VLLM
 
@@ -28,6 +31,9 @@ __all__ = [
     "EngineLog",
     "Intent",
     "Launch",
+    "RequestLine",
+    "RequestLog",
+    "engine_named",
     "engine_of",
     "owns_log",
     "read_launch",

@@ -2,8 +2,11 @@
 
 An engine says how to recognise its process and arguments (`launch`), which GPUs its flags
 pick (`gpus`) and which of its flags keep it on the CPU (`cpu_flag`), where its output goes
-first (`outputs`), and what its log lines mean (`log()`, imported when a log is first read:
-the patterns take as long to compile as the rest of a node's start).
+first (`outputs`), how its processes make shards (`children_join_parent`, `served_model`),
+what its log lines mean (`log()`) and what they say of its requests (`requests()`), both
+imported when a log is first read: the patterns take as long to compile as the rest of a
+node's start. What a verdict or doctor says of it that no other engine shares is its own too
+(`cpu_only_build_fix`, `layers_flag`, `lists_devices`).
 """
 
 from __future__ import annotations
@@ -11,12 +14,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from .flags import Dialect
 
 if TYPE_CHECKING:
-    from ..shards.engine_log.evidence import EvidenceState
+    from .evidence.state import EvidenceState
     from .visible import Visible
 
 STDOUT, STDERR = 1, 2
@@ -58,6 +61,32 @@ class Intent:
     are: `unknown` says so, and the engine's own word may still tell that it runs on the CPU."""
 
 
+@dataclass(frozen=True)
+class RequestLine:
+    """What one line of an engine's log says of a request (evidence/serving.py keeps them in
+    time)."""
+
+    kind: Literal["start", "end", "done"]
+    """`start`: a request starts on `slot`; `end`: the one on `slot` ended; `done`: one that
+    ran `busy_s` seconds ended as the line was written (a line logged once a request is over)."""
+    slot: int = 0
+    busy_s: float | None = None
+    """How long the engine itself says it took (needed for `done`)."""
+
+
+class RequestLog(Protocol):
+    """What an engine's log lines say of the requests it runs."""
+
+    @property
+    def word(self) -> str:
+        """A word every such line holds (a cheap test first)."""
+        ...
+
+    def read(self, line: str) -> RequestLine | None:
+        """What the raw line says of a request; None for any other line. Never raises."""
+        ...
+
+
 class EngineLog(Protocol):
     """What an engine's log lines mean."""
 
@@ -93,6 +122,16 @@ class EngineLog(Protocol):
         for a line in another format. `text` is the line cleaned, `low` the raw lowercased."""
         ...
 
+    def replaces(self, line: str, previous: str) -> bool:
+        """Whether the finding `line` only brings the kept line before it up to date, so it
+        takes that one's place among the lines kept (one line per layer, on one device)."""
+        ...
+
+    def listed_device(self, line: str) -> tuple[str, str] | None:
+        """A line of the list of devices its build prints (`lists_devices`): the device and
+        what it is; None for any other line."""
+        ...
+
 
 class Engine(Protocol):
     """One engine: its folder's `ENGINE`, listed in registry.py."""
@@ -105,6 +144,19 @@ class Engine(Protocol):
     """Whether the shard's process writes its log, so that a new pid is a new life of it
     (lives.py); False where processes come and go within one server's log (Ollama's
     runners)."""
+    hosts_other_engines: bool
+    """Its log carries another engine's lines (Ollama's server log, its runners' llama.cpp
+    lines): a finding of its own names the log's engine whatever was read before it."""
+    children_join_parent: bool
+    """A process of it whose ancestor runs it too is part of that ancestor's shard, whatever
+    its command line (vLLM's API servers, engine cores and workers); where False, only a
+    fork that kept its parent's command line is."""
+    layers_flag: str | None
+    """Its flag for the layers it puts on GPUs, as advice names it; None where it has none a
+    person sets (its advice is then about its GPU backend alone)."""
+    lists_devices: bool
+    """Its builds answer `--list-devices` with the GPUs they can use, loading no model:
+    doctor's pre-flight asks those of its shards."""
 
     def launch(self, exe: str, args: tuple[str, ...]) -> Launch | None:
         """Its process, from the executable's name (lowercased, no folder) and arguments."""
@@ -128,6 +180,22 @@ class Engine(Protocol):
         """What asks for GPUs, as written, for a node whose GPU tools did not say which."""
         ...
 
+    def served_model(self, launch: Launch) -> str | None:
+        """The model one of its processes serves, which names it as a shard where a router
+        started it (`<router's id>/<model>`); None where it says none."""
+        ...
+
+    def cpu_only_build_fix(self, backend: str | None) -> str | None:
+        """What to run instead of a build of it without GPU support (`cpu_only_build`), for
+        GPUs of the backend `backend` ("ROCm"; any other: CUDA's), or for either where no
+        GPU tool said which GPUs there are (None); None where it has no advice of its own."""
+        ...
+
     def log(self) -> EngineLog:
         """What its log lines mean (imported when first asked)."""
+        ...
+
+    def requests(self) -> RequestLog | None:
+        """What its log lines say of its requests (imported when first asked); None where its
+        log shows none."""
         ...

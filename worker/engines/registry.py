@@ -24,9 +24,14 @@ def engine_of(launch: Launch) -> Engine:
     return BY_NAME[launch.engine]
 
 
+def engine_named(name: str | None) -> Engine | None:
+    """The engine a status or a shards file names; None for a name no engine has (or none)."""
+    return BY_NAME.get(name) if name is not None else None
+
+
 def owns_log(name: str | None) -> bool:
     """Whether a shard of the engine `name` (None: not said) writes its log itself."""
-    engine = BY_NAME.get(name) if name is not None else None
+    engine = engine_named(name)
     return engine is None or engine.owns_log
 
 

@@ -5,7 +5,7 @@ Memory held is not compute done: llama.cpp with 0 of 29 layers offloaded holds a
 CUDA compute buffer and computes on the CPU, and at its default verbosity (since about
 b9181) it says nothing of where its layers went. Two readings settle it without the
 engine's word: the GPU tools' per-process activity (GpuProcess.sm_pct, .mem_pct) and the
-requests the engine's own log shows running (engine_log/serving.py). A shard that ran
+requests the engine's own log shows running (engines/evidence/serving.py). A shard that ran
 requests while every read of its GPUs meanwhile showed its processes doing nothing there
 computes elsewhere.
 
@@ -15,7 +15,7 @@ before it (NVML's and pmon's samples cover the last 1/6 s to 1 s) and was still 
 when it was taken (a finished request's end is when its line was read, up to LOG_LAG_S
 late). MIN_IDLE_READS such reads, every one showing 0% SM and no memory-controller use on
 every GPU the shard was placed on, say it computes on the CPU. A read without a value (a
-tool that does not give per-process activity, an AMD GPU: see amd_smi_activity.py) says
+tool that does not give per-process activity, an AMD GPU: see gpu/amd_smi/activity.py) says
 nothing, so it changes no verdict. Once seen, the finding holds while the same process
 runs and its GPUs show it nothing: an engine between requests does not turn back into
 one that computes on its GPUs; a read showing any activity there ends it.
@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING
 
 from placewatch.schemas import ACTIVITY_WINDOW_S, GpuSample
 
-if TYPE_CHECKING:  # its patterns are compiled with the first log followed (engine_logs.py)
-    from .engine_log.serving import Request, Serving
+if TYPE_CHECKING:  # its patterns are compiled with the first log followed (follow.py)
+    from ..engines.evidence.serving import Request, Serving
 
 SETTLE_S = 1.0
 LOG_LAG_S = 0.5

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime
 
-from .engine_log import EngineEvidence
+from ..engines.evidence import EngineEvidence
 from .liveness import Tracked
 from .verdict import Judgement
 

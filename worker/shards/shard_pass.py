@@ -21,13 +21,13 @@ import anyio.to_thread
 from placewatch.schemas import ComputeStatus, GpuHealth, GpuSample, ShardBrief, SourceStatus
 
 from ..engines import owns_log
+from ..engines.evidence import EngineEvidence
+from ..engines.evidence.follow import EngineLogs, Evidence, Log
 from ..gpu import ActivityWanted
 from . import liveness
 from .activity import Activity, ActivityWindows, Read, shard_usage
 from .attribution import Held, ProcTable, attribute, owner, unseen_holders
 from .discovered import DiscoveryWalks
-from .engine_log import EngineEvidence
-from .engine_logs import EngineLogs, Evidence, Log
 from .gpu_health import health_by_index, unhealthy, with_health
 from .liveness import ROUTER, Tracked, find_processes, named, readiness, settled
 from .lost_evidence import held, rotated

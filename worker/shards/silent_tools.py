@@ -12,9 +12,10 @@ them, so that leaves it `unknown`.
 
 from __future__ import annotations
 
-from .engine_log import EngineEvidence
+from ..engines import engine_named
+from ..engines.evidence import EngineEvidence
 from .placements import Placement
-from .verdict import ADVICE_BUILD, ADVICE_DOCTOR, ADVICE_LIBS, NO_GPU_LISTED, Judgement
+from .verdict import ADVICE_DOCTOR, ADVICE_LIBS, NO_GPU_LISTED, Judgement
 
 
 def engine_says_cpu(placement: Placement, evidence: EngineEvidence | None) -> Judgement | None:
@@ -27,9 +28,9 @@ def engine_says_cpu(placement: Placement, evidence: EngineEvidence | None) -> Ju
     if said is None:
         return None
     engine = evidence.engine or placement.spec.engine or "the engine"
-    fix = ADVICE_LIBS
-    if evidence.cpu_only_build and evidence.engine == "llama.cpp":
-        fix = f"{ADVICE_BUILD['CUDA']}; for AMD GPUs, {ADVICE_BUILD['ROCm'].removeprefix('run ')}"
+    named = engine_named(evidence.engine) if evidence.cpu_only_build else None
+    build = named.cpu_only_build_fix(None) if named is not None else None  # GPUs not told
+    fix = build or ADVICE_LIBS
     return Judgement(
         "cpu_fallback",
         f"asked for GPUs ({request}) but computing on the CPU: {engine} {said}; "

@@ -18,8 +18,9 @@ from typing import cast
 from placewatch.schemas import ACTIVITY_WINDOW_S, DeviceUse, GpuSample
 from placewatch.schemas.messages import Backend, Verdict
 
+from ..engines import engine_named
+from ..engines.evidence import EngineEvidence
 from .activity import Activity, IdleServing
-from .engine_log import EngineEvidence
 from .placements import Placement
 
 GIB = 1 << 30
@@ -27,11 +28,6 @@ GIB = 1 << 30
 ADVICE_LLAMA = "run it with -lv 4 to see where its layers go"
 ADVICE_VERBOSITY = "run it with -lv 4 (or LLAMA_ARG_LOG_VERBOSITY=4)"
 ADVICE_LIBS = "check its CUDA/ROCm libraries with ldd on libggml-cuda.so (or libggml-hip.so)"
-ADVICE_BUILD: dict[Backend, str] = {
-    "ROCm": "run a GPU build (e.g. -DGGML_HIP=ON, or a HIP release of llama.cpp)",
-    "CUDA": "run a GPU build (e.g. -DGGML_CUDA=ON, or a CUDA release of llama.cpp)",
-}
-"""For a llama.cpp with no GPU backend: it has no libggml-cuda.so for ldd to check."""
 ADVICE_DOCTOR = "run `placewatch doctor` on this node"
 NO_GPU_LISTED = "lists no GPU device, only the CPU"
 """What a llama.cpp whose `device_info` named only the CPU said (b11434 at `-lv 4`): ahead of
@@ -164,11 +160,12 @@ class _Case:
         return f"{reason}; {note}" if note else reason
 
     def fix_backend(self) -> str:
-        """What to check when the engine says its GPU backend is missing or failed."""
+        """What to check when the engine says its GPU backend is missing or failed: for a
+        build without one, what its engine says to run instead."""
         ev = self.ev
-        if ev is not None and ev.cpu_only_build and ev.engine == "llama.cpp":
-            return ADVICE_BUILD.get(self.gpu_backend, ADVICE_BUILD["CUDA"])
-        return ADVICE_LIBS
+        engine = engine_named(ev.engine) if ev is not None and ev.cpu_only_build else None
+        fix = engine.cpu_only_build_fix(self.gpu_backend) if engine is not None else None
+        return fix or ADVICE_LIBS
 
     @property
     def engine_says_gpu(self) -> bool:
@@ -353,10 +350,11 @@ def _idle_reason(case: _Case, idle: IdleServing) -> str:
     gpus = _gpu_list(list(idle.gpus))
     held = _held_size(case.obs.held, set(idle.gpus))
     see = case.see_layers()
+    named = engine_named(engine)
     advice = (
-        "check its -ngl / --n-gpu-layers and that its GPU backend loaded"
+        f"check its {named.layers_flag} and that its GPU backend loaded"
         + (f" ({see})" if see else "")
-        if engine == "llama.cpp"
+        if named is not None and named.layers_flag
         else f"check that its GPU backend loaded ({case.fix_backend()})"
     )
     return (

@@ -24,8 +24,8 @@ import pytest
 from anyio.from_thread import start_blocking_portal
 
 from placewatch.schemas import FALLBACK_VERDICTS
-from placewatch.worker.shards.engine_log import EngineEvidence
-from placewatch.worker.shards.engine_logs import EngineLogs
+from placewatch.worker.engines.evidence import EngineEvidence
+from placewatch.worker.engines.evidence.follow import EngineLogs
 
 from tests.support import llama_server
 from tests.support.engine_lane import (

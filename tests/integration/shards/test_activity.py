@@ -15,6 +15,7 @@ import anyio.to_thread
 import pytest
 
 from placewatch.schemas import GpuProcess, GpuSample, ShardReading, lean
+from placewatch.worker.engines.evidence.follow import EngineLogs
 from placewatch.worker.gpu import ActivityWanted
 from placewatch.worker.gpu.nvml import NvmlSource
 from placewatch.worker.gpu.registry import VendorChain
@@ -22,7 +23,6 @@ from placewatch.worker.host import HostSampler
 from placewatch.worker.pipeline import Pipeline, Tick
 from placewatch.worker.sampler import NodeSampler
 from placewatch.worker.shards.activity import ActivityWindows
-from placewatch.worker.shards.engine_logs import EngineLogs
 from placewatch.worker.shards.placements import ShardsFile
 from placewatch.worker.shards.shard_pass import ShardPass
 

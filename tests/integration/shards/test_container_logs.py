@@ -14,10 +14,10 @@ from pathlib import Path
 
 import anyio
 
+from placewatch.worker.engines.evidence.follow import EngineLogs
+from placewatch.worker.engines.evidence.read import read_text
 from placewatch.worker.shards.cgroup import parse_cgroup
 from placewatch.worker.shards.discover.log_path import container_log
-from placewatch.worker.shards.engine_log.read import read_text
-from placewatch.worker.shards.engine_logs import EngineLogs
 
 from tests.conftest import FIXTURES
 

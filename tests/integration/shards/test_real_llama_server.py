@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from placewatch.worker.shards.engine_log.read import read_text
+from placewatch.worker.engines.evidence.read import read_text
 
 from tests.support.llama_server import LlamaServers
 

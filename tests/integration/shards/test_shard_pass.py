@@ -17,10 +17,10 @@ import pytest
 
 from placewatch.schemas import ComputeStatus, GpuHealth, GpuProcess, GpuSample
 from placewatch.worker.bus.events import EventTracker
+from placewatch.worker.engines.evidence.follow import EngineLogs
 from placewatch.worker.gpu import health
 from placewatch.worker.gpu.nvml import NvmlSource
 from placewatch.worker.shards import cgroup, shard_pass, verdict
-from placewatch.worker.shards.engine_logs import EngineLogs
 from placewatch.worker.shards.placements import ShardsFile
 from placewatch.worker.shards.shard_pass import ShardPass
 from placewatch.worker.shards.verdict import Judgement, Observation

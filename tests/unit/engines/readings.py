@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from placewatch.worker.shards.engine_log import EngineEvidence
-from placewatch.worker.shards.engine_log.read import read_text
+from placewatch.worker.engines.evidence import EngineEvidence
+from placewatch.worker.engines.evidence.read import read_text
 
 from tests.conftest import CORPUS, FIXTURES
 

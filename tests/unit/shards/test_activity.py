@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from placewatch.schemas import GpuProcess, GpuSample
+from placewatch.worker.engines.evidence.serving import Request, Serving
 from placewatch.worker.shards.activity import (
     MIN_IDLE_READS,
     Activity,
@@ -11,7 +12,6 @@ from placewatch.worker.shards.activity import (
     Read,
     shard_usage,
 )
-from placewatch.worker.shards.engine_log.serving import Request, Serving
 
 
 def idle(at: float) -> Read:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from placewatch.schemas import PlacementSpec
-from placewatch.worker.shards.engine_log import EngineEvidence
-from placewatch.worker.shards.engine_log.read import read_text
+from placewatch.worker.engines.evidence import EngineEvidence
+from placewatch.worker.engines.evidence.read import read_text
 from placewatch.worker.shards.placements import Placement
 from placewatch.worker.shards.silent_tools import engine_says_cpu
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from placewatch.schemas import GpuSample, PlacementSpec
-from placewatch.worker.shards.engine_log import EngineEvidence
-from placewatch.worker.shards.engine_log.read import read_text
+from placewatch.worker.engines.evidence import EngineEvidence
+from placewatch.worker.engines.evidence.read import read_text
 from placewatch.worker.shards.placements import Placement
 from placewatch.worker.shards.verdict import Observation, judge
 

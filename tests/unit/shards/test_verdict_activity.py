@@ -8,9 +8,9 @@ says otherwise stands.
 from __future__ import annotations
 
 from placewatch.schemas import GpuSample, PlacementSpec
+from placewatch.worker.engines.evidence import EngineEvidence
+from placewatch.worker.engines.evidence.serving import Request, Serving
 from placewatch.worker.shards.activity import ActivityWindows, Read
-from placewatch.worker.shards.engine_log import EngineEvidence
-from placewatch.worker.shards.engine_log.serving import Request, Serving
 from placewatch.worker.shards.placements import Placement
 from placewatch.worker.shards.verdict import Judgement, Observation, judge
 

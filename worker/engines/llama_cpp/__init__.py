@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from ..base import STDERR, STDOUT, EngineLog, Intent, Launch
+from ..base import STDERR, STDOUT, EngineLog, Intent, Launch, RequestLog
 from ..flags import (
     ALIAS,
     API_PREFIX,
@@ -77,12 +77,21 @@ PYTHON = Dialect(
     either_case=True,
 )
 _RUNTIME_DEVICE = re.compile(r"(cuda|rocm|hip)(\d+)")
+BUILD_FIX = {
+    "ROCm": "run a GPU build (e.g. -DGGML_HIP=ON, or a HIP release of llama.cpp)",
+    "CUDA": "run a GPU build (e.g. -DGGML_CUDA=ON, or a CUDA release of llama.cpp)",
+}
+"""For a build with no GPU backend, which has no libggml-cuda.so for ldd to check."""
 
 
 class LlamaCpp:
     name = NAME
     outputs = (STDERR, STDOUT)
     owns_log = True
+    hosts_other_engines = False
+    children_join_parent = False  # a router's children are a shard each
+    layers_flag: str | None = "-ngl / --n-gpu-layers"
+    lists_devices = True  # common/arg.cpp, b11434
 
     def launch(self, exe: str, args: tuple[str, ...]) -> Launch | None:
         if exe == "llama-server":
@@ -125,10 +134,23 @@ class LlamaCpp:
         said = lookup(LAYERS, launch, env) or lookup(DEVICE, launch, env)
         return said[0] if said else "no -ngl; recent llama.cpp builds offload by default"
 
+    def served_model(self, launch: Launch) -> str | None:
+        return served_model(launch)
+
+    def cpu_only_build_fix(self, backend: str | None) -> str | None:
+        if backend is None:
+            return f"{BUILD_FIX['CUDA']}; for AMD GPUs, {BUILD_FIX['ROCm'].removeprefix('run ')}"
+        return BUILD_FIX.get(backend, BUILD_FIX["CUDA"])
+
     def log(self) -> EngineLog:
         from .log import LOG  # noqa: PLC0415 - compiled when a log is first read
 
         return LOG
+
+    def requests(self) -> RequestLog | None:
+        from .requests import REQUESTS  # noqa: PLC0415 - compiled when a log is first read
+
+        return REQUESTS
 
 
 ENGINE = LlamaCpp()

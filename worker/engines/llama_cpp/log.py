@@ -30,8 +30,7 @@ from __future__ import annotations
 import re
 
 from ...gpu.values import to_bytes
-from ...shards.engine_log.evidence import EvidenceState
-from ...shards.engine_log.rules import (
+from ..evidence.rules import (
     CPU_ONLY_BUILD,
     CRASHED,
     DEVICE,
@@ -47,6 +46,7 @@ from ...shards.engine_log.rules import (
     note_on_cpu,
     note_weights,
 )
+from ..evidence.state import EvidenceState
 
 MODULE_TAG = r"(?:cmn|srv|slot|spec|que|res)\s+[\w~()]{1,12}:(?=\s|$)"
 """llama.cpp's module tag and the function that logged, as common/ and the server print them
@@ -402,6 +402,15 @@ class _Log:
 
     def read(self, ev: EvidenceState, line: str, text: str, low: str) -> tuple[str, bool]:
         return "llama.cpp", read_llama_cpp_line(ev, text, low)
+
+    def replaces(self, line: str, previous: str) -> bool:
+        """`layer N assigned to device D` (`-v`, 2025 on) comes one a layer: a run of them on
+        one device keeps its latest."""
+        device = assigned_device(line)
+        return device is not None and assigned_device(previous) == device
+
+    def listed_device(self, line: str) -> tuple[str, str] | None:
+        return listed_device(line)
 
 
 LOG = _Log()

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..base import STDERR, STDOUT, EngineLog, Intent, Launch
+from ..base import STDERR, STDOUT, EngineLog, Intent, Launch, RequestLog
 from ..flags import LAYERS, PORT, Dialect, flag, int_value, lookup, takes
 from ..visible import Visible
 
@@ -30,6 +30,10 @@ class Ollama:
     name = NAME
     outputs = (STDERR, STDOUT)
     owns_log = False  # its runners share the server's log, which follows the server's life
+    hosts_other_engines = True  # its runners' llama.cpp lines
+    children_join_parent = False
+    layers_flag: str | None = None  # its server picks the layers, from the free memory it sees
+    lists_devices = False
 
     def launch(self, exe: str, args: tuple[str, ...]) -> Launch | None:
         if exe not in ("ollama", "ollama_llama_server"):
@@ -58,10 +62,21 @@ class Ollama:
         said = lookup(LAYERS, launch, env)
         return said[0] if said else "an Ollama runner, which offloads what fits"
 
+    def served_model(self, launch: Launch) -> str | None:
+        return None
+
+    def cpu_only_build_fix(self, backend: str | None) -> str | None:
+        return None
+
     def log(self) -> EngineLog:
         from .log import LOG  # noqa: PLC0415 - compiled when a log is first read
 
         return LOG
+
+    def requests(self) -> RequestLog | None:
+        from .requests import REQUESTS  # noqa: PLC0415 - compiled when a log is first read
+
+        return REQUESTS
 
 
 ENGINE = Ollama()

@@ -15,8 +15,7 @@ from __future__ import annotations
 import re
 
 from ...gpu.values import to_bytes
-from ...shards.engine_log.evidence import EngineBackend, EvidenceState
-from ...shards.engine_log.rules import (
+from ..evidence.rules import (
     BACKEND_PREFIXES,
     DEVICE,
     add_device,
@@ -28,6 +27,7 @@ from ...shards.engine_log.rules import (
     note_on_cpu,
     note_weights,
 )
+from ..evidence.state import EngineBackend, EvidenceState
 from ..llama_cpp.log import read_llama_cpp_line
 
 _KV = re.compile(r'([\w.]{1,64})=("[^"]{0,512}"|[^\s"]{0,512})')
@@ -237,6 +237,12 @@ class _Log:
         if read_ollama_line(ev, text, low):
             return "ollama", True
         return ("ollama" if ollama_format else "llama.cpp"), read_llama_cpp_line(ev, text, low)
+
+    def replaces(self, line: str, previous: str) -> bool:
+        return False
+
+    def listed_device(self, line: str) -> tuple[str, str] | None:
+        return None
 
 
 LOG = _Log()

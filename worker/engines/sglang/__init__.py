@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..base import STDERR, STDOUT, EngineLog, Intent, Launch
+from ..base import STDERR, STDOUT, EngineLog, Intent, Launch, RequestLog
 from ..flags import (
     BASE_GPU,
     DATA_PARALLEL,
@@ -56,6 +56,10 @@ class Sglang:
     name = NAME
     outputs = (STDOUT, STDERR)
     owns_log = True
+    hosts_other_engines = False
+    children_join_parent = False
+    layers_flag: str | None = None
+    lists_devices = False
 
     def launch(self, exe: str, args: tuple[str, ...]) -> Launch | None:
         return _serve(args[1:]) if exe == "sglang" and args[:1] == ("serve",) else None
@@ -102,10 +106,19 @@ class Sglang:
         said = lookup(DEVICE, launch, env)
         return said[0] if said else "SGLang without --device cpu"
 
+    def served_model(self, launch: Launch) -> str | None:
+        return None
+
+    def cpu_only_build_fix(self, backend: str | None) -> str | None:
+        return None
+
     def log(self) -> EngineLog:
         from .log import LOG  # noqa: PLC0415 - compiled when a log is first read
 
         return LOG
+
+    def requests(self) -> RequestLog | None:
+        return None  # the logs in the shared corpus carry no request lines
 
 
 def _serve(args: tuple[str, ...]) -> Launch:

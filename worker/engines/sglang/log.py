@@ -15,8 +15,8 @@ from __future__ import annotations
 import re
 
 from ...gpu.values import to_bytes
-from ...shards.engine_log.evidence import EngineBackend, EvidenceState
-from ...shards.engine_log.rules import NUMBER, note_gpu_backend, note_on_cpu
+from ..evidence.rules import NUMBER, note_gpu_backend, note_on_cpu
+from ..evidence.state import EngineBackend, EvidenceState
 
 _LINE = re.compile(r"\[(?:\d{4}-)?(?:\d\d-\d\d )?\d\d:\d\d:\d\d(?: (?:DP|TP|PP|EP)\d{1,4})*\] ")
 _DEVICE = re.compile(r"\bdevice='(\w{1,16})'")
@@ -52,6 +52,12 @@ class _Log:
 
     def read(self, ev: EvidenceState, line: str, text: str, low: str) -> tuple[str, bool] | None:
         return ("sglang", read_sglang_line(ev, text)) if _LINE.search(line) else None
+
+    def replaces(self, line: str, previous: str) -> bool:
+        return False
+
+    def listed_device(self, line: str) -> tuple[str, str] | None:
+        return None
 
 
 LOG = _Log()

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..base import STDERR, STDOUT, EngineLog, Intent, Launch
+from ..base import STDERR, STDOUT, EngineLog, Intent, Launch, RequestLog
 from ..flags import (
     DATA_PARALLEL,
     DATA_PARALLEL_LOCAL,
@@ -54,6 +54,10 @@ class Vllm:
     name = NAME
     outputs = (STDOUT, STDERR)
     owns_log = True
+    hosts_other_engines = False
+    children_join_parent = True  # its API servers, engine cores and workers
+    layers_flag: str | None = None
+    lists_devices = False
 
     def launch(self, exe: str, args: tuple[str, ...]) -> Launch | None:
         return _cli(args) if exe == "vllm" else None
@@ -82,10 +86,19 @@ class Vllm:
         said = lookup(DEVICE, launch, env)
         return said[0] if said else "vLLM without --device cpu"
 
+    def served_model(self, launch: Launch) -> str | None:
+        return None
+
+    def cpu_only_build_fix(self, backend: str | None) -> str | None:
+        return None
+
     def log(self) -> EngineLog:
         from .log import LOG  # noqa: PLC0415 - compiled when a log is first read
 
         return LOG
+
+    def requests(self) -> RequestLog | None:
+        return None  # the logs in the shared corpus carry no request lines
 
 
 def _cli(args: tuple[str, ...]) -> Launch | None:

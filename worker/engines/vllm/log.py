@@ -11,8 +11,7 @@ from __future__ import annotations
 import re
 
 from ...gpu.values import to_bytes
-from ...shards.engine_log.evidence import EvidenceState
-from ...shards.engine_log.rules import (
+from ..evidence.rules import (
     NUMBER,
     add_device,
     backend_of,
@@ -20,6 +19,7 @@ from ...shards.engine_log.rules import (
     note_gpu_failure,
     note_on_cpu,
 )
+from ..evidence.state import EvidenceState
 
 _PLATFORM_DETECTED = re.compile(r"Automatically detected platform (\w+)\.")
 _PLATFORM_CONFIRMED = re.compile(r"Confirmed (CUDA|ROCm) platform is available")
@@ -112,6 +112,12 @@ class _Log:
 
     def read(self, ev: EvidenceState, line: str, text: str, low: str) -> tuple[str, bool] | None:
         return ("vllm", read_vllm_line(ev, text)) if is_vllm_format(line) else None
+
+    def replaces(self, line: str, previous: str) -> bool:
+        return False
+
+    def listed_device(self, line: str) -> tuple[str, str] | None:
+        return None
 
 
 LOG = _Log()

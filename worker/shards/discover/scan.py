@@ -16,8 +16,7 @@ import psutil
 
 from placewatch.schemas import GpuSample, PlacementSpec
 
-from ...engines import VLLM, Launch, read_launch
-from ...engines.llama_cpp import served_model
+from ...engines import Launch, engine_of, read_launch
 from ..cgroup import read_container
 from .classify import Discovered, classify
 from .endpoint import serve_port
@@ -221,7 +220,7 @@ def _router_child(d: Discovered, launch: Launch, router: _Router) -> Discovered:
     """A router's child: named by its router and its model, its lines those of the router's
     log that carry its port."""
     port = serve_port(launch, None)
-    model = served_model(launch) or str(d.spec.pid)
+    model = engine_of(launch).served_model(launch) or str(d.spec.pid)
     spec = msgspec.structs.replace(d.spec, id=f"{router.id}/{model}", log_path=router.log)
     if router.gpus is not None:
         spec = msgspec.structs.replace(spec, gpus=router.gpus)
@@ -237,12 +236,12 @@ def _part_of_parent(pid: int, launch: Launch, seen: Mapping[int, _Seen], parents
         if ancestor is None or ancestor <= 0 or ancestor == pid or ancestor not in seen:
             return False
         _, above_cmdline, above = seen[ancestor]
-        # vLLM's children are all its own; llama-server's router mode starts one
-        # llama-server per model, each on its own port: a shard each.
+        # Some engines' children are all their own; others start engines that are shards
+        # of their own (a router's), so only a fork with the same command line is a part.
         if (
             above is not None
             and above.engine == launch.engine
-            and (launch.engine == VLLM or above_cmdline == cmdline)
+            and (engine_of(launch).children_join_parent or above_cmdline == cmdline)
         ):
             return True
         ancestor = parents.of(ancestor)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from placewatch.worker.engines.evidence.read import EvidenceReader, read_text
 from placewatch.worker.engines.llama_cpp.log import listed_device
-from placewatch.worker.shards.engine_log.read import EvidenceReader, read_text
 
 from tests.conftest import needs_corpus
 from tests.unit.engines.readings import LLAMA, LOGS, OWN, Reading, mib, read_log, reading

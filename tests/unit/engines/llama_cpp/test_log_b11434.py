@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from placewatch.worker.shards.engine_log.clean import clean_line
-from placewatch.worker.shards.engine_log.read import EvidenceReader, read_text
+from placewatch.worker.engines.evidence.clean import clean_line
+from placewatch.worker.engines.evidence.read import EvidenceReader, read_text
 
 from tests.unit.engines.readings import LLAMA, REAL, Reading, mib, read_log, reading
 

@@ -8,9 +8,9 @@ import pytest
 
 from placewatch.schemas import PlacementSpec
 from placewatch.worker.engines import SGLANG, read_launch
+from placewatch.worker.engines.evidence.clean import clean_line
+from placewatch.worker.engines.evidence.read import read_text
 from placewatch.worker.shards.discover import classify
-from placewatch.worker.shards.engine_log.clean import clean_line
-from placewatch.worker.shards.engine_log.read import read_text
 from placewatch.worker.shards.placements import Placement
 from placewatch.worker.shards.verdict import Observation, judge
 

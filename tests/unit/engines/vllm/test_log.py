@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from placewatch.worker.shards.engine_log.read import read_text
+from placewatch.worker.engines.evidence.read import read_text
 
 from tests.conftest import needs_corpus
 from tests.unit.engines.readings import LOGS, OWN, VLLM, Reading, gib, read_log, reading

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from placewatch.worker.shards.engine_log.lives import Lives, life_line
-from placewatch.worker.shards.engine_log.read import EvidenceReader, read_text
+from placewatch.worker.engines.evidence.lives import Lives, life_line
+from placewatch.worker.engines.evidence.read import EvidenceReader, read_text
 
 from tests.conftest import needs_corpus
 from tests.unit.engines.readings import LOGS, OWN, REAL

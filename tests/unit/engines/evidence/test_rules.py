@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from placewatch.worker.shards.engine_log.evidence import EngineBackend, EvidenceState
-from placewatch.worker.shards.engine_log.read import read_text
-from placewatch.worker.shards.engine_log.rules import (
+from placewatch.worker.engines.evidence.read import read_text
+from placewatch.worker.engines.evidence.rules import (
     MAX_LINE_CHARS,
     Strength,
     add_device,
@@ -21,6 +20,7 @@ from placewatch.worker.shards.engine_log.rules import (
     note_new_load,
     note_weights,
 )
+from placewatch.worker.engines.evidence.state import EngineBackend, EvidenceState
 
 from tests.unit.engines.readings import mib
 

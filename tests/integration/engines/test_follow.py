@@ -10,8 +10,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from placewatch.worker.shards.engine_log import EngineEvidence
-from placewatch.worker.shards.engine_logs import EngineLogs
+from placewatch.worker.engines.evidence import EngineEvidence
+from placewatch.worker.engines.evidence.follow import EngineLogs
 
 
 def with_logs(body: Callable[[EngineLogs], Awaitable[None]], poll_s: float = 0.05) -> None:

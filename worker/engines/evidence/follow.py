@@ -25,12 +25,13 @@ import anyio.to_thread
 from anyio.abc import TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from .engine_log import EngineEvidence, LogTail
-from .engine_log.unwrap import Unwrap
+from .state import EngineEvidence
+from .tail import LogTail
+from .unwrap import Unwrap
 
 if TYPE_CHECKING:
-    from .engine_log.read import EvidenceReader
-    from .engine_log.serving import Serving, ServingLog
+    from .read import EvidenceReader
+    from .serving import Serving, ServingLog
 
 LOG_POLL_S = 0.2
 
@@ -43,14 +44,14 @@ Requests: TypeAlias = "Mapping[str, Serving]"
 def _reader() -> EvidenceReader:
     """A reader for one log. The readers' module is imported with the first log followed:
     its patterns take as long to compile as the rest of a node without logs to import."""
-    from .engine_log.read import EvidenceReader  # noqa: PLC0415
+    from .read import EvidenceReader  # noqa: PLC0415
 
     return EvidenceReader()
 
 
 def _serving() -> ServingLog:
     """The requests of one log, its patterns compiled with the first log followed too."""
-    from .engine_log.serving import ServingLog  # noqa: PLC0415
+    from .serving import ServingLog  # noqa: PLC0415
 
     return ServingLog()
 

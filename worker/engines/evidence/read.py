@@ -8,12 +8,11 @@ followed log.
 
 from __future__ import annotations
 
-from ...engines import ENGINES
-from ...engines.llama_cpp.log import assigned_device
+from .. import ENGINES
 from .clean import clean_line
-from .evidence import EngineEvidence, EvidenceState
 from .lives import Lives
 from .rules import cut_line
+from .state import EngineEvidence, EvidenceState
 
 MAX_LINES = 20
 """Finding lines kept in the evidence, newest last."""
@@ -37,32 +36,36 @@ def read_line(ev: EvidenceState, line: str, low: str | None = None) -> bool:
     if not text:
         return False
     engine, found = _read_in_its_format(ev, line, text, low)
-    if found:
-        if engine == "ollama" or ev.engine is None:
+    if found and engine is not None:
+        if engine in _HOSTS or ev.engine is None:
             ev.engine = engine
         _remember(ev, text)
     return True
 
 
 _LOGS = [e.log() for e in ENGINES]
+_HOSTS = frozenset(e.name for e in ENGINES if e.hosts_other_engines)
+"""The engines whose log carries others' lines: their own finding names the log's engine."""
 
 
-def _read_in_its_format(ev: EvidenceState, line: str, text: str, low: str) -> tuple[str, bool]:
-    """The line read by the reader its format calls for (registry.py's order; llama.cpp's
+def _read_in_its_format(
+    ev: EvidenceState, line: str, text: str, low: str
+) -> tuple[str | None, bool]:
+    """The line read by the reader its format calls for (registry.py's order; the last
     reads every line no other claims): the engine that said it, and whether it is a
     finding."""
     for log in _LOGS:
         found = log.read(ev, line, text, low)
         if found is not None:
             return found
-    return "llama.cpp", False
+    return None, False
 
 
 def _remember(ev: EvidenceState, text: str) -> None:
-    """A finding line, cut, kept newest last; a run of per-layer lines keeps only its latest."""
+    """A finding line, cut, kept newest last; one that only brings the line before it up to
+    date (an engine's `replaces`) takes its place."""
     line = cut_line(text)
-    device = assigned_device(line)
-    if device is not None and ev.lines and assigned_device(ev.lines[-1]) == device:
+    if ev.lines and any(log.replaces(line, ev.lines[-1]) for log in _LOGS):
         ev.lines[-1] = line
         return
     ev.lines.append(line)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from ...engines import ENGINES
+from .. import ENGINES
 from .clean import clean_line
 
 LifeLine = Literal["banner", "before"]

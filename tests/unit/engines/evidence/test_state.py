@@ -7,9 +7,9 @@ import dataclasses
 
 import pytest
 
-from placewatch.worker.shards.engine_log import EngineEvidence
-from placewatch.worker.shards.engine_log.evidence import EvidenceState
-from placewatch.worker.shards.engine_log.read import EvidenceReader, read_text
+from placewatch.worker.engines.evidence import EngineEvidence
+from placewatch.worker.engines.evidence.read import EvidenceReader, read_text
+from placewatch.worker.engines.evidence.state import EvidenceState
 
 LOADED = "load_tensors: offloaded 2/33 layers to GPU"
 FAILED = "ggml_cuda_init: failed to initialize CUDA: unknown error"

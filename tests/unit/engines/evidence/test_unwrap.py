@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from placewatch.worker.shards.engine_log.read import read_text
-from placewatch.worker.shards.engine_log.unwrap import MAX_JOINED, Unwrap
+from placewatch.worker.engines.evidence.read import read_text
+from placewatch.worker.engines.evidence.unwrap import MAX_JOINED, Unwrap
 
 from tests.unit.engines.readings import REAL
 

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from placewatch.worker.shards.engine_log import EngineEvidence
-from placewatch.worker.shards.engine_log.read import MAX_LINES, EvidenceReader, read_text
-from placewatch.worker.shards.engine_log.rules import MAX_LINE_CHARS
+from placewatch.worker.engines.evidence import EngineEvidence
+from placewatch.worker.engines.evidence.read import MAX_LINES, EvidenceReader, read_text
+from placewatch.worker.engines.evidence.rules import MAX_LINE_CHARS
 
 from tests.conftest import corpus_files, needs_corpus
 from tests.unit.engines.llama_cpp import test_log as test_llama_cpp

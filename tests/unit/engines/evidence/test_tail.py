@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from placewatch.worker.shards.engine_log import LogTail
+from placewatch.worker.engines.evidence import LogTail
 
 
 def test_complete_lines_come_and_a_partial_one_is_held(tmp_path: Path) -> None:

@@ -11,12 +11,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from placewatch.worker.shards.engine_log.serving import (
+from placewatch.worker.engines.evidence.serving import (
     KEEP_S,
     Request,
     Serving,
     ServingLog,
-    go_duration,
 )
 
 from tests.conftest import CORPUS, FIXTURES, needs_corpus
@@ -116,16 +115,6 @@ def test_ollama_endpoints_that_run_a_model() -> None:
     assert len(read(lines).requests) == 4
 
 
-@pytest.mark.parametrize(
-    ("text", "seconds"),
-    [("6.234077207s", 6.234077207), ("275.807699ms", 0.275807699), ("196.452µs", 196.452e-6),
-     ("1m2.5s", 62.5), ("1h0m0s", 3600.0), ("15ns", 15e-9), ("", None), ("1.5", None),
-     ("5s junk", None)],
-)  # fmt: skip
-def test_go_durations(text: str, seconds: float | None) -> None:
-    assert go_duration(text) == (None if seconds is None else pytest.approx(seconds))
-
-
 def test_finished_requests_are_kept_for_a_while_and_no_more() -> None:
     lines = CAPTURE.read_text().splitlines()
     launch = next(x for x in lines if "launch_slot_" in x)
@@ -136,6 +125,16 @@ def test_finished_requests_are_kept_for_a_while_and_no_more() -> None:
     log.read(launch, KEEP_S + 10.0)
     log.read(release, KEEP_S + 11.0)
     assert log.snapshot().requests == (Request(KEEP_S + 10.0, KEEP_S + 11.0),)
+
+
+def test_a_total_time_that_is_no_number_ends_nothing_and_raises_nothing() -> None:
+    # Anyone who can write the log writes this line; the release line still ends the request.
+    lines = [
+        "slot launch_slot_: id  3 | task 0 | processing task, is_child = 0",
+        "slot print_timing: id  3 | task 0 |   total time = 1.2.3 ms /  34 tokens",
+        "slot      release: id  3 | task 0 | stop processing: n_tokens = 33, truncated = 0",
+    ]
+    assert read(lines, start=0.0).requests == (Request(0.0, 2.0),)
 
 
 @given(st.lists(st.text(max_size=300), max_size=30))

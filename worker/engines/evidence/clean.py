@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from ...engines import ENGINES
+from .. import ENGINES
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 _AROUND = (

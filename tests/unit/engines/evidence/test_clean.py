@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from placewatch.worker.engines.evidence.clean import clean_line
+from placewatch.worker.engines.evidence.read import EvidenceReader
 from placewatch.worker.engines.ollama.log import is_ollama_format
 from placewatch.worker.engines.vllm.log import is_vllm_format
-from placewatch.worker.shards.engine_log.clean import clean_line
-from placewatch.worker.shards.engine_log.read import EvidenceReader
 
 SAID = "load_tensors: offloaded 13/13 layers to GPU"
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from .evidence import EngineBackend, EvidenceState
+from .state import EngineBackend, EvidenceState
 
 MAX_LINE_CHARS = 300
 """A finding line longer than this is cut (Ollama's offload lines run to 600 characters)."""
