@@ -9,6 +9,8 @@ import-linter checks the same contracts in CI (pyproject.toml, [tool.importlinte
 from __future__ import annotations
 
 import ast
+import re
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -101,3 +103,52 @@ def test_the_walk_sees_every_package_and_an_import_in_a_function(tmp_path: Path)
         "placewatch.consumer",
         "placewatch.consumer.fleet",
     ]
+
+
+def worker_layers() -> list[set[str]]:
+    """The worker's layers as pyproject.toml's import-linter contract lists them, top first."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    (contract,) = (
+        c
+        for c in config["tool"]["importlinter"]["contracts"]
+        if c.get("containers") == ["placewatch.worker"]
+    )
+    return [{m.strip() for m in re.split(r"[|:]", layer)} for layer in contract["layers"]]
+
+
+def layer_of(module: str, layers: list[set[str]]) -> int | None:
+    parts = module.split(".")
+    if parts[:2] != ["placewatch", "worker"] or len(parts) < 3:
+        return None
+    return next((n for n, layer in enumerate(layers) if parts[2] in layer), None)
+
+
+def test_the_worker_layers_name_every_room_of_the_worker() -> None:
+    rooms = {
+        path.stem if path.is_file() else path.name
+        for path in (ROOT / "worker").iterdir()
+        if (path.suffix == ".py" and path.stem != "__init__") or (path / "__init__.py").exists()
+    }
+    assert rooms == set().union(*worker_layers())
+
+
+WORKER_MODULES = [m for m in modules() if m[0] == "placewatch.worker" and m[1] != m[0]]
+
+
+@pytest.mark.parametrize(
+    ("package", "module", "path"),
+    WORKER_MODULES,
+    ids=[module for _, module, _ in WORKER_MODULES],
+)
+def test_no_worker_module_imports_a_layer_above_its_own(
+    package: str, module: str, path: Path
+) -> None:
+    layers = worker_layers()
+    own = layer_of(module, layers)
+    assert own is not None, f"{module} is in no layer of the worker's contract"
+    above = sorted(
+        name
+        for name in imports(module, path)
+        if (theirs := layer_of(name, layers)) is not None and theirs < own
+    )
+    assert above == []
