@@ -9,6 +9,10 @@ the pipeline it is:
 3. `sample`: the NodeSample of this tick, immutable once built (it travels split in two:
    placewatch.schemas.lean).
 
+The worker gives `read` and `judge` what is left of the tick's one deadline
+(worker/deadline.py): an input that has not answered by then is marked not read, never
+waited for. `take` waits for everything.
+
 `take` runs the three for a one-off sample. EngineLogs' task must run for
 the pipeline to judge: `open_pipeline` runs it for a one-off use, and the
 worker starts it in its own task group.
@@ -27,6 +31,7 @@ import anyio
 from placewatch.schemas import NodeSample
 
 from .config import Settings
+from .deadline import NEVER, Deadline
 from .engines.evidence.follow import EngineLogs
 from .gpu.registry import chains_for
 from .host import HostSampler
@@ -92,13 +97,18 @@ class Pipeline:
     def logs(self) -> EngineLogs | None:
         return self.shards.logs
 
-    async def read(self) -> NodeReading:
-        """The GPUs and the host; what each GPU process ran, only while a shard needs it."""
-        return await self.sampler.sample(activity=self.shards.wants_activity)
+    async def read(self, deadline: Deadline = NEVER) -> NodeReading:
+        """The GPUs and the host; what each GPU process ran, only while a shard needs it. A
+        GPU read not done by `deadline` is left unread (gpu/reads.py)."""
+        return await self.sampler.sample(self.shards.wants_activity, deadline)
 
-    async def judge(self, reading: NodeReading) -> ShardsView:
+    async def judge(self, reading: NodeReading, deadline: Deadline = NEVER) -> ShardsView:
+        """Every shard on `reading`; what the shards' engines answer after `deadline` waits
+        for the next tick."""
         silent = [s.name for s in reading.sources if not s.ok]
-        return await self.shards.judge(reading.gpus, reading.gpus_known, reading.started, silent)
+        return await self.shards.judge(
+            reading.gpus, reading.gpus_known, reading.started, silent, deadline=deadline
+        )
 
     def sample(self, reading: NodeReading, shards: ShardsView) -> NodeSample:
         sample = NodeSample(

@@ -45,6 +45,7 @@ from .bus.restore import missing
 from .bus.service import start_service
 from .bus.streams import StreamSettings
 from .config import ConfigError, Settings
+from .deadline import Deadline
 from .embedded import EmbeddedServer
 from .engines.evidence.follow import EngineLogs
 from .health import TickBeats
@@ -246,8 +247,9 @@ class Worker:
         if self.lease is not None and _waiting(self.lease.removals):
             self.tracker.say_again()  # the bus may hold nothing of this node now
             self.publisher.inventory_again()
-        reading = await self.pipeline.read()  # 1. the GPUs and the host
-        shards = await self.pipeline.judge(reading)  # 2. every shard, on those readings
+        deadline = Deadline.for_tick(self.pipeline.interval_s)  # what inputs may take
+        reading = await self.pipeline.read(deadline)  # 1. the GPUs and the host
+        shards = await self.pipeline.judge(reading, deadline)  # 2. every shard, on those readings
         sample = self.pipeline.sample(reading, shards)  # 3. the sample, built
         if self.latest.scraped is None and (said := no_gpu_tool(sample.sources)) is not None:
             log.warning(said)  # the first tick: what a person starting it should know

@@ -10,7 +10,9 @@ from anyio.abc import TaskStatus
 
 from placewatch.schemas import GpuSample, HostSample, SourceStatus
 
+from .deadline import NEVER, Deadline
 from .gpu import ActivityWanted, LoopingSource, health
+from .gpu.reads import ChainReading, ChainReads
 from .gpu.registry import VendorChain
 from .host import HostSampler
 
@@ -24,62 +26,70 @@ class NodeReading:
     sources: list[SourceStatus]
     started: float = 0.0
     """When the reading began (time.monotonic()): a slow failed read is as old as its start."""
+    unread: bool = False
+    """Some GPUs are listed as last read, without readings: their tool gave none this tick."""
 
     @property
     def gpus_known(self) -> bool:
-        """Whether any GPU source answered: without one, no GPU says what it holds."""
-        return bool(self.gpus) or any(s.ok for s in self.sources)
+        """Whether the GPU sources told what the GPUs hold: one answered, and none left its
+        GPUs unread (a shard judged without them would read `cpu_fallback`)."""
+        return not self.unread and (bool(self.gpus) or any(s.ok for s in self.sources))
 
 
 class NodeSampler:
     def __init__(self, chains: list[VendorChain], host: HostSampler) -> None:
         self.chains = chains
+        self.reads = [ChainReads(chain) for chain in chains]
         self.host = host
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """The GPU sources' own tasks (a tool kept running that loops by itself), for as long
-        as the worker runs. Without this, as in `placewatch sample`, each tool runs once a
-        tick."""
+        """The GPU sources' own tasks (a tool kept running that loops by itself) and each
+        vendor's reads (gpu/reads.py), for as long as the worker runs. Without this, as in
+        `placewatch sample`, each tool runs once a tick, waited for whole."""
         async with anyio.create_task_group() as tg:
             for chain in self.chains:
                 for source in chain.candidates:
                     if isinstance(source, LoopingSource):
                         await tg.start(source.run)
+            for reads in self.reads:
+                await tg.start(reads.run)
             task_status.started()
 
-    async def sample(self, activity: ActivityWanted = "no") -> NodeReading:
+    async def sample(
+        self, activity: ActivityWanted = "no", deadline: Deadline = NEVER
+    ) -> NodeReading:
         """The GPUs and the host; with `activity`, what each GPU process ran since the last
-        read, where the source can tell (a shard placed on GPUs needs it to be judged)."""
+        read, where the source can tell (a shard placed on GPUs needs it to be judged). A
+        GPU read not done by `deadline` is not waited for: its GPUs are listed unread."""
         started = time.monotonic()
-        results: list[tuple[list[GpuSample], list[SourceStatus]]] = [([], [])] * len(self.chains)
+        results = [ChainReading([], [], started)] * len(self.chains)
 
-        async def probe(i: int, chain: VendorChain) -> None:
-            results[i] = await chain.sample(activity)
+        async def probe(i: int, reads: ChainReads) -> None:
+            results[i] = await reads.read(activity, deadline)
 
         # A node has one vendor's GPUs, or none: a task group only when two must wait.
         if sum(not chain.resting() for chain in self.chains) > 1:
             async with anyio.create_task_group() as tg:
-                for i, chain in enumerate(self.chains):
-                    tg.start_soon(probe, i, chain)
+                for i, reads in enumerate(self.reads):
+                    tg.start_soon(probe, i, reads)
         else:
-            for i, chain in enumerate(self.chains):
-                await probe(i, chain)
+            for i, reads in enumerate(self.reads):
+                await probe(i, reads)
         # A thread costs as much as the reading itself: one only when it has to wait.
         if self.host.ready():
             host = self.host.sample()
         else:
             host = await anyio.to_thread.run_sync(self.host.sample)
         gpus = sorted(
-            (health.assess(g) for found, _ in results for g in found),
+            (health.assess(g) for r in results for g in r.gpus),
             key=lambda g: (g.vendor, g.index),
         )
         # A vendor with no tool on this node is noise in every sample; it is
         # listed only when no vendor has one, to say what is missing.
         present = [
-            statuses
-            for chain, (_, statuses) in zip(self.chains, results, strict=True)
-            if not chain.absent
+            r.statuses for chain, r in zip(self.chains, results, strict=True) if not chain.absent
         ]
-        shown = present or [statuses for _, statuses in results]
+        shown = present or [r.statuses for r in results]
         sources = [status for statuses in shown for status in statuses]
-        return NodeReading(gpus, host, sources, started)
+        began = min((r.started for r in results), default=started)
+        return NodeReading(gpus, host, sources, began, unread=any(r.unread for r in results))

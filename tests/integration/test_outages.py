@@ -115,8 +115,11 @@ def on_cpu(
     shard_procs: dict[str, subprocess.Popen[bytes]],
     workers: list[Worker],
     tmp_path: Path,
+    *,
+    interval: float = 1.0,
 ) -> Worker:
-    """A worker of node n1 whose shard `on-cpu`, placed on GPU 1, holds nothing there."""
+    """A worker of node n1 (ticking every `interval`) whose shard `on-cpu`, placed on GPU 1,
+    holds nothing there."""
     pid = start(shard_procs, "on-cpu")
     fake_gpu.nvidia_smi(FIXTURES / "nvidia-smi" / "a100x2-query-gpu.csv", apps({}))
     shards = tmp_path / "shards.toml"
@@ -124,7 +127,7 @@ def on_cpu(
     wait_older_than([pid], 1.2)
     worker = Worker(
         "--nats", url, "--node", "n1", "--shards", str(shards), "--grace", "1",
-        "--interval", "1", "--no-discover", env=fake_gpu.env(),
+        "--interval", str(interval), "--no-discover", env=fake_gpu.env(),
     )  # fmt: skip
     workers.append(worker)
     return worker

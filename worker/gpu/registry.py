@@ -91,6 +91,8 @@ class VendorChain:
         self._clock = clock
         self._absent_until = 0.0
         self._missing: list[SourceStatus] = []
+        self.asking: str | None = None
+        """The source asked now, while a read is under way: the one a late answer waits on."""
 
     def resting(self) -> bool:
         """Whether sample() answers at once: no tool for this vendor, and not yet time to look
@@ -103,7 +105,7 @@ class VendorChain:
         statuses: list[SourceStatus] = []
         failed: GpuSource | None = None
         if self.current is not None:
-            gpus, status = await self.current.sample(activity)
+            gpus, status = await self._ask(self.current, activity)
             if status.ok or gpus:
                 return gpus, [status]
             log.warning(
@@ -126,7 +128,7 @@ class VendorChain:
                     SourceStatus(name=candidate.name, ok=False, error=why, vendor=self.vendor)
                 )
                 continue
-            gpus, status = await candidate.sample(activity)
+            gpus, status = await self._ask(candidate, activity)
             if status.ok or gpus:
                 if self.current is not candidate:
                     log.info("reading %s GPUs through %s", self.vendor, candidate.name)
@@ -140,3 +142,12 @@ class VendorChain:
             self._absent_until = self._clock() + RECHECK_ABSENT_S
             return [], missing
         return [], statuses
+
+    async def _ask(
+        self, source: GpuSource, activity: ActivityWanted
+    ) -> tuple[list[GpuSample], SourceStatus]:
+        self.asking = source.name
+        try:
+            return await source.sample(activity)
+        finally:
+            self.asking = None

@@ -1,10 +1,10 @@
-"""Which process each shard is, whether it still runs, and whether it is ready to be judged.
+"""Which process each shard is, and whether it still runs.
 
 A placement finds its process by `pid` or by `match` on the command line; a
 reused pid is told apart by its start time (/proc/PID/stat), kept while the
 process runs, as is the container and pod it runs in (/proc/PID/cgroup). A
-shard is ready when its health URL answers 2xx or, without one, once its
-grace period has passed since its process started.
+shard is ready to be judged when its health URL answers 2xx (readiness.py) or,
+without one, once its grace period has passed since its process started.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 import psutil
 
@@ -25,10 +25,6 @@ from .verdict import GpuIds, Judgement, Observation
 
 if TYPE_CHECKING:
     pass
-
-HEALTH_TIMEOUT_S = 1.0
-
-Readiness = Literal["ok", "not ready", "unreachable"]
 
 
 @dataclass
@@ -260,29 +256,3 @@ def command_lines() -> list[tuple[float, int, str]]:
             continue
         found.append((proc.info.get("create_time") or 0.0, proc.pid, " ".join(cmdline)))
     return sorted(found)
-
-
-def readiness(url: str) -> Readiness:
-    """What a health URL says: 2xx, another status (503 while loading, a redirect), or nothing.
-
-    The URL itself is asked, and nothing else: no proxy from the environment (a node-local
-    URL, whose query may hold a token, goes to no third host) and no redirect followed
-    (llama-server's and vLLM's /health answer themselves; a 3xx is not ready). The body is
-    never read. What is no HTTP answer at all is unreachable, including what http.client
-    raises as its own HTTPException rather than an OSError (a server that does not speak
-    HTTP, a port that is not a number; Python 3.11), so that no placement stops the tick.
-    """
-    # Imported at the first health check: urllib brings http and email with it, as much
-    # to import as the rest of a node without health URLs takes.
-    import http.client  # noqa: PLC0415
-    import urllib.error  # noqa: PLC0415
-
-    from placewatch.http_opener import opener  # noqa: PLC0415
-
-    try:
-        with opener(proxies=False).open(url, timeout=HEALTH_TIMEOUT_S) as response:
-            return "ok" if 200 <= int(response.status) < 300 else "not ready"
-    except urllib.error.HTTPError:
-        return "not ready"
-    except (OSError, ValueError, http.client.HTTPException):
-        return "unreachable"

@@ -20,6 +20,7 @@ import anyio.to_thread
 
 from placewatch.schemas import ComputeStatus, GpuHealth, GpuSample, ShardBrief, SourceStatus
 
+from ..deadline import NEVER, Deadline
 from ..engines import owns_log
 from ..engines.evidence import EngineEvidence
 from ..engines.evidence.follow import EngineLogs, Evidence, Log
@@ -29,9 +30,10 @@ from .activity import Activity, ActivityWindows, Read, shard_usage
 from .attribution import Held, ProcTable, attribute, owner, unseen_holders
 from .discovered import DiscoveryWalks
 from .gpu_health import health_by_index, unhealthy, with_health
-from .liveness import ROUTER, Tracked, find_processes, named, readiness, settled
+from .liveness import ROUTER, Tracked, find_processes, named, settled
 from .lost_evidence import held, rotated
 from .placements import MAX_SHARDS, Placement, PlacementFeed, ShardsFile, placed
+from .readiness import ReadinessChecks
 from .silent_tools import engine_says_cpu
 from .verdict import GpuIds, Judgement, Observation, gpu_ids, judge
 
@@ -117,6 +119,7 @@ class ShardPass:
         self._owners_for: dict[int, str] = {}
         self._logs_wanted: dict[str, Log] = {}
         self.windows = ActivityWindows()
+        self.checks = ReadinessChecks()
         self.gpu_health: dict[int, GpuHealth] = {}
         """Each GPU's health as the GPU tools last told it: it stands while they fail (a GPU
         fallen off the bus may take its tool down with it)."""
@@ -144,10 +147,13 @@ class ShardPass:
         gpus_known: bool,
         read_at: float | None = None,
         silent: Sequence[str] = (),
+        *,
+        deadline: Deadline = NEVER,
     ) -> ShardsView:
         """Every shard's status on these GPU readings; `gpus_known`: a GPU tool answered;
         `read_at`: when the reading began (time.monotonic()), now when not given; `silent`:
-        the GPU sources that did not answer, named in what a shard they leave untold says."""
+        the GPU sources that did not answer, named in what a shard they leave untold says;
+        `deadline`: when what the engines answer (health URLs) stops being waited for."""
         placements, problems = placed(self.shards_file, self.bucket)
         if self.discovery:
             placements += await self._discovered(gpus, None if gpus_known else silent, placements)
@@ -169,7 +175,7 @@ class ShardPass:
         self.shared = liveness.shared_processes(self.tracked)
         self.shared_logs = liveness.shared_logs(self.tracked, self.shared)
         problems += self._refused(self.shared)
-        await self._readiness()
+        await self._readiness(deadline)
         evidence = await self._evidence()
         seen = self._attribute(gpus, gpus_known, exited)
         if gpus_known:
@@ -359,9 +365,12 @@ class ShardPass:
             problems.append(SourceStatus(name="placements", ok=False, error=said))
         return problems
 
-    async def _readiness(self) -> None:
+    async def _readiness(self, deadline: Deadline) -> None:
+        """Which shards are ready to be judged; a health URL that has not answered by
+        `deadline` leaves its shard not ready this tick (readiness.py)."""
         now = self.clock()
-        for t in self.tracked.values():
+        self.checks.keep_only(set(self.tracked))
+        for sid, t in self.tracked.items():
             if t.ready or t.pid is None:
                 continue
             # The start time the OS keeps: a restarted worker, or a one-off
@@ -371,7 +380,9 @@ class ShardPass:
             if not url:
                 t.ready = graced
                 continue
-            answer = await anyio.to_thread.run_sync(readiness, url)
+            answer = await self.checks.ask(sid, url, deadline)
+            if answer is None:
+                continue
             # Discovery only guesses a health URL from the command line: one that
             # nothing answers on is a wrong guess, and the grace period decides.
             guessed = t.placement.origin == "discovered"

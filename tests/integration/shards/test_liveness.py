@@ -21,10 +21,10 @@ from placewatch.worker.shards.liveness import (
     command_lines,
     find_processes,
     first_match,
-    readiness,
     settled,
 )
 from placewatch.worker.shards.placements import Placement
+from placewatch.worker.shards.readiness import readiness
 
 from tests.conftest import free_port, wait_older_than
 from tests.support.eventually import eventually

@@ -1,0 +1,161 @@
+"""A vendor's GPU read, waited for by a tick until the tick's deadline and no longer.
+
+A GPU tool can take far longer than a tick may wait: nvidia-smi hung in the driver after an
+Xid error runs until the probe timeout (5 s) kills it. A tick that waited for it published
+nothing meanwhile, and consumers counted a live node silent. So each vendor's reads run in
+a task of their own (`ChainReads.run`, in the sampler's task group): a tick asks for a read
+and waits for it until its deadline (worker/deadline.py). A read is never cut short for
+being late: it keeps its own limits (the probe timeout, and no new run of a tool stuck in
+the driver: probe.py), and its answer, when it comes, is the next tick's, if no fresher one
+came in time. A read under way is not asked for again. Only the first answer after the
+worker starts is waited for whole (as long as the probe timeout): before it there is no GPU
+to list, and every shard would read `unknown` at each start.
+
+A tick without a reading of a vendor's GPUs (no answer by the deadline, or a tool that
+failed) lists the GPUs that vendor last read, with none of their readings: what each GPU
+is (name, uuid, totals, health counts) stands, and what it does (use, memory, processes,
+clocks) is null, never the last value repeated as if read again. Its SourceStatus says
+why, and the sampler marks the whole reading unread (NodeReading.unread), so that no
+shard is judged on it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import anyio
+import msgspec
+from anyio.abc import TaskStatus
+
+from placewatch.schemas import GpuSample, SourceStatus
+from placewatch.schemas.messages import GPU_READINGS
+
+from ..deadline import NEVER, Deadline
+from . import ActivityWanted
+from .registry import VendorChain
+
+_NOT_READ = dict.fromkeys(GPU_READINGS)
+"""Every reading of a GPU, null."""
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What one read of a vendor's GPUs gave."""
+
+    gpus: list[GpuSample]
+    statuses: list[SourceStatus]
+    started: float
+    """When the read began (the clock's time)."""
+
+    @property
+    def read(self) -> bool:
+        """Whether it read the GPUs: it listed some, or a source answered (with none)."""
+        return bool(self.gpus) or any(s.ok for s in self.statuses)
+
+
+@dataclass(frozen=True)
+class ChainReading:
+    """What a tick has of one vendor's GPUs."""
+
+    gpus: list[GpuSample]
+    statuses: list[SourceStatus]
+    started: float
+    """When the read it took began; for a tick without one, when the tick asked."""
+    unread: bool = False
+    """`gpus` are the GPUs as last read, without readings: none was had this tick."""
+
+
+def unread(gpu: GpuSample) -> GpuSample:
+    """`gpu` as it is, without what it does now: every reading null, no process, its MIG
+    instances without their memory used, its health without its clock events."""
+    health = None if gpu.health is None else msgspec.structs.replace(gpu.health, clock_events=[])
+    mig = [msgspec.structs.replace(m, memory_used_bytes=None) for m in gpu.mig]
+    return msgspec.structs.replace(gpu, processes=[], mig=mig, health=health, **_NOT_READ)
+
+
+class ChainReads:
+    """The reads of one vendor's GPUs (its VendorChain), one at a time, in a task of their
+    own while `run` runs, else awaited whole (`placewatch sample` waits for everything)."""
+
+    def __init__(self, chain: VendorChain, clock: Callable[[], float] = time.monotonic) -> None:
+        self.chain = chain
+        self._clock = clock
+        self._asks, self._asked = anyio.create_memory_object_stream[ActivityWanted](1)
+        self._under_way: anyio.Event | None = None
+        """Set when the read under way ends; None while none is."""
+        self._answer: Answer | None = None
+        """The last answer, until a tick takes it."""
+        self._gpus: list[GpuSample] = []
+        """The GPUs the last read that read them listed."""
+        self._read_at: float | None = None
+        """When that read ended."""
+        self._answered = False
+        """A read ended, with GPUs or not."""
+        self._running = False
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Read whenever a tick asks, until cancelled."""
+        self._running = True
+        try:
+            task_status.started()
+            async for activity in self._asked:
+                self._answer = await self._read(activity)
+                if self._under_way is not None:
+                    self._under_way.set()
+                self._under_way = None
+        finally:
+            self._running = False
+
+    async def read(self, activity: ActivityWanted, deadline: Deadline = NEVER) -> ChainReading:
+        """The GPUs as read by `deadline` (the first answer, by whenever it comes): by a read
+        asked for now or one under way since an earlier tick, else by the answer that came
+        after the last tick stopped waiting, else as last read, without readings."""
+        asked = self._clock()
+        if not self._running or (self._under_way is None and self.chain.resting()):
+            # Nothing to wait on: no task to read in, or a vendor with no tool (at once).
+            self._answer = await self._read(activity)
+        else:
+            if self._under_way is None:
+                self._under_way = anyio.Event()
+                self._asks.send_nowait(activity)
+            under_way = self._under_way
+            # The first answer is waited for whole: before it there is no GPU to list, and
+            # a shard judged without it would be `unknown` at every start.
+            with (deadline if self._answered else NEVER).scope():
+                await under_way.wait()
+        answer, self._answer = self._answer, None
+        if answer is not None and answer.read:
+            return ChainReading(answer.gpus, answer.statuses, answer.started)
+        statuses = answer.statuses if answer is not None else [self._late()]
+        gpus = [unread(g) for g in self._gpus]
+        started = answer.started if answer is not None else asked
+        return ChainReading(gpus, statuses, started, unread=bool(gpus))
+
+    async def _read(self, activity: ActivityWanted) -> Answer:
+        started = self._clock()
+        gpus, statuses = await self.chain.sample(activity)
+        answer = Answer(gpus, statuses, started)
+        self._answered = True
+        if answer.read:
+            self._gpus, self._read_at = gpus, self._clock()
+        return answer
+
+    def _late(self) -> SourceStatus:
+        """The status of a source whose read did not end by the tick's deadline."""
+        chain = self.chain
+        name = chain.asking or (chain.current.name if chain.current else f"{chain.vendor} GPUs")
+        since = (
+            "no answer since the worker started"
+            if self._read_at is None
+            else f"last answer {self._clock() - self._read_at:.1f} s ago"
+        )
+        return SourceStatus(
+            name=name,
+            ok=False,
+            vendor=chain.vendor,
+            error=f"no answer within the tick's deadline; {since}: its GPUs are not read this "
+            "tick (a tool that keeps hanging may be stuck in the driver: check dmesg for Xid "
+            "errors)",
+        )
