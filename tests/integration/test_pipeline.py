@@ -97,7 +97,7 @@ def test_without_a_gpu_tool_the_source_says_so_and_no_shard_is_judged(
     assert [(b.shard, b.verdict) for b in tick.sample.shards] == [("a", "unknown")]
 
 
-def test_a_bad_shards_file_entry_is_listed_with_the_sources(
+def test_a_bad_shards_file_entry_is_listed_with_the_sources_and_answered_on_its_key(
     smi: FakeGpuTools, tmp_path: Path
 ) -> None:
     (tick,) = takes(settings(tmp_path, '[[shard]]\nid = "x"\ncolour = "red"\n'), 1)
@@ -106,7 +106,9 @@ def test_a_bad_shards_file_entry_is_listed_with_the_sources(
     problem = tick.sample.sources[1].error
     assert problem is not None
     assert "shard #1: unknown key 'colour'" in problem
-    assert tick.sample.shards == []
+    (status,) = tick.shards.statuses
+    assert (status.shard, status.verdict) == ("x", "unknown")
+    assert status.reason == f"placement refused: {problem}"
 
 
 def test_a_pipeline_without_a_session_makes_its_own(tmp_path: Path) -> None:

@@ -270,7 +270,9 @@ def test_placements_bucket_is_watched_live(
     final = wait_for_events(
         nats_server.url, lambda s: ("compute", "kv-shard", "gone") in s, timeout=5
     )
-    assert final[-2:] == [("fallback", "kv-shard", "resolved"), ("compute", "kv-shard", "gone")]
+    ours = [e for e in final if e[1] == "kv-shard"]
+    assert ours[-2:] == [("fallback", "kv-shard", "resolved"), ("compute", "kv-shard", "gone")]
+    assert ("compute", "broken", "unknown") in final  # the refused key is answered too
     code, _, _, err = worker.stop()
     assert code == 0
     assert "KV placewatch_placements key n2.broken: not JSON" in err
@@ -311,13 +313,18 @@ def test_a_bucket_placement_of_a_process_the_shards_file_places_is_refused(
                 break
         else:
             raise AssertionError(f"no source says the placement is refused: {errors}")
-    assert list(telemetry["shards"]) == ["file-shard"]
-    assert telemetry["shards"]["file-shard"]["verdict"] == "gpu"
+    assert {s: r["verdict"] for s, r in telemetry["shards"].items()} == {
+        "file-shard": "gpu",
+        "kv-shard": "unknown",  # refused, and said so on its own key
+    }
     # Nothing fired: the shard that holds the process keeps it and its verdict.
-    assert events_now(nats_server.url) == [("compute", "file-shard", "gpu")]
+    assert events_now(nats_server.url) == [
+        ("compute", "file-shard", "gpu"),
+        ("compute", "kv-shard", "unknown"),
+    ]
     code, _, _, err = worker.stop()
     assert code == 0, err
-    assert err.count(said) == 1
+    assert err.count(f"WARNING {said}") == 1  # logged once; its status says it once too
 
 
 def test_sample_json_lists_shards_and_verdicts_without_a_bus(
@@ -342,8 +349,9 @@ def test_sample_json_lists_shards_and_verdicts_without_a_bus(
     )
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
-    (brief,) = doc["shards"]
+    broken, brief = doc["shards"]
     assert (brief["shard"], brief["verdict"], brief["pid"]) == ("one", "gpu", pid)
+    assert (broken["shard"], broken["verdict"]) == ("broken", "unknown")  # refused, said so
     (process,) = [p for p in doc["gpus"][0]["processes"] if p["pid"] == pid]
     assert process["shard"] == "one"
     assert doc["gpus"][0]["foreign_bytes"] == (40960 - 2048) << 20

@@ -183,6 +183,8 @@ class ShardsFile:
         self.path = Path(path)
         self.specs: list[PlacementSpec] = []
         self.problems: list[str] = []
+        self.refused: dict[str, str] = {}
+        """Each shard whose entry was refused for its values, by the id it gives -> why."""
         self._seen: tuple[int, int, int] | None = None
         self._good = False  # read as a whole at least once
 
@@ -210,7 +212,7 @@ class ShardsFile:
             return False
         self._seen = stamp
         try:
-            self.specs, self.problems = read_shards_file(self.path)
+            self.specs, self.problems, self.refused = _read(self.path)
         except UnusableShardsFile as exc:
             self._unusable(str(exc))
             return True
@@ -242,6 +244,13 @@ def parse_shards_file(path: Path) -> tuple[list[PlacementSpec], list[str]]:
 def read_shards_file(path: Path) -> tuple[list[PlacementSpec], list[str]]:
     """The placements of a shards file and what is wrong with entries of it; raises
     UnusableShardsFile when the file as a whole cannot be used."""
+    specs, problems, _ = _read(path)
+    return specs, problems
+
+
+def _read(path: Path) -> tuple[list[PlacementSpec], list[str], dict[str, str]]:
+    """read_shards_file, and each entry refused for its values that gives a shard id no
+    valid entry gives -> why (its shard's status says so: refused.py)."""
     import tomllib  # noqa: PLC0415 - only a node given a shards file pays for it
 
     try:
@@ -264,11 +273,14 @@ def read_shards_file(path: Path) -> tuple[list[PlacementSpec], list[str]]:
         )
     specs: list[PlacementSpec] = []
     ids: set[str] = set()
+    refused: dict[str, str] = {}
     for number, raw in enumerate(entries, 1):
         try:
             spec = check_spec(raw, f"shards file {path}, shard #{number}")
         except ValueError as exc:
             problems.append(f"{exc}; that shard is skipped")
+            if (shard := _id_given(raw)) is not None:
+                refused.setdefault(shard, problems[-1])
             continue
         if spec.id in ids:
             problems.append(
@@ -277,7 +289,15 @@ def read_shards_file(path: Path) -> tuple[list[PlacementSpec], list[str]]:
             continue
         ids.add(spec.id)
         specs.append(spec)
-    return specs, problems
+    return specs, problems, {s: why for s, why in refused.items() if s not in ids}
+
+
+def _id_given(raw: object) -> str | None:
+    """The shard id an entry gives, where it gives one a shard can have."""
+    shard = raw.get("id") if isinstance(raw, dict) else None
+    if isinstance(shard, str) and 0 < len(shard.encode()) <= MAX_NAME_BYTES:
+        return shard
+    return None
 
 
 def placed(

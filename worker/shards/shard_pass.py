@@ -30,21 +30,17 @@ from .activity import Activity, ActivityWindows, Read, shard_usage
 from .attribution import Held, ProcTable, attribute, owner, unseen_holders
 from .discovered import DiscoveryWalks
 from .gpu_health import health_by_index, unhealthy, with_health
-from .liveness import ROUTER, Tracked, find_processes, named, settled
+from .liveness import ROUTER, Tracked, find_processes, settled
 from .lost_evidence import held, rotated
-from .placements import MAX_SHARDS, Placement, PlacementFeed, ShardsFile, placed
+from .placements import Placement, PlacementFeed, ShardsFile, placed
 from .readiness import ReadinessChecks
+from .refused import RefusedValues, at_most, refused_values, shared_reasons
 from .silent_tools import engine_says_cpu
 from .verdict import GpuIds, Judgement, Observation, gpu_ids, judge
 
 log = logging.getLogger(__name__)
 
 REPORT_IT = "please report it with the output of `placewatch sample --json`"
-
-
-def _at_most(placements: list[Placement], most: int) -> tuple[list[Placement], int]:
-    """The first `most` placements, and how many more there were."""
-    return placements[:most], max(len(placements) - most, 0)
 
 
 @dataclass(frozen=True)
@@ -110,9 +106,12 @@ class ShardPass:
         self.clock = clock
         self.tracked: dict[str, Tracked] = {}
         self.shared: dict[str, str] = {}
+        """Shards refused this tick for naming a process another shard holds -> that shard."""
+        self.refusals: dict[str, str] = {}
+        """Each of those -> why, as its status and `sources` say."""
         self.shared_logs: dict[str, str] = {}
         """Each shard whose log another shard's process writes too -> what to say of it."""
-        """Shards refused this tick for naming a process another shard holds -> that shard."""
+        self.refused_values = RefusedValues(node, session)
         self.table = ProcTable(proc_root)
         self.walks = DiscoveryWalks(clock)
         self._owners: dict[int, str | None] = {}
@@ -157,24 +156,16 @@ class ShardPass:
         placements, problems = placed(self.shards_file, self.bucket)
         if self.discovery:
             placements += await self._discovered(gpus, None if gpus_known else silent, placements)
-        placements, refused = _at_most(placements, MAX_SHARDS)
-        if refused:
-            problems.append(
-                SourceStatus(
-                    name="placements",
-                    ok=False,
-                    error=f"{len(placements) + refused} shards placed or found on this node, "
-                    f"more than the {MAX_SHARDS} a node takes: the last {refused} are not "
-                    "watched (docs/shards.md); spread them over more nodes",
-                )
-            )
+        placements, over = at_most(placements)
+        problems += over
         gone = self._track(placements)
         exited = self.table.refresh()
         if not settled(self.tracked.values(), self.table):
             await anyio.to_thread.run_sync(find_processes, self.tracked.values(), self.table)
         self.shared = liveness.shared_processes(self.tracked)
         self.shared_logs = liveness.shared_logs(self.tracked, self.shared)
-        problems += self._refused(self.shared)
+        self.refusals = shared_reasons(self.shared, self.tracked)
+        problems += self._refused()
         await self._readiness(deadline)
         evidence = await self._evidence()
         seen = self._attribute(gpus, gpus_known, exited)
@@ -191,12 +182,14 @@ class ShardPass:
                 activity.get(sid),
             )
             for sid, t in sorted(self.tracked.items())
-            if sid not in self.shared
         ]
+        refused, removed = self.refused_values.pass_(
+            refused_values(self.node, self.shards_file, self.bucket), set(self.tracked), now
+        )
         return ShardsView(
             gpus=seen.gpus,
-            statuses=statuses,
-            gone=[self._gone_status(p, now) for p in gone],
+            statuses=sorted([*statuses, *refused], key=lambda s: s.shard),
+            gone=[*(self._gone_status(p, now) for p in gone), *removed],
             problems=problems,
         )
 
@@ -232,6 +225,9 @@ class ShardPass:
         """One shard's verdict. Nothing about one shard stops the others: an error checking or
         judging it makes it `unknown`, saying what went wrong, and a verdict evidence gave
         stands through it as through any loss of evidence (lost_evidence.py)."""
+        if sid in self.refusals:
+            refused = Judgement("unknown", f"placement refused: {self.refusals[sid]}")
+            return held(t, refused, seen.gpus_known, now)
         if t.error is not None:
             lost = Judgement("unknown", f"placewatch could not check this shard: {t.error}")
             return held(t, lost, seen.gpus_known, now)
@@ -348,17 +344,12 @@ class ShardPass:
                 t.placement = placement
         return gone
 
-    def _refused(self, shared: dict[str, str]) -> list[SourceStatus]:
+    def _refused(self) -> list[SourceStatus]:
         """A problem in `sources` for each shard refused for naming a process that another
-        shard holds; a line in the log the first time."""
+        shard holds (its status says so too: refused.py); a line in the log the first time."""
         problems = []
-        for sid, holder in shared.items():
-            t, first = self.tracked[sid], self.tracked[holder]
-            said = (
-                f"{named(sid, t.placement)} names process {t.pid}, which "
-                f"{named(holder, first.placement)} holds: one process is one shard, so it is "
-                f"refused and {holder!r} keeps it; remove one of the two placements"
-            )
+        for sid, said in self.refusals.items():
+            t = self.tracked[sid]
             if t.said != said:
                 log.warning("%s", said)
                 t.said = said

@@ -20,7 +20,7 @@ from placewatch.worker.bus.events import EventTracker
 from placewatch.worker.engines.evidence.follow import EngineLogs
 from placewatch.worker.gpu import health
 from placewatch.worker.gpu.nvml import NvmlSource
-from placewatch.worker.shards import cgroup, shard_pass, verdict
+from placewatch.worker.shards import cgroup, refused, shard_pass, verdict
 from placewatch.worker.shards.placements import ShardsFile
 from placewatch.worker.shards.shard_pass import ShardPass
 from placewatch.worker.shards.verdict import Judgement, Observation
@@ -306,7 +306,7 @@ def test_a_shard_seen_as_last_tick_is_not_judged_again_and_a_change_is_at_once(
 def test_past_the_shards_a_node_takes_the_rest_are_refused_in_sources(
     sleepers: list[subprocess.Popen[bytes]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(shard_pass, "MAX_SHARDS", 3)
+    monkeypatch.setattr(refused, "MAX_SHARDS", 3)
     pids = [sleeper(sleepers) for _ in range(5)]
     shards = tmp_path / "shards.toml"
     shards.write_text(
@@ -352,7 +352,9 @@ def test_a_second_placement_of_a_held_process_is_refused_and_the_first_keeps_its
     )
     for _ in range(3):
         statuses, problems = anyio.run(once, backend="asyncio")
-        assert list(statuses) == ["first"]  # no status for the refused one
+        assert list(statuses) == ["again", "first"]
+        again = statuses["again"]  # an answer on its own key: refused, and why
+        assert (again.verdict, again.reason) == ("unknown", f"placement refused: {said}")
         first = statuses["first"]
         assert (first.verdict, [(d.index, d.used_bytes) for d in first.devices]) == (
             "gpu",
