@@ -39,6 +39,11 @@ from .sampler import NodeReading, NodeSampler
 from .shards.placements import PlacementFeed, ShardsFile
 from .shards.shard_pass import ShardPass, ShardsView
 
+LATE_INTERVALS = 1.5
+"""GPU readings missing for no longer than this many intervals are late, not lost: one
+tick's read that answered after its deadline serves the next tick, and the shards' verdicts
+stand unmarked meanwhile (shards/lost_evidence.py)."""
+
 
 def new_session() -> str:
     """An id for one run of a worker: consumers tell a restart from a gap by it."""
@@ -86,6 +91,7 @@ class Pipeline:
             bucket=bucket,
             discovery=settings.discover,
             logs=EngineLogs(),
+            late_s=LATE_INTERVALS * settings.interval,
         )
         chains = chains_for(
             settings.probe_timeout, settings.kfd_root, settings.gpu_sources, settings.interval

@@ -23,17 +23,26 @@ HELD = frozenset({"gpu", "partial", "cpu_fallback", "misplaced", "cpu"})
 is lost."""
 
 
-def held(t: Tracked, judged: Judgement, gpus_known: bool, now: datetime) -> Judgement:
+def held(
+    t: Tracked, judged: Judgement, gpus_known: bool, now: datetime, late_s: float = 0.0
+) -> Judgement:
     """The verdict to give: `judged`, unless it is `unknown` for want of evidence (the GPU
     tools silent, a log gone, an error) where evidence judged this same process before.
     That verdict then stands, marked stale since the last evidence, for as long as the
     evidence stays lost: only evidence ends a fallback (the shard seen computing where it
-    was placed, its process gone, or no longer placed; docs/shards.md, Lost evidence)."""
+    was placed, its process gone, or no longer placed; docs/shards.md, Lost evidence).
+
+    GPU readings missed for no longer than `late_s` are late, not lost: a tool that answers
+    after a tick's deadline serves the next tick (worker/gpu/reads.py), and a node whose
+    nvidia-smi takes a second to start would otherwise mark every verdict stale, and fresh
+    again, each time it lists its processes. Until then the verdict stands as it was."""
     known = t.known if t.known is not None and t.known[2] == t.pid else None
     if judged.verdict == "unknown":
         if known is None:
             return judged
         last, since, _ = known
+        if not gpus_known and (now - since).total_seconds() <= late_s:
+            return last
         lost = "the GPU tools have not answered" if not gpus_known else judged.reason
         return replace(
             last,

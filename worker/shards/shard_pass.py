@@ -95,6 +95,7 @@ class ShardPass:
         logs: EngineLogs | None = None,
         proc_root: Path = Path("/proc"),
         clock: Callable[[], float] = time.time,
+        late_s: float = 0.0,
     ) -> None:
         self.node = node
         self.session = session
@@ -104,6 +105,8 @@ class ShardPass:
         self.discovery = discovery
         self.logs = logs
         self.clock = clock
+        self.late_s = late_s
+        """How long GPU readings may be missing before a verdict is held stale (held())."""
         self.tracked: dict[str, Tracked] = {}
         self.shared: dict[str, str] = {}
         """Shards refused this tick for naming a process another shard holds -> that shard."""
@@ -227,12 +230,14 @@ class ShardPass:
         stands through it as through any loss of evidence (lost_evidence.py)."""
         if sid in self.refusals:
             refused = Judgement("unknown", f"placement refused: {self.refusals[sid]}")
-            return held(t, refused, seen.gpus_known, now)
+            return held(t, refused, seen.gpus_known, now, self.late_s)
         if t.error is not None:
             lost = Judgement("unknown", f"placewatch could not check this shard: {t.error}")
-            return held(t, lost, seen.gpus_known, now)
+            return held(t, lost, seen.gpus_known, now, self.late_s)
         if sid in self.shared_logs:
-            return held(t, Judgement("unknown", self.shared_logs[sid]), seen.gpus_known, now)
+            return held(
+                t, Judgement("unknown", self.shared_logs[sid]), seen.gpus_known, now, self.late_s
+            )
         if t.router:
             return Judgement("unknown", f"pid {t.pid} is a {ROUTER}")
         obs = Observation(
@@ -258,8 +263,8 @@ class ShardPass:
             lost = Judgement(
                 "unknown", f"placewatch could not judge this shard ({said}); {REPORT_IT}"
             )
-            return held(t, lost, seen.gpus_known, now)
-        return held(t, rotated(judged, evidence), seen.gpus_known, now)
+            return held(t, lost, seen.gpus_known, now, self.late_s)
+        return held(t, rotated(judged, evidence), seen.gpus_known, now, self.late_s)
 
     def _attribute(self, gpus: list[GpuSample], gpus_known: bool, exited: bool) -> _Attributed:
         shard_pids = {

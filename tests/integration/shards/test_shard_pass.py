@@ -220,6 +220,28 @@ def test_a_verdict_stands_marked_stale_for_as_long_as_the_gpu_tools_fail(
     assert judge_known(watch, [], known=False)["a"].stale is True
 
 
+def test_gpu_readings_a_tick_late_hold_the_verdict_unmarked_until_they_are_lost(
+    sleepers: list[subprocess.Popen[bytes]], tmp_path: Path
+) -> None:
+    pid = sleeper(sleepers)
+    shards = tmp_path / "shards.toml"
+    shards.write_text(f'[[shard]]\nid = "a"\npid = {pid}\ngpus = [0]\n')
+    watch = ShardPass(
+        "n1", "s1", grace_s=0, shards_file=ShardsFile(shards), discovery=False, late_s=0.3
+    )
+    good = judge_known(watch, gpu_listing(pid), known=True)["a"]
+    # A read that answered after the tick's deadline: the verdict stands as it was (the
+    # same status: nothing new to publish), not marked stale.
+    late = judge_known(watch, [], known=False)["a"]
+    assert (late.verdict, late.stale, late.reason) == ("gpu", False, good.reason)
+    assert late.devices == good.devices
+    # Missing for longer than late_s: lost, and held stale since the last reading.
+    deadline = time.monotonic() + 5
+    while not (lost := judge_known(watch, [], known=False)["a"]).stale:
+        assert time.monotonic() < deadline, lost
+    assert (lost.verdict, lost.stale_since) == ("gpu", good.time)
+
+
 def test_a_held_verdict_is_the_process_s_own_and_its_exit_is_evidence(
     sleepers: list[subprocess.Popen[bytes]], tmp_path: Path
 ) -> None:
