@@ -41,7 +41,7 @@ from .bus.lease import LeaseKeeper, node_lease
 from .bus.options import connect_options
 from .bus.outbox import EventOutbox
 from .bus.publish import Publisher
-from .bus.restore import missing
+from .bus.restore import fallbacks_left, missing
 from .bus.service import start_service
 from .bus.streams import StreamSettings
 from .config import ConfigError, Settings
@@ -186,8 +186,12 @@ async def _start_worker(
     outbox = EventOutbox(nc, settings.prefix, settings.encoding, streams=streams)
     tg.start_soon(outbox.keep_set_up)
     tracker = EventTracker(settings.node, session, settings.prefix)
+    previous: list[ComputeStatus] = []
+    fallbacks: dict[str, FallbackEvent] | None = None
     with anyio.move_on_after(PREVIOUS_WAIT_S):
-        tracker.seed(await outbox.previous(settings.node))
+        previous = await outbox.previous(settings.node)
+        fallbacks = await fallbacks_left(outbox, settings.node, PREVIOUS_WAIT_S)
+    tracker.seed(previous, fallbacks)
     publisher = Publisher(nc, settings.prefix, settings.encoding)
     worker = Worker(pipeline, tracker, publisher, outbox, latest=latest, beats=beats, lease=lease)
     # Drained with the connection at the end: no stop of its own.
@@ -244,9 +248,7 @@ class Worker:
         self._asks, self._asked = anyio.create_memory_object_stream[anyio.Event | None](math.inf)
 
     async def _tick(self) -> None:
-        if self.lease is not None and _waiting(self.lease.removals):
-            self.tracker.say_again()  # the bus may hold nothing of this node now
-            self.publisher.inventory_again()
+        removed = bool(self.lease is not None and _waiting(self.lease.removals))
         deadline = Deadline.for_tick(self.pipeline.interval_s)  # what inputs may take
         reading = await self.pipeline.read(deadline)  # 1. the GPUs and the host
         shards = await self.pipeline.judge(reading, deadline)  # 2. every shard, on those readings
@@ -263,6 +265,12 @@ class Worker:
         self.outbox.add(changes)
         if _waiting(self.outbox.appearances):  # the stores are back: what they lack of it
             self.outbox.add(await missing(self.outbox, self.tracker, shards.statuses))
+            self.publisher.inventory_again()
+        elif removed:  # `placewatch forget` while cut off may have removed what was said
+            lacking = await missing(
+                self.outbox, self.tracker, shards.statuses, "the node's lease was removed"
+            )
+            self.outbox.add(lacking)
             self.publisher.inventory_again()
         await self.outbox.flush()  # 4. the events, before the telemetry that tells of them
         await self.publisher.inventory(inventory)  # 5. the inventory, when it changed

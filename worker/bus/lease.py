@@ -87,7 +87,7 @@ class LeaseRemoved:
     """Told to the tick loop (`LeaseKeeper.removals`): a refresh found this worker's lease
     removed by someone else (`placewatch forget` while this worker could not refresh, or
     `nats kv del`) and took it again. What the bus kept of this node may be gone, so the
-    worker says it all again."""
+    worker says again what the bus lacks of it (bus/restore.py), and its inventory."""
 
 
 class LeaseHeld(Exception):
@@ -375,8 +375,9 @@ class LeaseKeeper:
             self._removed.send_nowait(LeaseRemoved())
         log.warning(
             "node %s's lease was removed while this worker held it (`placewatch forget` while "
-            "it could not refresh, or deleted by hand): taken again, and every shard's status "
-            "and the inventory are published again",
+            "it could not refresh, or deleted by hand): taken again; what the bus lacks of what "
+            "this worker said (a status, a fallback resolved meanwhile) and the inventory are "
+            "published again",
             self.lease.node,
         )
 

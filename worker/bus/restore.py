@@ -1,4 +1,4 @@
-"""What is true now, stored where the stores lack it once they appear.
+"""What is true now, stored where the stores lack it; what earlier sessions left firing.
 
 A worker that started on a server without JetStream, or whose stream or bucket was deleted,
 published its events as core messages (or could not publish them) while there was nowhere to
@@ -6,7 +6,12 @@ keep them: a consumer that starts later would read nothing of a shard that fires
 streams and the compute bucket exist again, the next tick stores each shard's current status
 where the bucket's value for its key says something else (or nothing), and a firing event for
 each fallback under way where the stream's last event on its subject is not a firing one, so
-that no consumer is told twice that a fallback fired. The inventory is published again.
+that no consumer is told twice that a fallback fired. The inventory is published again. A
+lease found removed (`placewatch forget` while the worker was cut off, or a person deleting
+the key) is answered the same way: what forget resolved fires again, and nothing else does.
+
+A worker that starts reads the last fallback event of each of its node's shards
+(`fallbacks_left`): one whose last event is a firing one is under way, and not fired again.
 """
 
 from __future__ import annotations
@@ -17,11 +22,13 @@ from collections.abc import Sequence
 import nats.errors
 import nats.js.errors
 
+from placewatch.retained import Incomplete, last_per_subject
 from placewatch.schemas import (
     ComputeStatus,
     DecodeError,
     FallbackEvent,
     decode,
+    on_own_subject,
     subjects,
     value_headers,
 )
@@ -33,9 +40,13 @@ log = logging.getLogger(__name__)
 
 
 async def missing(
-    outbox: EventOutbox, tracker: EventTracker, statuses: Sequence[ComputeStatus]
+    outbox: EventOutbox,
+    tracker: EventTracker,
+    statuses: Sequence[ComputeStatus],
+    why: str = "the stores are back",
 ) -> list[Outgoing]:
-    """The statuses and firing events the stores lack, each with an id of this session."""
+    """The statuses and firing events the stores lack, each with an id of this session;
+    `why` they may lack them starts the line that says how many."""
     out: list[Outgoing] = []
     firing = tracker.firing()
     # What waits in the outbox is stored once the stores take it: not said twice.
@@ -60,10 +71,39 @@ async def missing(
             out += tracker.again(status, fire=fire)
     if out:
         log.warning(
-            "the stores are back: %d statuses and fallback events stored again, what is true now",
-            len(out),
+            "%s: %d statuses and fallback events stored again, what is true now", why, len(out)
         )
     return out
+
+
+async def fallbacks_left(
+    outbox: EventOutbox, node: str, within: float
+) -> dict[str, FallbackEvent] | None:
+    """Each of `node`'s shards' last fallback event in the events stream, by shard: what
+    earlier sessions (or `placewatch forget`) left firing or resolved. None where the
+    stream cannot be read within `within` seconds: the compute bucket then decides
+    (EventTracker.seed)."""
+    subject = subjects.node_fallbacks(node, outbox.prefix)
+    try:
+        kept = await last_per_subject(
+            outbox.nc, outbox.stores.events.name, subject, within, complete=True
+        )
+    except (nats.errors.Error, TimeoutError, Incomplete) as exc:
+        log.warning(
+            "cannot read %s's last fallback events (%s): the compute bucket says which fire",
+            node,
+            str(exc) or type(exc).__name__,
+        )
+        return None
+    found: dict[str, FallbackEvent] = {}
+    for msg in kept:
+        try:
+            event = decode(msg.data or b"", FallbackEvent, msg.headers or {})
+        except DecodeError:
+            continue
+        if on_own_subject(event, msg.subject):
+            found[event.status.shard] = event
+    return found
 
 
 async def _status_stored(outbox: EventOutbox, node: str, status: ComputeStatus) -> bool:

@@ -163,15 +163,52 @@ def test_forget_says_each_shard_gone_and_resolves_what_was_left_firing_under_its
         assert said.placed_gpus == [1]  # what it was placed on, as the worker last said
 
 
-def test_say_again_publishes_every_status_at_the_next_tick_and_fires_again() -> None:
-    t = EventTracker("n1", "s1")
-    t.changes([status("cpu_fallback")])
-    assert t.changes([status("cpu_fallback")]) == []
-    t.say_again()
-    again = t.changes([status("cpu_fallback")])
-    assert kinds(again) == [
+def firing(verdict: str, shard: str = "llama-a", state: str = "firing") -> FallbackEvent:
+    return FallbackEvent(
+        state=state,  # type: ignore[arg-type]
+        status=msgspec.structs.replace(status(verdict), shard=shard, session="s1"),
+    )
+
+
+def test_a_fallback_whose_last_event_fired_is_not_fired_again_whatever_the_bucket_says() -> None:
+    # Stopped between its firing event and the status after it: the bucket says `gpu`.
+    t = EventTracker("n1", "s2")
+    t.seed([status("gpu", (1,))], {"llama-a": firing("cpu_fallback")})
+    assert kinds(t.changes([status("cpu_fallback")])) == [
+        ("placewatch.compute.n1.llama-a", "cpu_fallback")
+    ]
+    assert kinds(t.changes([status("gpu", (1,))])) == [
+        ("placewatch.fallback.n1.llama-a", "resolved"),
+        ("placewatch.compute.n1.llama-a", "gpu"),
+    ]
+
+
+def test_a_fallback_resolved_in_the_stream_fires_again_whatever_the_bucket_says() -> None:
+    # `placewatch forget`, or a worker stopped between its resolved event and the status.
+    t = EventTracker("n1", "s2")
+    t.seed([status("cpu_fallback")], {"llama-a": firing("gpu", state="resolved")})
+    assert kinds(t.changes([status("cpu_fallback")])) == [
         ("placewatch.fallback.n1.llama-a", "firing"),
         ("placewatch.compute.n1.llama-a", "cpu_fallback"),
     ]
-    assert [o.msg_id for o in again] == ["n1.llama-a.s1.2.firing", "n1.llama-a.s1.2"]  # new ids
-    assert t.changes([status("cpu_fallback")]) == []
+
+
+def test_a_shard_the_stream_says_nothing_of_is_judged_by_the_bucket() -> None:
+    # Its events aged out of the stream, or the stream could not be read (None).
+    nothing: dict[str, FallbackEvent] = {}
+    for told in (nothing, None):
+        t = EventTracker("n1", "s2")
+        t.seed([status("cpu_fallback")], told)
+        assert kinds(t.changes([status("cpu_fallback")])) == [
+            ("placewatch.compute.n1.llama-a", "cpu_fallback")
+        ]
+
+
+def test_a_firing_shard_with_no_status_left_is_resolved_gone_when_not_found() -> None:
+    t = EventTracker("n1", "s2")
+    t.seed([], {"old": firing("misplaced", shard="old")})
+    out = t.changes([])
+    assert kinds(out) == [
+        ("placewatch.fallback.n1.old", "resolved"),
+        ("placewatch.compute.n1.old", "gone"),
+    ]
