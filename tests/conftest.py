@@ -21,6 +21,7 @@ import pytest
 from placewatch.worker.config import GPU_SOURCES
 from placewatch.worker.embedded import find_binary
 from placewatch.worker.gpu import nvml
+from placewatch.worker.shards.scope import ProcessScope
 
 from tests.support.child import LoggedChild
 from tests.support.gpu_tool import APPS_BASE
@@ -30,6 +31,17 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 FAKE_TOOL = Path(__file__).resolve().parent / "support" / "gpu_tool.py"
 SHARED = ROOT.parent / "shared"
 CORPUS = SHARED / "corpus"
+
+SEAL = "SEALED_PLACEWATCH_TEST"
+"""Every process a test starts carries this mark in its environment (set below, inherited),
+and every worker a test starts (clean_env) considers only processes that carry it
+(`discover_env`, worker/shards/scope.py): engines another job runs on the machine are
+none of a test's shards. One value for each pytest process."""
+os.environ.setdefault(SEAL, f"{os.getpid()}-{time.time_ns()}")
+SEALED = f"{SEAL}={os.environ[SEAL]}"
+"""The `discover_env` of a test's workers."""
+SCOPE = ProcessScope.parse(SEALED)
+"""The same, for a discovery, `match` or shard pass a test runs in its own process."""
 
 needs_corpus = pytest.mark.skipif(
     not CORPUS.is_dir(), reason="../shared/corpus is not beside the project (only in CI)"
@@ -205,6 +217,7 @@ def clean_env() -> dict[str, str]:
         if d and not any((Path(d) / t).exists() for t in ("nvidia-smi", "rocm-smi", "amd-smi"))
     ]
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), *keep])
+    env["PLACEWATCH_DISCOVER_ENV"] = SEALED
     if real_nvml():
         env["PLACEWATCH_GPU_SOURCES"] = ",".join(s for s in GPU_SOURCES if s != "nvml")
     return env
