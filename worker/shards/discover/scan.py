@@ -126,8 +126,9 @@ def _scan(processes: Iterable[psutil.Process]) -> dict[int, _Seen]:
 def _scan_proc(root: str = "/proc") -> dict[int, _Seen]:
     """`_scan` over every process, reading /proc by hand; empty where there is no /proc.
 
-    psutil's walk cost 56 µs a process on a 2-core VM (each Process it keeps is checked
-    again by its start time before its command line is read); this one, 19.
+    psutil's walk checks each Process it keeps again by its start time before its command
+    line is read; this one reads the command line alone (bench/tick_cost.py and
+    bench/loop_cost.py run it with discovery on).
     The psutil.Process of each is made only when it is asked for (an engine, its ancestors):
     `_process`.
     """
