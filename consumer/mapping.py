@@ -43,7 +43,9 @@ log = logging.getLogger(__name__)
 
 SEE = "docs/operations.md, Partitions"
 MAX_N = 1024
-"""The largest N a check tries when it asks whether another N fits what it saw."""
+"""The largest N a check tries when it asks whether another N fits what it saw: the largest
+any command takes (placewatch/arguments.py, MOST_PARTITIONS; this package imports the
+contract and nats alone, for a gateway to embed)."""
 KINDS = ("unmapped", "more_partitions", "other_partitions", "stream_copies")
 """What a check may find: servers without the mapping, with more partitions than N, with
 another number of them, or a stream that keeps nodes where N does not put them."""

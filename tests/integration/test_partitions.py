@@ -572,7 +572,9 @@ def test_placewatch_partition_names_the_subject_a_real_server_delivers_on(
 def test_placewatch_partition_refuses_no_partitions_in_one_line() -> None:
     done = run_placewatch("partition", "gpu-07", "--partitions", "0")
     assert done.returncode == 2
-    assert done.stderr.startswith("placewatch: --partitions: 0 partitions: give the N")
+    assert done.stderr.startswith(
+        "placewatch partition: error: argument --partitions: 0 partitions: give the N"
+    )
     assert len(done.stderr.splitlines()) == 1
 
 
