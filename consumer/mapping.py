@@ -38,6 +38,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
 from placewatch.schemas import partitions, subjects
+from placewatch.schemas.printable import printable
 
 log = logging.getLogger(__name__)
 
@@ -171,4 +172,4 @@ class PartitionCheck:
         if kind in self.found:
             return
         self.found[kind] = problem
-        log.warning("partition %s/%s: %s", self.partition, self.count, problem)
+        log.warning("partition %s/%s: %s", self.partition, self.count, printable(problem))

@@ -14,6 +14,7 @@ import math
 from typing import NoReturn
 
 from placewatch.schemas import partitions
+from placewatch.schemas.printable import printable
 from placewatch.schemas.subjects import MAX_NAME_BYTES
 
 MOST_S = 86400.0
@@ -33,8 +34,8 @@ class Parser(argparse.ArgumentParser):
     of this class too (add_subparsers makes them of the parser's own class)."""
 
     def error(self, message: str) -> NoReturn:
-        line = message.replace("\r", "\\r").replace("\n", "\\n")
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {line}\n")
+        """One line, whatever the arguments it quotes hold (schemas/printable.py)."""
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {printable(message)}\n")
 
 
 def seconds(text: str) -> float:

@@ -167,11 +167,12 @@ COMMANDS = {
 
 def _partition(args: argparse.Namespace) -> int:
     from placewatch.schemas import partitions, subjects
+    from placewatch.schemas.printable import printable
 
     found = partitions.partition_of(args.node, args.partitions)  # N checked as it was read
     token = subjects.token(args.node)
     print(
-        f"{args.node}: partition {found} of {args.partitions} (FNV-1a of {token!r}: "
+        f"{printable(args.node)}: partition {found} of {args.partitions} (FNV-1a of {token!r}: "
         f"{partitions.node_hash(args.node)})"
     )
     for kind in partitions.PARTITIONED:

@@ -588,3 +588,18 @@ def test_the_documented_shell_way_computes_the_same_partition() -> None:
             ["bash", "-c", script], capture_output=True, text=True, check=True, timeout=10
         )
         assert int(done.stdout) == partition_of(node, 16), node
+
+
+def test_placewatch_partition_prints_a_hostile_name_as_its_escapes() -> None:
+    node = "gpu\x1b]0;pwned\x07\x1b[2J\u202e-07\nsecond"
+    done = run_placewatch("partition", node, "--partitions", "4")
+    assert done.returncode == 0, done.stderr
+    assert not any(c in done.stdout for c in ("\x1b", "\x07", "\u202e"))
+    header, *subjects_shown = done.stdout.splitlines()
+    assert header.startswith(
+        rf"gpu\x1b]0;pwned\x07\x1b[2J\u202e-07\nsecond: partition {partition_of(node, 4)} of 4 "
+    )
+    assert [s.strip() for s in subjects_shown] == [
+        mapped("telemetry", node, 4),
+        mapped("inventory", node, 4),
+    ]

@@ -228,6 +228,30 @@ def test_prometheus_scrapes_the_exporter_through_1000_slow_connections(
     assert code == 0, err
 
 
+def test_a_hostile_node_name_reaches_metrics_as_its_escapes(
+    nats_server: NatsServer, exporters: list[Exporter]
+) -> None:
+    """A node named to retitle and clear a terminal, ring, reverse the text after it and break
+    a line: /metrics shows it as escapes, printed in a terminal as plain text."""
+    hostile = "gpu\x1b]0;pwned\x07\x1b[2J\u202e-09\nsecond"
+    shown = r"gpu\x1b]0;pwned\x07\x1b[2J\u202e-09\nsecond"
+    exporter = Exporter(nats_server.url)
+    exporters.append(exporter)
+    wire = f'placewatch_node_up{{node="{shown.replace(chr(92), chr(92) * 2)}"}} 1.0'
+    publish_until(
+        nats_server.url, sick_node(hostile, datetime.now(UTC)), lambda: wire in exporter.metrics()
+    )
+    text = exporter.metrics()
+    assert not any(c in text for c in ("\x1b", "\x07", "\u202e")), text
+    assert all(line.isprintable() for line in text.splitlines())
+    up = samples(text, "placewatch_node_up")
+    assert [s.labels for s in up] == [{"node": shown}]
+    hostnames = {s.labels["Hostname"] for s in samples(text, "DCGM_FI_DEV_FB_USED")}
+    assert hostnames == {shown}
+    code, err = exporter.stop()
+    assert code == 0, err
+
+
 def test_a_node_that_stops_sending_leaves_metrics_after_stale_after(
     node: ShardNode, exporters: list[Exporter]
 ) -> None:
