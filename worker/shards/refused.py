@@ -16,6 +16,7 @@ or bucket with thousands of bad values is told in `sources`, not in thousands of
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from datetime import datetime
 
@@ -23,6 +24,8 @@ from placewatch.schemas import ComputeStatus, SourceStatus, subjects
 
 from .liveness import Tracked, named
 from .placements import MAX_SHARDS, Placement, PlacementFeed, ShardsFile
+
+log = logging.getLogger(__name__)
 
 
 def at_most(placements: list[Placement]) -> tuple[list[Placement], list[SourceStatus]]:
@@ -50,6 +53,21 @@ def shared_reasons(shared: Mapping[str, str], tracked: Mapping[str, Tracked]) ->
             f"refused and {holder!r} keeps it; remove one of the two placements"
         )
     return reasons
+
+
+def refusals_told(
+    refusals: Mapping[str, str], tracked: Mapping[str, Tracked]
+) -> list[SourceStatus]:
+    """A problem in `sources` for each shard refused for naming a process that another shard
+    holds (`refusals`, shared_reasons'), every tick; a line in the log the first time."""
+    problems = []
+    for sid, said in refusals.items():
+        t = tracked[sid]
+        if t.said != said:
+            log.warning("%s", said)
+            t.said = said
+        problems.append(SourceStatus(name="placements", ok=False, error=said))
+    return problems
 
 
 def shard_of_key(node: str, key: str) -> str | None:

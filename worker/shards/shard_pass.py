@@ -9,6 +9,7 @@ EngineLogs, which hands the pass what each log says so far.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -28,13 +29,15 @@ from ..gpu import ActivityWanted
 from . import liveness
 from .activity import Activity, ActivityWindows, Read, shard_usage
 from .attribution import Held, ProcTable, attribute, owner, unseen_holders
+from .discover import discover
 from .discovered import DiscoveryWalks
 from .gpu_health import health_by_index, unhealthy, with_health
 from .liveness import ROUTER, Tracked, find_processes, settled
 from .lost_evidence import held, rotated
 from .placements import Placement, PlacementFeed, ShardsFile, placed
 from .readiness import ReadinessChecks
-from .refused import RefusedValues, at_most, refused_values, shared_reasons
+from .refused import RefusedValues, at_most, refusals_told, refused_values, shared_reasons
+from .scope import EVERY, ProcessScope
 from .silent_tools import engine_says_cpu
 from .verdict import GpuIds, Judgement, Observation, gpu_ids, judge
 
@@ -95,6 +98,7 @@ class ShardPass:
         logs: EngineLogs | None = None,
         proc_root: Path = Path("/proc"),
         clock: Callable[[], float] = time.time,
+        scope: ProcessScope = EVERY,
         late_s: float = 0.0,
     ) -> None:
         self.node = node
@@ -116,7 +120,9 @@ class ShardPass:
         """Each shard whose log another shard's process writes too -> what to say of it."""
         self.refused_values = RefusedValues(node, session)
         self.table = ProcTable(proc_root)
-        self.walks = DiscoveryWalks(clock)
+        self.scope = scope
+        """The processes discovery and `match` consider (scope.py)."""
+        self.walks = DiscoveryWalks(clock, walk=functools.partial(discover, scope=scope))
         self._owners: dict[int, str | None] = {}
         self._owners_for: dict[int, str] = {}
         self._logs_wanted: dict[str, Log] = {}
@@ -164,11 +170,13 @@ class ShardPass:
         gone = self._track(placements)
         exited = self.table.refresh()
         if not settled(self.tracked.values(), self.table):
-            await anyio.to_thread.run_sync(find_processes, self.tracked.values(), self.table)
+            await anyio.to_thread.run_sync(
+                find_processes, self.tracked.values(), self.table, self.scope
+            )
         self.shared = liveness.shared_processes(self.tracked)
         self.shared_logs = liveness.shared_logs(self.tracked, self.shared)
         self.refusals = shared_reasons(self.shared, self.tracked)
-        problems += self._refused()
+        problems += refusals_told(self.refusals, self.tracked)
         await self._readiness(deadline)
         evidence = await self._evidence()
         seen = self._attribute(gpus, gpus_known, exited)
@@ -348,18 +356,6 @@ class ShardPass:
             else:
                 t.placement = placement
         return gone
-
-    def _refused(self) -> list[SourceStatus]:
-        """A problem in `sources` for each shard refused for naming a process that another
-        shard holds (its status says so too: refused.py); a line in the log the first time."""
-        problems = []
-        for sid, said in self.refusals.items():
-            t = self.tracked[sid]
-            if t.said != said:
-                log.warning("%s", said)
-                t.said = said
-            problems.append(SourceStatus(name="placements", ok=False, error=said))
-        return problems
 
     async def _readiness(self, deadline: Deadline) -> None:
         """Which shards are ready to be judged; a health URL that has not answered by
