@@ -21,6 +21,7 @@ shard is judged on it.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,6 +36,8 @@ from placewatch.schemas.messages import GPU_READINGS
 from ..deadline import NEVER, Deadline
 from . import ActivityWanted
 from .registry import VendorChain
+
+log = logging.getLogger(__name__)
 
 _NOT_READ = dict.fromkeys(GPU_READINGS)
 """Every reading of a GPU, null."""
@@ -101,7 +104,11 @@ class ChainReads:
         try:
             task_status.started()
             async for activity in self._asked:
-                self._answer = await self._read(activity)
+                try:
+                    self._answer = await self._read(activity)
+                except Exception as exc:  # a defect in a source must not stop the worker
+                    log.exception("reading the %s GPUs failed", self.chain.vendor)
+                    self._answer = Answer([], [self._failed(exc)], self._clock())
                 if self._under_way is not None:
                     self._under_way.set()
                 self._under_way = None
@@ -142,19 +149,31 @@ class ChainReads:
             self._gpus, self._read_at = gpus, self._clock()
         return answer
 
+    def _name(self) -> str:
+        """The source a read waits on: the one asked now, else the one in use."""
+        chain = self.chain
+        return chain.asking or (chain.current.name if chain.current else f"{chain.vendor} GPUs")
+
+    def _failed(self, exc: Exception) -> SourceStatus:
+        return SourceStatus(
+            name=self._name(),
+            ok=False,
+            vendor=self.chain.vendor,
+            error=f"placewatch could not read it ({type(exc).__name__}: {exc}); please report "
+            "it with the output of `placewatch sample --json`",
+        )
+
     def _late(self) -> SourceStatus:
         """The status of a source whose read did not end by the tick's deadline."""
-        chain = self.chain
-        name = chain.asking or (chain.current.name if chain.current else f"{chain.vendor} GPUs")
         since = (
             "no answer since the worker started"
             if self._read_at is None
             else f"last answer {self._clock() - self._read_at:.1f} s ago"
         )
         return SourceStatus(
-            name=name,
+            name=self._name(),
             ok=False,
-            vendor=chain.vendor,
+            vendor=self.chain.vendor,
             error=f"no answer within the tick's deadline; {since}: its GPUs are not read this "
             "tick (a tool that keeps hanging may be stuck in the driver: check dmesg for Xid "
             "errors)",

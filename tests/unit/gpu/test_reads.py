@@ -39,24 +39,31 @@ class Gated:
 
     name: str = "nvidia-smi"
     vendor: Vendor = "nvidia"
-    answers: list[tuple[anyio.Event, list[GpuSample], str | None]] = field(default_factory=list)
+    answers: list[tuple[anyio.Event, list[GpuSample], str | None, Exception | None]] = field(
+        default_factory=list
+    )
     asked: int = 0
     answered: int = 0
 
     def unavailable(self) -> str | None:
         return None
 
-    def answer(self, gpus: list[GpuSample], error: str | None = None) -> anyio.Event:
-        """The next call's answer (a failure with `error`), given once the event is set."""
+    def answer(
+        self, gpus: list[GpuSample], error: str | None = None, raises: Exception | None = None
+    ) -> anyio.Event:
+        """The next call's answer (a failure with `error`; a defect that `raises`), given
+        once the event is set."""
         gate = anyio.Event()
-        self.answers.append((gate, gpus, error))
+        self.answers.append((gate, gpus, error, raises))
         return gate
 
     async def sample(self, activity: ActivityWanted = "no") -> tuple[list[GpuSample], SourceStatus]:
-        gate, gpus, error = self.answers[self.asked]
+        gate, gpus, error, raises = self.answers[self.asked]
         self.asked += 1
         await gate.wait()
         self.answered += 1
+        if raises is not None:
+            raise raises
         return gpus, SourceStatus(name=self.name, ok=error is None, error=error, vendor="nvidia")
 
 
@@ -177,3 +184,24 @@ def test_unread_keeps_what_a_gpu_is_and_drops_what_it_does(clock_events: tuple[s
     assert listed.health is not None and listed.health.clock_events == []
     assert listed.health.ecc_uncorrected_volatile == 2
     assert {f: getattr(listed, f) for f in GPU_READINGS} == dict.fromkeys(GPU_READINGS)
+
+
+def test_a_source_that_raises_fails_its_read_and_the_reads_go_on() -> None:
+    source = Gated()
+    sampler = NodeSampler([VendorChain("nvidia", [source])], HostSampler())
+
+    async def ticks() -> tuple[NodeReading, NodeReading]:
+        async with anyio.create_task_group() as tg:
+            await tg.start(sampler.run)
+            source.answer([], raises=RuntimeError("a defect")).set()
+            broken, _ = await tick(sampler, 5.0)
+            source.answer([gpu(1000)]).set()
+            mended, _ = await tick(sampler, 5.0)
+            tg.cancel_scope.cancel()
+        return broken, mended
+
+    broken, mended = anyio.run(ticks, backend="asyncio")
+    (status,) = broken.sources
+    assert not status.ok and status.error is not None
+    assert status.error.startswith("placewatch could not read it (RuntimeError: a defect)")
+    assert mended.gpus_known and mended.gpus[0].memory_used_bytes == 1000 << 20
