@@ -151,12 +151,6 @@ def fallback(node: str, shard: str, prefix: str = DEFAULT_PREFIX) -> str:
     return f"{prefix}.fallback.{token(node)}.{token(shard)}"
 
 
-def node_fallbacks(node: str, prefix: str = DEFAULT_PREFIX) -> str:
-    """The fallback subjects of every shard of one node: a restarted worker reads the last
-    event of each, so that it fires none a second time."""
-    return f"{prefix}.fallback.{token(node)}.*"
-
-
 def forgotten(node: str, prefix: str = DEFAULT_PREFIX) -> str:
     """Where `placewatch forget` says the node is gone for good (a NodeForgotten)."""
     return f"{prefix}.forgotten.{token(node)}"

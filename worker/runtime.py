@@ -41,7 +41,7 @@ from .bus.lease import LeaseKeeper, node_lease
 from .bus.options import connect_options
 from .bus.outbox import EventOutbox
 from .bus.publish import Publisher
-from .bus.restore import fallbacks_left, missing
+from .bus.restore import lacking, missing
 from .bus.service import start_service
 from .bus.streams import StreamSettings
 from .config import ConfigError, Settings
@@ -186,12 +186,8 @@ async def _start_worker(
     outbox = EventOutbox(nc, settings.prefix, settings.encoding, streams=streams)
     tg.start_soon(outbox.keep_set_up)
     tracker = EventTracker(settings.node, session, settings.prefix)
-    previous: list[ComputeStatus] = []
-    fallbacks: dict[str, FallbackEvent] | None = None
     with anyio.move_on_after(PREVIOUS_WAIT_S):
-        previous = await outbox.previous(settings.node)
-        fallbacks = await fallbacks_left(outbox, settings.node, PREVIOUS_WAIT_S)
-    tracker.seed(previous, fallbacks)
+        tracker.seed(await outbox.previous(settings.node))
     publisher = Publisher(nc, settings.prefix, settings.encoding)
     worker = Worker(pipeline, tracker, publisher, outbox, latest=latest, beats=beats, lease=lease)
     # Drained with the connection at the end: no stop of its own.
@@ -266,11 +262,8 @@ class Worker:
         if _waiting(self.outbox.appearances):  # the stores are back: what they lack of it
             self.outbox.add(await missing(self.outbox, self.tracker, shards.statuses))
             self.publisher.inventory_again()
-        elif removed:  # `placewatch forget` while cut off may have removed what was said
-            lacking = await missing(
-                self.outbox, self.tracker, shards.statuses, "the node's lease was removed"
-            )
-            self.outbox.add(lacking)
+        elif removed:  # `placewatch forget` while cut off may have spoken over this worker
+            self.outbox.add(await lacking(self.outbox, self.tracker, shards.statuses))
             self.publisher.inventory_again()
         await self.outbox.flush()  # 4. the events, before the telemetry that tells of them
         await self.publisher.inventory(inventory)  # 5. the inventory, when it changed

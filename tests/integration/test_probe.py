@@ -149,11 +149,15 @@ def test_a_worker_whose_nvidia_smi_leaves_children_reads_it_and_leaves_nothing(
         docs = [sub.next(timeout=3).json() for _ in range(5)]  # a 5 s timeout would miss
     code, _, _, err = worker.stop()
     assert code == 0, err
-    sources = [d["sources"] for d in docs if isinstance(d, dict)]
-    assert [(s[0]["name"], s[0]["ok"]) for s in sources] == [("nvidia-smi", True)] * 5
-    last = docs[-1]
-    assert isinstance(last, dict)
-    assert last["gpus"][0]["memory_used_bytes"] == 40960 * MiB
+    sources = [d["sources"][0] for d in docs if isinstance(d, dict)]
+    assert [s["name"] for s in sources] == ["nvidia-smi"] * 5
+    # Each run is read as it exits, whatever its child holds: none waits out the probe
+    # timeout. A tick that had no answer by its deadline (0.08 s at this interval: a spawn
+    # of the stand-in can take longer) says so, and a later one takes it.
+    assert sources[0]["ok"]  # the first answer is waited for
+    assert all(s["ok"] or "no answer within the tick's deadline" in s["error"] for s in sources)
+    read = [d for d in docs if isinstance(d, dict) and d["sources"][0]["ok"]]
+    assert read[-1]["gpus"][0]["memory_used_bytes"] == 40960 * MiB
     pids = pids_of(fake_gpu, "nvidia-smi")
     # The GPU query loops in one long-lived tool, the processes are asked at least once,
     # and each run leaves a child holding its output open: at least four pids.

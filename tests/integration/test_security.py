@@ -324,7 +324,8 @@ def test_no_secret_in_a_url_reaches_telemetry_statuses_logs_or_doctor(
     ]
     published = [json.loads(m.payload) for m in seen if ".compute." in m.subject]
     statuses = {s["shard"]: s["verdict"] for s in published}
-    assert statuses == {"s0": "gpu", "s1": "starting"}  # s2 refused: its port is no number
+    # s2 refused (its port is no number), and told so on its own key
+    assert statuses == {"s0": "gpu", "s1": "starting", "s2": "unknown"}
     assert "`health_url` has a port that is not a number" in err
     assert any(b"`health_url` has a port that is not a number" in m.payload for m in seen)
     everything = [err, out, sample.stdout, sample.stderr, doctor.stdout, doctor.stderr]

@@ -10,13 +10,12 @@ for a problem's count rising on a GPU already unhealthy. A fallback fires on ent
 `partial`, `cpu_fallback` or `misplaced` and resolves on leaving it, `gone`
 included. Message ids are the node, shard, session and the shard's status
 number, so a retried publish is stored once, and a restarted worker (a new
-session) reports every shard once again, but fires no fallback whose last event
-in the stream is a firing one (seed).
+session) reports every shard once again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -59,29 +58,13 @@ class EventTracker:
         self._firing: set[str] = set()
         self._seeded: dict[str, ComputeStatus] = {}
 
-    def seed(
-        self,
-        previous: Sequence[ComputeStatus],
-        fallbacks: Mapping[str, FallbackEvent] | None = None,
-    ) -> None:
-        """What earlier sessions left: each shard's last status (the compute bucket) and its
-        last fallback event (the events stream, by shard; None where it could not be read).
-        A fallback left firing is not fired again by this session, and is resolved once the
-        shard is judged otherwise, or found no more. Its last event decides: a worker stopped
-        between a fallback event and the status after it left the bucket a step behind, and
-        a `resolved` (`placewatch forget`'s too) ends it whatever the bucket says; the
-        bucket's verdict decides only for a shard the stream holds no event of (none could
-        be read, or its events aged out of the stream)."""
-        statuses = {s.shard: s for s in previous}
-        for shard, status in statuses.items():
-            told = fallbacks is not None and shard in fallbacks
-            if not told and status.verdict in FALLBACK_VERDICTS:
-                self._firing.add(shard)
-                self._seeded[shard] = status
-        for shard, event in (fallbacks or {}).items():
-            if event.state == "firing":
-                self._firing.add(shard)
-                self._seeded[shard] = statuses.get(shard, event.status)
+    def seed(self, previous: Sequence[ComputeStatus]) -> None:
+        """What an earlier session last said (the compute bucket): a fallback it left firing
+        is resolved by this session once the shard is judged again, or found no more."""
+        for status in previous:
+            if status.verdict in FALLBACK_VERDICTS:
+                self._firing.add(status.shard)
+                self._seeded[status.shard] = status
 
     def forget(self, previous: Sequence[ComputeStatus], reason: str) -> list[Outgoing]:
         """Every shard of `previous` (what the node's sessions left in the compute bucket)
