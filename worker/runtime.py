@@ -45,7 +45,7 @@ from .bus.restore import lacking, missing
 from .bus.service import start_service
 from .bus.streams import StreamSettings
 from .config import ConfigError, Settings
-from .deadline import Deadline
+from .deadline import INPUT_SHARE, Deadline
 from .embedded import EmbeddedServer
 from .engines.evidence.follow import EngineLogs
 from .health import TickBeats
@@ -59,6 +59,12 @@ RETRY_FIRST_S, RETRY_MOST_S = 1.0, 30.0
 """The placements bucket's pauses between tries to follow it."""
 PREVIOUS_WAIT_S = 5.0
 """How long a starting worker waits for the statuses its last session left."""
+FIRST_TICK_S = 1.0
+"""What the first tick's engine answers get beyond a tick's share, after the GPUs' first
+answer (which it waits for whole: gpu/reads.py). Nothing is published yet, so no cadence is
+kept; and a first health check imports urllib, which on a loaded node takes longer than a
+short interval's share: without it, every shard with a health URL read `starting` at each
+start, then its verdict."""
 
 
 async def run(settings: Settings, out: TextIO) -> None:
@@ -247,6 +253,8 @@ class Worker:
         removed = bool(self.lease is not None and _waiting(self.lease.removals))
         deadline = Deadline.for_tick(self.pipeline.interval_s)  # what inputs may take
         reading = await self.pipeline.read(deadline)  # 1. the GPUs and the host
+        if self.latest.scraped is None:  # the first tick: the engines' answers get longer
+            deadline = Deadline.after(self.pipeline.interval_s * INPUT_SHARE + FIRST_TICK_S)
         shards = await self.pipeline.judge(reading, deadline)  # 2. every shard, on those readings
         sample = self.pipeline.sample(reading, shards)  # 3. the sample, built
         if self.latest.scraped is None and (said := no_gpu_tool(sample.sources)) is not None:
