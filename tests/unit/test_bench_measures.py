@@ -10,6 +10,7 @@ import pytest
 
 from bench.footprint import growth
 from bench.load import TOLERANCE, Tally, offered, sent_between, tally_lines, total_at
+from bench.soak import scheduled
 from bench.tick_cost import TimedNvml
 from placewatch.worker.gpu.nvml import ProcessLists, read_gpus
 
@@ -120,3 +121,10 @@ def test_what_a_tally_counted_in_a_window_is_read_between_its_lines(tmp_path: Pa
     lines = tally_lines((tmp_path / "live").read_text())
     assert lines[0][1] == 0 and lines[-1][1] == 21
     assert sent_between(tmp_path / "live", lines[0][0] - 1, lines[-1][0] + 1) == 21
+
+
+def test_the_soak_holds_the_faults_done_against_its_schedule() -> None:
+    # Ten minutes, a quiet end of 20 s: a SIGKILL every minute after the first 30 s (90 s to
+    # 570 s) and a recheck flood at 20 s into each minute (20 s to 560 s).
+    assert scheduled(600, 20, 60) == (9, 10)
+    assert scheduled(50, 8, 10) == (1, 1)
