@@ -39,11 +39,32 @@ import psutil
 from bench.load import Tally, offered, paced, sent_between
 from bench.servers import nats_server
 from bench.synthetic import node_messages, shard_statuses
-from placewatch.schemas import encode, lean, subjects
+from placewatch.schemas import (
+    ComputeStatus,
+    NodeInventory,
+    NodeTelemetry,
+    encode,
+    lean,
+    subjects,
+)
 
 INTERVAL_S = 2.0
 TARGET_MS = 100.0
 """A key answered within 100 ms."""
+
+
+def console_fleet(nodes: int) -> list[tuple[NodeInventory, NodeTelemetry, list[ComputeStatus]]]:
+    """Each node's inventory, telemetry and shard statuses: 8 GPUs of its own, 4 shards, one
+    in cpu_fallback on every 100th node."""
+    fleet = []
+    for j in range(nodes):
+        inventory, telemetry = node_messages(f"gpu-{j:05d}", gpus=8, shards=4)
+        sample = lean.join(inventory, telemetry)
+        own = [msgspec.structs.replace(g, uuid=f"GPU-{j:05d}-{g.index}") for g in sample.gpus]
+        inventory, telemetry = lean.split(msgspec.structs.replace(sample, gpus=own))
+        fallback = frozenset({"shard-01"}) if j % 100 == 0 else frozenset()
+        fleet.append((inventory, telemetry, shard_statuses(sample, fallback)))
+    return fleet
 
 
 async def publish(url: str, nodes: int, tally: Tally) -> None:
@@ -53,14 +74,7 @@ async def publish(url: str, nodes: int, tally: Tally) -> None:
     import nats
 
     nc = await nats.connect(url)
-    fleet = []
-    for j in range(nodes):
-        inventory, telemetry = node_messages(f"gpu-{j:05d}", gpus=8, shards=4)
-        sample = lean.join(inventory, telemetry)
-        own = [msgspec.structs.replace(g, uuid=f"GPU-{j:05d}-{g.index}") for g in sample.gpus]
-        inventory, telemetry = lean.split(msgspec.structs.replace(sample, gpus=own))
-        fallback = frozenset({"shard-01"}) if j % 100 == 0 else frozenset()
-        fleet.append((inventory, telemetry, shard_statuses(sample, fallback)))
+    fleet = console_fleet(nodes)
 
     async def send(j: int, cycle: int) -> int:
         inventory, telemetry, statuses = fleet[j]

@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 import msgspec
 
-from placewatch.schemas import ComputeStatus, NodeInventory
+from placewatch.schemas import ComputeStatus
 
 from .. import capacity
 from ..held import Held, Holdings, decode_held
@@ -32,7 +32,14 @@ class GpuId(msgspec.Struct, frozen=True, gc=False):
     collector, as 80,000 of them are held at 10,000 nodes."""
 
     index: int
-    uuid: str | None
+    uuid: str | None = None
+
+
+class InventoryGpus(msgspec.Struct, frozen=True, gc=False):
+    """An inventory's GPUs as GpuIds, decoded from it alone: its processes (most of its
+    bytes) are skipped, not built."""
+
+    gpus: list[GpuId] = []
 
 
 class Change(NamedTuple):
@@ -137,8 +144,8 @@ class Watched:
             held = inventories.get(node)
             cached = self._gpus.get(node)
             if held is not None and (cached is None or cached[0] is not held):
-                gpus = decode_held(held, NodeInventory).gpus
-                self._gpus[node] = (held, tuple(GpuId(index=g.index, uuid=g.uuid) for g in gpus))
+                gpus = decode_held(held, InventoryGpus).gpus
+                self._gpus[node] = (held, tuple(gpus))
         if len(self._gpus) > len(inventories):  # a node let go (forgotten)
             self._gpus = {n: c for n, c in self._gpus.items() if n in inventories}
         said: dict[str, list[str]] = {}
