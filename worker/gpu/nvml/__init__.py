@@ -9,7 +9,8 @@ NVML calls block in the driver and can hang there like nvidia-smi does, so
 a tick's reads run in a worker thread, one at a time (worker/gpu/read_thread.py), with a
 timeout; a read that does not come back is abandoned and no new read starts
 until it does (the source reads degraded meanwhile). Health counts and XID
-events are read through nvml/health.py, in the same read.
+events are read through nvml/health.py, the processes through nvml/processes.py, in the
+same read; which readings are asked once, slowly or every tick is nvml/cadence.py's.
 """
 
 from __future__ import annotations
