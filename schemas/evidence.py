@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime
 
-from .messages import ComputeStatus, SourceStatus
+from .messages import ComputeStatus, NodeTelemetry, SourceStatus
 
 BLIND_AFTER_S = 300.0
 """How long a shard's evidence, or every GPU tool of a node, may be lost before it is an
@@ -26,13 +26,14 @@ def gpu_sources(sources: Iterable[SourceStatus]) -> list[SourceStatus]:
     return [s for s in sources if s.vendor is not None]
 
 
-def gpu_tools_down(sources: Iterable[SourceStatus], gpus_known: bool) -> bool:
-    """Whether the node is blind: none of its GPU tools answered, on a node that has GPUs
-    (`gpus_known`: its inventory lists some) or a GPU tool that ran and failed (a latency).
-    A node with no GPU tool installed and no GPU known has nothing to be blind to: it lists
-    each tool it looked for as not found, and has no latency for any."""
-    tools = gpu_sources(sources)
-    if not tools or any(s.ok for s in tools):
+def node_blind(telemetry: NodeTelemetry, gpus_known: bool = False) -> bool:
+    """Whether the node was blind at this telemetry: it read no GPU and none of its GPU tools
+    answered, on a node that has GPUs (`gpus_known`: its inventory lists some) or a GPU tool
+    that ran and failed (one with a latency). A node with no GPU tool installed and no GPU
+    known has nothing to be blind to: it lists each tool it looked for as not found, and
+    none has a latency."""
+    tools = gpu_sources(telemetry.sources)
+    if telemetry.gpus or not tools or any(s.ok for s in tools):
         return False
     return gpus_known or any(s.latency_ms is not None for s in tools)
 

@@ -8,7 +8,7 @@ from datetime import timedelta
 import msgspec
 
 from placewatch.schemas import ComputeStatus, GpuHealth, SourceStatus, lean
-from placewatch.schemas.evidence import evidence_age_s, gpu_sources, gpu_tools_down
+from placewatch.schemas.evidence import evidence_age_s, gpu_sources, node_blind
 
 from tests.unit.schemas.test_lean import WHEN, sample
 
@@ -27,13 +27,21 @@ def test_gpu_tools_are_the_sources_that_name_a_vendor() -> None:
 
 
 def test_a_node_is_blind_when_no_gpu_tool_answers_where_one_ran_or_gpus_are_known() -> None:
-    assert gpu_tools_down([NVML_ABSENT, SMI_FAILED, PLACEMENTS], gpus_known=False)
-    assert gpu_tools_down([NVML_ABSENT], gpus_known=True)  # its tools gone under its GPUs
+    def blind(*sources: SourceStatus, gpus_known: bool = False, read: bool = False) -> bool:
+        _, telemetry = lean.split(sample(sources=list(sources)))
+        if not read:
+            telemetry = msgspec.structs.replace(telemetry, gpus=[])
+        return node_blind(telemetry, gpus_known)
+
+    assert blind(NVML_ABSENT, SMI_FAILED, PLACEMENTS)
+    assert blind(NVML_ABSENT, gpus_known=True)  # its tools gone from under its GPUs
     # A node with no GPU tool installed and no GPU known is not blind: it has none.
-    assert not gpu_tools_down([NVML_ABSENT], gpus_known=False)
-    assert not gpu_tools_down([PLACEMENTS], gpus_known=True)  # no GPU tool listed at all
+    assert not blind(NVML_ABSENT)
+    assert not blind(PLACEMENTS, gpus_known=True)  # no GPU tool listed at all
     ok = SourceStatus(name="nvml", ok=True, latency_ms=1.0, vendor="nvidia")
-    assert not gpu_tools_down([SMI_FAILED, ok], gpus_known=True)
+    assert not blind(SMI_FAILED, ok, gpus_known=True)
+    # A tool that printed its GPUs and then failed read them: not blind.
+    assert not blind(SMI_FAILED, gpus_known=True, read=True)
 
 
 def test_a_shard_s_evidence_age_counts_from_stale_since_and_is_0_while_fresh() -> None:
