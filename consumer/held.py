@@ -60,6 +60,9 @@ class Holdings(msgspec.Struct, frozen=True, gc=False):
     def telemetry(self, node: str) -> NodeTelemetry | None:
         return decoded(self.nodes.get(node), NodeTelemetry)
 
+    def inventory(self, node: str) -> NodeInventory | None:
+        return decoded(self.inventories.get(node), NodeInventory)
+
     def sample(self, node: str) -> NodeSample | None:
         """The node's telemetry joined with the inventory it names (no statuses: pids and
         reasons empty); None until both are held."""
