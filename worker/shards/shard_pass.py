@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,13 +20,15 @@ import anyio.to_thread
 
 from placewatch.schemas import ComputeStatus, GpuHealth, GpuSample, ShardBrief, SourceStatus
 
-from ..engines import owns_log
+from ..deadline import Deadline
+from ..engines import ModelClaim, owns_log
 from ..engines.evidence import EngineEvidence
 from ..engines.evidence.follow import EngineLogs, Evidence, Log
 from ..gpu import ActivityWanted
 from . import liveness
 from .activity import Activity, ActivityWindows, Read, shard_usage
 from .attribution import Held, ProcTable, attribute, owner, unseen_holders
+from .claims import ServerClaims, SharedServerLogs
 from .discovered import DiscoveryWalks
 from .gpu_health import health_by_index, unhealthy, with_health
 from .liveness import ROUTER, Tracked, find_processes, named, readiness, settled
@@ -108,15 +110,16 @@ class ShardPass:
         self.clock = clock
         self.tracked: dict[str, Tracked] = {}
         self.shared: dict[str, str] = {}
+        """Shards refused this tick for naming a process another shard holds -> that shard."""
         self.shared_logs: dict[str, str] = {}
         """Each shard whose log another shard's process writes too -> what to say of it."""
-        """Shards refused this tick for naming a process another shard holds -> that shard."""
         self.table = ProcTable(proc_root)
         self.walks = DiscoveryWalks(clock)
         self._owners: dict[int, str | None] = {}
         self._owners_for: dict[int, str] = {}
         self._logs_wanted: dict[str, Log] = {}
         self.windows = ActivityWindows()
+        self.claims, self.server_logs = ServerClaims(), SharedServerLogs()
         self.gpu_health: dict[int, GpuHealth] = {}
         """Each GPU's health as the GPU tools last told it: it stands while they fail (a GPU
         fallen off the bus may take its tool down with it)."""
@@ -144,10 +147,12 @@ class ShardPass:
         gpus_known: bool,
         read_at: float | None = None,
         silent: Sequence[str] = (),
+        deadline: Deadline | None = None,
     ) -> ShardsView:
         """Every shard's status on these GPU readings; `gpus_known`: a GPU tool answered;
         `read_at`: when the reading began (time.monotonic()), now when not given; `silent`:
-        the GPU sources that did not answer, named in what a shard they leave untold says."""
+        the GPU sources that did not answer, named in what a shard they leave untold says;
+        `deadline`: the tick's, which a router server's answer must come by."""
         placements, problems = placed(self.shards_file, self.bucket)
         if self.discovery:
             placements += await self._discovered(gpus, None if gpus_known else silent, placements)
@@ -167,10 +172,12 @@ class ShardPass:
         if not settled(self.tracked.values(), self.table):
             await anyio.to_thread.run_sync(find_processes, self.tracked.values(), self.table)
         self.shared = liveness.shared_processes(self.tracked)
-        self.shared_logs = liveness.shared_logs(self.tracked, self.shared)
+        owning = {s: t for s, t in self.tracked.items() if owns_log(t.placement.spec.engine)}
+        self.shared_logs = liveness.shared_logs(owning, self.shared)
         problems += self._refused(self.shared)
         await self._readiness()
         evidence = await self._evidence()
+        claims = await self.claims.read(self.tracked, deadline)
         seen = self._attribute(gpus, gpus_known, exited)
         if gpus_known:
             self.gpu_health = health_by_index(gpus)
@@ -180,7 +187,7 @@ class ShardPass:
             self._compute_status(
                 sid,
                 t,
-                self._judge_one(sid, t, seen, evidence.get(sid), now, activity.get(sid)),
+                self._judge_one(sid, t, seen, evidence.get(sid), now, activity.get(sid), claims),
                 now,
                 activity.get(sid),
             )
@@ -222,6 +229,7 @@ class ShardPass:
         evidence: EngineEvidence | None,
         now: datetime,
         activity: Activity | None = None,
+        claims: Mapping[str, ModelClaim] | None = None,
     ) -> Judgement:
         """One shard's verdict. Nothing about one shard stops the others: an error checking or
         judging it makes it `unknown`, saying what went wrong, and a verdict evidence gave
@@ -245,6 +253,7 @@ class ShardPass:
             hidden=seen.unseen,
             evidence=evidence,
             activity=activity,
+            claim=(claims or {}).get(sid),
         )
         try:
             judged = _judged(t, obs, seen)
@@ -292,12 +301,13 @@ class ShardPass:
     async def _evidence(self) -> Evidence:
         """What each followed log says; a tick with no log to follow, now or before, asks
         nothing of EngineLogs."""
+        unread = self.server_logs.unread(self.tracked) | self.shared_logs.keys()
         wanted = {
             sid: Log(
                 spec.log_path, t.pid if owns_log(spec.engine) else None, t.placement.log_prefix
             )
             for sid, t in self.tracked.items()
-            if (spec := t.placement.spec).log_path and sid not in self.shared_logs
+            if (spec := t.placement.spec).log_path and sid not in unread
         }
         if self.logs is None or not (wanted or self._logs_wanted):
             return {}
