@@ -162,6 +162,17 @@ def _scan_proc(root: str = "/proc") -> dict[int, _Seen]:
     return seen
 
 
+def runs_engine(pid: int, root: str = "/proc") -> bool:
+    """Whether the process `pid` runs an engine (a router included), by its command line
+    alone; False for one gone, or one this worker may not read."""
+    try:
+        with open(f"{root}/{pid}/cmdline", "rb") as f:
+            data = f.read()
+    except OSError:
+        return False
+    return read_launch(_split_cmdline(os.fsdecode(data))) is not None
+
+
 def _split_cmdline(data: str) -> tuple[str, ...]:
     """/proc/PID/cmdline's arguments, as psutil splits them: NUL-separated, or, for a
     process that rewrote its title into one string, space-separated; empty for a zombie."""
