@@ -341,13 +341,10 @@ class ShardPass:
                 previous = t
                 t = self.tracked[sid] = Tracked(placement)
                 if previous is not None and previous.placement.spec.pid == placement.spec.pid:
-                    t.pid, t.create_time, t.started, t.ready, t.container = (
-                        previous.pid,
-                        previous.create_time,
-                        previous.started,
-                        previous.ready,
-                        previous.container,
-                    )
+                    p = previous  # the same process: what was read of it once holds
+                    t.pid, t.create_time, t.started = p.pid, p.create_time, p.started
+                    t.ready, t.container = p.ready, p.container
+                    t.cpu_flag, t.router = p.cpu_flag, p.router  # its own flags too
             else:
                 t.placement = placement
         return gone
