@@ -127,9 +127,8 @@ class ShardPass:
     @property
     def wants_activity(self) -> ActivityWanted:
         """How far the next GPU read should go for what each process ran: through a tool run
-        ("any") while a shard placed on GPUs serves (its log shows a request in the window:
-        only then can activity change its verdict); in process only (NVML) while one merely
-        runs, for its sm_pct; not at all without one."""
+        ("any") while a shard placed on GPUs serves (a request in its log in the window: only
+        then can activity change its verdict); in process (NVML) while one runs; else not."""
         judged = [
             sid for sid, t in self.tracked.items() if t.pid and t.ready and t.placement.spec.gpus
         ]
@@ -416,11 +415,9 @@ class ShardPass:
         )
 
     def _gone_status(self, placement: Placement, now: datetime) -> ComputeStatus:
-        what = (
-            "its process exited"
-            if placement.origin == "discovered"
-            else "its placement was removed"
-        )
+        what = "its placement was removed"
+        if placement.origin == "discovered":
+            what = self._claimed(placement.spec.pid) or "its process exited"
         return ComputeStatus(
             node=self.node,
             shard=placement.spec.id,
@@ -432,6 +429,13 @@ class ShardPass:
             reason=f"no longer watched: {what}",
             engine=placement.spec.engine,
         )
+
+    def _claimed(self, pid: int | None) -> str | None:
+        """A discovered shard's process that a placement claims now, as the reason says it."""
+        for sid, t in self.tracked.items():
+            if pid and pid in (t.pid, t.placement.spec.pid):
+                return f"its process {pid} runs on, watched as {named(sid, t.placement)}"
+        return None
 
 
 def _judged(t: Tracked, obs: Observation, seen: _Attributed) -> Judgement:
