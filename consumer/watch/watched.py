@@ -82,7 +82,7 @@ class Watched:
 
     def build(self, taken: Taken) -> Board:
         now = self.clock()
-        looks = self._node_looks(taken.holdings.nodes)
+        looks = self._node_looks(taken.holdings.nodes, taken.holdings.inventories)
         board = build(looks, taken.statuses, taken.since, now, self._row)
         if len(self._rows) > len(taken.statuses):  # shards let go: forget their rows too
             kept = {(s.node, s.shard) for s in taken.statuses}
@@ -102,27 +102,31 @@ class Watched:
             board = board._replace(nodes=nodes)
         return board
 
-    def _row(self, s: ComputeStatus, since: datetime, silent: bool) -> ShardRow:
-        """shard_row, made again only when the status, its since or its node's silence
-        changed: most of 40,000 shards' rows stay from one board to the next."""
+    def _row(self, s: ComputeStatus, since: datetime, silent: bool, blind: bool) -> ShardRow:
+        """shard_row, made again only when the status, its since, its node's silence or its
+        blindness changed: most of 40,000 shards' rows stay from one board to the next."""
         key = (s.node, s.shard)
         held = self._rows.get(key)
         if held is None or held.status is not s:
             self._note(key, s)
-        if held is None or held.status is not s or held.since != since or held.silent != silent:
-            held = self._rows[key] = shard_row(s, since, silent)
+        if (
+            held is None
+            or held.status is not s
+            or (held.since, held.silent, held.blind) != (since, silent, blind)
+        ):
+            held = self._rows[key] = shard_row(s, since, silent, blind)
         return held
 
     def look(self, node: str) -> NodeLook | None:
         held = self._looks.get(node)
         return None if held is None else held[1]
 
-    def _node_looks(self, nodes: dict[str, Held]) -> list[NodeLook]:
+    def _node_looks(self, nodes: dict[str, Held], inventories: dict[str, Held]) -> list[NodeLook]:
         looks = []
         for node, held in nodes.items():
             cached = self._looks.get(node)
             if cached is None or cached[0] is not held:
-                cached = (held, look(node, held))
+                cached = (held, look(node, held, inventories.get(node)))
                 self._looks[node] = cached
             looks.append(cached[1])
         if len(self._looks) > len(looks):  # a node let go (forgotten)

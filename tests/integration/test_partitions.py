@@ -291,15 +291,16 @@ def test_a_view_told_another_n_than_the_servers_says_so(tmp_path: Path, p: int, 
 
     async def scenario() -> None:
         nc = await nats.connect(server.url)
+        viewed = await nats.connect(server.url)
         try:
             for stream in (TELEMETRY, INVENTORY):
                 await ensure_stream(nc.jetstream(), stream, StreamSettings(storage="memory"))
-            view = FleetView(nc, partition=p, partitions=n)
+            view = FleetView(viewed, partition=p, partitions=n)
             await view.start()
             await publish_fleet(server.url, 0)
             await eventually_async(lambda: set(view.nodes) == expected(p))
-            await nc.flush()  # what the probes would take has come (one server, in order)
-            await anyio.sleep(0.2)  # and been handed to their callbacks
+            await viewed.flush()  # what the probes would take has come (one server, in order)
+            await viewed.drain()  # and been handed to their callbacks, each one
             await eventually_async(lambda: kinds(view.problems()) == told(p, n))
             assert len(view.problems()) == len(told(p, n))  # each said once
             await view.stop()
@@ -311,6 +312,7 @@ def test_a_view_told_another_n_than_the_servers_says_so(tmp_path: Path, p: int, 
             await late.stop()
         finally:
             await nc.close()
+            await viewed.close()
 
     try:
         anyio.run(scenario, backend="asyncio")
@@ -572,7 +574,9 @@ def test_placewatch_partition_names_the_subject_a_real_server_delivers_on(
 def test_placewatch_partition_refuses_no_partitions_in_one_line() -> None:
     done = run_placewatch("partition", "gpu-07", "--partitions", "0")
     assert done.returncode == 2
-    assert done.stderr.startswith("placewatch: --partitions: 0 partitions: give the N")
+    assert done.stderr.startswith(
+        "placewatch partition: error: argument --partitions: 0 partitions: give the N"
+    )
     assert len(done.stderr.splitlines()) == 1
 
 
@@ -586,3 +590,18 @@ def test_the_documented_shell_way_computes_the_same_partition() -> None:
             ["bash", "-c", script], capture_output=True, text=True, check=True, timeout=10
         )
         assert int(done.stdout) == partition_of(node, 16), node
+
+
+def test_placewatch_partition_prints_a_hostile_name_as_its_escapes() -> None:
+    node = "gpu\x1b]0;pwned\x07\x1b[2J\u202e-07\nsecond"
+    done = run_placewatch("partition", node, "--partitions", "4")
+    assert done.returncode == 0, done.stderr
+    assert not any(c in done.stdout for c in ("\x1b", "\x07", "\u202e"))
+    header, *subjects_shown = done.stdout.splitlines()
+    assert header.startswith(
+        rf"gpu\x1b]0;pwned\x07\x1b[2J\u202e-07\nsecond: partition {partition_of(node, 4)} of 4 "
+    )
+    assert [s.strip() for s in subjects_shown] == [
+        mapped("telemetry", node, 4),
+        mapped("inventory", node, 4),
+    ]

@@ -19,6 +19,7 @@ from placewatch.schemas import GpuSample, PlacementSpec
 
 from ...engines import Launch, Server, engine_of, read_launch
 from ..cgroup import read_container
+from ..scope import EVERY, ProcessScope
 from .classify import Discovered, classify
 from .endpoint import serve_port
 from .log_path import container_log, find_log
@@ -40,6 +41,7 @@ def discover(
     *,
     tools_silent: Sequence[str] | None = None,
     placed_routers: Mapping[int, PlacementSpec] | None = None,
+    scope: ProcessScope = EVERY,
     until: float | None = None,
 ) -> list[Discovered]:
     """Every engine process on the node that is not already placed, by id.
@@ -64,7 +66,8 @@ def discover(
     `<placement's id>/<model>` on the placement's GPUs. Ollama's server is a router too: its
     children are its models, named as the server names them (asked by `until`,
     time.monotonic(); ASK_S from the end of the scan where not given), their lines those of
-    the server's log; what else it starts (its GPU discovery probes) is no shard.
+    the server's log; what else it starts (its GPU discovery probes) is no shard. Only
+    engines `scope` admits are found (scope.py).
     """
     if processes is not None:
         seen = _scan(processes)
@@ -94,6 +97,8 @@ def discover(
             created = process.create_time()
             env = _environ(process)
         except psutil.Error:  # it exited since the scan (or became a zombie)
+            continue
+        if not scope.admits(pid, {} if env is None else env):
             continue
         d = classify(
             cmdline,
@@ -138,8 +143,9 @@ def _scan(processes: Iterable[psutil.Process]) -> dict[int, _Seen]:
 def _scan_proc(root: str = "/proc") -> dict[int, _Seen]:
     """`_scan` over every process, reading /proc by hand; empty where there is no /proc.
 
-    psutil's walk cost 56 µs a process on a 2-core VM (each Process it keeps is checked
-    again by its start time before its command line is read); this one, 19.
+    psutil's walk checks each Process it keeps again by its start time before its command
+    line is read; this one reads the command line alone (bench/tick_cost.py and
+    bench/loop_cost.py run it with discovery on).
     The psutil.Process of each is made only when it is asked for (an engine, its ancestors):
     `_process`.
     """
