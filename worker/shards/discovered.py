@@ -29,6 +29,7 @@ import psutil
 from placewatch.schemas import GpuSample, PlacementSpec
 
 from .discover import Discovered, discover, runs_engine
+from .liveness import Tracked, named
 from .placements import Placement
 
 DISCOVERY_EVERY_S = 10.0
@@ -126,3 +127,12 @@ def placement_of(d: Discovered) -> Placement:
         d.server,
         d.model,
     )
+
+
+def handed_over(tracked: Mapping[str, Tracked], pid: int | None) -> str | None:
+    """Where a discovered shard's process went when a placement claims it now, as the gone
+    status's reason says it; None where none does."""
+    for sid, t in tracked.items():
+        if pid and pid in (t.pid, t.placement.spec.pid):
+            return f"its process {pid} runs on, watched as {named(sid, t.placement)}"
+    return None

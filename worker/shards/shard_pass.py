@@ -31,7 +31,7 @@ from .activity import Activity, ActivityWindows, Read, shard_usage
 from .attribution import Held, ProcTable, attribute, owner, unseen_holders
 from .claims import ServerClaims, SharedServerLogs
 from .discover import discover
-from .discovered import DiscoveryWalks
+from .discovered import DiscoveryWalks, handed_over
 from .gpu_health import health_by_index, unhealthy, with_health
 from .liveness import ROUTER, Tracked, find_processes, named, readiness, settled
 from .lost_evidence import held, rotated
@@ -425,7 +425,7 @@ class ShardPass:
     def _gone_status(self, placement: Placement, now: datetime) -> ComputeStatus:
         what = "its placement was removed"
         if placement.origin == "discovered":
-            what = self._claimed(placement.spec.pid) or "its process exited"
+            what = handed_over(self.tracked, placement.spec.pid) or "its process exited"
         return ComputeStatus(
             node=self.node,
             shard=placement.spec.id,
@@ -437,13 +437,6 @@ class ShardPass:
             reason=f"no longer watched: {what}",
             engine=placement.spec.engine,
         )
-
-    def _claimed(self, pid: int | None) -> str | None:
-        """A discovered shard's process that a placement claims now, as the reason says it."""
-        for sid, t in self.tracked.items():
-            if pid and pid in (t.pid, t.placement.spec.pid):
-                return f"its process {pid} runs on, watched as {named(sid, t.placement)}"
-        return None
 
 
 def _judged(t: Tracked, obs: Observation, seen: _Attributed) -> Judgement:
