@@ -6,7 +6,9 @@ against what the server's /api/ps says of it. The GPU is a stand-in reading (no 
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Iterator
+from hashlib import sha256
 from pathlib import Path
 
 import anyio
@@ -20,6 +22,8 @@ from placewatch.worker.shards.shard_pass import ShardPass
 
 from tests.conftest import FIXTURES, free_port
 from tests.support import ollama_serve
+from tests.support.eventually import eventually
+from tests.support.llama_server import healthy
 from tests.support.ollama_serve import OllamaServe, ollama_args
 
 HERE = FIXTURES / "ollama"
@@ -109,3 +113,35 @@ def test_all_on_the_gpu_by_its_word_but_holding_no_gpu_memory_is_a_fallback(
     assert (status.layers_offloaded, status.layers_total) == (29, 29)
     held = judge(shards, gpu(serve.child))[f"ollama-{serve.port}/{MODEL}"]
     assert (held.verdict, held.backend) == ("gpu", "CUDA")
+
+
+def test_the_real_llama_server_launched_as_ollama_does_is_named_by_its_model_and_read(
+    llama_server_binary: Path, tiny_model: Path, tmp_path: Path
+) -> None:
+    """The real-engine lane's llama-server b11434, started by the stand-in exactly as
+    llm/llama_server.go starts Ollama's (its path `lib/ollama/llama-server`, its arguments,
+    its output piped into the server's stderr), on a model file named as Ollama names blobs."""
+    blob = tmp_path / "models" / "blobs" / f"sha256-{sha256(tiny_model.read_bytes()).hexdigest()}"
+    blob.parent.mkdir(parents=True)
+    shutil.copyfile(tiny_model, blob)
+    size = blob.stat().st_size
+    loaded = {"name": "tiny:latest", "model": "tiny:latest", "size": size, "size_vram": 0}
+    port = free_port()
+    serve = ollama_serve.start(
+        tmp_path / "ollama",
+        ps={"models": [loaded]},
+        models={"tiny:latest": str(blob)},
+        args=ollama_args(str(blob), port),
+        binary=llama_server_binary,
+        env={"CUDA_VISIBLE_DEVICES": UUID},
+        probe=False,
+    )
+    try:
+        eventually(lambda: healthy(port), 60, what="the real llama-server's /health")
+        shards = ShardPass("n", "s", grace_s=0, logs=EngineLogs())
+        status = judge(shards, gpu())[f"ollama-{serve.port}/tiny:latest"]
+    finally:
+        serve.stop()
+    assert (status.engine, status.pid, status.verdict) == ("ollama", serve.child, "cpu_fallback")
+    said = "\n".join(status.evidence)
+    assert "- CPU" in said or "CPU_Mapped model buffer size" in said  # its own lines, read
