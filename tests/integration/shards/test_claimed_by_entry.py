@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
+import psutil
 import pytest
 
 from placewatch.schemas import GpuSample
@@ -19,6 +20,7 @@ from placewatch.worker.shards.placements import ShardsFile
 from placewatch.worker.shards.shard_pass import ShardPass, ShardsView
 
 from tests.conftest import SLEEP, free_port
+from tests.support.eventually import eventually
 from tests.support.llama_server import LlamaServers
 
 GPUS = [GpuSample(index=0, uuid="GPU-0", vendor="nvidia")]
@@ -31,6 +33,13 @@ def started() -> Iterator[list[subprocess.Popen[bytes]]]:
     for proc in procs:
         proc.kill()
         proc.wait()
+
+
+def exec_ed(proc: subprocess.Popen[bytes]) -> int:
+    """Its pid, once its command line is its own: for a moment after Popen returns, /proc
+    shows the parent's, or nothing."""
+    eventually(lambda: psutil.Process(proc.pid).cmdline()[1:2] == ["-c"], 10, what="its exec")
+    return proc.pid
 
 
 def judge(shards: ShardPass) -> ShardsView:
@@ -73,7 +82,7 @@ def test_an_entry_claiming_a_discovered_stand_in_hands_its_fallback_over(
             env={"CUDA_VISIBLE_DEVICES": "0"},
         )
     )
-    handed_over(started[0].pid, port, tmp_path)
+    handed_over(exec_ed(started[0]), port, tmp_path)
 
 
 def test_an_entry_claiming_a_discovered_real_server_hands_its_fallback_over(

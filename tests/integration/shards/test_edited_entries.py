@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
+import psutil
 import pytest
 
 from placewatch.schemas import ComputeStatus, GpuSample
@@ -20,6 +21,7 @@ from placewatch.worker.shards.placements import ShardsFile
 from placewatch.worker.shards.shard_pass import ShardPass
 
 from tests.conftest import FIXTURES, SLEEP
+from tests.support.eventually import eventually
 from tests.support.llama_server import LlamaServers
 
 GPUS = [GpuSample(index=0, uuid="GPU-0", vendor="nvidia")]
@@ -39,6 +41,13 @@ def started() -> Iterator[list[subprocess.Popen[bytes]]]:
     for proc in procs:
         proc.kill()
         proc.wait()
+
+
+def exec_ed(proc: subprocess.Popen[bytes]) -> int:
+    """Its pid, once its command line is its own: for a moment after Popen returns, /proc
+    shows the parent's, or nothing."""
+    eventually(lambda: psutil.Process(proc.pid).cmdline()[1:2] == ["-c"], 10, what="its exec")
+    return proc.pid
 
 
 def judge(shards: ShardPass) -> ComputeStatus:
@@ -78,7 +87,7 @@ def test_an_entry_given_its_log_stays_on_the_cpu_on_purpose(
     log = tmp_path / "server.log"
     log.write_text(NGL0.read_text())  # what b11434 said at -ngl 0, warning and all
     started.append(subprocess.Popen([str(link), "-c", SLEEP, *args], env=env))
-    before, after = edited_twice(started[0].pid, log, tmp_path)
+    before, after = edited_twice(exec_ed(started[0]), log, tmp_path)
     assert (before.verdict, after.verdict) == ("cpu", "cpu"), after.reason
     assert said in after.reason
     assert after.evidence  # its log is read: the warning among its lines

@@ -9,12 +9,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
+import psutil
 import pytest
 
 from placewatch.schemas import ComputeStatus, GpuSample
 from placewatch.worker.shards.shard_pass import ShardPass
 
 from tests.conftest import SLEEP, free_port
+from tests.support.eventually import eventually
 
 GPUS = [GpuSample(index=0, uuid="GPU-0", vendor="nvidia")]
 
@@ -26,6 +28,13 @@ def started() -> Iterator[list[subprocess.Popen[bytes]]]:
     for proc in procs:
         proc.kill()
         proc.wait()
+
+
+def exec_ed(proc: subprocess.Popen[bytes]) -> int:
+    """Its pid, once its command line is its own: for a moment after Popen returns, /proc
+    shows the parent's, or nothing."""
+    eventually(lambda: psutil.Process(proc.pid).cmdline()[1:2] == ["-c"], 10, what="its exec")
+    return proc.pid
 
 
 def judge(shards: ShardPass) -> dict[str, ComputeStatus]:
@@ -53,6 +62,7 @@ def test_an_engine_started_between_walks_is_judged_at_the_next_tick(
             stderr=subprocess.DEVNULL,
         )
     )
+    exec_ed(started[0])
     status = judge(shards).get(f"llama-server-{port}")
     assert status is not None and status.pid == started[0].pid
     assert status.verdict == "cpu_fallback"  # no memory on the GPU it asked for
