@@ -27,12 +27,12 @@ class NodeReading:
     started: float = 0.0
     """When the reading began (time.monotonic()): a slow failed read is as old as its start."""
     unread: bool = False
-    """Some GPUs are listed as last read, without readings: their tool gave none this tick."""
+    """A vendor that had GPUs gave no reading of them this tick (late, or failed)."""
 
     @property
     def gpus_known(self) -> bool:
-        """Whether the GPU sources told what the GPUs hold: one answered, and none left its
-        GPUs unread (a shard judged without them would read `cpu_fallback`)."""
+        """Whether the GPU sources told what the GPUs hold: one answered, and no vendor's
+        GPUs went unread (a shard placed on them would read `cpu_fallback`)."""
         return not self.unread and (bool(self.gpus) or any(s.ok for s in self.sources))
 
 
@@ -60,7 +60,7 @@ class NodeSampler:
     ) -> NodeReading:
         """The GPUs and the host; with `activity`, what each GPU process ran since the last
         read, where the source can tell (a shard placed on GPUs needs it to be judged). A
-        GPU read not done by `deadline` is not waited for: its GPUs are listed unread."""
+        GPU read not done by `deadline` is not waited for: its GPUs go unread this tick."""
         started = time.monotonic()
         results = [ChainReading([], [], started)] * len(self.chains)
 

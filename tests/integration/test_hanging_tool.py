@@ -8,7 +8,7 @@ import itertools
 import subprocess
 from pathlib import Path
 
-from placewatch.schemas import GpuReading, NodeTelemetry, decode
+from placewatch.schemas import NodeTelemetry, decode
 
 from tests.conftest import FakeGpuTools, NatsServer, Worker
 from tests.integration.test_outages import on_cpu, stream_statuses
@@ -45,9 +45,11 @@ def test_telemetry_goes_out_every_interval_while_the_gpu_tool_hangs(
     worker = on_cpu(nats_server.url, fake_gpu, shard_procs, workers, tmp_path, interval=INTERVAL_S)
     fired = [("fallback", "firing", False), ("compute", "cpu_fallback", False)]
     eventually(lambda: stream_statuses(nats_server.url) == fired)
-    fake_gpu.hang("nvidia-smi")  # every call from now on, the looping one's next pass too
-    fake_gpu.write("nvidia-smi", "loop-hang", "")
     with RawSubscriber(nats_server.url, "placewatch.telemetry.n1") as sub:
+        read = telemetry(sub)
+        assert [g.index for g in read.gpus] == [0, 1]
+        fake_gpu.hang("nvidia-smi")  # every call from now on, the looping one's next pass too
+        fake_gpu.write("nvidia-smi", "loop-hang", "")
         for _ in range(40):  # until a tick found the tool hanging
             if said_late(telemetry(sub)):
                 break
@@ -60,8 +62,8 @@ def test_telemetry_goes_out_every_interval_while_the_gpu_tool_hangs(
     assert max(gaps) < 1.5 * INTERVAL_S, gaps
     for t in ticks:
         assert [(s.name, s.ok) for s in t.sources] == [("nvidia-smi", False)], t.sources
-        # The GPUs stay listed, none of their readings repeated as if read again.
-        assert t.gpus == [GpuReading(index=0), GpuReading(index=1)], t.gpus
+        # No reading repeated as if read again; the inventory keeps the GPUs as last read.
+        assert (t.gpus, t.inventory) == ([], read.inventory), t.gpus
         assert {s: r.verdict for s, r in t.shards.items()} == {"on-cpu": "cpu_fallback"}
     assert sum(said_late(t) for t in ticks) >= TICKS - 4, [t.sources for t in ticks]
     # A read under way is not asked again each tick: a run a probe timeout, not one a tick.

@@ -12,11 +12,10 @@ worker starts is waited for whole (as long as the probe timeout): before it ther
 to list, and every shard would read `unknown` at each start.
 
 A tick without a reading of a vendor's GPUs (no answer by the deadline, or a tool that
-failed) lists the GPUs that vendor last read, with none of their readings: what each GPU
-is (name, uuid, totals, health counts) stands, and what it does (use, memory, processes,
-clocks) is null, never the last value repeated as if read again. Its SourceStatus says
-why, and the sampler marks the whole reading unread (NodeReading.unread), so that no
-shard is judged on it.
+failed) carries none of them, as a tool's outage does: no last value is repeated as if read
+again. Its SourceStatus says why; the inventory keeps the GPUs as last read
+(placewatch.schemas.lean.split), and the sampler marks the reading unread
+(NodeReading.unread) where that vendor had GPUs, so that no shard is judged on it.
 """
 
 from __future__ import annotations
@@ -27,20 +26,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import anyio
-import msgspec
 from anyio.abc import TaskStatus
 
 from placewatch.schemas import GpuSample, SourceStatus
-from placewatch.schemas.messages import GPU_READINGS
 
 from ..deadline import NEVER, Deadline
 from . import ActivityWanted
 from .registry import VendorChain
 
 log = logging.getLogger(__name__)
-
-_NOT_READ = dict.fromkeys(GPU_READINGS)
-"""Every reading of a GPU, null."""
 
 
 @dataclass(frozen=True)
@@ -67,15 +61,7 @@ class ChainReading:
     started: float
     """When the read it took began; for a tick without one, when the tick asked."""
     unread: bool = False
-    """`gpus` are the GPUs as last read, without readings: none was had this tick."""
-
-
-def unread(gpu: GpuSample) -> GpuSample:
-    """`gpu` as it is, without what it does now: every reading null, no process, its MIG
-    instances without their memory used, its health without its clock events."""
-    health = None if gpu.health is None else msgspec.structs.replace(gpu.health, clock_events=[])
-    mig = [msgspec.structs.replace(m, memory_used_bytes=None) for m in gpu.mig]
-    return msgspec.structs.replace(gpu, processes=[], mig=mig, health=health, **_NOT_READ)
+    """The vendor had GPUs, and none of them was read this tick."""
 
 
 class ChainReads:
@@ -90,8 +76,8 @@ class ChainReads:
         """Set when the read under way ends; None while none is."""
         self._answer: Answer | None = None
         """The last answer, until a tick takes it."""
-        self._gpus: list[GpuSample] = []
-        """The GPUs the last read that read them listed."""
+        self._had_gpus = False
+        """The last read that read the GPUs listed some."""
         self._read_at: float | None = None
         """When that read ended."""
         self._answered = False
@@ -118,7 +104,7 @@ class ChainReads:
     async def read(self, activity: ActivityWanted, deadline: Deadline = NEVER) -> ChainReading:
         """The GPUs as read by `deadline` (the first answer, by whenever it comes): by a read
         asked for now or one under way since an earlier tick, else by the answer that came
-        after the last tick stopped waiting, else as last read, without readings."""
+        after the last tick stopped waiting, else none, unread."""
         asked = self._clock()
         if not self._running or (self._under_way is None and self.chain.resting()):
             # Nothing to wait on: no task to read in, or a vendor with no tool (at once).
@@ -136,9 +122,8 @@ class ChainReads:
         if answer is not None and answer.read:
             return ChainReading(answer.gpus, answer.statuses, answer.started)
         statuses = answer.statuses if answer is not None else [self._late()]
-        gpus = [unread(g) for g in self._gpus]
         started = answer.started if answer is not None else asked
-        return ChainReading(gpus, statuses, started, unread=bool(gpus))
+        return ChainReading([], statuses, started, unread=self._had_gpus)
 
     async def _read(self, activity: ActivityWanted) -> Answer:
         started = self._clock()
@@ -146,7 +131,7 @@ class ChainReads:
         answer = Answer(gpus, statuses, started)
         self._answered = True
         if answer.read:
-            self._gpus, self._read_at = gpus, self._clock()
+            self._had_gpus, self._read_at = bool(gpus), self._clock()
         return answer
 
     def _name(self) -> str:

@@ -33,6 +33,7 @@ from placewatch.schemas.control import (
 from placewatch.schemas.messages import PID_MAX
 from placewatch.schemas.subjects import MAX_NAME_BYTES
 
+from ..engines import Server
 from ..files import UnusableFile, read_text
 
 if TYPE_CHECKING:
@@ -86,6 +87,10 @@ class Placement:
     answered: `gpus_unknown` says so, and only the engine's own word can still tell."""
     log_prefix: str | None = None
     """Only the lines of `spec.log_path` that start with this are its own (a router's child)."""
+    server: Server | None = None
+    """The router that started it, where that says what its models are (Ollama's server)."""
+    model: str | None = None
+    """The name that router knows its model by, which its word on it is keyed by."""
 
 
 def check_spec(raw: object, where: str) -> PlacementSpec:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,15 +22,16 @@ import anyio.to_thread
 from placewatch.schemas import ComputeStatus, GpuHealth, GpuSample, ShardBrief, SourceStatus
 
 from ..deadline import NEVER, Deadline
-from ..engines import owns_log
+from ..engines import ModelClaim, owns_log
 from ..engines.evidence import EngineEvidence
 from ..engines.evidence.follow import EngineLogs, Evidence, Log
 from ..gpu import ActivityWanted
 from . import liveness
 from .activity import Activity, ActivityWindows, Read, shard_usage
 from .attribution import Held, ProcTable, attribute, owner, unseen_holders
+from .claims import ServerClaims, SharedServerLogs
 from .discover import discover
-from .discovered import DiscoveryWalks
+from .discovered import DiscoveryWalks, handed_over
 from .gpu_health import health_by_index, unhealthy, with_health
 from .liveness import ROUTER, Tracked, find_processes, settled
 from .lost_evidence import held, rotated
@@ -128,6 +129,7 @@ class ShardPass:
         self._logs_wanted: dict[str, Log] = {}
         self.windows = ActivityWindows()
         self.checks = ReadinessChecks()
+        self.claims, self.server_logs = ServerClaims(), SharedServerLogs()
         self.gpu_health: dict[int, GpuHealth] = {}
         """Each GPU's health as the GPU tools last told it: it stands while they fail (a GPU
         fallen off the bus may take its tool down with it)."""
@@ -135,9 +137,8 @@ class ShardPass:
     @property
     def wants_activity(self) -> ActivityWanted:
         """How far the next GPU read should go for what each process ran: through a tool run
-        ("any") while a shard placed on GPUs serves (its log shows a request in the window:
-        only then can activity change its verdict); in process only (NVML) while one merely
-        runs, for its sm_pct; not at all without one."""
+        ("any") while a shard placed on GPUs serves (a request in its log in the window: only
+        then can activity change its verdict); in process (NVML) while one runs; else not."""
         judged = [
             sid for sid, t in self.tracked.items() if t.pid and t.ready and t.placement.spec.gpus
         ]
@@ -161,7 +162,8 @@ class ShardPass:
         """Every shard's status on these GPU readings; `gpus_known`: a GPU tool answered;
         `read_at`: when the reading began (time.monotonic()), now when not given; `silent`:
         the GPU sources that did not answer, named in what a shard they leave untold says;
-        `deadline`: when what the engines answer (health URLs) stops being waited for."""
+        `deadline`: the tick's, by which what the engines answer (a health URL, a router
+        server) stops being waited for."""
         placements, problems = placed(self.shards_file, self.bucket)
         if self.discovery:
             placements += await self._discovered(gpus, None if gpus_known else silent, placements)
@@ -174,11 +176,13 @@ class ShardPass:
                 find_processes, self.tracked.values(), self.table, self.scope
             )
         self.shared = liveness.shared_processes(self.tracked)
-        self.shared_logs = liveness.shared_logs(self.tracked, self.shared)
+        owning = {s: t for s, t in self.tracked.items() if owns_log(t.placement.spec.engine)}
+        self.shared_logs = liveness.shared_logs(owning, self.shared)
         self.refusals = shared_reasons(self.shared, self.tracked)
         problems += refusals_told(self.refusals, self.tracked)
         await self._readiness(deadline)
         evidence = await self._evidence()
+        claims = await self.claims.read(self.tracked, deadline)
         seen = self._attribute(gpus, gpus_known, exited)
         if gpus_known:
             self.gpu_health = health_by_index(gpus)
@@ -188,7 +192,7 @@ class ShardPass:
             self._compute_status(
                 sid,
                 t,
-                self._judge_one(sid, t, seen, evidence.get(sid), now, activity.get(sid)),
+                self._judge_one(sid, t, seen, evidence.get(sid), now, activity.get(sid), claims),
                 now,
                 activity.get(sid),
             )
@@ -232,6 +236,7 @@ class ShardPass:
         evidence: EngineEvidence | None,
         now: datetime,
         activity: Activity | None = None,
+        claims: Mapping[str, ModelClaim] | None = None,
     ) -> Judgement:
         """One shard's verdict. Nothing about one shard stops the others: an error checking or
         judging it makes it `unknown`, saying what went wrong, and a verdict evidence gave
@@ -260,6 +265,7 @@ class ShardPass:
             hidden=seen.unseen,
             evidence=evidence,
             activity=activity,
+            claim=(claims or {}).get(sid),
         )
         try:
             judged = _judged(t, obs, seen)
@@ -307,12 +313,13 @@ class ShardPass:
     async def _evidence(self) -> Evidence:
         """What each followed log says; a tick with no log to follow, now or before, asks
         nothing of EngineLogs."""
+        unread = self.server_logs.unread(self.tracked) | self.shared_logs.keys()
         wanted = {
             sid: Log(
                 spec.log_path, t.pid if owns_log(spec.engine) else None, t.placement.log_prefix
             )
             for sid, t in self.tracked.items()
-            if (spec := t.placement.spec).log_path and sid not in self.shared_logs
+            if (spec := t.placement.spec).log_path and sid not in unread
         }
         if self.logs is None or not (wanted or self._logs_wanted):
             return {}
@@ -346,13 +353,10 @@ class ShardPass:
                 previous = t
                 t = self.tracked[sid] = Tracked(placement)
                 if previous is not None and previous.placement.spec.pid == placement.spec.pid:
-                    t.pid, t.create_time, t.started, t.ready, t.container = (
-                        previous.pid,
-                        previous.create_time,
-                        previous.started,
-                        previous.ready,
-                        previous.container,
-                    )
+                    p = previous  # the same process: what was read of it once holds
+                    t.pid, t.create_time, t.started = p.pid, p.create_time, p.started
+                    t.ready, t.container = p.ready, p.container
+                    t.cpu_flag, t.router = p.cpu_flag, p.router  # its own flags too
             else:
                 t.placement = placement
         return gone
@@ -412,11 +416,9 @@ class ShardPass:
         )
 
     def _gone_status(self, placement: Placement, now: datetime) -> ComputeStatus:
-        what = (
-            "its process exited"
-            if placement.origin == "discovered"
-            else "its placement was removed"
-        )
+        what = "its placement was removed"
+        if placement.origin == "discovered":
+            what = handed_over(self.tracked, placement.spec.pid) or "its process exited"
         return ComputeStatus(
             node=self.node,
             shard=placement.spec.id,
