@@ -77,5 +77,5 @@ class DiscoveryWalks:
 
 def placement_of(d: Discovered) -> Placement:
     return Placement(
-        d.spec, "discovered", d.gpus_unknown, d.cpu_on_purpose, d.gpu_request, d.log_prefix
+        d.spec, "discovered", d.gpus_unknown, d.cpu_on_purpose, d.gpu_request, d.log_prefix, d.log
     )

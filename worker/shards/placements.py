@@ -33,6 +33,7 @@ from placewatch.schemas.control import (
 from placewatch.schemas.messages import PID_MAX
 from placewatch.schemas.subjects import MAX_NAME_BYTES
 
+from ..engines.evidence.source import LogSource
 from ..files import UnusableFile, read_text
 
 if TYPE_CHECKING:
@@ -86,6 +87,9 @@ class Placement:
     answered: `gpus_unknown` says so, and only the engine's own word can still tell."""
     log_prefix: str | None = None
     """Only the lines of `spec.log_path` that start with this are its own (a router's child)."""
+    log: LogSource | None = None
+    """How discovery found `spec.log_path` opened (engines/evidence/source.py); None: it is
+    a placed path, opened by its own rules."""
 
 
 def check_spec(raw: object, where: str) -> PlacementSpec:

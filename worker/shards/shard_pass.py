@@ -20,6 +20,7 @@ import anyio.to_thread
 
 from placewatch.schemas import ComputeStatus, GpuHealth, GpuSample, ShardBrief, SourceStatus
 
+from ..deadline import NEVER, Deadline
 from ..engines import owns_log
 from ..engines.evidence import EngineEvidence
 from ..engines.evidence.follow import EngineLogs, Evidence, Log
@@ -27,10 +28,11 @@ from ..gpu import ActivityWanted
 from . import liveness
 from .activity import Activity, ActivityWindows, Read, shard_usage
 from .attribution import Held, ProcTable, attribute, owner, unseen_holders
+from .discover.log_path import log_source
 from .discovered import DiscoveryWalks
 from .gpu_health import health_by_index, unhealthy, with_health
 from .liveness import ROUTER, Tracked, find_processes, named, readiness, settled
-from .lost_evidence import held, rotated
+from .lost_evidence import held, log_note, rotated
 from .placements import MAX_SHARDS, Placement, PlacementFeed, ShardsFile, placed
 from .silent_tools import engine_says_cpu
 from .verdict import GpuIds, Judgement, Observation, gpu_ids, judge
@@ -144,10 +146,13 @@ class ShardPass:
         gpus_known: bool,
         read_at: float | None = None,
         silent: Sequence[str] = (),
+        *,
+        deadline: Deadline = NEVER,
     ) -> ShardsView:
         """Every shard's status on these GPU readings; `gpus_known`: a GPU tool answered;
         `read_at`: when the reading began (time.monotonic()), now when not given; `silent`:
-        the GPU sources that did not answer, named in what a shard they leave untold says."""
+        the GPU sources that did not answer, named in what a shard they leave untold says;
+        `deadline`: the tick's, by which its engine logs answer with what they read."""
         placements, problems = placed(self.shards_file, self.bucket)
         if self.discovery:
             placements += await self._discovered(gpus, None if gpus_known else silent, placements)
@@ -170,7 +175,7 @@ class ShardPass:
         self.shared_logs = liveness.shared_logs(self.tracked, self.shared)
         problems += self._refused(self.shared)
         await self._readiness()
-        evidence = await self._evidence()
+        evidence = await self._evidence(deadline)
         seen = self._attribute(gpus, gpus_known, exited)
         if gpus_known:
             self.gpu_health = health_by_index(gpus)
@@ -257,7 +262,7 @@ class ShardPass:
                 "unknown", f"placewatch could not judge this shard ({said}); {REPORT_IT}"
             )
             return held(t, lost, seen.gpus_known, now)
-        return held(t, rotated(judged, evidence), seen.gpus_known, now)
+        return log_note(held(t, rotated(judged, evidence), seen.gpus_known, now), evidence)
 
     def _attribute(self, gpus: list[GpuSample], gpus_known: bool, exited: bool) -> _Attributed:
         shard_pids = {
@@ -289,20 +294,22 @@ class ShardPass:
             self._owners[pid] = owner(pid, shard_pids, self.table) if shard_pids else None
         return fresh
 
-    async def _evidence(self) -> Evidence:
+    async def _evidence(self, deadline: Deadline) -> Evidence:
         """What each followed log says; a tick with no log to follow, now or before, asks
         nothing of EngineLogs."""
         wanted = {
             sid: Log(
-                spec.log_path, t.pid if owns_log(spec.engine) else None, t.placement.log_prefix
+                log_source(path, t.placement.log, t.pid),
+                t.pid if owns_log(t.placement.spec.engine) else None,
+                t.placement.log_prefix,
             )
             for sid, t in self.tracked.items()
-            if (spec := t.placement.spec).log_path and sid not in self.shared_logs
+            if (path := t.placement.spec.log_path) and sid not in self.shared_logs
         }
         if self.logs is None or not (wanted or self._logs_wanted):
             return {}
         self._logs_wanted = wanted
-        return await self.logs.read(wanted)
+        return await self.logs.read(wanted, deadline=deadline)
 
     async def _discovered(
         self, gpus: list[GpuSample], silent: Sequence[str] | None, placements: list[Placement]

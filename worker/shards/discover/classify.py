@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from placewatch.schemas import GpuSample, PlacementSpec
 
 from ...engines import read_launch
+from ...engines.evidence.source import LogSource
 from .endpoint import health_url, serve_port
 from .intent import intended_gpus
 
@@ -31,6 +32,8 @@ class Discovered:
     log_prefix: str | None = None
     """The prefix of its lines in `spec.log_path` when that is another process's log: a
     llama-server router's child (`[PORT]`)."""
+    log: LogSource | None = None
+    """How `spec.log_path` is opened, as it was found (log_path.py)."""
 
 
 def classify(
@@ -41,14 +44,14 @@ def classify(
     *,
     create_time: float = 0.0,
     tools_silent: Sequence[str] | None = None,
-    log_path: str | None = None,
+    log: LogSource | None = None,
 ) -> Discovered | None:
     """The engine `cmdline` runs and the GPUs it meant to use, or None for anything else.
 
     `env` is the process's environment, None when it could not be read; `gpus`
     are the node's GPUs, and `tools_silent` the GPU sources that did not answer
     when none did (None when one did: `gpus` then says what there is). Pure:
-    reads nothing but its arguments; `log_path` is where its output was found.
+    reads nothing but its arguments; `log` is where its output was found.
     The shard's id is the engine's name and its port, or its pid when it serves
     on none.
     """
@@ -64,7 +67,7 @@ def classify(
         gpus=list(intent.gpus),
         engine=launch.engine,
         health_url=health_url(launch, env, port),
-        log_path=log_path,
+        log_path=log.path if log is not None else None,
     )
     return Discovered(
         spec=spec,
@@ -73,4 +76,5 @@ def classify(
         cpu_on_purpose=intent.cpu,
         gpu_request=intent.gpu_request,
         create_time=create_time,
+        log=log,
     )

@@ -17,6 +17,7 @@ import psutil
 from placewatch.schemas import GpuSample, PlacementSpec
 
 from ...engines import Launch, engine_of, read_launch
+from ...engines.evidence.source import LogSource
 from ..cgroup import read_container
 from .classify import Discovered, classify
 from .endpoint import serve_port
@@ -86,7 +87,7 @@ def discover(
             gpus,
             create_time=created,
             tools_silent=tools_silent,
-            log_path=find_log(launch, env, pid) or container_log(read_container(pid).container_id),
+            log=find_log(launch, env, pid) or container_log(read_container(pid).container_id, pid),
         )
         if d is None:
             continue
@@ -191,10 +192,12 @@ def _environ(process: psutil.Process) -> dict[str, str] | None:
 @dataclass(frozen=True)
 class _Router:
     """A llama-server router: the id its children's ids start with, its log (where their
-    lines go), and the GPUs a placement naming it gives them (None: their own flags')."""
+    lines go; how it is opened, where it was found), and the GPUs a placement naming it gives
+    them (None: their own flags')."""
 
     id: str
-    log: str | None
+    log_path: str | None
+    log: LogSource | None = None
     gpus: list[int] | None = None
 
 
@@ -209,10 +212,13 @@ def _routers(seen: Mapping[int, _Seen], placed: Mapping[int, PlacementSpec]) -> 
             continue
         log = find_log(launch, env, pid)
         spec = placed.get(pid)
-        if spec is not None:
-            found[pid] = _Router(spec.id, spec.log_path or log, list(spec.gpus))
+        if spec is not None and spec.log_path:
+            found[pid] = _Router(spec.id, spec.log_path, None, list(spec.gpus))
+        elif spec is not None:
+            found[pid] = _Router(spec.id, log.path if log else None, log, list(spec.gpus))
         else:
-            found[pid] = _Router(f"{launch.name}-{serve_port(launch, env) or pid}", log)
+            name = f"{launch.name}-{serve_port(launch, env) or pid}"
+            found[pid] = _Router(name, log.path if log else None, log)
     return found
 
 
@@ -221,11 +227,11 @@ def _router_child(d: Discovered, launch: Launch, router: _Router) -> Discovered:
     log that carry its port."""
     port = serve_port(launch, None)
     model = engine_of(launch).served_model(launch) or str(d.spec.pid)
-    spec = msgspec.structs.replace(d.spec, id=f"{router.id}/{model}", log_path=router.log)
+    spec = msgspec.structs.replace(d.spec, id=f"{router.id}/{model}", log_path=router.log_path)
     if router.gpus is not None:
         spec = msgspec.structs.replace(spec, gpus=router.gpus)
         d = replace(d, gpus_unknown=None, gpu_request=None)  # its own CPU flags still hold
-    return replace(d, spec=spec, log_prefix=f"[{port}]" if port else None)
+    return replace(d, spec=spec, log_prefix=f"[{port}]" if port else None, log=router.log)
 
 
 def _part_of_parent(pid: int, launch: Launch, seen: Mapping[int, _Seen], parents: _Parents) -> bool:

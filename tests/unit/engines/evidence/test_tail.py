@@ -8,13 +8,19 @@ from pathlib import Path
 import pytest
 
 from placewatch.worker.engines.evidence import LogTail
+from placewatch.worker.engines.evidence.source import PathLog
+
+
+def tail_of(path: Path, **limits: int) -> LogTail:
+    """A tail of a file read as this test's own user may read it."""
+    return LogTail(PathLog(str(path), os.getpid()), **limits)
 
 
 def test_complete_lines_come_and_a_partial_one_is_held(tmp_path: Path) -> None:
     log = tmp_path / "engine.log"
     log.write_bytes(b"")
-    tail = LogTail(log)
-    assert tail.path == log
+    tail = tail_of(log)
+    assert tail.path == str(log)
     with log.open("ab") as out:
         out.write(b"first line\nsecond li")
         out.flush()
@@ -31,7 +37,7 @@ def test_complete_lines_come_and_a_partial_one_is_held(tmp_path: Path) -> None:
 
 def test_nothing_comes_until_the_file_appears(tmp_path: Path) -> None:
     log = tmp_path / "later.log"
-    tail = LogTail(str(log))
+    tail = tail_of(log)
     assert tail.poll() == []
     log.write_text("load_tensors: offloaded 33/33 layers to GPU\n")
     assert tail.poll() == ["load_tensors: offloaded 33/33 layers to GPU"]
@@ -42,7 +48,7 @@ def test_nothing_comes_until_the_file_appears(tmp_path: Path) -> None:
 def test_a_truncated_file_starts_a_new_generation_from_its_top(tmp_path: Path) -> None:
     log = tmp_path / "engine.log"
     log.write_text("ggml_cuda_init: failed to initialize CUDA: unknown error\n" * 3)
-    tail = LogTail(log)
+    tail = tail_of(log)
     assert len(tail.poll()) == 3
     log.write_text("load_tensors: offloaded 2/2 layers to GPU\n")  # the engine restarted
     assert tail.poll() == ["load_tensors: offloaded 2/2 layers to GPU"]
@@ -52,7 +58,7 @@ def test_a_truncated_file_starts_a_new_generation_from_its_top(tmp_path: Path) -
 def test_a_replaced_file_starts_a_new_generation_even_when_longer(tmp_path: Path) -> None:
     log = tmp_path / "engine.log"
     log.write_text("load_tensors: offloaded 0/29 layers to GPU\n")
-    tail = LogTail(log)
+    tail = tail_of(log)
     tail.poll()
     new = tmp_path / "engine.log.new"
     new.write_text("x" * 200 + "\nload_tensors: offloaded 29/29 layers to GPU\n")
@@ -64,7 +70,7 @@ def test_a_replaced_file_starts_a_new_generation_even_when_longer(tmp_path: Path
 def test_a_file_that_became_unreadable_is_skipped_quietly(tmp_path: Path) -> None:
     log = tmp_path / "engine.log"
     log.write_text("first\n")
-    tail = LogTail(log)
+    tail = tail_of(log)
     assert tail.poll() == ["first"]
     log.unlink()
     log.mkdir()  # open() fails, as it does for a file this user may no longer read
@@ -78,7 +84,7 @@ def test_a_file_that_became_unreadable_is_skipped_quietly(tmp_path: Path) -> Non
 def test_a_file_without_read_permission_is_skipped(tmp_path: Path) -> None:
     log = tmp_path / "engine.log"
     log.write_text("first\n")
-    tail = LogTail(log)
+    tail = tail_of(log)
     assert tail.poll() == ["first"]
     with log.open("a") as out:
         out.write("second\n")
@@ -93,10 +99,10 @@ def test_a_file_without_read_permission_is_skipped(tmp_path: Path) -> None:
 def test_bytes_per_poll_and_line_length_are_capped(tmp_path: Path) -> None:
     log = tmp_path / "engine.log"
     log.write_bytes(b"a" * 5000 + b"\n" + b"short\n" * 100)
-    tail = LogTail(log, max_read=1024, max_line=100)
+    tail = tail_of(log, max_line=100)
     lines: list[str] = []
     for _ in range(20):
-        got = tail.poll()
+        got = tail.poll(1024)
         assert sum(len(x) + 1 for x in got) <= 1024 + 100
         lines += got
     assert lines[0] == "a" * 100
@@ -106,13 +112,13 @@ def test_bytes_per_poll_and_line_length_are_capped(tmp_path: Path) -> None:
 def test_invalid_utf8_is_read_without_raising(tmp_path: Path) -> None:
     log = tmp_path / "engine.log"
     log.write_bytes(b"\xff\xfe load_tensors: offloaded 3/4 layers to GPU\n")
-    assert LogTail(log).poll() == ["\ufffd\ufffd load_tensors: offloaded 3/4 layers to GPU"]
+    assert tail_of(log).poll() == ["\ufffd\ufffd load_tensors: offloaded 3/4 layers to GPU"]
 
 
 def test_a_deleted_file_starts_a_new_generation(tmp_path: Path) -> None:
     log = tmp_path / "engine.log"
     log.write_text("load_tensors: offloaded 0/29 layers to GPU\n")
-    tail = LogTail(log)
+    tail = tail_of(log)
     assert tail.poll() == ["load_tensors: offloaded 0/29 layers to GPU"]
     log.unlink()
     assert tail.poll() == []
@@ -125,6 +131,6 @@ def test_a_deleted_file_starts_a_new_generation(tmp_path: Path) -> None:
 
 
 def test_a_file_that_never_was_is_no_new_generation(tmp_path: Path) -> None:
-    tail = LogTail(tmp_path / "later.log")
+    tail = tail_of(tmp_path / "later.log")
     assert tail.poll() == []
     assert tail.generation == 0
