@@ -366,6 +366,11 @@ def _node_options() -> argparse.ArgumentParser:
         const=False,
         help="do not look for llama.cpp, Ollama and vLLM processes nothing places",
     )
+    common.add_argument(
+        "--discover-env",
+        metavar="NAME=VALUE",
+        help="consider only processes whose environment holds NAME=VALUE (discovery, match)",
+    )
     return common
 
 

@@ -17,10 +17,12 @@ from pathlib import Path
 
 import psutil
 import pytest
+from hypothesis import settings
 
 from placewatch.worker.config import GPU_SOURCES
 from placewatch.worker.embedded import find_binary
 from placewatch.worker.gpu import nvml
+from placewatch.worker.shards.scope import ProcessScope
 
 from tests.support.child import LoggedChild
 from tests.support.gpu_tool import APPS_BASE
@@ -30,6 +32,48 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 FAKE_TOOL = Path(__file__).resolve().parent / "support" / "gpu_tool.py"
 SHARED = ROOT.parent / "shared"
 CORPUS = SHARED / "corpus"
+
+SEAL = "SEALED_PLACEWATCH_TEST"
+"""Every process a test starts carries this mark in its environment (set below, inherited),
+and every worker a test starts (clean_env) considers only processes that carry it
+(`discover_env`, worker/shards/scope.py): engines another job runs on the machine are
+none of a test's shards. One value for each pytest process."""
+os.environ.setdefault(SEAL, f"{os.getpid()}-{time.time_ns()}")
+SEALED = f"{SEAL}={os.environ[SEAL]}"
+"""The `discover_env` of a test's workers."""
+SCOPE = ProcessScope.parse(SEALED)
+"""The same, for a discovery, `match` or shard pass a test runs in its own process."""
+
+# Hypothesis: CI (which runs with CI=true) draws as many examples as hypothesis's own default;
+# a developer's run a fifth of them, so that the unit lane stays quick on two cores.
+# HYPOTHESIS_PROFILE names either one anywhere.
+settings.register_profile("ci", max_examples=100)
+settings.register_profile("dev", max_examples=20)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
+
+
+def examples(under_ci: int) -> int:
+    """A test's max_examples: `under_ci` in the ci profile, the same share of it in another."""
+    drawn = settings().max_examples  # the loaded profile's
+    return max(1, under_ci * drawn // 100)
+
+
+UNIT = Path(__file__).resolve().parent / "unit"
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """`-n auto` (pyproject.toml's addopts): four workers for the suite, whose tests mostly
+    wait on servers and processes, so that two cores run four at once; one a core for the
+    unit lane alone (`pytest tests/unit`), whose tests compute and where each worker more
+    is one more collection of every module. PYTEST_XDIST_AUTO_NUM_WORKERS still decides
+    where it is set."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None
+    paths = [Path(a.split("::")[0]).resolve() for a in config.args] or [ROOT / "tests"]
+    if all(p == UNIT or UNIT in p.parents for p in paths):
+        return max(1, min(4, len(os.sched_getaffinity(0))))
+    return 4
+
 
 needs_corpus = pytest.mark.skipif(
     not CORPUS.is_dir(), reason="../shared/corpus is not beside the project (only in CI)"
@@ -205,6 +249,7 @@ def clean_env() -> dict[str, str]:
         if d and not any((Path(d) / t).exists() for t in ("nvidia-smi", "rocm-smi", "amd-smi"))
     ]
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), *keep])
+    env["PLACEWATCH_DISCOVER_ENV"] = SEALED
     if real_nvml():
         env["PLACEWATCH_GPU_SOURCES"] = ",".join(s for s in GPU_SOURCES if s != "nvml")
     return env

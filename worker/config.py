@@ -102,6 +102,9 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Seconds after a shard's process started before it is judged, when it has no health_url."""
     discover: bool = True
     """Find llama.cpp, Ollama and vLLM processes that nothing places."""
+    discover_env: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]*=")] | None = None
+    """NAME=VALUE: discovery, a placement's `match` and doctor's pre-flight consider only
+    processes whose environment holds it (shards/scope.py). None: every process."""
     kfd_root: str = str(KFD_ROOT)
     """The AMD KFD sysfs tree that per-process VRAM is read from."""
     create: bool = True

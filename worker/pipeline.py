@@ -32,6 +32,7 @@ from .gpu.registry import chains_for
 from .host import HostSampler
 from .sampler import NodeReading, NodeSampler
 from .shards.placements import PlacementFeed, ShardsFile
+from .shards.scope import ProcessScope
 from .shards.shard_pass import ShardPass, ShardsView
 
 
@@ -80,6 +81,7 @@ class Pipeline:
             shards_file=ShardsFile(settings.shards) if settings.shards else None,
             bucket=bucket,
             discovery=settings.discover,
+            scope=ProcessScope.parse(settings.discover_env),
             logs=EngineLogs(),
         )
         chains = chains_for(

@@ -22,9 +22,10 @@ would catch it).
 
 The tool is started with subprocess.Popen and its pipes and its exit (a
 pidfd, Linux 5.3+) are awaited on the event loop directly, one task a run:
-asyncio's subprocess transport, through anyio, cost the worker about 0.7 ms
-more CPU a run, as much as the rest of a tick's own work on a node without
-NVML (bench/tick_cost.py).
+asyncio's subprocess transport, through anyio, adds a child watcher and its
+transport and protocol objects to every run, work the event loop does for
+nothing a tool needs: a tool run is most of a tick's own work on a node
+without NVML (bench/tick_cost.py measures the tick with this path).
 """
 
 from __future__ import annotations

@@ -45,6 +45,7 @@ __all__ = ["DEFAULT_DURABLE", "Conflict", "consume", "filters"]
 ACK_WAIT_S = 60.0
 """Longer than one try and the longest backoff: a retried message stays this consumer's."""
 FETCH_WAIT_S = 5.0
+"""How long one pull request waits for a message before the next is sent."""
 BACKOFF_FIRST_S = 0.5
 BACKOFF_MAX_S = 30.0
 STREAM_POLL_S = 2.0
@@ -63,10 +64,17 @@ def filters(prefix: str, statuses: bool) -> list[str]:
 
 
 async def consume(
-    nc: Client, prefix: str, durable: str, sink: Sink, ready: anyio.Event | None = None
+    nc: Client,
+    prefix: str,
+    durable: str,
+    sink: Sink,
+    ready: anyio.Event | None = None,
+    *,
+    fetch_wait_s: float = FETCH_WAIT_S,
 ) -> None:
     """Deliver every message, in stream order, for ever; `ready` is set once the consumer
-    is bound (and, for Alertmanager, what is firing now was posted)."""
+    is bound (and, for Alertmanager, what is firing now was posted). `fetch_wait_s`: how
+    long a pull request waits (FETCH_WAIT_S; a test has many expire in a second)."""
     js = nc.jetstream()
     stream = for_prefix(prefix).events.name
     skipped = Skipped()  # across reconnections: a message skipped again is counted again
@@ -89,7 +97,9 @@ async def consume(
                 await anyio.sleep(STREAM_POLL_S)
                 continue
             said = ""
-            await _deliver_from(sub, prefix, durable, sink, ready, skipped=skipped)
+            await _deliver_from(
+                sub, prefix, durable, sink, ready, skipped=skipped, fetch_wait_s=fetch_wait_s
+            )
         except SETUP_ERRORS as exc:
             log.warning("consumer %s failed (%s); setting it up again", durable, exc)
             await anyio.sleep(STREAM_POLL_S)
@@ -106,6 +116,7 @@ async def _deliver_from(
     ready: anyio.Event | None,
     *,
     skipped: Skipped,
+    fetch_wait_s: float,
 ) -> None:
     if isinstance(sink, AlertmanagerSink):
         await _until_delivered("what is firing now", sink.sync)
@@ -114,7 +125,7 @@ async def _deliver_from(
     log.info(
         "delivering fallback events from %s (consumer %s)", for_prefix(prefix).events.name, durable
     )
-    await _deliver_all(sub, prefix, sink, skipped)
+    await _deliver_all(sub, prefix, sink, skipped, fetch_wait_s)
 
 
 async def _wait_for_stream(js: JetStreamContext, stream: str) -> None:
@@ -173,11 +184,15 @@ async def _bind(
 
 
 async def _deliver_all(
-    sub: JetStreamContext.PullSubscription, prefix: str, sink: Sink, skipped: Skipped
+    sub: JetStreamContext.PullSubscription,
+    prefix: str,
+    sink: Sink,
+    skipped: Skipped,
+    fetch_wait_s: float,
 ) -> None:
     while True:
         try:
-            (msg,) = await sub.fetch(1, timeout=FETCH_WAIT_S)
+            (msg,) = await sub.fetch(1, timeout=fetch_wait_s)
         except (nats.errors.TimeoutError, TimeoutError):
             continue
         message = decode_message(msg, prefix, skipped)

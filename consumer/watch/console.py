@@ -4,7 +4,8 @@ A fixed header (nodes live and silent, shards by verdict, what fires, the bus, t
 message's age), then the shards, one row each, problems first, or the nodes (tab), one row
 each with a bar per GPU; `/` filters with globs, `o` sorts by the next column, Enter opens a
 shard: its reason, evidence, placement, its GPUs' readings and its verdicts as this console
-saw them, and the `doctor` command for its node. Keys are shown in the footer.
+saw them, and the `doctor` command for its node. Keys are shown in the footer, and in full
+with `?` (keys.py).
 
 Each second (at most a third of the time: BUILD_SHARE) the board is built from a copy of what
 the view holds, in a thread (the view goes on taking messages, and a key is answered
@@ -32,6 +33,7 @@ from textual.widgets.data_table import CellDoesNotExist
 
 from .board import Board, NodeRow, ShardRow, bar, duration, gpus_of, matches, node_matches
 from .command import Filters
+from .keys import HelpScreen
 from .text import header_lines, printable, shard_cells
 from .watched import Watched
 
@@ -75,6 +77,7 @@ class Console(App[None]):
         Binding("o", "sort", "sort"),
         Binding("r", "reverse", "reverse"),
         Binding("p", "problems", "problems only"),
+        Binding("question_mark,h", "help", "help"),
         Binding("escape", "close", "close", show=False),
     ]
 
@@ -153,6 +156,7 @@ class Console(App[None]):
         if self.board is None:
             return
         board = self.filters.apply(self.board)
+        whole = self.filters._replace(problems=False).apply(self.board)
         now = datetime.fromtimestamp(self.watched.clock(), UTC)
         state = "" if self.connected() else "  DISCONNECTED: showing the last known"
         header = header_lines(
@@ -169,12 +173,13 @@ class Console(App[None]):
         self._rows = {_key(r): r for r in shown}
         self._fill("shards", [(_key(r), shard_cells(r)) for r in shown])
         terms = self.pattern.split()
-        nodes = [n for n in board.nodes if all(node_matches(n.node, t) for t in terms)]
+        kept = self._kept_nodes(board, whole)
+        nodes = [n for n in kept if all(node_matches(n.node, t) for t in terms)]
         self._fill("nodes", [(n.node, _node_cells(n)) for n in nodes[:MAX_ROWS]])
         sort = "problems first" if self.sort_by is None else f"by {SHARD_COLUMNS[self.sort_by]}"
         sort += ", reversed" if self.reverse else ""
         said = (
-            f"{len(shards)} of {len(board.shards)} shards, {len(nodes)} of {len(board.nodes)} nodes"
+            f"{len(shards)} of {len(whole.shards)} shards, {len(nodes)} of {len(whole.nodes)} nodes"
         )
         if len(shards) > MAX_ROWS or len(nodes) > MAX_ROWS:
             said += f" (the first {MAX_ROWS} shown: / to filter)"
@@ -183,6 +188,14 @@ class Console(App[None]):
         if self.detail is not None:
             self._show_detail(self.detail)
         self.drawn += 1
+
+    def _kept_nodes(self, board: Board, whole: Board) -> list[NodeRow]:
+        """The nodes shown: with problems only (`p`), those that need a person and those that
+        hold a shard that does, a live node with a fallback among them."""
+        if not self.filters.problems:
+            return board.nodes
+        held = {r.node for r in board.shards}
+        return [n for n in whole.nodes if n.problems or n.node in held]
 
     def _kept(self, row: ShardRow) -> bool:
         return all(matches(row, term) for term in self.pattern.split())
@@ -246,6 +259,10 @@ class Console(App[None]):
     def action_problems(self) -> None:
         self.filters = self.filters._replace(problems=not self.filters.problems)
         self._draw()
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen())
 
     def action_close(self) -> None:
         field = self.query_one("#filter", Input)

@@ -3,9 +3,19 @@ traceback, the line naming the argument and what to give."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 from tests.conftest import clean_env, run_placewatch
+
+RULE = (
+    "cannot name streams and buckets: give a prefix of at most 64 characters, one or more "
+    "tokens joined by dots, each of lowercase letters a-z, digits and '-' (such as "
+    "'placewatch' or 'acme.pw'); docs/subjects.md, Streams and buckets"
+)
+"""What a bad prefix is told, after what it was (as tests/unit/test_config.py asserts it)."""
 
 COMMANDS = ("run", "doctor", "health", "watch", "alerts", "exporter")
 """The commands that take the connection's flags (forget takes a NODE besides; `sample`
@@ -67,3 +77,62 @@ def test_an_empty_node_name_is_refused(command: str) -> None:
     assert done.returncode == 2
     last = done.stderr.splitlines()[-1]
     assert "1 to 128 bytes" in last, last
+
+
+def test_cli_exits_2_with_one_line_naming_the_key(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text('node = "n"\nshards_dir = "/x"\n')
+    done = run_placewatch("run", "--config", str(config))
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr.count("\n") == 1
+    assert done.stderr.startswith(f"placewatch: config file {config}: unknown key 'shards_dir'")
+
+
+def test_cli_missing_or_broken_file_exits_2(tmp_path: Path) -> None:
+    done = run_placewatch("sample", "--config", str(tmp_path / "absent.toml"))
+    assert done.returncode == 2
+    assert "does not exist" in done.stderr
+    broken = tmp_path / "broken.toml"
+    broken.write_text("node = \n")
+    done = run_placewatch("sample", "--config", str(broken))
+    assert done.returncode == 2
+    assert f"config file {broken} is not valid TOML" in done.stderr
+
+
+def test_cli_config_path_that_names_no_file_or_no_text_exits_2(tmp_path: Path) -> None:
+    """A named pipe would block the start until someone wrote to it; bytes that are not UTF-8
+    would end in a traceback."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    done = run_placewatch("sample", "--config", str(fifo))
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (
+        f"placewatch: config file {fifo} is a named pipe; give the path of a file; "
+        "check --config or PLACEWATCH_CONFIG\n"
+    )
+    latin = tmp_path / "latin.toml"
+    latin.write_bytes(b'node = "n\xf6de"\n')
+    done = run_placewatch("sample", "--config", str(latin))
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (
+        f"placewatch: config file {latin} is not UTF-8 text (byte 0xf6 at offset 9); "
+        "check --config or PLACEWATCH_CONFIG\n"
+    )
+
+
+def test_cli_bad_flag_value_exits_2() -> None:
+    env = clean_env()
+    done = run_placewatch("sample", "--interval", "-1", env=env)
+    assert done.returncode == 2
+    assert (
+        done.stderr.strip()
+        == "placewatch: --interval: Expected `float` >= 0.1; give a number of seconds from 0.1 to 86400"
+    )
+
+
+def test_cli_refuses_a_bad_prefix_with_exit_2_for_every_command() -> None:
+    for command in (["run"], ["watch", "--once"], ["alerts"], ["schema", "--asyncapi"]):
+        done = run_placewatch(*command, "--prefix", "acme_pw")
+        assert done.returncode == 2, (command, done.stderr)
+        assert done.stderr == f"placewatch: --prefix: subject prefix 'acme_pw' {RULE}\n"

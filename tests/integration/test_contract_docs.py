@@ -22,6 +22,7 @@ from placewatch.schemas import (
 from placewatch.schemas.streams import COMPUTE, EVENTS, LEASES, PLACEMENTS, TELEMETRY, for_prefix
 
 from tests.conftest import ROOT, SHARED, run_placewatch
+from tests.support.wire import doc_samples as samples
 
 DOCS = ROOT / "docs"
 ASYNCAPI_SPEC = SHARED / "specs" / "asyncapi-3.0.0.json"
@@ -32,18 +33,12 @@ GENERATED = {
 TYPES: dict[str, type[msgspec.Struct]] = {t.__name__: t for t in MESSAGE_TYPES}
 UNSTORED = ("NodeTelemetry", "NodeInventory", "NodeForgotten")
 """The messages published without a message id: no stream deduplicates them."""
-SAMPLE = re.compile(r"<!-- sample: ([\w-]+) -->\n```(\w+)\n(.*?)\n```", re.DOTALL)
 
 
 def load(relative: str) -> dict[str, Any]:
     doc = json.loads((ROOT / relative).read_text())
     assert isinstance(doc, dict)
     return doc
-
-
-def samples() -> list[tuple[str, str, str]]:
-    """(name, fence language, text) of every sample in docs/subjects.md."""
-    return SAMPLE.findall((DOCS / "subjects.md").read_text())
 
 
 @pytest.mark.parametrize("relative", sorted(GENERATED))

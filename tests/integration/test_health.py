@@ -19,7 +19,7 @@ from placewatch.connection import HEARTBEAT, RoundTrips, connect
 from placewatch.heartbeat import judge_beat, read_text
 
 from tests.conftest import NatsServer, Worker, clean_env, placewatch_cmd, run_placewatch
-from tests.support.eventually import eventually
+from tests.support.eventually import eventually, eventually_async
 
 
 def health(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -139,13 +139,11 @@ def test_a_connection_given_a_heartbeat_file_keeps_it_until_closed(
 
     async def main() -> tuple[str, bool]:
         nc = await connect([nats_server.url], "placewatch watch", {HEARTBEAT: str(path)})
-        with anyio.fail_after(5):
-            while not path.exists():
-                await anyio.sleep(0.05)
+        await eventually_async(path.exists, 5, what="the heartbeat file written")
         said = judge_beat(str(path), read_text(str(path)), time.time())
         (task,) = [t for t in asyncio.all_tasks() if "RoundTrips.keep" in repr(t.get_coro())]
         await nc.close()
-        await anyio.sleep(0.1)  # the close ends the heartbeat's task
+        await eventually_async(task.done, 5, what="the close ends the heartbeat's task")
         return said[1], task.done()
 
     said, ended = anyio.run(main, backend="asyncio")

@@ -291,15 +291,16 @@ def test_a_view_told_another_n_than_the_servers_says_so(tmp_path: Path, p: int, 
 
     async def scenario() -> None:
         nc = await nats.connect(server.url)
+        viewed = await nats.connect(server.url)
         try:
             for stream in (TELEMETRY, INVENTORY):
                 await ensure_stream(nc.jetstream(), stream, StreamSettings(storage="memory"))
-            view = FleetView(nc, partition=p, partitions=n)
+            view = FleetView(viewed, partition=p, partitions=n)
             await view.start()
             await publish_fleet(server.url, 0)
             await eventually_async(lambda: set(view.nodes) == expected(p))
-            await nc.flush()  # what the probes would take has come (one server, in order)
-            await anyio.sleep(0.2)  # and been handed to their callbacks
+            await viewed.flush()  # what the probes would take has come (one server, in order)
+            await viewed.drain()  # and been handed to their callbacks, each one
             await eventually_async(lambda: kinds(view.problems()) == told(p, n))
             assert len(view.problems()) == len(told(p, n))  # each said once
             await view.stop()
@@ -311,6 +312,7 @@ def test_a_view_told_another_n_than_the_servers_says_so(tmp_path: Path, p: int, 
             await late.stop()
         finally:
             await nc.close()
+            await viewed.close()
 
     try:
         anyio.run(scenario, backend="asyncio")

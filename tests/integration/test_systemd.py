@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from placewatch.cli import EXIT_CONFIG, EXIT_LEASE_LOST
-from placewatch.worker.config import ENV_CONFIG, FIELDS, env_name
+from placewatch.worker.config import ENV_CONFIG, FIELDS, env_name, load
 from placewatch.worker.forget import duration
 
 from tests.conftest import ROOT
@@ -57,7 +57,19 @@ def test_the_worker_unit_runs_the_installed_worker() -> None:
     assert service["KillSignal"] == "SIGTERM"
     assert service["TimeoutStopSec"] == "10"
     assert unit(WORKER)["Install"]["WantedBy"] == "multi-user.target"
-    assert service["Environment"] == "PLACEWATCH_HEALTH_FILE=%t/placewatch/health"
+    assert values(WORKER, "Environment") == [
+        "PLACEWATCH_HEALTH_FILE=%t/placewatch/health",
+        "PLACEWATCH_METRICS_LISTEN=:9400",
+    ]
+
+
+def test_the_worker_unit_serves_the_nodes_metrics_on_the_documented_port() -> None:
+    (listen,) = [v for v in values(WORKER, "Environment") if "METRICS" in v]
+    name, address = listen.split("=", 1)
+    assert name == env_name("metrics_listen")
+    assert load({}, environ={name: address}).metrics_listen == address  # a valid setting
+    assert f"`placewatch run --metrics-listen {address}`" in (ROOT / "docs/exporter.md").read_text()
+    assert f"`{address}` (`{name}`)" in (UNITS / "README.md").read_text()
 
 
 def test_the_worker_keeps_what_it_needs_to_read_gpus_and_proc() -> None:

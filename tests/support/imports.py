@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
 
 
-def imported_by(*modules: str) -> set[str]:
-    """The full names of every module in sys.modules once `modules` are imported."""
+@functools.cache
+def imported_by(*modules: str) -> frozenset[str]:
+    """The full names of every module in sys.modules once `modules` are imported; asked once
+    a test process (an interpreter starting takes a second on a busy machine)."""
     code = f"import sys, {', '.join(modules)}; print(*sorted(sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    return set(out.stdout.split())
+    return frozenset(out.stdout.split())
 
 
-def top_level(names: set[str]) -> set[str]:
+def top_level(names: frozenset[str]) -> set[str]:
     return {name.split(".")[0] for name in names}

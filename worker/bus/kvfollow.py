@@ -1,9 +1,9 @@
 """The latest value of each key of a KV bucket, then every change: one push consumer.
 
 Not nats-py's KV watcher, for two reasons. Its ordered consumer checks flow
-control four times a second whatever happens, a third of an idle worker's
-CPU (docs/benchmarks.md); this consumer wakes for a change and for the
-server's idle heartbeat. And it decides that the initial values are all in
+control four times a second whatever happens: wake-ups an idle worker has no
+other reason for; this consumer wakes for a change and for the server's idle
+heartbeat. And it decides that the initial values are all in
 from how many messages the client has handled when the consumer's info comes
 back, so a busy client that the server has already sent them all to is told
 there were none; this one counts what the server says it delivered.

@@ -16,6 +16,7 @@ No secret is printed: report.py scrubs every line of what the settings hold.
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 from collections.abc import Sequence
 
@@ -26,6 +27,7 @@ from placewatch.arguments import seconds
 
 from ..config import Settings
 from ..shards.discover import Discovered, discover
+from ..shards.scope import ProcessScope
 from .engines import ENGINE_TIMEOUT_S, Engine, check_engines, preflight
 from .gpu_tools import check_gpu_tools
 from .jetstream import CHECKS as JETSTREAM_CHECKS
@@ -90,13 +92,15 @@ async def diagnose(
     settings: Settings, engines: Sequence[str], timeout_s: float, report: Report
 ) -> None:
     gpus = await check_gpu_tools(settings, report)
+    scope = ProcessScope.parse(settings.discover_env)
     placed: list[Placed] = []
     if settings.shards:
-        placed = await anyio.to_thread.run_sync(check_shards_file, settings.shards, report)
+        placed = await anyio.to_thread.run_sync(check_shards_file, settings.shards, report, scope)
     found: list[Discovered] = []
     if settings.discover:  # the file's placements claim their processes, as in the worker
         claimed = {p.pid for p in placed if p.pid is not None}
-        found = await anyio.to_thread.run_sync(discover, gpus, claimed)
+        walk = functools.partial(discover, gpus, claimed, scope=scope)
+        found = await anyio.to_thread.run_sync(walk)
     await anyio.to_thread.run_sync(check_processes, gpus, found, report)
     check_logs(found, placed, report)
     await _check_server_and_jetstream(settings, report)

@@ -17,6 +17,7 @@ from placewatch.schemas import PlacementSpec
 from ..shards.attribution import ProcTable
 from ..shards.liveness import Tracked, find_processes, named, shared_processes
 from ..shards.placements import Placement, parse_shards_file
+from ..shards.scope import EVERY, ProcessScope
 from .report import Report, count
 
 SHARDS_FILE = "shards file"
@@ -41,12 +42,12 @@ class Placed:
         return f"no running process matches {self.spec.match!r}"
 
 
-def check_shards_file(path: str, report: Report) -> list[Placed]:
-    """The file's placements with their processes; one line for the file, and one for each
-    entry it cannot use. Blocking."""
+def check_shards_file(path: str, report: Report, scope: ProcessScope = EVERY) -> list[Placed]:
+    """The file's placements with their processes (a `match` among those `scope` admits);
+    one line for the file, and one for each entry it cannot use. Blocking."""
     specs, problems = parse_shards_file(Path(path))
     tracked = [Tracked(Placement(spec, "file")) for spec in specs]
-    find_processes(tracked, ProcTable())
+    find_processes(tracked, ProcTable(), scope)
     placed = [Placed(t.placement.spec, t.pid) for t in tracked]
     for problem in problems:
         found = problem.removeprefix(f"{SHARDS_FILE} ")

@@ -21,6 +21,7 @@ import psutil
 from .attribution import ProcTable
 from .cgroup import NONE, Container, read_container
 from .placements import MATCH_BUDGET_S, MATCH_LINE_S, Placement, compiled_match
+from .scope import EVERY, ProcessScope
 from .verdict import GpuIds, Judgement, Observation
 
 if TYPE_CHECKING:
@@ -129,24 +130,27 @@ def settled(tracked: Iterable[Tracked], table: ProcTable) -> bool:
     )
 
 
-def find_processes(tracked: Iterable[Tracked], table: ProcTable) -> None:
+def find_processes(
+    tracked: Iterable[Tracked], table: ProcTable, scope: ProcessScope = EVERY
+) -> None:
     """Find each shard's process; notice one that exited or was replaced. Blocking.
 
     A shard whose process cannot be looked up for a reason of its own (a pid the OS refuses
     to consider, a `match` cut short) is marked with the error, and the others are looked up
-    as usual."""
-    candidates: list[tuple[float, int, str]] | None = None
-    deadline = time.monotonic() + MATCH_BUDGET_S
+    as usual. A `match` finds only processes `scope` admits."""
+    listed: tuple[list[tuple[float, int, str]], float] | None = None
 
-    def lines() -> list[tuple[float, int, str]]:
-        nonlocal candidates
-        if candidates is None:
-            candidates = command_lines()
-        return candidates
+    def lines() -> tuple[list[tuple[float, int, str]], float]:
+        """The command lines, and the patterns' deadline: MATCH_BUDGET_S for searching
+        them, counted from when they are listed (the walk itself is not the patterns')."""
+        nonlocal listed
+        if listed is None:
+            listed = command_lines(), time.monotonic() + MATCH_BUDGET_S
+        return listed
 
     for t in tracked:
         try:
-            _find_process(t, table, lines, deadline)
+            _find_process(t, table, lines, scope)
             t.error = None
         except SlowPattern as exc:
             t.forget_process()
@@ -159,15 +163,15 @@ def find_processes(tracked: Iterable[Tracked], table: ProcTable) -> None:
 def _find_process(
     t: Tracked,
     table: ProcTable,
-    lines: Callable[[], list[tuple[float, int, str]]],
-    deadline: float,
+    lines: Callable[[], tuple[list[tuple[float, int, str]], float]],
+    scope: ProcessScope,
 ) -> None:
     spec = t.placement.spec
     pid = spec.pid
     if pid is None and spec.match:
         if t.pid is not None and runs(table, t.pid, t.started):
             return
-        pid = first_match(spec.match, lines(), deadline)
+        pid = first_match(spec.match, *lines(), admits=scope.admits)
     if pid is None:
         t.forget_process()
         return
@@ -217,9 +221,15 @@ class SlowPattern(Exception):
     """A `match` not searched to the end of every command line in its time; says which."""
 
 
-def first_match(pattern: str, lines: list[tuple[float, int, str]], deadline: float) -> int | None:
-    """The pid of the first command line `pattern` finds; SlowPattern where it found none
-    but could not search some line to its end by MATCH_LINE_S, or any line by `deadline`.
+def first_match(
+    pattern: str,
+    lines: list[tuple[float, int, str]],
+    deadline: float,
+    admits: Callable[[int], bool] = lambda pid: True,
+) -> int | None:
+    """The pid of the first command line `pattern` finds of a process `admits` lets in;
+    SlowPattern where it found none but could not search some line to its end by
+    MATCH_LINE_S, or any line by `deadline`.
 
     The `regex` module rather than `re`: it backtracks far less, and it stops at a timeout,
     so that one search costs the tick at most MATCH_LINE_S."""
@@ -231,7 +241,7 @@ def first_match(pattern: str, lines: list[tuple[float, int, str]], deadline: flo
             skipped += [p for _, p, _ in lines[n:]]
             break
         try:
-            if compiled.search(cmd, timeout=min(left, MATCH_LINE_S)):
+            if compiled.search(cmd, timeout=min(left, MATCH_LINE_S)) and admits(pid):
                 return pid
         except TimeoutError:
             skipped.append(pid)

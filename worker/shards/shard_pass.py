@@ -9,6 +9,7 @@ EngineLogs, which hands the pass what each log says so far.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -28,12 +29,14 @@ from ..gpu import ActivityWanted
 from . import liveness
 from .activity import Activity, ActivityWindows, Read, shard_usage
 from .attribution import Held, ProcTable, attribute, owner, unseen_holders
+from .discover import discover
 from .discover.log_path import log_source
 from .discovered import DiscoveryWalks
 from .gpu_health import health_by_index, unhealthy, with_health
 from .liveness import ROUTER, Tracked, find_processes, named, readiness, settled
 from .lost_evidence import held, log_note, rotated
 from .placements import MAX_SHARDS, Placement, PlacementFeed, ShardsFile, placed
+from .scope import EVERY, ProcessScope
 from .silent_tools import engine_says_cpu
 from .verdict import GpuIds, Judgement, Observation, gpu_ids, judge
 
@@ -99,6 +102,7 @@ class ShardPass:
         logs: EngineLogs | None = None,
         proc_root: Path = Path("/proc"),
         clock: Callable[[], float] = time.time,
+        scope: ProcessScope = EVERY,
     ) -> None:
         self.node = node
         self.session = session
@@ -114,7 +118,9 @@ class ShardPass:
         """Each shard whose log another shard's process writes too -> what to say of it."""
         """Shards refused this tick for naming a process another shard holds -> that shard."""
         self.table = ProcTable(proc_root)
-        self.walks = DiscoveryWalks(clock)
+        self.scope = scope
+        """The processes discovery and `match` consider (scope.py)."""
+        self.walks = DiscoveryWalks(clock, walk=functools.partial(discover, scope=scope))
         self._owners: dict[int, str | None] = {}
         self._owners_for: dict[int, str] = {}
         self._logs_wanted: dict[str, Log] = {}
@@ -170,7 +176,9 @@ class ShardPass:
         gone = self._track(placements)
         exited = self.table.refresh()
         if not settled(self.tracked.values(), self.table):
-            await anyio.to_thread.run_sync(find_processes, self.tracked.values(), self.table)
+            await anyio.to_thread.run_sync(
+                find_processes, self.tracked.values(), self.table, self.scope
+            )
         self.shared = liveness.shared_processes(self.tracked)
         self.shared_logs = liveness.shared_logs(self.tracked, self.shared)
         problems += self._refused(self.shared)

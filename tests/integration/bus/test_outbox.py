@@ -20,6 +20,7 @@ from placewatch.worker.bus.events import EventTracker
 from placewatch.worker.bus.outbox import EventOutbox, StoresAppeared
 
 from tests.conftest import NatsServer, free_port
+from tests.support.eventually import eventually_async
 from tests.support.natsproto import RawSubscriber
 
 
@@ -107,14 +108,12 @@ def test_events_wait_in_the_outbox_while_the_server_is_away(tmp_path: Path) -> N
         try:
             outbox = EventOutbox(nc)
             server.stop()
-            await anyio.sleep(0.3)
+            await eventually_async(lambda: not nc.is_connected, what="the client sees it gone")
             outbox.add(EventTracker("n1", "abc").changes([status()]))
             assert await outbox.flush() == 0
             assert len(outbox.pending) == 2
             server.start()
-            with anyio.fail_after(10):
-                while not nc.is_connected:
-                    await anyio.sleep(0.1)
+            await eventually_async(lambda: nc.is_connected, 10, what="the client back")
             assert await outbox.flush() == 2
             assert not outbox.pending
             assert await stored(nc) == 2

@@ -15,7 +15,7 @@ from placewatch.worker.doctor.engines import engines_to_check
 from placewatch.worker.doctor.placed import Placed, check_shards_file
 from placewatch.worker.doctor.report import Report
 
-from tests.conftest import free_port, run_placewatch
+from tests.conftest import SCOPE, free_port, run_placewatch
 from tests.support.doctor import lines
 from tests.support.llama_server import LlamaServers
 
@@ -70,7 +70,7 @@ def test_a_placement_not_running_or_running_no_llama_cpp_build_is_said_to_be_ski
     said: list[str] = []
     try:
         sleep = psutil.Process(sleeper.pid).exe()
-        placed = check_shards_file(str(shards), Report(said.append))
+        placed = check_shards_file(str(shards), Report(said.append), SCOPE)
         assert engines_to_check([], [], Report(said.append), placed) == []
     finally:
         sleeper.kill()
@@ -89,7 +89,7 @@ def test_a_shards_file_doctor_cannot_use_fails_saying_why(tmp_path: Path) -> Non
     shards = tmp_path / "shards.toml"
     shards.write_text('[[shard]]\nid = "a"\ngpus = [0]\n\n[[shard\n')
     said: list[str] = []
-    assert check_shards_file(str(shards), Report(said.append)) == []
+    assert check_shards_file(str(shards), Report(said.append), SCOPE) == []
     (line,) = said
     assert line.startswith(f"fail  shards file: {shards} is not valid TOML (")
     assert line.endswith("; next: fix it as the message says (docs/shards.md)")
@@ -106,7 +106,7 @@ def test_two_entries_on_one_process_fail_naming_both(tmp_path: Path) -> None:
         f'[[shard]]\nid = "b"\npid = {me}\ngpus = [1]\n'
     )
     said: list[str] = []
-    placed = check_shards_file(str(shards), Report(said.append))
+    placed = check_shards_file(str(shards), Report(said.append), SCOPE)
     assert [(p.spec.id, p.pid) for p in placed] == [("a", me), ("b", me)]
     assert said[0] == (
         f"fail  shards file: shards-file entry 'b' names process {me}, which shards-file entry "

@@ -26,7 +26,7 @@ from placewatch.worker.shards.liveness import (
 )
 from placewatch.worker.shards.placements import Placement
 
-from tests.conftest import free_port, wait_older_than
+from tests.conftest import SCOPE, free_port, wait_older_than
 from tests.support.eventually import eventually
 from tests.support.http_endpoint import Endpoint, raw_server
 
@@ -56,7 +56,7 @@ def test_a_pid_is_found_with_its_start_time(children: list[subprocess.Popen[byte
     pid = child(children, "by-pid")
     table = ProcTable()
     shard = tracked(pid=pid)
-    find_processes([shard], table)
+    find_processes([shard], table, SCOPE)
     assert shard.pid == pid
     assert shard.create_time == psutil.Process(pid).create_time()
     assert shard.started is not None and shard.started == table.started(pid)
@@ -72,7 +72,12 @@ def test_a_match_finds_the_oldest_process_whose_command_line_matches(
     child(children, "shard-match-7f3a")
     child(children, "shard-match-other")
     shard = tracked(match=r"shard-match-7f3a$")
-    find_processes([shard], ProcTable())
+
+    def found() -> bool:  # a tick whose budget a loaded machine spent is followed by another
+        find_processes([shard], ProcTable(), SCOPE)
+        return shard.error is None
+
+    eventually(found, timeout=10)
     assert shard.pid == first
 
 
@@ -80,16 +85,21 @@ def test_a_match_keeps_its_process_while_it_runs(children: list[subprocess.Popen
     first = child(children, "kept-9c1e")
     table = ProcTable()
     shard = tracked(match="kept-9c1e")
-    find_processes([shard], table)
+
+    def found() -> bool:  # a tick whose budget a loaded machine spent is followed by another
+        find_processes([shard], table, SCOPE)
+        return shard.pid == first
+
+    eventually(found, timeout=10)
     shard.ready = True
     child(children, "kept-9c1e")
-    find_processes([shard], table)
+    find_processes([shard], table, SCOPE)
     assert (shard.pid, shard.ready) == (first, True)
 
 
 def test_no_matching_process_leaves_the_shard_without_one() -> None:
     shard = tracked(match="no-process-has-this-d41d8cd98f")
-    find_processes([shard], ProcTable())
+    find_processes([shard], ProcTable(), SCOPE)
     assert (shard.pid, shard.started, shard.create_time) == (None, None, None)
 
 
@@ -97,13 +107,13 @@ def test_an_exited_process_is_forgotten(children: list[subprocess.Popen[bytes]])
     pid = child(children, "exits")
     table = ProcTable()
     shard = tracked(pid=pid)
-    find_processes([shard], table)
+    find_processes([shard], table, SCOPE)
     shard.ready = True
     children[0].kill()
     children[0].wait()
     table.refresh()  # as each tick starts
     assert not settled([shard], table)
-    find_processes([shard], table)
+    find_processes([shard], table, SCOPE)
     assert (shard.pid, shard.started, shard.create_time, shard.ready) == (None, None, None, False)
 
 
@@ -114,12 +124,12 @@ def test_a_pid_that_started_at_another_time_is_a_new_process_not_yet_ready(
     pid = child(children, "reused")
     table = ProcTable()
     shard = tracked(pid=pid)
-    find_processes([shard], table)
+    find_processes([shard], table, SCOPE)
     started = shard.started
     assert started is not None
     shard.started, shard.ready = started - 100, True
     assert not settled([shard], table)
-    find_processes([shard], table)
+    find_processes([shard], table, SCOPE)
     assert (shard.pid, shard.started, shard.ready) == (pid, started, False)
 
 
@@ -129,10 +139,10 @@ def test_a_placement_moved_to_another_pid_is_not_settled(
     old, new = child(children, "old"), child(children, "new")
     table = ProcTable()
     shard = tracked(pid=old)
-    find_processes([shard], table)
+    find_processes([shard], table, SCOPE)
     shard.placement = Placement(PlacementSpec(id="s", pid=new), "file")
     assert not settled([shard], table)
-    find_processes([shard], table)
+    find_processes([shard], table, SCOPE)
     assert shard.pid == new
 
 
@@ -151,7 +161,9 @@ def test_a_pattern_that_backtracks_on_a_hostile_command_line_is_cut_short(
     must not stall the worker on it. The shard is `unknown` with why, not `gone`."""
     hostile = child(children, HOSTILE)
     shard = tracked(match=r".*--port.*8081")
-    thread = threading.Thread(target=find_processes, args=([shard], ProcTable()), daemon=True)
+    thread = threading.Thread(
+        target=find_processes, args=([shard], ProcTable(), SCOPE), daemon=True
+    )
     thread.start()
     thread.join(60)
     assert not thread.is_alive(), "the search was not cut short"
@@ -171,7 +183,7 @@ def test_a_match_past_a_hostile_command_line_is_still_found(
     shard = tracked(match=r".*--port.*8081 shard-5d1c")
 
     def found() -> bool:  # a tick whose budget a loaded machine spent is followed by another
-        find_processes([shard], ProcTable())
+        find_processes([shard], ProcTable(), SCOPE)
         return (shard.pid, shard.error) == (wanted, None)
 
     eventually(found, timeout=10)

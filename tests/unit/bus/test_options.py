@@ -4,6 +4,7 @@ connection, each error naming the setting and never a secret."""
 from __future__ import annotations
 
 import os
+import shutil
 import ssl
 from pathlib import Path
 from typing import Any
@@ -13,9 +14,18 @@ import pytest
 from placewatch.worker.bus.options import connect_options
 from placewatch.worker.config import ConfigError, Settings
 
-from tests.support.certs import make_certs, needs_openssl
+from tests.support.certs import make_certs
 
 SECRET = "s3cr3t-value"
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """One CA and its certificates for the module: three RSA keys take openssl a second or
+    more, and no test here changes them."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl makes the test certificates")
+    return make_certs(tmp_path_factory.mktemp("certs"))
 
 
 def options(**given: Any) -> dict[str, Any]:
@@ -97,9 +107,7 @@ def test_a_ca_that_is_not_pem_names_tls_ca(tmp_path: Path) -> None:
     assert message.endswith("); check the paths and that they are PEM")
 
 
-@needs_openssl
-def test_a_ca_turns_tls_on_verifying_the_server(tmp_path: Path) -> None:
-    certs = make_certs(tmp_path)
+def test_a_ca_turns_tls_on_verifying_the_server(certs: dict[str, Path]) -> None:
     context = options(tls_ca=str(certs["ca.pem"]))["tls"]
     assert isinstance(context, ssl.SSLContext)
     assert context.verify_mode == ssl.CERT_REQUIRED
@@ -108,17 +116,15 @@ def test_a_ca_turns_tls_on_verifying_the_server(tmp_path: Path) -> None:
     assert ca["subject"] == ((("commonName", "test-ca"),),)
 
 
-@needs_openssl
-def test_a_client_certificate_and_its_key_are_loaded(tmp_path: Path) -> None:
-    certs = make_certs(tmp_path)
+def test_a_client_certificate_and_its_key_are_loaded(certs: dict[str, Path]) -> None:
     given = {"tls_ca": str(certs["ca.pem"]), "tls_cert": str(certs["client.pem"])}
     context = options(**given, tls_key=str(certs["client.key"]))["tls"]
     assert isinstance(context, ssl.SSLContext)
 
 
-@needs_openssl
-def test_a_key_that_does_not_match_the_certificate_names_tls_cert_and_key(tmp_path: Path) -> None:
-    certs = make_certs(tmp_path)
+def test_a_key_that_does_not_match_the_certificate_names_tls_cert_and_key(
+    certs: dict[str, Path],
+) -> None:
     message = refused(
         tls_ca=str(certs["ca.pem"]),
         tls_cert=str(certs["client.pem"]),
@@ -129,9 +135,9 @@ def test_a_key_that_does_not_match_the_certificate_names_tls_cert_and_key(tmp_pa
     assert message.endswith("); check the paths and that they are PEM")
 
 
-@needs_openssl
-def test_a_missing_client_certificate_names_tls_cert_and_key(tmp_path: Path) -> None:
-    certs = make_certs(tmp_path)
+def test_a_missing_client_certificate_names_tls_cert_and_key(
+    certs: dict[str, Path], tmp_path: Path
+) -> None:
     message = refused(tls_ca=str(certs["ca.pem"]), tls_cert=str(tmp_path / "absent.pem"))
     assert message == (
         "tls_cert/tls_key: cannot load the TLS files (No such file or directory); "

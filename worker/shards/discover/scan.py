@@ -19,6 +19,7 @@ from placewatch.schemas import GpuSample, PlacementSpec
 from ...engines import Launch, engine_of, read_launch
 from ...engines.evidence.source import LogSource
 from ..cgroup import read_container
+from ..scope import EVERY, ProcessScope
 from .classify import Discovered, classify
 from .endpoint import serve_port
 from .log_path import container_log, find_log
@@ -37,6 +38,7 @@ def discover(
     *,
     tools_silent: Sequence[str] | None = None,
     placed_routers: Mapping[int, PlacementSpec] | None = None,
+    scope: ProcessScope = EVERY,
 ) -> list[Discovered]:
     """Every engine process on the node that is not already placed, by id.
 
@@ -57,7 +59,8 @@ def discover(
     runs is a child llama-server whose output the router prefixes with `[PORT]` into its own:
     a shard `<router's id>/<model>`, its lines those of the router's log with its prefix. A
     router a placement names (`placed_routers`, pid -> placement) places its children: each is
-    `<placement's id>/<model>` on the placement's GPUs.
+    `<placement's id>/<model>` on the placement's GPUs. Only engines `scope` admits are
+    found (scope.py).
     """
     if processes is not None:
         seen = _scan(processes)
@@ -79,6 +82,8 @@ def discover(
             created = process.create_time()
             env = _environ(process)
         except psutil.Error:  # it exited since the scan (or became a zombie)
+            continue
+        if not scope.admits(pid, {} if env is None else env):
             continue
         d = classify(
             cmdline,
@@ -122,8 +127,9 @@ def _scan(processes: Iterable[psutil.Process]) -> dict[int, _Seen]:
 def _scan_proc(root: str = "/proc") -> dict[int, _Seen]:
     """`_scan` over every process, reading /proc by hand; empty where there is no /proc.
 
-    psutil's walk cost 56 µs a process on a 2-core VM (each Process it keeps is checked
-    again by its start time before its command line is read); this one, 19.
+    psutil's walk checks each Process it keeps again by its start time before its command
+    line is read; this one reads the command line alone (bench/tick_cost.py and
+    bench/loop_cost.py run it with discovery on).
     The psutil.Process of each is made only when it is asked for (an engine, its ancestors):
     `_process`.
     """

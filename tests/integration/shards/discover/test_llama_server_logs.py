@@ -21,12 +21,12 @@ import pytest
 
 from placewatch.worker.shards.discover import Discovered, discover
 
-from tests.conftest import run_placewatch
+from tests.conftest import SCOPE, run_placewatch
 from tests.support.llama_server import LlamaServers
 
 
 def discovered(pid: int) -> Discovered:
-    (mine,) = [d for d in discover([]) if d.spec.pid == pid]
+    (mine,) = [d for d in discover([], scope=SCOPE) if d.spec.pid == pid]
     return mine
 
 

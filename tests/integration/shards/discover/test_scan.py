@@ -16,7 +16,7 @@ import pytest
 
 from placewatch.worker.shards.discover import Discovered, discover
 
-from tests.conftest import SLEEP
+from tests.conftest import SCOPE, SEAL, SLEEP
 from tests.support.discovery import A100X4, OLLAMA_BLOB
 
 
@@ -37,7 +37,7 @@ class Children:
         proc = subprocess.Popen(
             args,
             executable=executable,
-            env={"PATH": os.environ.get("PATH", ""), **(env or {})},
+            env={"PATH": os.environ.get("PATH", ""), SEAL: os.environ[SEAL], **(env or {})},
             cwd=cwd,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
@@ -104,7 +104,7 @@ def test_a_running_llama_server_is_discovered_with_its_mask_and_start_time(
         env={"CUDA_VISIBLE_DEVICES": "GPU-22aa0000-0000-0000-0000-000000000002"},
     )
     after = time.time()
-    mine = by_pid(discover(A100X4), proc.pid)
+    mine = by_pid(discover(A100X4, scope=SCOPE), proc.pid)
     assert len(mine) == 1
     d = mine[0]
     assert (d.spec.id, d.spec.pid, d.spec.gpus, d.engine, d.spec.engine) == (
@@ -154,7 +154,7 @@ def test_excluded_pids_are_not_discovered(tmp_path: Path, children: Children) ->
     processes = [psutil.Process(proc.pid)]
     assert [d.spec.id for d in discover(A100X4, processes=processes)] == [f"llama-cli-{proc.pid}"]
     assert discover(A100X4, exclude={proc.pid}, processes=processes) == []
-    assert by_pid(discover(A100X4, exclude=[proc.pid]), proc.pid) == []
+    assert by_pid(discover(A100X4, exclude=[proc.pid], scope=SCOPE), proc.pid) == []
 
 
 SPAWNER = """
@@ -205,7 +205,7 @@ def test_a_vllm_server_with_a_vllm_child_is_one_shard(tmp_path: Path, children: 
     assert [(d.spec.id, d.spec.pid, d.spec.gpus) for d in mine] == [
         ("vllm-18000", parent.pid, [2, 3])
     ]
-    assert by_pid(discover(A100X4), parent.pid, child) == mine
+    assert by_pid(discover(A100X4, scope=SCOPE), parent.pid, child) == mine
     # Placed by someone else, the parent keeps its children out of discovery too.
     assert discover(A100X4, exclude={parent.pid}, processes=processes) == []
 
@@ -336,9 +336,11 @@ def test_an_engine_whose_environment_may_not_be_read_is_found_with_gpus_unknown(
 
 
 def test_discover_over_the_whole_node_is_cheap_enough_for_every_tick() -> None:
-    discover(A100X4)  # psutil keeps its Process objects between calls, as between ticks
+    discover(
+        A100X4, scope=SCOPE
+    )  # psutil keeps its Process objects between calls, as between ticks
     started = time.perf_counter()
-    discover(A100X4)
+    discover(A100X4, scope=SCOPE)
     elapsed = time.perf_counter() - started
     count = len(psutil.pids())
     assert elapsed / count < 0.002, f"{elapsed * 1000:.0f} ms for {count} processes"

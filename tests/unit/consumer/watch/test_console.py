@@ -11,13 +11,16 @@ import pytest
 
 pytest.importorskip("textual", reason="the console needs Textual: pip install '.[console]'")
 
+from textual.binding import Binding
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Static
 
 from placewatch.consumer.watch.command import Filters
 from placewatch.consumer.watch.console import MAX_ROWS, Console
+from placewatch.consumer.watch.keys import KEYS, HelpScreen, help_text
 from placewatch.consumer.watch.watched import Watched
 
+from tests.conftest import ROOT
 from tests.support.console_fleet import NOW, dead_name, fleet_state, live_name
 from tests.support.screen import screen_text
 
@@ -74,7 +77,7 @@ def test_at_1000_nodes_the_header_and_the_firing_shards_are_on_the_first_screen(
 
 
 def test_slash_filters_by_glob_and_escape_clears_it() -> None:
-    app = console()
+    app = console(live=100)  # 127 nodes' 508 shards: more than a table holds
 
     async def steps(pilot: Pilot[None]) -> None:
         await pilot.press("slash")
@@ -82,7 +85,7 @@ def test_slash_filters_by_glob_and_escape_clears_it() -> None:
         shown = rows(app)
         assert [r[0] for r in shown] == [dead_name(i) for i in range(10)]
         assert all(r[3] == "cpu_fallback" and r[4] == "FIRING,silent" for r in shown)
-        assert "10 of 4108 shards" in str(app.query_one("#count", Static).render())
+        assert "10 of 508 shards" in str(app.query_one("#count", Static).render())
         await pilot.press("escape")
         assert len(rows(app)) == MAX_ROWS
 
@@ -159,3 +162,64 @@ def test_p_keeps_the_problems_and_q_quits() -> None:
         assert not app.is_running
 
     drive(app, steps)
+
+
+def test_p_counts_the_live_node_of_a_fallback_among_the_nodes() -> None:
+    app = console(live=20, dead=0)  # gpu-0000's shard-01 in cpu_fallback, nothing else wrong
+
+    async def steps(pilot: Pilot[None]) -> None:
+        await pilot.press("p")
+        count = str(app.query_one("#count", Static).render())
+        assert count.startswith("1 of 80 shards, 1 of 20 nodes"), count
+        assert [r[:2] for r in rows(app)] == [[live_name(0), "shard-01"]]
+        await pilot.press("tab")
+        assert [r[0] for r in rows(app, "nodes")] == [live_name(0)]
+        await pilot.press("p")  # all again
+        count = str(app.query_one("#count", Static).render())
+        assert count.startswith("80 of 80 shards, 20 of 20 nodes"), count
+
+    drive(app, steps)
+
+
+def help_shown(app: Console) -> str | None:
+    """The help screen's text while it is open, else None."""
+    if not isinstance(app.screen, HelpScreen):
+        return None
+    return str(app.screen.query_one("#help", Static).render())
+
+
+def test_question_mark_and_h_list_every_key_and_escape_question_mark_or_q_close_it() -> None:
+    app = console(live=20, dead=2)
+
+    async def steps(pilot: Pilot[None]) -> None:
+        for _ in range(100):  # the footer says how, once painted
+            if "? help" in screen_text(app)[-1]:
+                break
+            await pilot.pause(0.05)
+        assert "? help" in screen_text(app)[-1]
+        for opens, closes in (("question_mark", "escape"), ("h", "question_mark"), ("h", "q")):
+            await pilot.press(opens)
+            shown = help_shown(app)
+            assert shown == help_text(), opens
+            said = " ".join(shown.split())
+            assert all(" ".join(f"{key} {what}".split()) in said for key, what in KEYS)
+            await pilot.press(closes)
+            assert help_shown(app) is None, closes
+            assert app.is_running  # `q` closed the list, not the console
+        await pilot.press("q")
+        assert not app.is_running
+
+    drive(app, steps)
+
+
+def test_the_help_names_every_key_the_console_binds_and_the_docs_table_is_it() -> None:
+    listed = {k for key, _ in KEYS for k in key.split()}
+    names = {"slash": "/", "question_mark": "?", "escape": "Escape"}
+    for binding in Console.BINDINGS:
+        assert isinstance(binding, Binding)
+        for key in binding.key.split(","):
+            assert names.get(key, key) in listed, key
+    doc = (ROOT / "docs" / "consumers.md").read_text()
+    table = doc.split("<!-- console-keys -->\n")[1].split("<!-- /console-keys -->")[0]
+    rows_ = [line.strip("| ").split(" | ") for line in table.splitlines()[2:]]
+    assert [(k.replace("`", "").replace(",", ""), w) for k, w in rows_] == list(KEYS)

@@ -14,7 +14,7 @@ from placewatch.worker.engines.evidence import EngineEvidence
 from placewatch.worker.engines.evidence.read import MAX_LINES, EvidenceReader, read_text
 from placewatch.worker.engines.evidence.rules import MAX_LINE_CHARS
 
-from tests.conftest import corpus_files, needs_corpus
+from tests.conftest import corpus_files, examples, needs_corpus
 from tests.unit.engines.llama_cpp import test_log as test_llama_cpp
 from tests.unit.engines.ollama import test_log as test_ollama
 from tests.unit.engines.readings import LLAMA, LOGS, OLLAMA, OWN, Reading, read_log
@@ -157,7 +157,7 @@ def check_invariants(ev: EngineEvidence) -> None:
     assert all(len(line) <= MAX_LINE_CHARS for line in ev.lines)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(st.text(max_size=300), max_size=30))
 def test_reading_never_raises_on_arbitrary_text(lines: list[str]) -> None:
     reader = EvidenceReader()
@@ -229,7 +229,7 @@ def engine_lines(draw: st.DrawFn) -> str:
     return draw(st.sampled_from(PREFIXES)) + (line if draw(st.booleans()) else line[:cut])
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(st.lists(engine_lines(), max_size=40))
 def test_reading_never_raises_on_lines_built_from_real_fragments(lines: list[str]) -> None:
     reader = EvidenceReader()

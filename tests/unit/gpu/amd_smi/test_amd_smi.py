@@ -24,7 +24,7 @@ from placewatch.worker.gpu.amd_smi import (
 )
 from placewatch.worker.gpu.health import assess
 
-from tests.conftest import CORPUS, FIXTURES, corpus_files, needs_corpus
+from tests.conftest import CORPUS, FIXTURES, corpus_files, examples, needs_corpus
 from tests.support.amd_readings import assert_sane
 
 MiB = 1 << 20
@@ -389,7 +389,7 @@ def assert_sane_processes(processes: list[tuple[int, int, int | None, str | None
         assert name is None or name.strip()
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(amd_documents)
 def test_any_json_document_parses_to_sane_values(document: Any) -> None:
     text = json.dumps(document)
@@ -401,7 +401,7 @@ def test_any_json_document_parses_to_sane_values(document: Any) -> None:
         msgspec.json.decode(msgspec.json.encode(gpu), type=GpuSample)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.text())
 def test_any_text_parses_without_raising(text: str) -> None:
     assert_sane(parse_amd_smi(text))

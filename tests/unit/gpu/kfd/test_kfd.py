@@ -25,6 +25,7 @@ from placewatch.worker.gpu.kfd import (
     read_topology,
 )
 
+from tests.conftest import examples
 from tests.support.kfd_tree import make_kfd_tree
 
 GiB = 1 << 30
@@ -162,7 +163,7 @@ contents = st.one_of(
 )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     gpu_ids=st.lists(contents, min_size=1, max_size=3),
     properties=st.lists(contents, min_size=1, max_size=3),

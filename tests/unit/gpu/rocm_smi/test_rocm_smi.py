@@ -32,7 +32,7 @@ from placewatch.worker.gpu.rocm_smi import (
     power_activity,
 )
 
-from tests.conftest import CORPUS, FIXTURES, corpus_files, needs_corpus
+from tests.conftest import CORPUS, FIXTURES, corpus_files, examples, needs_corpus
 from tests.support.amd_readings import assert_sane
 
 MiB = 1 << 20
@@ -398,13 +398,13 @@ card_keys = st.sampled_from(["card0", "card1", "GPU[2]", "system", "card", "GPU[
 documents = st.dictionaries(card_keys, cards | json_values, max_size=4) | json_values
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(documents)
 def test_any_json_document_parses_to_sane_values(document: Any) -> None:
     assert_sane(parse_rocm_smi(json.dumps(document)))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.text())
 def test_any_text_parses_without_raising(text: str) -> None:
     assert_sane(parse_rocm_smi(text))
