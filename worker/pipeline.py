@@ -27,6 +27,7 @@ import anyio
 from placewatch.schemas import NodeSample
 
 from .config import Settings
+from .deadline import NEVER, Deadline
 from .engines.evidence.follow import EngineLogs
 from .gpu.registry import chains_for
 from .host import HostSampler
@@ -98,9 +99,11 @@ class Pipeline:
         """The GPUs and the host; what each GPU process ran, only while a shard needs it."""
         return await self.sampler.sample(activity=self.shards.wants_activity)
 
-    async def judge(self, reading: NodeReading) -> ShardsView:
+    async def judge(self, reading: NodeReading, *, deadline: Deadline = NEVER) -> ShardsView:
         silent = [s.name for s in reading.sources if not s.ok]
-        return await self.shards.judge(reading.gpus, reading.gpus_known, reading.started, silent)
+        return await self.shards.judge(
+            reading.gpus, reading.gpus_known, reading.started, silent, deadline=deadline
+        )
 
     def sample(self, reading: NodeReading, shards: ShardsView) -> NodeSample:
         sample = NodeSample(

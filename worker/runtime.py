@@ -45,6 +45,7 @@ from .bus.restore import missing
 from .bus.service import start_service
 from .bus.streams import StreamSettings
 from .config import ConfigError, Settings
+from .deadline import Deadline
 from .embedded import EmbeddedServer
 from .engines.evidence.follow import EngineLogs
 from .health import TickBeats
@@ -243,11 +244,12 @@ class Worker:
         self._asks, self._asked = anyio.create_memory_object_stream[anyio.Event | None](math.inf)
 
     async def _tick(self) -> None:
+        deadline = Deadline.for_tick(self.pipeline.interval_s)
         if self.lease is not None and _waiting(self.lease.removals):
             self.tracker.say_again()  # the bus may hold nothing of this node now
             self.publisher.inventory_again()
         reading = await self.pipeline.read()  # 1. the GPUs and the host
-        shards = await self.pipeline.judge(reading)  # 2. every shard, on those readings
+        shards = await self.pipeline.judge(reading, deadline=deadline)  # 2. every shard
         sample = self.pipeline.sample(reading, shards)  # 3. the sample, built
         if self.latest.scraped is None and (said := no_gpu_tool(sample.sources)) is not None:
             log.warning(said)  # the first tick: what a person starting it should know

@@ -183,6 +183,55 @@ def test_a_log_replaced_by_a_link_to_a_root_only_file_publishes_none_of_it(  # n
     )
 
 
+FLOOD = """
+import sys, time
+lines = b"load_tensors: offloaded 1/33 layers to GPU; CUDA0 model buffer size = 1 MiB\\n" * 10000
+with open(sys.argv[1], "ab", buffering=0) as out:
+    while True:
+        started = time.monotonic()
+        out.write(lines)
+        time.sleep(max(0.0, 0.01 - (time.monotonic() - started)))
+"""
+"""A log of keyword lines growing at up to 80 MB/s."""
+
+
+def test_a_chatty_log_leaves_every_tick_on_time_and_says_it_is_behind(  # noqa: PLR0917
+    nats_server: NatsServer,
+    fake_gpu: FakeGpuTools,
+    workers: list[Worker],
+    folder: Path,
+    tmp_path: Path,
+    procs: list[subprocess.Popen[bytes]],
+) -> None:
+    log = folder / "chatty.log"
+    engine = as_nobody(["sleep", "120"])
+    procs.append(engine)
+    fake_gpu.nvidia_smi(QUERY_GPU, apps({engine.pid: (GPU0, 5000)}))
+    shards = tmp_path / "shards.toml"
+    shards.write_text(f'[[shard]]\nid = "chatty"\npid = {engine.pid}\ngpus = [0]\n'
+                      f'log_path = "{log}"\n')  # fmt: skip
+    log.touch()
+    os.chown(log, NOBODY_UID, NOBODY_UID)
+    procs.append(as_nobody([sys.executable, "-c", FLOOD, str(log)]))
+    flooding = time.monotonic()
+    with Recorder(nats_server.url, "placewatch.telemetry.n1") as recorder:
+        worker = Worker("--nats", nats_server.url, "--node", "n1", "--shards", str(shards),
+                        "--grace", "1", "--interval", "1", "--no-discover", env=fake_gpu.env())  # fmt: skip
+        workers.append(worker)
+        eventually(lambda: len(recorder.arrivals("placewatch.telemetry.n1")) >= 9,
+                   timeout=30, what="nine ticks under the flood")  # fmt: skip
+        reason = reasons_now(nats_server.url)["chatty"]
+        code, took, _, err = worker.stop()
+    stop(procs[1:])  # the writer, before its log is measured
+    assert code == 0 and took < 5, err
+    ticks = recorder.arrivals("placewatch.telemetry.n1")
+    gaps = [b - a for a, b in itertools.pairwise(ticks)]
+    assert max(gaps) < 1.5, gaps
+    rate = log.stat().st_size / (time.monotonic() - flooding)
+    assert rate > 20e6, f"the flood wrote {rate / 1e6:.0f} MB/s"  # the load was offered
+    assert "its evidence is behind: its log holds" in reason, reason
+
+
 @pytest.mark.parametrize("kind", ["fifo", "symlink", "device", "root-only"])
 def test_a_placed_log_path_that_is_not_the_engine_s_is_refused_by_the_worker_and_doctor(
     kind: str,
