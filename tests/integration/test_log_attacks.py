@@ -16,6 +16,7 @@ from pathlib import Path
 
 import anyio
 import nats
+import psutil
 import pytest
 
 from placewatch.schemas import ComputeStatus, decode_any
@@ -230,6 +231,52 @@ def test_a_chatty_log_leaves_every_tick_on_time_and_says_it_is_behind(  # noqa: 
     rate = log.stat().st_size / (time.monotonic() - flooding)
     assert rate > 20e6, f"the flood wrote {rate / 1e6:.0f} MB/s"  # the load was offered
     assert "its evidence is behind: its log holds" in reason, reason
+
+
+SLOTS = """
+import sys
+with open(sys.argv[1], "a", buffering=1 << 20) as out:
+    for n in range(200_000):
+        out.write(f"0.03.049.435 I slot launch_slot_: id {n} | task {n} | processing task\\n")
+"""
+"""Starts 200,000 requests, each on a new slot id, and ends none."""
+
+
+def test_a_flood_of_new_slot_ids_leaves_the_worker_s_memory_bounded(  # noqa: PLR0917
+    nats_server: NatsServer,
+    fake_gpu: FakeGpuTools,
+    workers: list[Worker],
+    folder: Path,
+    tmp_path: Path,
+    procs: list[subprocess.Popen[bytes]],
+) -> None:
+    log = folder / "slots.log"
+    engine = as_nobody(["sleep", "120"])
+    procs.append(engine)
+    fake_gpu.nvidia_smi(QUERY_GPU, apps({engine.pid: (GPU0, 5000)}))
+    shards = tmp_path / "shards.toml"
+    shards.write_text(f'[[shard]]\nid = "slots"\npid = {engine.pid}\ngpus = [0]\n'
+                      f'log_path = "{log}"\n')  # fmt: skip
+    log.touch()
+    os.chown(log, NOBODY_UID, NOBODY_UID)
+    with Recorder(nats_server.url, "placewatch.telemetry.n1") as recorder:
+        worker = Worker("--nats", nats_server.url, "--node", "n1", "--shards", str(shards),
+                        "--grace", "1", "--interval", "1", "--no-discover", env=fake_gpu.env())  # fmt: skip
+        workers.append(worker)
+        eventually(lambda: len(recorder.arrivals("placewatch.telemetry.n1")) >= 2)
+        process = psutil.Process(worker.proc.pid)
+        before = process.memory_info().rss
+        writer = as_nobody([sys.executable, "-c", SLOTS, str(log)])
+        procs.append(writer)
+        assert writer.wait(60) == 0
+        ticks = len(recorder.arrivals("placewatch.telemetry.n1"))
+        eventually(lambda: len(recorder.arrivals("placewatch.telemetry.n1")) > ticks + 1)
+        eventually(lambda: "behind" not in reasons_now(nats_server.url)["slots"], timeout=60,
+                   what="every slot line read")  # fmt: skip
+        after = process.memory_info().rss
+        code, _, _, err = worker.stop()
+    assert code == 0, err
+    assert after - before < 20 << 20, f"{(after - before) / 2**20:.0f} MiB more"
 
 
 @pytest.mark.parametrize("kind", ["fifo", "symlink", "device", "root-only"])

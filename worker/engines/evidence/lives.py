@@ -21,6 +21,9 @@ from .clean import clean_line
 LifeLine = Literal["banner", "before"]
 MAX_BEFORE = 256
 """The most lines kept from before a banner (a node of 16 GPUs prints two a GPU)."""
+BEFORE_CHARS = 2048
+"""The most of each such line kept: the lines that come before a banner are short (a GPU's
+init, an argument's warning), and a log may make every line one."""
 
 _LOGS = [e.log() for e in ENGINES]
 _BANNER_WORDS = tuple(sorted({w for log in _LOGS for w in log.words[0]}))
@@ -59,7 +62,7 @@ class Lives:
             self.starts += 1
             return replay
         if found == "before":
-            self._before.append(line)
+            self._before.append(line[:BEFORE_CHARS])
             del self._before[:-MAX_BEFORE]
             self._kept = True
         else:
