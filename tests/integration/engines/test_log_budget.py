@@ -43,9 +43,12 @@ def test_a_log_past_the_budget_answers_by_the_deadline_behind_and_reads_on(
     tmp_path: Path,
 ) -> None:
     log = tmp_path / "chatty.log"
-    log.write_text(KEYWORDS * ((MOST_BYTES + (8 << 20)) // len(KEYWORDS)))
+    log.write_text("")
 
     async def body(logs: EngineLogs) -> None:
+        assert (await logs.read(placed(log)))["a"].behind_bytes is None
+        # Appended since: read in full (only a log first followed is read from its end).
+        log.write_text(KEYWORDS * ((MOST_BYTES + (16 << 20)) // len(KEYWORDS)))
         deadline = Deadline.after(0.3)
         said = (await logs.read(placed(log), deadline=deadline))["a"]
         assert time.monotonic() - deadline.at < LATE_S
@@ -96,3 +99,28 @@ def test_a_flooding_log_never_holds_an_ask_past_its_deadline(tmp_path: Path) -> 
     assert max(late) < LATE_S, late
     assert all(b for b in behind[2:]), behind  # it cannot keep up, and says so
     assert ANSWER_S < 0.3
+
+
+def test_a_50_gib_log_s_newest_line_is_read_within_one_interval(tmp_path: Path) -> None:
+    """A log already 50 GiB (sparse: a hole, then the lines) when first followed: its newest
+    life is found from its end, not reached through 50 GiB of reads."""
+    log = tmp_path / "huge.log"
+    with log.open("wb") as out:
+        out.truncate(50 << 30)
+        out.seek(0, os.SEEK_END)
+        out.write(b"\nbuild: 5400 (1a2b3c4d) with cc\n")
+        out.write(b"load_tensors: offloaded 0/33 layers to GPU\n")
+        out.write(b"load_tensors: offloaded 33/33 layers to GPU\n")
+    assert log.stat().st_size > 50 << 30
+
+    async def body(logs: EngineLogs) -> None:
+        interval = 1.0
+        deadline = Deadline.for_tick(interval)
+        said = (await logs.read(placed(log), deadline=deadline))["a"]
+        assert time.monotonic() - deadline.at < LATE_S
+        assert (said.layers_offloaded, said.behind_bytes) == (33, None)
+
+    try:
+        with_logs(body)
+    finally:
+        log.unlink()

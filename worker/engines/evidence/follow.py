@@ -64,6 +64,14 @@ def _reader() -> EvidenceReader:
     return EvidenceReader()
 
 
+def _tail(source: LogSource) -> LogTail:
+    """A tail that reads a large log from its newest life (lives.py, whose patterns are
+    compiled with the first log followed)."""
+    from .lives import newest_life  # noqa: PLC0415
+
+    return LogTail(source, start=newest_life)
+
+
 def _serving() -> ServingLog:
     """The requests of one log, its patterns compiled with the first log followed too."""
     from .serving import ServingLog  # noqa: PLC0415
@@ -258,7 +266,7 @@ def _follow(followed: dict[str, _Followed], wanted: Wanted) -> None:
     for sid, (source, pid, prefix) in wanted.items():
         current = followed.get(sid)
         if current is None or current.tail.path != source.path or current.prefix != prefix:
-            current = followed[sid] = _Followed(LogTail(source), prefix=prefix)
+            current = followed[sid] = _Followed(_tail(source), prefix=prefix)
         else:
             current.tail.source = source  # the same file, its process as the tick found it
         current.writer(pid)

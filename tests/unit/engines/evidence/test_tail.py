@@ -8,12 +8,13 @@ from pathlib import Path
 import pytest
 
 from placewatch.worker.engines.evidence import LogTail
+from placewatch.worker.engines.evidence.lives import newest_life
 from placewatch.worker.engines.evidence.source import PathLog
 
 
-def tail_of(path: Path, **limits: int) -> LogTail:
+def tail_of(path: Path, max_line: int = 64 << 10) -> LogTail:
     """A tail of a file read as this test's own user may read it."""
-    return LogTail(PathLog(str(path), os.getpid()), **limits)
+    return LogTail(PathLog(str(path), os.getpid()), max_line=max_line)
 
 
 def test_complete_lines_come_and_a_partial_one_is_held(tmp_path: Path) -> None:
@@ -134,3 +135,28 @@ def test_a_file_that_never_was_is_no_new_generation(tmp_path: Path) -> None:
     tail = tail_of(tmp_path / "later.log")
     assert tail.poll() == []
     assert tail.generation == 0
+
+
+def test_a_large_file_first_followed_is_read_from_its_newest_life(tmp_path: Path) -> None:
+    log = tmp_path / "engine.log"
+    old = "build: 4589 (eb7cf15a) with cc\nload_tensors: offloaded 0/33 layers to GPU\n"
+    new = "build: 5400 (1a2b3c4d) with cc\nload_tensors: offloaded 33/33 layers to GPU\n"
+    log.write_text(old + "srv  update_slots: all slots are idle\n" * 2000 + old + new)
+    tail = LogTail(PathLog(str(log), os.getpid()), from_end=4096, start=newest_life)
+    lines = tail.poll(1 << 20)
+    assert lines[-2:] == new.splitlines()
+    assert len(lines) <= 4096 // 38  # not the 2000 lines before: the last 4 KiB at most
+    log.write_text("")  # a new generation of a small file is read from its top
+    assert tail.poll() == []
+    log.write_text(new)
+    assert tail.poll() == new.splitlines()
+
+
+def test_a_large_file_without_a_banner_is_read_from_a_whole_line_near_its_end(
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "engine.log"
+    log.write_text("load_tensors: offloaded 7/33 layers to GPU\n" * 1000)
+    lines = LogTail(PathLog(str(log), os.getpid()), from_end=1000).poll(1 << 20)
+    assert lines and set(lines) == {"load_tensors: offloaded 7/33 layers to GPU"}
+    assert len(lines) <= 1000 // 43
