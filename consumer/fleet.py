@@ -58,6 +58,7 @@ from placewatch.schemas import (
     partitions,
     subjects,
 )
+from placewatch.schemas.printable import printable
 from placewatch.schemas.service import endpoint
 from placewatch.schemas.streams import consumers_refused, for_prefix
 
@@ -383,7 +384,7 @@ class FleetView(FleetState):
                 endpoint(node, "inventory", self.prefix), b"", timeout=ASK_TIMEOUT_S
             )
         except (nats.errors.Error, TimeoutError) as exc:
-            log.debug("no inventory from %s's service: %s", node, exc)
+            log.debug("no inventory from %s's service: %s", printable(node), exc)
             return
         answered = subjects.inventory(node, self.prefix)  # what the reply stands for
         self._hold(reply.data, reply.headers, NodeInventory, answered)

@@ -13,6 +13,7 @@ import logging
 from msgspec import Struct
 
 from placewatch.schemas.codec import why_refused
+from placewatch.schemas.printable import printable
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,6 @@ class Impostors:
             log.warning(
                 "ignored a %s on %s: %s",
                 type(message).__name__,
-                subject,
+                printable(subject),
                 why_refused(message, subject),
             )

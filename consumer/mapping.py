@@ -38,12 +38,15 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
 from placewatch.schemas import partitions, subjects
+from placewatch.schemas.printable import printable
 
 log = logging.getLogger(__name__)
 
 SEE = "docs/operations.md, Partitions"
 MAX_N = 1024
-"""The largest N a check tries when it asks whether another N fits what it saw."""
+"""The largest N a check tries when it asks whether another N fits what it saw: the largest
+any command takes (placewatch/arguments.py, MOST_PARTITIONS; this package imports the
+contract and nats alone, for a gateway to embed)."""
 KINDS = ("unmapped", "more_partitions", "other_partitions", "stream_copies")
 """What a check may find: servers without the mapping, with more partitions than N, with
 another number of them, or a stream that keeps nodes where N does not put them."""
@@ -169,4 +172,4 @@ class PartitionCheck:
         if kind in self.found:
             return
         self.found[kind] = problem
-        log.warning("partition %s/%s: %s", self.partition, self.count, problem)
+        log.warning("partition %s/%s: %s", self.partition, self.count, printable(problem))

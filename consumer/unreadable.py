@@ -25,6 +25,7 @@ from placewatch.schemas import (
     on_own_subject,
     subjects,
 )
+from placewatch.schemas.printable import printable
 
 from .impostors import Impostors
 
@@ -66,7 +67,13 @@ class Unreadable:
         if said or node in self._said or len(self._said) >= LOGGED:
             return
         self._said.add(node)
-        log.warning("ignored a message of node %r on %s (%s): %s", node, subject, reason, why)
+        log.warning(
+            "ignored a message of node %r on %s (%s): %s",
+            node,
+            printable(subject),
+            reason,
+            printable(why),
+        )
 
     def read(
         self,

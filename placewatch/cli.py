@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from placewatch import __version__
+from placewatch.arguments import Parser
 from placewatch.worker.config import ENV_CONFIG, GPU_SOURCES, ConfigError, Settings, load
 
 EXIT_CONFIG = 2
@@ -166,15 +167,12 @@ COMMANDS = {
 
 def _partition(args: argparse.Namespace) -> int:
     from placewatch.schemas import partitions, subjects
+    from placewatch.schemas.printable import printable
 
-    try:
-        found = partitions.partition_of(args.node, args.partitions)
-    except ValueError as exc:
-        print(f"placewatch: --partitions: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
+    found = partitions.partition_of(args.node, args.partitions)  # N checked as it was read
     token = subjects.token(args.node)
     print(
-        f"{args.node}: partition {found} of {args.partitions} (FNV-1a of {token!r}: "
+        f"{printable(args.node)}: partition {found} of {args.partitions} (FNV-1a of {token!r}: "
         f"{partitions.node_hash(args.node)})"
     )
     for kind in partitions.PARTITIONED:
@@ -195,7 +193,7 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _parser(argv: Sequence[str]) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="placewatch",
         description="Checks that every model shard placed on a node's GPUs computes on them, "
         "and publishes GPU telemetry and compute status to NATS.",
@@ -322,11 +320,15 @@ def _add_arguments(name: str, command: argparse.ArgumentParser) -> None:
 
         add_arguments(command)
     elif name == "partition":
-        from placewatch.arguments import node_name
+        from placewatch.arguments import MOST_PARTITIONS, node_name, partitions_argument
 
         command.add_argument("node", type=node_name, metavar="NODE", help="the node's name")
         command.add_argument(
-            "--partitions", type=int, required=True, metavar="N", help="the mapping's N"
+            "--partitions",
+            type=partitions_argument,
+            required=True,
+            metavar="N",
+            help=f"the mapping's N (1 to {MOST_PARTITIONS})",
         )
         command.add_argument("--prefix", default="placewatch", help="subject prefix")
     elif name == "schema":
@@ -336,9 +338,9 @@ def _add_arguments(name: str, command: argparse.ArgumentParser) -> None:
         command.add_argument("--prefix", default="placewatch", help="subject prefix (--asyncapi)")
 
 
-def _node_options() -> argparse.ArgumentParser:
+def _node_options() -> Parser:
     """The flags of every command that samples this node: run, sample, doctor."""
-    common = argparse.ArgumentParser(add_help=False)
+    common = Parser(add_help=False)
     common.add_argument("--config", metavar="FILE", help=f"TOML settings file (also {ENV_CONFIG})")
     common.add_argument("--node", help="this node's name (default: the short hostname)")
     common.add_argument("--interval", type=float, metavar="SECONDS", help="default 2")
@@ -374,10 +376,10 @@ def _node_options() -> argparse.ArgumentParser:
     return common
 
 
-def _reader_options(*, health_file: bool = True) -> argparse.ArgumentParser:
+def _reader_options(*, health_file: bool = True) -> Parser:
     """The flags of every command that reads the bus (health, watch, alerts, exporter): the
     settings file, the log level and, for one that runs on, its heartbeat file."""
-    reader = argparse.ArgumentParser(add_help=False)
+    reader = Parser(add_help=False)
     reader.add_argument("--config", metavar="FILE", help=f"TOML settings file (also {ENV_CONFIG})")
     reader.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     if health_file:
@@ -393,9 +395,9 @@ def _health_file_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _bus_options() -> argparse.ArgumentParser:
+def _bus_options() -> Parser:
     """The flags of every command that talks to NATS: servers, credentials, TLS, prefix."""
-    bus = argparse.ArgumentParser(add_help=False)
+    bus = Parser(add_help=False)
     group = bus.add_argument_group("NATS connection (secrets are better given in the environment)")
     group.add_argument(
         "--nats",

@@ -31,6 +31,7 @@ from placewatch.schemas import (
     value_headers,
 )
 from placewatch.schemas.codec import HEADER_CONTENT_TYPE, why_refused
+from placewatch.schemas.printable import printable
 from placewatch.schemas.streams import for_prefix
 
 log = logging.getLogger(__name__)
@@ -145,12 +146,12 @@ async def compute_statuses(
         try:
             status = decode(msg.data, ComputeStatus, kv_headers(msg.data, headers))
         except DecodeError as exc:
-            log.warning("ignored %s in bucket %s: %s", msg.subject, bucket.name, exc)
+            log.warning("ignored %s in bucket %s: %s", printable(msg.subject), bucket.name, exc)
             continue
         if not on_own_subject(status, msg.subject):
             log.warning(
                 "ignored %s in bucket %s: %s",
-                msg.subject,
+                printable(msg.subject),
                 bucket.name,
                 why_refused(status, msg.subject),
             )

@@ -21,6 +21,8 @@ from typing import Any
 
 import msgspec
 
+from placewatch.schemas.printable import printable_values
+
 from .reconcile import Alert
 
 ALERTNAME = "PlacewatchFallback"
@@ -68,7 +70,8 @@ class AlertTemplate:
 
     def body(self, alert: Alert, now: datetime | None = None) -> dict[str, Any]:
         """One alert of the list POST /api/v2/alerts takes; no time in it later than `now`
-        (this process's clock)."""
+        (this process's clock); each label and annotation printable (schemas/printable.py:
+        Alertmanager passes ESC and bidirectional marks on to every receiver)."""
         now = now or datetime.now(UTC)
         starts = min(alert.starts, now)
         s = alert.status
@@ -87,7 +90,8 @@ class AlertTemplate:
             body["endsAt"] = rfc3339(max(min(alert.ends, now), starts))
         if self.generator_url:
             body["generatorURL"] = self.generator_url
-        return body
+        printed: dict[str, Any] = printable_values(body)
+        return printed
 
     def bodies(self, alerts: list[Alert]) -> list[dict[str, Any]]:
         now = datetime.now(UTC)

@@ -29,6 +29,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from placewatch.backoff import Backoff
 from placewatch.retained import Incomplete, stored_at
 from placewatch.schemas import FallbackEvent, subjects
+from placewatch.schemas.printable import printable
 from placewatch.schemas.streams import for_prefix
 
 from .catchup import catch_up, decode_message, release
@@ -252,5 +253,7 @@ async def _ack(msg: Msg) -> None:
 def _name(message: Message) -> str:
     s = status_of(message)
     if isinstance(message, FallbackEvent):
-        return f"fallback {message.state} for shard {s.shard} on {s.node} ({s.verdict})"
-    return f"status of shard {s.shard} on {s.node} ({s.verdict})"
+        said = f"fallback {message.state} for shard {s.shard} on {s.node} ({s.verdict})"
+    else:
+        said = f"status of shard {s.shard} on {s.node} ({s.verdict})"
+    return printable(said)

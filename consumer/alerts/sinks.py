@@ -2,10 +2,14 @@
 
 A sink raises DeliveryError when a message did not arrive; the consumer then retries it
 and does not acknowledge it. Stdout and a JSON webhook get each FallbackEvent as it
-travels. Alertmanager gets the alerts that say what each shard does now (reconcile.py):
-it follows compute statuses too, reads what the bus keeps at start, and posts the firing
-alerts again every so often, as Prometheus does, since it forgets a firing alert that is
-not posted again within its resolve_timeout (5 minutes by default).
+travels, each control character and bidirectional mark in its text shown as its escape
+(schemas/printable.py), as Alertmanager's labels and annotations are: a receiver that shows
+the text (a chat, a terminal) must not take a node's name as a command.
+
+Alertmanager gets the alerts that say what each shard does now (reconcile.py): it follows
+compute statuses too, reads what the bus keeps at start, and posts the firing alerts again
+every so often, as Prometheus does, since it forgets a firing alert that is not posted again
+within its resolve_timeout (5 minutes by default).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import anyio
 import msgspec
 
 from placewatch.schemas import FallbackEvent
+from placewatch.schemas.printable import printable_values
 
 from .alertmanager import AlertTemplate
 from .options import HTTP_TIMEOUT_S
@@ -48,7 +53,7 @@ class StdoutSink:
         if not isinstance(message, FallbackEvent):
             return
         try:
-            sys.stdout.write(msgspec.json.encode(message).decode() + "\n")
+            sys.stdout.write(event_json(message).decode() + "\n")
             sys.stdout.flush()
         except OSError as exc:
             raise DeliveryError(f"stdout: {exc.strerror or exc}") from None
@@ -65,7 +70,7 @@ class WebhookSink:
 
     async def deliver(self, message: Message, stored: float | None = None) -> None:
         if isinstance(message, FallbackEvent):
-            await _post(self.url, msgspec.json.encode(message), self.timeout)
+            await _post(self.url, event_json(message), self.timeout)
 
 
 class AlertmanagerSink:
@@ -117,6 +122,11 @@ class AlertmanagerSink:
         for start in range(0, len(alerts), MAX_ALERTS_PER_POST):
             part = self.template.bodies(alerts[start : start + MAX_ALERTS_PER_POST])
             await _post(self.url, msgspec.json.encode(part), self.timeout)
+
+
+def event_json(event: FallbackEvent) -> bytes:
+    """The event in the contract's JSON, every string in it printable."""
+    return msgspec.json.encode(printable_values(msgspec.to_builtins(event)))
 
 
 async def _post(url: str, body: bytes, limit_s: float) -> None:

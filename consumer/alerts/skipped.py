@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import logging
 
+from placewatch.schemas.printable import printable
+
 log = logging.getLogger(__name__)
 
 LOGGED = 256
@@ -33,7 +35,7 @@ class Skipped:
         if subject in self.by_subject or len(self.by_subject) < LOGGED:
             seen = self.by_subject[subject] = self.by_subject.get(subject, 0) + 1
             if seen == 1:
-                log.error("skipped message %d on %s: %s", seq, subject, why)
+                log.error("skipped message %d on %s: %s", seq, printable(subject), printable(why))
                 return
             where = "this subject"
         else:
@@ -43,8 +45,8 @@ class Skipped:
             log.error(
                 "skipped message %d on %s: %s (%d skipped on %s; logged at 1, 10, 100 ...)",
                 seq,
-                subject,
-                why,
+                printable(subject),
+                printable(why),
                 seen,
                 where,
             )

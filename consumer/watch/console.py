@@ -31,10 +31,12 @@ from textual.containers import VerticalScroll
 from textual.widgets import ContentSwitcher, DataTable, Footer, Input, Static
 from textual.widgets.data_table import CellDoesNotExist
 
+from placewatch.schemas.printable import printable
+
 from .board import Board, NodeRow, ShardRow, bar, duration, gpus_of, matches, node_matches
 from .command import Filters
 from .keys import HelpScreen
-from .text import header_lines, printable, shard_cells
+from .text import header_lines, shard_cells
 from .watched import Watched
 
 MAX_ROWS = 100

@@ -3,7 +3,8 @@
 One line per shard, its node first, so `grep` keeps what it finds whole; `#` lines say the
 fleet's counts and the nodes that need a person, so `grep -v '^#'` leaves the shards alone.
 Nothing in it a terminal would take as a command: names, reasons and GPU names come from any
-node's messages.
+node's messages, and each control character and bidirectional mark in them is shown as its
+escape (`\x1b`, `\u202e`: schemas/printable.py), in the JSON too.
 """
 
 from __future__ import annotations
@@ -13,21 +14,12 @@ from typing import Any
 
 import msgspec
 
+from placewatch.schemas.printable import printable, printable_values
+
 from .board import Board, Header, NodeRow, ShardRow, bar, gpus_of
 
 COLUMNS = ("NODE", "SHARD", "ENGINE", "VERDICT", "STATE", "SINCE", "GPUS", "REASON")
 """GPUS: those it is placed on / those its processes hold memory on (`1/-`: none)."""
-_UNPRINTABLE = str.maketrans(
-    {c: "?" for c in [*range(0x20), 0x7F, *range(0x80, 0xA0), *range(0x202A, 0x202F)]}
-    | {c: "?" for c in range(0x2066, 0x206A)}
-)
-"""Control characters (escape sequences start with one), line breaks and bidirectional
-overrides, each shown as `?`: a terminal must not take a node's text as commands (set its
-title, write the clipboard, hide or reorder text), and a line must stay one line."""
-
-
-def printable(text: str) -> str:
-    return text.translate(_UNPRINTABLE)
 
 
 def header_lines(
@@ -159,4 +151,4 @@ def as_json(board: Board, now: datetime, problems: list[str] | None = None) -> b
         ],
         "problems": problems or [],
     }
-    return msgspec.json.format(msgspec.json.encode(document), indent=2)
+    return msgspec.json.format(msgspec.json.encode(printable_values(document)), indent=2)

@@ -19,6 +19,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from placewatch.schemas.printable import printable
+
 TEXT = "text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 
@@ -26,10 +28,12 @@ Kind = Literal["gauge", "counter"]
 
 
 def labels_text(names: Sequence[str], values: Sequence[str]) -> str:
-    """`{name="value",...}` with each value escaped as both formats require."""
+    """`{name="value",...}` with each value printable (schemas/printable.py: the formats
+    carry ESC and bidirectional marks as they are, to whoever prints /metrics), then escaped
+    as both formats require."""
     if not names:
         return ""
-    pairs = ",".join(f'{n}="{_escape(v)}"' for n, v in zip(names, values, strict=True))
+    pairs = ",".join(f'{n}="{_escape(printable(v))}"' for n, v in zip(names, values, strict=True))
     return "{" + pairs + "}"
 
 

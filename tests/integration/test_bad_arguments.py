@@ -1,5 +1,5 @@
 """Every bad argument, for every command, is one line and exit 2: nothing started, no
-traceback, the line naming the argument and what to give."""
+traceback, no usage, the line naming the argument and what to give."""
 
 from __future__ import annotations
 
@@ -136,3 +136,56 @@ def test_cli_refuses_a_bad_prefix_with_exit_2_for_every_command() -> None:
         done = run_placewatch(*command, "--prefix", "acme_pw")
         assert done.returncode == 2, (command, done.stderr)
         assert done.stderr == f"placewatch: --prefix: subject prefix 'acme_pw' {RULE}\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (("run", "--interval", "abc"), "placewatch run: error: argument --interval: "),
+        (("run", "--encoding", "xml"), "placewatch run: error: argument --encoding: "),
+        (("sample", "--gpu-sources"), "placewatch sample: error: argument --gpu-sources: "),
+        (("doctor", "--timeout", "0"), "placewatch doctor: error: argument --timeout: "),
+        (("health", "--timeout", "-1"), "placewatch health: error: argument --timeout: "),
+        (("forget", "gpu-07", "--silent-for", "soon"), "placewatch forget: error: argument "),
+        (("watch", "--wait", "-3"), "placewatch watch: error: argument --wait: '-3' is not a"),
+        (("watch", "--partition", "1/2000"), "placewatch watch: error: argument --partition: "),
+        (("alerts", "--format", "xml"), "placewatch alerts: error: argument --format: "),
+        (("exporter", "--listen", ":70000"), "placewatch exporter: error: argument --listen: "),
+        (("exporter", "--partition", "0/0"), "placewatch exporter: error: argument --partition"),
+        (("schema", "--asyncapi", "--prefix"), "placewatch schema: error: argument --prefix: "),
+        (("partition", "", "--partitions", "4"), "placewatch partition: error: argument NODE: "),
+        (("partition", "n", "--partitions", "x"), "placewatch partition: error: argument --part"),
+        (("frobnicate",), "placewatch: error: argument COMMAND: invalid choice: 'frobnicate'"),
+    ],
+    ids=" ".join,
+)
+def test_a_bad_value_is_one_line_naming_the_argument_without_the_usage(
+    args: tuple[str, ...], said: str
+) -> None:
+    done = run_placewatch(*args)
+    assert done.returncode == 2
+    (line,) = done.stderr.splitlines()
+    assert line.startswith(said), line
+    assert done.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ("100000000000", "100000000000 partitions: give the N of the servers' partition "),
+        ("0", "0 partitions: give the N of the servers' partition mapping, 1 to 1024"),
+        ("1025", "1025 partitions: give the N of the servers' partition mapping, 1 to 1024"),
+    ],
+)
+def test_partition_takes_at_most_1024_partitions(given: str, said: str) -> None:
+    done = run_placewatch("partition", "gpu-07", "--partitions", given)
+    assert done.returncode == 2
+    (line,) = done.stderr.splitlines()
+    assert line.startswith(f"placewatch partition: error: argument --partitions: {said}"), line
+    assert line.endswith("(docs/operations.md, Partitions)"), line
+
+
+def test_partition_takes_1024_partitions() -> None:
+    done = run_placewatch("partition", "gpu-07", "--partitions", "1024")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("gpu-07: partition ")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import subprocess
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,7 +30,8 @@ from tests.conftest import (
 )
 from tests.support.eventually import eventually
 from tests.support.exporter import Exporter
-from tests.support.prometheus import PROMTOOL, Prometheus, need
+from tests.support.prometheus import PROMTOOL, Prometheus, first_ups, need
+from tests.support.slow_clients import flooding
 
 NODES = ("gpu-a", "gpu-b")
 OPENMETRICS = "application/openmetrics-text; version=1.0.0,text/plain;version=0.0.4;q=0.5"
@@ -133,6 +135,23 @@ def test_prometheus_scraping_each_node_never_mixes_them(
         assert sorted(r["value"][1] for r in per_node) == ["2", "2"]
     finally:
         prometheus.stop()
+
+
+def test_prometheus_scrapes_a_node_through_1000_slow_connections(
+    node_workers: dict[str, int], tmp_path: Path
+) -> None:
+    port = node_workers["gpu-a"]
+    with flooding("127.0.0.1", port, 1000) as flood:
+        started = time.monotonic()
+        assert samples(scrape(port), "placewatch_node_up") == [({"node": "gpu-a"}, 1.0)]
+        assert time.monotonic() - started < 5
+        prometheus = Prometheus(tmp_path / "prometheus", [f"127.0.0.1:{port}"], "3s")
+        prometheus.start()
+        try:
+            assert first_ups(prometheus, 3) == ["1", "1", "1"]  # each within its 3 s timeout
+        finally:
+            prometheus.stop()
+        assert flood.stop() > 0
 
 
 def test_a_bad_or_busy_listen_address_stops_the_worker_naming_it(nats_server: NatsServer) -> None:

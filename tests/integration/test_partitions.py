@@ -574,7 +574,9 @@ def test_placewatch_partition_names_the_subject_a_real_server_delivers_on(
 def test_placewatch_partition_refuses_no_partitions_in_one_line() -> None:
     done = run_placewatch("partition", "gpu-07", "--partitions", "0")
     assert done.returncode == 2
-    assert done.stderr.startswith("placewatch: --partitions: 0 partitions: give the N")
+    assert done.stderr.startswith(
+        "placewatch partition: error: argument --partitions: 0 partitions: give the N"
+    )
     assert len(done.stderr.splitlines()) == 1
 
 
@@ -588,3 +590,18 @@ def test_the_documented_shell_way_computes_the_same_partition() -> None:
             ["bash", "-c", script], capture_output=True, text=True, check=True, timeout=10
         )
         assert int(done.stdout) == partition_of(node, 16), node
+
+
+def test_placewatch_partition_prints_a_hostile_name_as_its_escapes() -> None:
+    node = "gpu\x1b]0;pwned\x07\x1b[2J\u202e-07\nsecond"
+    done = run_placewatch("partition", node, "--partitions", "4")
+    assert done.returncode == 0, done.stderr
+    assert not any(c in done.stdout for c in ("\x1b", "\x07", "\u202e"))
+    header, *subjects_shown = done.stdout.splitlines()
+    assert header.startswith(
+        rf"gpu\x1b]0;pwned\x07\x1b[2J\u202e-07\nsecond: partition {partition_of(node, 4)} of 4 "
+    )
+    assert [s.strip() for s in subjects_shown] == [
+        mapped("telemetry", node, 4),
+        mapped("inventory", node, 4),
+    ]

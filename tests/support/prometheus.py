@@ -109,3 +109,18 @@ def dashboard_exprs() -> dict[str, list[str]]:
     """Each panel's queries in docs/grafana/placewatch.json, by the panel's title."""
     board = json.loads(DASHBOARD.read_text())
     return {p["title"]: [t["expr"] for t in p["targets"]] for p in board["panels"]}
+
+
+def first_ups(prometheus: Prometheus, scrapes: int, timeout: float = 60) -> list[str]:
+    """`up` of each of its one target's first `scrapes` scrapes ("1": answered in time), once
+    it made that many; fails after `timeout` seconds."""
+
+    def ups() -> list[str]:
+        found = prometheus.query("up[10m]")
+        return [value for _, value in found[0]["values"]] if found else []
+
+    deadline = time.monotonic() + timeout
+    while len(seen := ups()) < scrapes:
+        assert time.monotonic() < deadline, f"{len(seen)} scrapes within {timeout} s: {seen}"
+        time.sleep(0.5)
+    return seen[:scrapes]

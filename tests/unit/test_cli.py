@@ -180,3 +180,10 @@ def test_a_duration_is_seconds_or_a_number_with_its_unit(text: str, seconds: flo
 def test_a_duration_that_is_none_is_refused(text: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError, match="is not a duration"):
         duration(text)
+
+
+def test_the_largest_n_a_command_takes_is_the_largest_the_mapping_check_tries() -> None:
+    from placewatch.arguments import MOST_PARTITIONS
+    from placewatch.consumer.mapping import MAX_N
+
+    assert MAX_N == MOST_PARTITIONS == 1024

@@ -22,6 +22,7 @@ from placewatch.prometheus.exposition import Family, number, render
 from placewatch.prometheus.families import Families
 from placewatch.prometheus.metrics import GPU_METRICS
 from placewatch.schemas import lean
+from placewatch.schemas.printable import printable
 
 ODD = ["plain", 'a "quoted" one', "back\\slash", "new\nline", "ünïcode", ""]
 VALUES = [0.0, 1.0, -2.5, 40960.0, 81234567891.0, 1e21, 1.5e-7, math.inf, -math.inf]
@@ -39,7 +40,7 @@ def families() -> tuple[list[Family], list[Metric]]:
         for i, (label, given) in enumerate(zip(ODD * 2, VALUES, strict=False)):
             value = abs(given) if kind == "counter" else given
             mine.add([label, str(i)], value)
-            other.add_metric([label, str(i)], value)
+            other.add_metric([printable(label), str(i)], value)  # ours shows a newline as \n
         ours.append(mine)
         theirs.append(other)
     return ours, theirs
@@ -90,6 +91,19 @@ def test_openmetrics_parses_as_prometheus_client_s_does() -> None:
     other = generate_openmetrics(registry(theirs)).decode()  # type: ignore[no-untyped-call]
     assert read(openmetrics_families(mine)) == read(openmetrics_families(other))
     assert mine.endswith("# EOF\n")
+
+
+def test_a_label_value_s_control_characters_and_bidirectional_marks_are_written_escaped() -> None:
+    hostile = "gpu\x1b]0;pwned\x07\u202e-07\nsecond line"
+    family = Family("odd_gauge", "a gauge", ("node",))
+    family.add([hostile], 1.0)
+    for openmetrics in (False, True):
+        text = render([family], openmetrics=openmetrics).decode()
+        assert not any(c in text for c in ("\x1b", "\x07", "\u202e")), text
+        wire = r'odd_gauge{node="gpu\\x1b]0;pwned\\x07\\u202e-07\\nsecond line"} 1.0'
+        assert f"{wire}\n" in text  # printable's backslashes, escaped as the formats ask
+        (sample,) = [s for f in parse_text(text) for s in f.samples]
+        assert sample.labels == {"node": printable(hostile)}
 
 
 @pytest.mark.parametrize(

@@ -27,7 +27,8 @@ from tests.conftest import (
 from tests.support.exporter import Exporter
 from tests.support.fleet_node import HOLDING_MIB, NODE, ShardNode, a100x2_health
 from tests.support.held import UUID0, sick_node
-from tests.support.prometheus import Prometheus, dashboard_exprs
+from tests.support.prometheus import Prometheus, dashboard_exprs, first_ups
+from tests.support.slow_clients import flooding
 
 MIB = 1 << 20
 
@@ -201,6 +202,54 @@ def test_prometheus_scrapes_gpu_health_and_the_dashboard_s_health_panel_runs(
     code, err = exporter.stop()
     assert code == 0, err
     assert "Traceback" not in err
+
+
+def test_prometheus_scrapes_the_exporter_through_1000_slow_connections(
+    nats_server: NatsServer, exporters: list[Exporter], tmp_path: Path
+) -> None:
+    exporter = Exporter(nats_server.url)
+    exporters.append(exporter)
+    up = 'placewatch_node_up{node="gpu-09"} 1.0'
+    publish_until(
+        nats_server.url, sick_node("gpu-09", datetime.now(UTC)), lambda: up in exporter.metrics()
+    )
+    with flooding("127.0.0.1", exporter.port, 1000) as flood:
+        started = time.monotonic()
+        assert up in exporter.metrics()
+        assert time.monotonic() - started < 5
+        prometheus = Prometheus(tmp_path / "prometheus", [f"127.0.0.1:{exporter.port}"], "3s")
+        prometheus.start()
+        try:
+            assert first_ups(prometheus, 3) == ["1", "1", "1"]  # each within its 3 s timeout
+        finally:
+            prometheus.stop()
+        assert flood.stop() > 0
+    code, err = exporter.stop()
+    assert code == 0, err
+
+
+def test_a_hostile_node_name_reaches_metrics_as_its_escapes(
+    nats_server: NatsServer, exporters: list[Exporter]
+) -> None:
+    """A node named to retitle and clear a terminal, ring, reverse the text after it and break
+    a line: /metrics shows it as escapes, printed in a terminal as plain text."""
+    hostile = "gpu\x1b]0;pwned\x07\x1b[2J\u202e-09\nsecond"
+    shown = r"gpu\x1b]0;pwned\x07\x1b[2J\u202e-09\nsecond"
+    exporter = Exporter(nats_server.url)
+    exporters.append(exporter)
+    wire = f'placewatch_node_up{{node="{shown.replace(chr(92), chr(92) * 2)}"}} 1.0'
+    publish_until(
+        nats_server.url, sick_node(hostile, datetime.now(UTC)), lambda: wire in exporter.metrics()
+    )
+    text = exporter.metrics()
+    assert not any(c in text for c in ("\x1b", "\x07", "\u202e")), text
+    assert all(line.isprintable() for line in text.splitlines())
+    up = samples(text, "placewatch_node_up")
+    assert [s.labels for s in up] == [{"node": shown}]
+    hostnames = {s.labels["Hostname"] for s in samples(text, "DCGM_FI_DEV_FB_USED")}
+    assert hostnames == {shown}
+    code, err = exporter.stop()
+    assert code == 0, err
 
 
 def test_a_node_that_stops_sending_leaves_metrics_after_stale_after(

@@ -1,12 +1,17 @@
-"""The exporter's HTTP server: idle connections let go, at most so many served at once, the
-rest closed at once, a scrape answered all the while; real sockets on loopback."""
+"""The metrics server the exporter and the worker share: a connection that sends no whole
+request head in time let go, at most so many served at once, a newcomer evicting the oldest
+still waiting for its head, a scrape answered through a flood of slow connections; real
+sockets on loopback."""
 
 from __future__ import annotations
 
 import gzip
 import socket
 import threading
+import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -14,6 +19,7 @@ from placewatch.prometheus import server as metrics_server
 from placewatch.prometheus.exposition import Family
 
 from tests.support.eventually import eventually
+from tests.support.slow_clients import flooding
 
 PROMETHEUS_ACCEPT = (
     "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;"
@@ -33,38 +39,112 @@ def closed(conn: socket.socket) -> bool:
         return conn.recv(1) == b""
     except TimeoutError:
         return False
+    except ConnectionResetError:
+        return True
 
 
-def test_idle_connections_are_let_go_and_no_more_are_served_than_it_bounds(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(metrics_server, "MAX_CONNECTIONS", 4)
-    monkeypatch.setattr(metrics_server._Handler, "timeout", 0.5)
-    seen = Family("scrapes_seen_total", "a series to serve", (), "counter", [("", 1.0)])
-    server, thread = metrics_server.serve("127.0.0.1", 0, lambda: [seen])
-    port = server.server_address[1]
-    idle: list[socket.socket] = []
+def slow(port: int) -> socket.socket:
+    """A connection that begins its request head and sends no more of it."""
+    conn = socket.create_connection(("127.0.0.1", port))
+    conn.sendall(b"GET /metrics HTTP/1.1\r\nHost: slow\r\n")
+    conn.settimeout(0.05)
+    return conn
+
+
+@contextmanager
+def serving(families: metrics_server.Families) -> Iterator[int]:
+    server, thread = metrics_server.serve("127.0.0.1", 0, families)
     try:
-        assert server.request_queue_size == metrics_server.BACKLOG == 128
-        before = threading.active_count()
-        for _ in range(12):  # connect, send nothing
-            conn = socket.create_connection(("127.0.0.1", port))
-            conn.settimeout(0.05)
-            idle.append(conn)
-        # Four are served (a thread each, waiting for a request), the other eight closed.
-        eventually(lambda: sum(closed(c) for c in idle[4:]) == 8, 5)
-        assert threading.active_count() - before <= 4
-        assert not any(closed(c) for c in idle[:4])
-        # The four are let go once idle for the handler's timeout; a scrape is served then.
-        eventually(lambda: all(closed(c) for c in idle[:4]), 5)
-        assert "scrapes_seen_total 1.0" in scrape(port)
-        eventually(lambda: threading.active_count() <= before, 5)
+        yield server.server_address[1]
     finally:
-        for conn in idle:
-            conn.close()
         server.shutdown()
         server.server_close()
         thread.join()
+
+
+SEEN = Family("scrapes_seen_total", "a series to serve", (), "counter", [("", 1.0)])
+
+
+ENDING = 8
+"""Threads that freed their slot and have not ended yet, which a count may catch."""
+
+
+def test_a_scrape_is_answered_while_1000_slow_connections_are_held() -> None:
+    before = threading.active_count()
+    with serving(lambda: [SEEN]) as port, flooding("127.0.0.1", port, 1000) as flood:
+        assert metrics_server.BACKLOG >= 1000  # the flood waits in it, a scrape behind it
+        for _ in range(3):
+            started = time.monotonic()
+            assert "scrapes_seen_total 1.0\n" in scrape(port)
+            assert time.monotonic() - started < 5
+            threads = threading.active_count() - before - 1  # the server's own
+            assert threads <= metrics_server.MAX_CONNECTIONS + ENDING
+        # the server closed the slow ones to take the scrapes, and they came back
+        assert flood.stop() > 0
+
+
+def test_a_connection_without_its_whole_head_in_time_is_closed() -> None:
+    with serving(lambda: [SEEN]) as port:
+        conn = slow(port)
+        opened = time.monotonic()
+        try:
+            for byte in b"X-Slow: abc":  # a byte at a time: each read waits less than HEAD_S
+                conn.sendall(bytes([byte]))
+                if closed(conn):
+                    break
+            eventually(lambda: closed(conn), metrics_server.HEAD_S + 3)
+            assert time.monotonic() - opened >= metrics_server.HEAD_S - 0.1
+        finally:
+            conn.close()
+
+
+def test_a_newcomer_evicts_the_oldest_waiting_for_its_head_never_one_answered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(metrics_server, "MAX_CONNECTIONS", 4)
+    building = threading.Event()
+    go_on = threading.Event()
+
+    def families() -> list[Family]:
+        building.set()
+        go_on.wait(10)  # this scrape is being answered while the others come
+        return [SEEN]
+
+    answers: list[str] = []
+    conns: list[socket.socket] = []
+    with serving(families) as port:
+        before = threading.active_count()
+        answering = threading.Thread(target=lambda: answers.append(scrape(port)))
+        answering.start()
+        try:
+            eventually(building.is_set, 5, what="the first scrape being answered")
+            conns += [slow(port) for _ in range(3)]  # the four slots taken
+            conns += [slow(port) for _ in range(2)]  # each evicts the oldest waiting
+            eventually(lambda: closed(conns[0]) and closed(conns[1]), 5)
+            assert not any(closed(c) for c in conns[2:])
+            eventually(lambda: threading.active_count() - before <= 4 + 1, 5)  # and the scraper
+            go_on.set()
+            answering.join(10)
+            (answer,) = answers
+            assert "scrapes_seen_total 1.0\n" in answer
+        finally:
+            go_on.set()
+            for conn in conns:
+                conn.close()
+
+
+def test_head_is_answered_with_the_headers_alone() -> None:
+    with serving(lambda: [SEEN]) as port:
+        body = scrape(port).encode()
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
+            conn.sendall(b"HEAD /metrics HTTP/1.1\r\nHost: test\r\n\r\n")
+            answer = b""
+            while chunk := conn.recv(4096):
+                answer += chunk
+    head, _, after = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.0 200 OK\r\n"), head
+    assert f"Content-Length: {len(body)}".encode() in head.split(b"\r\n")
+    assert after == b""
 
 
 @pytest.mark.parametrize(

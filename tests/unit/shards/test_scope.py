@@ -10,6 +10,8 @@ import pytest
 
 from placewatch.worker.shards.scope import EVERY, ProcessScope
 
+from tests.support.eventually import eventually
+
 
 def test_no_setting_is_every_process() -> None:
     assert ProcessScope.parse(None) is EVERY
@@ -41,7 +43,8 @@ def test_a_process_environment_is_read_when_not_given() -> None:
         env={**os.environ, "SCOPE_TEST_MARK": "yes"},
     )
     try:
-        assert ProcessScope.parse("SCOPE_TEST_MARK=yes").admits(marked.pid)
+        # Until the child has exec'd, /proc/PID/environ is its parent's copy, or empty.
+        eventually(lambda: ProcessScope.parse("SCOPE_TEST_MARK=yes").admits(marked.pid), 10)
         assert not ProcessScope.parse("SCOPE_TEST_MARK=no").admits(marked.pid)
     finally:
         marked.kill()

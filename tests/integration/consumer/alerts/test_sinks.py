@@ -165,3 +165,61 @@ def test_resend_every_waits_for_the_consumer_and_says_a_failing_webhook_once(
     assert [r.getMessage() for r in caplog.records] == [
         "firing alerts not posted again (HTTP 500 Internal Server Error); next try in 0.1 s"
     ]
+
+
+HOSTILE = "gpu\x1b]0;pwned\x07\u202e-07\nsecond line"
+"""A name that retitles a terminal, rings, reverses what follows and breaks the line."""
+SHOWN = r"gpu\x1b]0;pwned\x07\u202e-07\nsecond line"
+RAW = ("\x1b", "\x07", "\u202e", "\n")
+
+
+def hostile_event() -> FallbackEvent:
+    said = msgspec.structs.replace(
+        status("cpu_fallback", T1, f"computing on the CPU: {HOSTILE}", shard=f"s-{HOSTILE}"),
+        node=HOSTILE,
+        evidence=[f"log: {HOSTILE}"],
+    )
+    return FallbackEvent(state="firing", status=said)
+
+
+def strings(value: object) -> list[str]:
+    """Every string in a JSON document, keys too."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in (*strings(k), *strings(v))]
+    if isinstance(value, list):
+        return [s for v in value for s in strings(v)]
+    return []
+
+
+def no_raw_control(value: object) -> bool:
+    return not any(c in s for s in strings(value) for c in RAW)
+
+
+def test_stdout_and_a_webhook_get_a_hostile_name_as_its_escapes(
+    endpoint: Endpoint, capsys: pytest.CaptureFixture[str]
+) -> None:
+    event = hostile_event()
+    deliver(StdoutSink(), event)
+    (line,) = capsys.readouterr().out.splitlines()
+    deliver(WebhookSink(endpoint.url), event)
+    (request,) = endpoint.requests
+    for sent in (line, request.body.decode()):
+        status_sent = msgspec.json.decode(sent)["status"]
+        assert no_raw_control(status_sent), status_sent
+        assert status_sent["node"] == SHOWN
+        assert status_sent["shard"] == f"s-{SHOWN}"
+        assert status_sent["reason"] == f"computing on the CPU: {SHOWN}"
+        assert status_sent["evidence"] == [f"log: {SHOWN}"]
+
+
+def test_alertmanager_gets_a_hostile_name_as_its_escapes(endpoint: Endpoint) -> None:
+    deliver(AlertmanagerSink(endpoint.url), hostile_event())
+    (body,) = endpoint.delivered()
+    assert no_raw_control(body), body
+    (alert,) = [a for a in body if "endsAt" not in a]
+    assert alert["labels"]["node"] == SHOWN
+    assert alert["labels"]["shard"] == f"s-{SHOWN}"
+    assert alert["annotations"]["summary"] == f"shard s-{SHOWN} on {SHOWN}: cpu_fallback"
+    assert alert["annotations"]["description"] == f"computing on the CPU: {SHOWN}"

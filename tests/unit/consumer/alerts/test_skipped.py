@@ -69,3 +69,13 @@ def test_subjects_past_the_first_256_share_one_count_and_its_log_lines(
     )
     assert len(skipped.by_subject) == LOGGED
     assert skipped.elsewhere == 100
+
+
+def test_a_hostile_subject_is_logged_as_its_escapes(caplog: pytest.LogCaptureFixture) -> None:
+    subject = "placewatch.fallback.gpu\x1b]0;pwned\x07\u202e.a\nforged line"
+    with caplog.at_level(logging.ERROR):
+        Skipped().skip(1, subject, "it names node 'x\x1b'")
+    assert logged(caplog) == [
+        r"skipped message 1 on placewatch.fallback.gpu\x1b]0;pwned\x07\u202e.a\nforged line: "
+        r"it names node 'x\x1b'"
+    ]

@@ -10,8 +10,9 @@ import msgspec
 import pytest
 
 from placewatch.consumer.watch.board import FORGET_AFTER_S, matches, node_matches, rank, selected
-from placewatch.consumer.watch.text import COLUMNS, as_json, lines, printable
+from placewatch.consumer.watch.text import COLUMNS, as_json, lines
 from placewatch.consumer.watch.watched import Watched
+from placewatch.schemas.printable import printable
 
 from tests.support.console_fleet import DEAD_FOR, NOW, dead_name, fleet_state, live_name
 
@@ -154,10 +155,15 @@ def test_nothing_a_node_sends_reaches_the_terminal_as_a_control_sequence() -> No
     state.shards[key] = msgspec.structs.replace(
         state.shards[key], reason=hostile, verdict="unknown"
     )
-    text = "\n".join(lines(Watched(state, clock=NOW.timestamp).board(), NOW))
+    board = Watched(state, clock=NOW.timestamp).board()
+    text = "\n".join(lines(board, NOW))
     assert "\x1b" not in text and "\u202e" not in text and "\x07" not in text
-    assert "?]52;c;cHduZWQ=??evil?second line" in text
-    assert printable("a\tb") == "a?b"
+    assert r"\x1b]52;c;cHduZWQ=\x07\u202eevil\nsecond line" in text
+    assert printable("a\tb") == r"a\tb"
+    data = as_json(board, NOW)
+    assert not any(c in data.decode() for c in ("\x1b", "\x07", "\u202e"))
+    (shard,) = [s for s in json.loads(data)["shards"] if s["reason"].startswith("\\x1b")]
+    assert shard["reason"] == r"\x1b]52;c;cHduZWQ=\x07\u202eevil\nsecond line"
 
 
 def test_a_shard_s_verdicts_as_the_console_saw_them() -> None:

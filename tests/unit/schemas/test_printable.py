@@ -1,0 +1,60 @@
+"""Text from the bus, printable: every control character and bidirectional mark shown as its
+escape, everything else as it was."""
+
+from __future__ import annotations
+
+import pytest
+
+from placewatch.schemas.printable import printable, printable_values
+
+HOSTILE = "gpu\x1b]0;pwned\x07\u202e-07\nsecond line"
+"""A node name that retitles a terminal, rings, reverses what follows and breaks the line."""
+
+
+@pytest.mark.parametrize(
+    ("given", "shown"),
+    [
+        ("\x1b", r"\x1b"),
+        ("\x07", r"\x07"),
+        ("\x00", r"\x00"),
+        ("\t", r"\t"),
+        ("\n", r"\n"),
+        ("\r", r"\r"),
+        ("\x7f", r"\x7f"),
+        ("\x9b", r"\x9b"),  # CSI, as one C1 character
+        ("\x85", r"\x85"),  # NEL
+        ("\u061c", r"\u061c"),
+        ("\u200e", r"\u200e"),
+        ("\u200f", r"\u200f"),
+        ("\u2028", r"\u2028"),
+        ("\u2029", r"\u2029"),
+        *((chr(c), f"\\u{c:04x}") for c in range(0x202A, 0x202F)),
+        *((chr(c), f"\\u{c:04x}") for c in range(0x2066, 0x206A)),
+    ],
+)
+def test_each_control_character_and_bidirectional_mark_is_shown_as_its_escape(
+    given: str, shown: str
+) -> None:
+    assert printable(f"a{given}b") == f"a{shown}b"
+
+
+def test_a_hostile_name_becomes_one_line_of_plain_text() -> None:
+    shown = printable(HOSTILE)
+    assert shown == r"gpu\x1b]0;pwned\x07\u202e-07\nsecond line"
+    assert shown.isprintable()
+
+
+@pytest.mark.parametrize(
+    "text", ["gpu-07", "llama-3.1-8b", "nœud ünïcode 节点", "back\\slash", 'a "quoted" one', ""]
+)
+def test_printable_text_is_left_as_it_is(text: str) -> None:
+    assert printable(text) is text
+
+
+def test_every_string_of_a_document_is_made_printable_keys_too() -> None:
+    document = {"node": HOSTILE, "evidence": ("a\nb", 3), HOSTILE: [None, 1.5, True]}
+    assert printable_values(document) == {
+        "node": printable(HOSTILE),
+        "evidence": [r"a\nb", 3],
+        printable(HOSTILE): [None, 1.5, True],
+    }
