@@ -279,6 +279,47 @@ def test_a_flood_of_new_slot_ids_leaves_the_worker_s_memory_bounded(  # noqa: PL
     assert after - before < 20 << 20, f"{(after - before) / 2**20:.0f} MiB more"
 
 
+def test_names_reasons_and_evidence_are_published_without_control_characters(
+    nats_server: NatsServer,
+    fake_gpu: FakeGpuTools,
+    workers: list[Worker],
+    folder: Path,
+    tmp_path: Path,
+) -> None:
+    engine = as_nobody(["sleep", "120"])
+    log = folder / "bidi.log"
+    log.write_text("ggml_cuda_init: failed to initialize CUDA: \u202eUDC\x1b[2J\n")
+    os.chown(log, NOBODY_UID, NOBODY_UID)
+    fake_gpu.nvidia_smi(QUERY_GPU, apps({engine.pid: (GPU0, 5000)}))
+    shards = tmp_path / "shards.toml"
+    shards.write_text(f'[[shard]]\nid = "a\\u001b]0;x\\u0007b"\npid = {engine.pid}\n'
+                      f'gpus = [0]\nlog_path = "{log}"\n')  # fmt: skip
+    try:
+        with Recorder(nats_server.url, ">") as recorder:
+            worker = Worker("--nats", nats_server.url, "--node", "n1", "--shards", str(shards),
+                            "--grace", "1", "--interval", "1", "--no-discover", env=fake_gpu.env())  # fmt: skip
+            workers.append(worker)
+            shard = "a\\x1b]0;x\\x07b"
+            eventually(lambda: statuses(recorder, shard.replace("\\", "=5C").replace("]", "=5D")
+                                        .replace(";", "=3B")), what="the status")  # fmt: skip
+            code, _, _, err = worker.stop()
+    finally:
+        stop([engine])
+    assert code == 0, err
+    carried = recorder.everything()
+    assert b"\x1b" not in carried and "\u202e".encode() not in carried
+    assert "\x1b" not in err and "\u202e" not in err and "\x07" not in err
+    (status, *_) = [
+        decode_any(m.payload, m.headers)
+        for _, m in recorder.messages
+        if m.subject.startswith("placewatch.compute.n1.")
+    ]
+    assert isinstance(status, ComputeStatus)
+    assert (status.shard, status.verdict) == (shard, "cpu_fallback")
+    assert "failed to initialize CUDA: \\u202eUDC" in status.reason
+    assert status.evidence == ["ggml_cuda_init: failed to initialize CUDA: \\u202eUDC"]
+
+
 @pytest.mark.parametrize("kind", ["fifo", "symlink", "device", "root-only"])
 def test_a_placed_log_path_that_is_not_the_engine_s_is_refused_by_the_worker_and_doctor(
     kind: str,

@@ -31,6 +31,7 @@ from placewatch.schemas.control import (
     MAX_URL_CHARS,
 )
 from placewatch.schemas.messages import PID_MAX
+from placewatch.schemas.printable import printable
 from placewatch.schemas.subjects import MAX_NAME_BYTES
 
 from ..engines.evidence.source import LogSource
@@ -220,7 +221,7 @@ class ShardsFile:
             return True
         self._good = True
         for problem in self.problems:
-            log.warning("%s", problem)
+            log.warning("%s", printable(problem))
         log.info("shards file %s: %d placements", self.path, len(self.specs))
         return True
 
@@ -228,7 +229,7 @@ class ShardsFile:
         if self._good:
             problem += f"; its last good placements ({len(self.specs)}) stay in force"
         self.problems = [problem]
-        log.warning("%s", problem)
+        log.warning("%s", printable(problem))
 
 
 class UnusableShardsFile(ValueError):

@@ -20,6 +20,7 @@ from pathlib import Path
 import anyio.to_thread
 
 from placewatch.schemas import ComputeStatus, GpuHealth, GpuSample, ShardBrief, SourceStatus
+from placewatch.schemas.printable import printable
 
 from ..deadline import NEVER, Deadline
 from ..engines import owns_log
@@ -32,12 +33,13 @@ from .attribution import Held, ProcTable, attribute, owner, unseen_holders
 from .discover import discover
 from .discover.log_path import log_source
 from .discovered import DiscoveryWalks
-from .gpu_health import health_by_index, unhealthy, with_health
+from .gpu_health import health_by_index
 from .liveness import ROUTER, Tracked, find_processes, named, readiness, settled
 from .lost_evidence import held, log_note, rotated
 from .placements import MAX_SHARDS, Placement, PlacementFeed, ShardsFile, placed
 from .scope import EVERY, ProcessScope
 from .silent_tools import engine_says_cpu
+from .status import gone_status, judged_status, printable_problem
 from .verdict import GpuIds, Judgement, Observation, gpu_ids, judge
 
 log = logging.getLogger(__name__)
@@ -190,12 +192,15 @@ class ShardPass:
         now, at = datetime.now(UTC), time.monotonic() if read_at is None else read_at
         activity = self._activity(seen, at)
         statuses = [
-            self._compute_status(
+            judged_status(
                 sid,
                 t,
                 self._judge_one(sid, t, seen, evidence.get(sid), now, activity.get(sid)),
-                now,
-                activity.get(sid),
+                node=self.node,
+                session=self.session,
+                now=now,
+                activity=activity.get(sid),
+                gpu_health=self.gpu_health,
             )
             for sid, t in sorted(self.tracked.items())
             if sid not in self.shared
@@ -203,8 +208,8 @@ class ShardPass:
         return ShardsView(
             gpus=seen.gpus,
             statuses=statuses,
-            gone=[self._gone_status(p, now) for p in gone],
-            problems=problems,
+            gone=[gone_status(p, node=self.node, session=self.session, now=now) for p in gone],
+            problems=[printable_problem(p) for p in problems],
         )
 
     def _activity(self, seen: _Attributed, at: float) -> dict[str, Activity]:
@@ -264,7 +269,7 @@ class ShardPass:
         except Exception as exc:  # a defect for one shard's input must not hide the others
             said = f"{type(exc).__name__}: {exc}"
             if t.said != said:
-                log.exception("shard %s could not be judged", sid)
+                log.exception("shard %s could not be judged", printable(sid))
                 t.said = said
             lost = Judgement(
                 "unknown", f"placewatch could not judge this shard ({said}); {REPORT_IT}"
@@ -369,7 +374,7 @@ class ShardPass:
                 f"refused and {holder!r} keeps it; remove one of the two placements"
             )
             if t.said != said:
-                log.warning("%s", said)
+                log.warning("%s", printable(said))
                 t.said = said
             problems.append(SourceStatus(name="placements", ok=False, error=said))
         return problems
@@ -391,55 +396,6 @@ class ShardPass:
             # nothing answers on is a wrong guess, and the grace period decides.
             guessed = t.placement.origin == "discovered"
             t.ready = answer == "ok" or (guessed and answer == "unreachable" and graced)
-
-    def _compute_status(
-        self, sid: str, t: Tracked, j: Judgement, now: datetime, activity: Activity | None
-    ) -> ComputeStatus:
-        sick = unhealthy(j.devices, self.gpu_health)
-        return ComputeStatus(
-            node=self.node,
-            shard=sid,
-            session=self.session,
-            time=now,
-            pid=t.pid if t.pid is not None else t.placement.spec.pid,
-            placed_gpus=list(t.placement.spec.gpus),
-            backend=j.backend,
-            devices=list(j.devices),
-            layers_offloaded=j.layers_offloaded,
-            layers_total=j.layers_total,
-            verdict=j.verdict,
-            reason=with_health(j.reason, sick, self.gpu_health) if sick else j.reason,
-            evidence=list(j.evidence),
-            stale=j.stale,
-            stale_since=j.stale_since,
-            container_id=t.container.container_id,
-            pod_uid=t.container.pod_uid,
-            pod_namespace=t.container.namespace,
-            pod_name=t.container.pod,
-            container_name=t.container.name,
-            sm_pct=activity.sm_pct if activity else None,
-            requests=activity.requests if activity else None,
-            unhealthy_gpus=sick,
-            engine=t.placement.spec.engine,
-        )
-
-    def _gone_status(self, placement: Placement, now: datetime) -> ComputeStatus:
-        what = (
-            "its process exited"
-            if placement.origin == "discovered"
-            else "its placement was removed"
-        )
-        return ComputeStatus(
-            node=self.node,
-            shard=placement.spec.id,
-            session=self.session,
-            time=now,
-            pid=placement.spec.pid,
-            placed_gpus=list(placement.spec.gpus),
-            verdict="gone",
-            reason=f"no longer watched: {what}",
-            engine=placement.spec.engine,
-        )
 
 
 def _judged(t: Tracked, obs: Observation, seen: _Attributed) -> Judgement:
