@@ -124,3 +124,23 @@ def test_a_50_gib_log_s_newest_line_is_read_within_one_interval(tmp_path: Path) 
         with_logs(body)
     finally:
         log.unlink()
+
+
+def test_an_ask_past_its_deadline_still_follows_its_logs_and_answers_at_once(
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "engine.log"
+    log.write_text("load_tensors: offloaded 33/33 layers to GPU\n")
+
+    async def body(logs: EngineLogs) -> None:
+        passed = Deadline.after(0)
+        said = await logs.read(placed(log), deadline=passed)
+        assert time.monotonic() - passed.at < LATE_S
+        assert said.keys() == {"a"}  # followed, though there was no time to read it
+        with anyio.fail_after(5):
+            await logs.changed()  # read between ticks
+        assert (await logs.read(placed(log), deadline=Deadline.after(0)))[
+            "a"
+        ].layers_offloaded == 33
+
+    with_logs(body)

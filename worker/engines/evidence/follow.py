@@ -15,7 +15,7 @@ read what it had, MOST_BYTES, or the time is up: the tick's deadline for its ask
 for a look between ticks. A log of keyword lines takes a core a second per 3 MiB or so to
 parse, and one may grow at 80 MB/s: what is left is read on at the next look, and the
 evidence says how far behind it is (`behind_bytes`). The tick waits for the answer no longer
-than its deadline.
+than its deadline, or, where that had passed when it asked, than one look between ticks.
 """
 
 from __future__ import annotations
@@ -246,11 +246,14 @@ class EngineLogs:
 
     async def read(self, wanted: Wanted, *, deadline: Deadline = NEVER) -> Evidence:
         """Follow exactly the logs `wanted` names and give their evidence, read up to now or
-        up to `deadline`; past it, the last answer's (the logs are read on meanwhile)."""
+        up to `deadline`. An ask past its deadline is answered with what was read by then,
+        at once, and still sets what is followed (a tick whose GPU tools took its whole input
+        share must not leave its logs unfollowed); one not answered within a look between
+        ticks past it gets the last answer (the logs are read on meanwhile)."""
         if self._asks is None:
             raise RuntimeError("EngineLogs.read before its task started")
         reply_send, reply = anyio.create_memory_object_stream[Evidence](1)
-        with reply, deadline.scope():
+        with reply, anyio.move_on_after(deadline.left() + self.slice_s + ANSWER_S):
             await self._asks.send(_Ask(wanted, reply_send, deadline))
             return await reply.receive()
         return {sid: said for sid, said in self._said.items() if sid in wanted}
