@@ -14,7 +14,13 @@ from pathlib import Path
 import anyio
 
 from placewatch.worker.deadline import Deadline
-from placewatch.worker.engines.evidence.follow import ANSWER_S, MOST_BYTES, EngineLogs, Log
+from placewatch.worker.engines.evidence.follow import (
+    ANSWER_S,
+    FIRST_BYTES,
+    MOST_BYTES,
+    EngineLogs,
+    Log,
+)
 from placewatch.worker.engines.evidence.source import PathLog
 
 KEYWORDS = "load_tensors: offloaded 1/33 layers to GPU ... CUDA0 model buffer size = 12.00 MiB\n"
@@ -126,21 +132,26 @@ def test_a_50_gib_log_s_newest_line_is_read_within_one_interval(tmp_path: Path) 
         log.unlink()
 
 
-def test_an_ask_past_its_deadline_still_follows_its_logs_and_answers_at_once(
+def test_an_ask_past_its_deadline_follows_its_logs_and_reads_a_new_one_s_start(
     tmp_path: Path,
 ) -> None:
     log = tmp_path / "engine.log"
-    log.write_text("load_tensors: offloaded 33/33 layers to GPU\n")
+    start = KEYWORDS * ((FIRST_BYTES - (8 << 10)) // len(KEYWORDS))
+    log.write_text(start + "load_tensors: offloaded 33/33 layers to GPU\n")
 
     async def body(logs: EngineLogs) -> None:
         passed = Deadline.after(0)
-        said = await logs.read(placed(log), deadline=passed)
+        said = (await logs.read(placed(log), deadline=passed))["a"]
         assert time.monotonic() - passed.at < LATE_S
-        assert said.keys() == {"a"}  # followed, though there was no time to read it
+        assert (said.layers_offloaded, said.behind_bytes) == (33, None)  # whatever the time
+        with log.open("a") as out:
+            out.write(KEYWORDS * 1000)
+        passed = Deadline.after(0)
+        said = (await logs.read(placed(log), deadline=passed))["a"]
+        assert time.monotonic() - passed.at < LATE_S
+        assert said.layers_offloaded == 33  # no time to read what was added: between ticks
         with anyio.fail_after(5):
-            await logs.changed()  # read between ticks
-        assert (await logs.read(placed(log), deadline=Deadline.after(0)))[
-            "a"
-        ].layers_offloaded == 33
+            await logs.changed()
+        assert (await logs.read(placed(log)))["a"].layers_offloaded == 1
 
     with_logs(body)

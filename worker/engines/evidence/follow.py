@@ -48,6 +48,10 @@ POLL_SLICE_S = 0.05
 MOST_BYTES = 16 << 20
 """The most one log is read of in one look or one tick."""
 ANSWER_S = 0.05
+FIRST_BYTES = 256 << 10
+"""What a log first followed is read of whatever the tick's deadline: a llama-server b11434
+start is 12 KB at `-lv 4`, 75 KB at `-lv 5` (tests/fixtures/engine-logs/real-b11434), and
+keyword lines parse at some 3 MB a second, so at most about 80 ms once a log."""
 """What an answer is given of its deadline to be built and sent back to the tick."""
 
 Evidence = Mapping[str, EngineEvidence]
@@ -278,10 +282,17 @@ def _follow(followed: dict[str, _Followed], wanted: Wanted) -> None:
 def _read_all(followed: list[_Followed], stop_at: float, turn: int) -> bool:
     """Read the logs a chunk at a time, in turns (this pass's first is the `turn`th), until
     each read what it had or MOST_BYTES, or until `stop_at` (time.monotonic()); True when
-    the evidence of one changed. Blocking."""
+    the evidence of one changed. A log never looked at is read up to FIRST_BYTES whatever
+    the time: an engine's log is mostly no longer when it is first followed, and a status
+    judged without it would say what the log then contradicts. Blocking."""
     first = turn % len(followed) if followed else 0
     pending = followed[first:] + followed[:first]
     before = [(f, f.begin()) for f in pending]
+    for f in pending:
+        if f.history_end is None:
+            f.step()
+            while f.more and f.read_bytes < FIRST_BYTES:
+                f.step()
     while pending:
         for f in pending:
             if time.monotonic() >= stop_at:
