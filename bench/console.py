@@ -11,7 +11,10 @@ headless, 200x50, redrawing each second) driven by Textual's Pilot. Measured:
   screen is painted on the next frame. (Pilot.press waits until the process is idle, which
   one following 5,000 messages a second never is.) Beside it, how late the event loop wakes;
 - CPU: this process's CPU time over a window, as a share of one core (the view taking N/2
-  telemetry messages a second, and a board built each second).
+  telemetry messages a second, and a board built each second);
+- the load: the telemetry the publisher sent from the first key to the end of the window,
+  against N/2 a second (bench/load.py); under 95 % of it, the figures are not at N nodes and
+  the script exits 1.
 
     .venv/bin/python -m bench.console [--nodes 1000 10000] [--window 20] [--presses 20]
 """
@@ -20,32 +23,39 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 
 import msgspec
 import psutil
 
+from bench.load import Tally, offered, paced, sent_between
 from bench.servers import nats_server
 from bench.synthetic import node_messages, shard_statuses
-from placewatch.schemas import encode, lean, subjects
+from placewatch.schemas import (
+    ComputeStatus,
+    NodeInventory,
+    NodeTelemetry,
+    encode,
+    lean,
+    subjects,
+)
 
 INTERVAL_S = 2.0
 TARGET_MS = 100.0
 """A key answered within 100 ms."""
 
 
-async def publish(url: str, nodes: int) -> None:
-    """Each node's telemetry every INTERVAL_S, spread over the interval, and with it, for one
-    node in 15, its inventory and statuses again (a view that starts later has every node's
-    within 30 s; a real worker sends them on change)."""
-    import nats
-
-    nc = await nats.connect(url)
+def console_fleet(nodes: int) -> list[tuple[NodeInventory, NodeTelemetry, list[ComputeStatus]]]:
+    """Each node's inventory, telemetry and shard statuses: 8 GPUs of its own, 4 shards, one
+    in cpu_fallback on every 100th node."""
     fleet = []
     for j in range(nodes):
         inventory, telemetry = node_messages(f"gpu-{j:05d}", gpus=8, shards=4)
@@ -54,28 +64,38 @@ async def publish(url: str, nodes: int) -> None:
         inventory, telemetry = lean.split(msgspec.structs.replace(sample, gpus=own))
         fallback = frozenset({"shard-01"}) if j % 100 == 0 else frozenset()
         fleet.append((inventory, telemetry, shard_statuses(sample, fallback)))
-    seq = 0
-    while True:
-        started = time.monotonic()
-        seq += 1
-        for j, (inventory, telemetry, statuses) in enumerate(fleet):
-            if j % 15 == seq % 15:
-                for message, subject in (
-                    (inventory, subjects.inventory(inventory.node)),
-                    *((s, subjects.compute(s.node, s.shard)) for s in statuses),
-                ):
-                    data, headers = encode(message)
-                    await nc.publish(subject, data, headers=headers)
-            fresh = msgspec.structs.replace(telemetry, time=datetime.now(UTC), seq=seq)
-            data, headers = encode(fresh)
-            await nc.publish(subjects.telemetry(fresh.node), data, headers=headers)
-            if j % 100 == 99:
-                await asyncio.sleep(INTERVAL_S * 100 / nodes * 0.8)
-        await nc.flush()
-        await asyncio.sleep(max(INTERVAL_S - (time.monotonic() - started), 0))
+    return fleet
 
 
-async def measure(url: str, nodes: int, window: float, presses: int) -> dict[str, float]:
+async def publish(url: str, nodes: int, tally: Tally) -> None:
+    """Each node's telemetry every INTERVAL_S, spread over the interval, and with it, for one
+    node in 15, its inventory and statuses again (a view that starts later has every node's
+    within 30 s; a real worker sends them on change). The telemetry is counted in `tally`."""
+    import nats
+
+    nc = await nats.connect(url)
+    fleet = console_fleet(nodes)
+
+    async def send(j: int, cycle: int) -> int:
+        inventory, telemetry, statuses = fleet[j]
+        if j % 15 == (cycle + 1) % 15:
+            for message, subject in (
+                (inventory, subjects.inventory(inventory.node)),
+                *((s, subjects.compute(s.node, s.shard)) for s in statuses),
+            ):
+                data, headers = encode(message)
+                await nc.publish(subject, data, headers=headers)
+        fresh = msgspec.structs.replace(telemetry, time=datetime.now(UTC), seq=cycle + 1)
+        data, headers = encode(fresh)
+        await nc.publish(subjects.telemetry(fresh.node), data, headers=headers)
+        return 1
+
+    await paced(send, nodes, INTERVAL_S, tally)
+
+
+async def measure(
+    url: str, nodes: int, window: float, presses: int, tally: Path
+) -> dict[str, float]:
     import nats
     from textual.widgets import DataTable
 
@@ -115,6 +135,7 @@ async def measure(url: str, nodes: int, window: float, presses: int) -> dict[str
                     await asyncio.sleep(0.2)
                 return took
 
+            began = time.time()
             late = []
             for _ in range(50):
                 started = time.perf_counter()
@@ -125,7 +146,10 @@ async def measure(url: str, nodes: int, window: float, presses: int) -> dict[str
             cpu0, wall0 = sum(me.cpu_times()[:2]), time.monotonic()
             await pilot.pause(window)
             cpu = (sum(me.cpu_times()[:2]) - cpu0) / (time.monotonic() - wall0)
+            ended = time.time()
             return {
+                "sent": sent_between(tally, began, ended),
+                "seconds": ended - began,
                 "late": statistics.median(late),
                 "late_max": max(late),
                 "down": statistics.median(down),
@@ -147,20 +171,33 @@ def main() -> int:
     parser.add_argument("--window", type=float, default=20, help="seconds of CPU measured")
     parser.add_argument("--presses", type=int, default=20)
     parser.add_argument("--publish", metavar="URL", help=argparse.SUPPRESS)
+    parser.add_argument("--tally", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.publish:
-        asyncio.run(publish(args.publish, args.nodes[0]))
+        asyncio.run(publish(args.publish, args.nodes[0], Tally(args.tally)))
         return 0
+    every_offered = True
     for nodes in args.nodes:
-        with nats_server(jetstream=False) as url:
+        with nats_server(jetstream=False) as url, tempfile.TemporaryDirectory() as where:
+            tally = Path(where) / "tally"
             publisher = subprocess.Popen(
-                [sys.executable, "-m", "bench.console", "--publish", url, "--nodes", str(nodes)]
+                [
+                    *(sys.executable, "-m", "bench.console", "--publish", url),
+                    *("--nodes", str(nodes), "--tally", str(tally)),
+                ]
             )
             try:
-                m = asyncio.run(measure(url, nodes, args.window, args.presses))
+                m = asyncio.run(measure(url, nodes, args.window, args.presses, tally))
             finally:
                 publisher.terminate()
                 publisher.wait()
+        load = offered(
+            "telemetry messages",
+            asked_per_s=nodes / INTERVAL_S,
+            sent=int(m["sent"]),
+            window_s=m["seconds"],
+        )
+        every_offered &= load.met
         print(
             f"{nodes} nodes x 8 GPUs, 4 shards each ({nodes * 4} shards), telemetry every 2 s:\n"
             f"  the event loop: a 10 ms sleep wakes {m['late']:.1f} ms late (median), "
@@ -170,9 +207,10 @@ def main() -> int:
             f"  o (re-sort, table refilled): {m['sort']:.0f} ms median, {m['sort_max']:.0f} max; "
             f"target {TARGET_MS:.0f} ms: {m['sort'] / TARGET_MS:.2f}x\n"
             f"  CPU {m['cpu_pct']:.0f} % of a core over {args.window:g} s "
-            f"(target at most 100 %), RSS {m['rss_mib']:.0f} MiB, {m['drawn']} boards drawn"
+            f"(target at most 100 %), RSS {m['rss_mib']:.0f} MiB, {m['drawn']} boards drawn\n"
+            f"  {load.line()} (load {os.getloadavg()[0]:.2f})"
         )
-    return 0
+    return 0 if every_offered else 1
 
 
 if __name__ == "__main__":

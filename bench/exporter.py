@@ -8,7 +8,9 @@ FleetView. Measured on the exporter's process (psutil):
 - idle: RSS and CPU while it only follows the bus (N/2 telemetry messages a second);
 - at a 15 s scrape: RSS and CPU with a scrape every 15 s, as Prometheus would;
 - back to back: scrapes one after the other, for the scrape's duration (p50, max) and the
-  size of /metrics (plain, and gzip as Prometheus asks for it).
+  size of /metrics (plain, and gzip as Prometheus asks for it);
+- the load: the telemetry the publisher sent over all of it, against N/2 a second
+  (bench/load.py); under 95 % of it, the figures are not at N nodes and the script exits 1.
 
 Beside the figures reported for dcgm-exporter on one node (71 to 155 MiB RSS, up to 15-20 %
 of a core): the exporter here serves the whole fleet.
@@ -25,6 +27,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from datetime import UTC, datetime
@@ -36,6 +39,7 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.load import Tally, offered, paced, sent_between  # noqa: E402
 from bench.servers import free_port, nats_server, placewatch_cmd  # noqa: E402
 from bench.synthetic import node_messages  # noqa: E402
 
@@ -43,8 +47,10 @@ INTERVAL_S = 2.0
 MIB = 1 << 20
 
 
-async def publish(url: str, nodes: int) -> None:
-    """Each node's inventory, then its telemetry every INTERVAL_S, spread over the interval."""
+async def publish(url: str, nodes: int, tally: Tally) -> None:
+    """Each node's inventory, then its telemetry every INTERVAL_S, spread over the interval,
+    counted in `tally`; every 15th interval its inventory again (an exporter started late
+    asks no node)."""
     import nats
 
     from placewatch.schemas import encode, subjects
@@ -54,22 +60,18 @@ async def publish(url: str, nodes: int) -> None:
     for inventory, _ in fleet:
         data, headers = encode(inventory)
         await nc.publish(subjects.inventory(inventory.node), data, headers=headers)
-    seq = 0
-    while True:
-        started = time.monotonic()
-        seq += 1
-        for j, (_, telemetry) in enumerate(fleet):
-            fresh = msgspec.structs.replace(telemetry, time=datetime.now(UTC), seq=seq)
-            data, headers = encode(fresh)
-            await nc.publish(subjects.telemetry(fresh.node), data, headers=headers)
-            if j % 50 == 49:
-                await asyncio.sleep(INTERVAL_S * 50 / nodes * 0.9)
-        if seq % 15 == 0:  # an exporter started late asks no node: send inventories again
-            for inventory, _ in fleet:
-                data, headers = encode(inventory)
-                await nc.publish(subjects.inventory(inventory.node), data, headers=headers)
-        await nc.flush()
-        await asyncio.sleep(max(INTERVAL_S - (time.monotonic() - started), 0))
+
+    async def send(j: int, cycle: int) -> int:
+        inventory, telemetry = fleet[j]
+        fresh = msgspec.structs.replace(telemetry, time=datetime.now(UTC), seq=cycle + 1)
+        data, headers = encode(fresh)
+        await nc.publish(subjects.telemetry(fresh.node), data, headers=headers)
+        if cycle % 15 == 14:
+            data, headers = encode(inventory)
+            await nc.publish(subjects.inventory(inventory.node), data, headers=headers)
+        return 1
+
+    await paced(send, nodes, INTERVAL_S, tally)
 
 
 SCRAPE_CPU_TARGET_S = 1.0
@@ -130,13 +132,18 @@ def main() -> int:
     parser.add_argument("--window", type=float, default=60, help="seconds at a 15 s scrape")
     parser.add_argument("--scrapes", type=int, default=10, help="back-to-back scrapes")
     parser.add_argument("--publish", metavar="URL", help=argparse.SUPPRESS)
+    parser.add_argument("--tally", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.publish:
-        asyncio.run(publish(args.publish, args.nodes))
+        asyncio.run(publish(args.publish, args.nodes, Tally(args.tally)))
         return 0
-    with nats_server(jetstream=False) as url:
+    with tempfile.TemporaryDirectory() as where, nats_server(jetstream=False) as url:
+        tally = Path(where) / "tally"
         publisher = subprocess.Popen(
-            [sys.executable, __file__, "--publish", url, "--nodes", str(args.nodes)]
+            [
+                *(sys.executable, __file__, "--publish", url),
+                *("--nodes", str(args.nodes), "--tally", str(tally)),
+            ]
         )
         port = free_port()
         metrics = f"http://127.0.0.1:{port}/metrics"
@@ -147,12 +154,15 @@ def main() -> int:
         try:
             wait_nodes(metrics, args.nodes)
             proc = psutil.Process(exporter.pid)
+            began = time.time()
             idle = usage(proc, args.idle, None, metrics)
             at_15 = usage(proc, args.window, 15.0, metrics)
             cpu0 = sum(proc.cpu_times()[:2])
             took, plain, wire = zip(*(scrape(metrics) for _ in range(args.scrapes)), strict=True)
             scrape_cpu = (sum(proc.cpu_times()[:2]) - cpu0) / args.scrapes
             rss_after = proc.memory_info().rss / MIB
+            ended = time.time()
+            sent = sent_between(tally, began, ended)
         finally:
             exporter.terminate()
             exporter.wait(10)
@@ -178,7 +188,14 @@ def main() -> int:
     )
     print(f"  /metrics: {series / MIB:.2f} MiB plain, {wire[-1] / MIB:.2f} MiB gzip")
     print("  dcgm-exporter, as reported, per node: 71-155 MiB RSS, up to 15-20 % of a core")
-    return 0
+    load = offered(
+        "telemetry messages",
+        asked_per_s=args.nodes / INTERVAL_S,
+        sent=sent,
+        window_s=ended - began,
+    )
+    print(f"  {load.line()} (load {os.getloadavg()[0]:.2f})")
+    return 0 if load.met else 1
 
 
 if __name__ == "__main__":

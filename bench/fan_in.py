@@ -5,17 +5,17 @@ a gateway runs it, all on this machine. As deployed, the server keeps the
 worker's streams PLACEWATCH_TELEMETRY and PLACEWATCH_INVENTORY (file
 storage, the last message per subject); `--no-stream` leaves JetStream out,
 core NATS only. The nodes are simulated by publisher processes on bare
-sockets: each node first publishes its NodeInventory, then each second its
-NodeTelemetry (8 GPUs, 64 processes, 16 shards: 3.7 KB of JSON, the
-worker's headers), encoded once as a template with seq and time patched
-in; node j publishes at j/N into each second, so the load is spread evenly. The message time is stamped when the publisher sends
-it, and the consumer takes each message's age (the time its on_change sees
-it, minus the message time) and counts drops: seq gaps, slow-consumer
-errors, disconnections, nodes never heard from.
+sockets (bench/fan_in_nodes.py: each node's telemetry once a second, 3.7 KB
+of JSON, stamped when sent), and the consumer takes each message's age (the
+time its on_change sees it, minus the message time) and counts drops: seq
+gaps, slow-consumer errors, disconnections, nodes never heard from.
 
-For each N of the ladder: a fresh consumer, a warm-up, a measured window;
-the ladder stops at the first N whose p99 age reaches 1 s or that drops
-anything, or at --max.
+For each N of the ladder: a fresh consumer, a warm-up, a measured window
+(the same seconds of the clock for the publishers and the consumers). The
+publishers count what they sent inside the window: a step whose publishers
+sent under 95 % of N messages a second in it (bench/load.py) did not offer
+its load and fails, whatever its ages. The ladder stops at the first N whose
+p99 age reaches 1 s, that drops anything or that was not offered, or at --max.
 
 With `--partitions P` the server runs the partition mapping (placewatch.schemas.partitions,
 as compose/nats.conf does) and P consumer processes each take one partition with
@@ -35,151 +35,49 @@ import functools
 import json
 import os
 import resource
-import select
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
-from urllib.parse import urlparse
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import psutil
 
+if TYPE_CHECKING:
+    from bench.load import Offered
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from bench.fan_in_nodes import INTERVAL_S, node_name, publish, session_of  # noqa: E402
 
 LADDER = (1000, 2500, 5000, 7500, 10000, 12500, 15000, 17500, 20000, 25000, 30000)
 DEFAULT_MAX = 20000
 TARGET_NODES = 12500
-SLOT_S = 0.01
-
-
-def node_name(j: int) -> str:
-    return f"node-{j:05d}"
-
-
-# ---- a publisher process: the nodes j = index, index + count, ... of N ----
-
-
-def hpub(subject: bytes, headers: bytes, payload: bytes) -> bytes:
-    return b"HPUB %s %d %d\r\n%s%s\r\n" % (
-        subject,
-        len(headers),
-        len(headers) + len(payload),
-        headers,
-        payload,
-    )
-
-
-def header_block(headers: dict[str, str]) -> bytes:
-    lines = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
-    return f"NATS/1.0\r\n{lines}\r\n".encode()
-
-
-class Template:
-    """A node's encoded NodeTelemetry, split where seq and time go, and its NodeInventory."""
-
-    def __init__(self) -> None:
-        from bench.synthetic import node_messages
-        from placewatch.schemas import encode
-
-        inventory, telemetry = node_messages(node="@NODE@")
-        payload, headers = encode(inventory)
-        self.inventory_parts = payload.split(b"@NODE@")
-        self.inventory_headers = header_block(headers)
-        payload, headers = encode(telemetry)
-        self.headers = header_block(headers)
-        self.before_node, rest = payload.split(b"@NODE@")
-        between, rest = rest.split(b'"seq":0,"time":"', 1)
-        self.between = between + b'"seq":'
-        self.after = b'"' + rest.split(b'"', 1)[1]
-
-    def message(self, node: bytes, subject: bytes, seq: int, stamp: bytes) -> bytes:
-        payload = b"".join(
-            (self.before_node, node, self.between, b"%d" % seq, b',"time":"', stamp, self.after)
-        )
-        return hpub(subject, self.headers, payload)
-
-    def inventory(self, node: bytes) -> bytes:
-        return hpub(
-            b"placewatch.inventory." + node, self.inventory_headers, node.join(self.inventory_parts)
-        )
-
-
-def connect_raw(url: str) -> socket.socket:
-    parsed = urlparse(url)
-    sock = socket.create_connection((parsed.hostname, parsed.port or 4222), 10)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
-    data = b""
-    while b"\r\n" not in data:
-        data += sock.recv(65536)
-    connect = {"verbose": False, "pedantic": False, "headers": True, "protocol": 1}
-    sock.sendall(b"CONNECT " + json.dumps(connect).encode() + b"\r\nPING\r\n")
-    data = b""
-    while b"PONG" not in data:
-        data += sock.recv(65536)
-    return sock
-
-
-def publish(url: str, *, nodes: int, index: int, count: int, start: float, seconds: float) -> None:
-    template = Template()
-    mine = list(range(index, nodes, count))  # node j sends at j/nodes into each second
-    names = [node_name(j).encode() for j in mine]
-    subjects = [b"placewatch.telemetry." + n for n in names]
-    offsets = [j / nodes for j in mine]
-    sock = connect_raw(url)
-    sock.sendall(b"".join(template.inventory(n) for n in names))
-    sent, late = 0, 0.0
-    cycle = 0
-    while cycle < seconds:
-        at = 0
-        while at < len(mine):
-            now = time.time()
-            due_until = now - (start + cycle)
-            batch = []
-            stamp = None
-            while at < len(mine) and offsets[at] <= due_until:
-                if stamp is None:
-                    stamp = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-                late = max(late, due_until - offsets[at])
-                batch.append(template.message(names[at], subjects[at], cycle, stamp.encode()))
-                at += 1
-            if batch:
-                sock.sendall(b"".join(batch))
-                sent += len(batch)
-            if select.select([sock], [], [], 0)[0] and b"PING" in sock.recv(65536):
-                sock.sendall(b"PONG\r\n")
-            if at < len(mine):
-                next_due = start + cycle + offsets[at]
-                time.sleep(max(0.0, min(next_due - time.time(), SLOT_S)))
-        cycle += 1
-        time.sleep(max(0.0, start + cycle - time.time()))
-    sock.close()
-    print(json.dumps({"sent": sent, "late_max_s": late}), flush=True)
 
 
 # ---- the consumer process: a FleetView, measured ----
 
 
 async def consume(
-    url: str, nodes: int, warmup: float, measure: float, *, partition: int | None, partitions: int
+    url: str, nodes: int, *, partition: int | None, partitions: int
 ) -> dict[str, Any]:
+    """A FleetView's figures over the window the step writes on stdin once this prints
+    `ready`: `FROM TO`, two times of time.time()."""
     import nats
 
     from placewatch.consumer import FleetView, Message
     from placewatch.schemas import NodeTelemetry
     from placewatch.schemas.partitions import partition_of
 
+    session = session_of(nodes)
     if partition is not None:  # the nodes the mapping puts in this partition
         nodes = sum(partition_of(node_name(j), partitions) == partition for j in range(nodes))
 
     problems = {"slow_consumer": 0, "disconnected": 0, "errors": 0}
     state = {"measuring": False, "gaps": 0, "received": 0}
-    first = anyio.Event()
 
     async def error(exc: Exception) -> None:
         if state["measuring"]:
@@ -195,10 +93,9 @@ async def consume(
     ages: list[float] = []
 
     def on_change(message: Message) -> None:
-        if not isinstance(message, NodeTelemetry):
-            return
+        if not isinstance(message, NodeTelemetry) or message.session != session:
+            return  # an earlier step's, read from the stream
         now = time.time()
-        first.set()
         before = last_seq.get(message.node)
         last_seq[message.node] = message.seq
         if state["measuring"]:
@@ -216,15 +113,16 @@ async def consume(
     )
     await view.start()
     print("ready", flush=True)
-    await first.wait()
-    await anyio.sleep(warmup)
+    window = await anyio.to_thread.run_sync(sys.stdin.readline)
+    begin, end = (float(t) for t in window.split())
+    await anyio.sleep(begin - time.time())
     usage = resource.getrusage(resource.RUSAGE_SELF)
     cpu_before = usage.ru_utime + usage.ru_stime
     state["measuring"] = True
-    started = time.monotonic()
-    await anyio.sleep(measure)
+    started = time.time()
+    await anyio.sleep(end - started)
     state["measuring"] = False
-    wall = time.monotonic() - started
+    wall = time.time() - started
     usage = resource.getrusage(resource.RUSAGE_SELF)
     cpu = usage.ru_utime + usage.ru_stime - cpu_before
     await view.stop()
@@ -265,8 +163,11 @@ def the_server() -> psutil.Process:
 
 def step(
     url: str, server: psutil.Process, nodes: int, args: argparse.Namespace
-) -> list[dict[str, Any]]:
-    """One N: each consumer's result (one a partition, or one for the whole fleet)."""
+) -> tuple[list[dict[str, Any]], Offered]:
+    """One N: each consumer's result (one a partition, or one for the whole fleet), and the
+    load the publishers offered in the measured window."""
+    from bench.load import offered
+
     publishers, warmup, measure = args.publishers, args.warmup, args.measure
     me = [sys.executable, str(Path(__file__).resolve())]
     takes = [str(p) for p in range(args.partitions)] if args.partitions else ["all"]
@@ -275,9 +176,9 @@ def step(
             [
                 *me,
                 *("--consumer", url, "--nodes", str(nodes)),
-                *("--warmup", str(warmup), "--measure", str(measure)),
                 *("--partition", take, "--partitions", str(args.partitions or 1)),
             ],
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
         )
@@ -291,6 +192,11 @@ def step(
                 raise RuntimeError("a consumer did not start")
         server_cpu = cpu_seconds(server)
         start = time.time() + 2.0  # the publishers build their templates meanwhile
+        window = (start + warmup, start + warmup + measure)
+        for consumer in consumers:
+            assert consumer.stdin is not None
+            consumer.stdin.write(f"{window[0]!r} {window[1]!r}\n")
+            consumer.stdin.flush()
         seconds = int(warmup + measure + 3)
         for i in range(publishers):
             pubs.append(
@@ -299,7 +205,7 @@ def step(
                         *me,
                         *("--publisher", url, "--nodes", str(nodes), "--index", str(i)),
                         *("--count", str(publishers), "--start", repr(start)),
-                        *("--seconds", str(seconds)),
+                        *("--seconds", str(seconds), "--window", f"{window[0]!r},{window[1]!r}"),
                     ],
                     stdout=subprocess.PIPE,
                     text=True,
@@ -310,18 +216,27 @@ def step(
             assert consumer.stdout is not None
             results.append(json.loads(consumer.stdout.readline()))
             consumer.wait(30)
-        sent = late = 0.0
+        sent = in_window = 0
+        late = 0.0
         for p in pubs:
             out, _ = p.communicate(timeout=seconds + 30)
             said = json.loads(out)
             sent += said["sent"]
+            in_window += said["in_window"]
             late = max(late, said["late_max_s"])
         server_us = (cpu_seconds(server) - server_cpu) / max(sent, 1) * 1e6
         for result in results:
             result["publisher_late_max_s"] = late
             result["server_us"] = server_us
             result["consumer_us"] = result["cpu_pct"] / 100 / max(result["rate"], 1) * 1e6
-        return results
+        load = offered(
+            "telemetry messages",
+            asked_per_s=nodes / INTERVAL_S,
+            sent=in_window,
+            window_s=measure,
+            received=sum(r["received"] for r in results),
+        )
+        return results, load
     finally:
         for p in [*consumers, *pubs]:
             if p.poll() is None:
@@ -351,6 +266,29 @@ async def make_streams(url: str) -> None:
         await nc.close()
 
 
+HEADER = (
+    f"{'nodes':>6}{'part':>5}{'held':>7}{'recv/s':>9}{'p50 age':>9}{'p99 age':>9}"
+    f"{'max age':>9}{'dropped':>9}{'consumer CPU':>14}{'us/msg':>8}{'server us/msg':>15}"
+    f"{'pub late':>10}  ok"
+)
+
+
+def held(r: dict[str, Any]) -> bool:
+    """A consumer kept up: its p99 age under 1 s and nothing dropped."""
+    return bool(r["p99"] < 1.0 and dropped(r) == 0)
+
+
+def row(nodes: int, r: dict[str, Any]) -> str:
+    part = "all" if r["partition"] is None else r["partition"]
+    return (
+        f"{nodes:>6}{part:>5}{r['nodes']:>7}{r['rate']:>9.0f}"
+        f"{r['p50'] * 1e3:>7.0f}ms{r['p99'] * 1e3:>7.0f}ms"
+        f"{r['max'] * 1e3:>7.0f}ms{dropped(r):>9}{r['cpu_pct']:>13.0f}%"
+        f"{r['consumer_us']:>8.1f}{r['server_us']:>15.1f}"
+        f"{r['publisher_late_max_s'] * 1e3:>8.0f}ms  {'yes' if held(r) else 'no'}"
+    )
+
+
 def ladder(args: argparse.Namespace) -> None:
     from bench.servers import nats_server
     from placewatch.schemas.partitions import server_config
@@ -364,11 +302,7 @@ def ladder(args: argparse.Namespace) -> None:
         f"{'core NATS only' if args.no_stream else 'the telemetry and inventory streams on'} "
         f"(load {os.getloadavg()[0]:.2f} at start)"
     )
-    print(
-        f"{'nodes':>6}{'part':>5}{'held':>7}{'msgs/s':>9}{'p50 age':>9}{'p99 age':>9}"
-        f"{'max age':>9}{'dropped':>9}{'consumer CPU':>14}{'us/msg':>8}{'server us/msg':>15}"
-        f"{'pub late':>10}  ok"
-    )
+    print(HEADER)
     best = 0
     with tempfile.TemporaryDirectory() as where:
         config = Path(where) / "nats.conf"
@@ -378,27 +312,19 @@ def ladder(args: argparse.Namespace) -> None:
                 anyio.run(make_streams, url, backend="asyncio")
             server = the_server()
             for nodes in steps:
-                results = step(url, server, nodes, args)
-                ok = all(r["p99"] < 1.0 and dropped(r) == 0 for r in results)
+                results, load = step(url, server, nodes, args)
                 for r in results:
-                    part = "all" if r["partition"] is None else r["partition"]
-                    print(
-                        f"{nodes:>6}{part:>5}{r['nodes']:>7}{r['rate']:>9.0f}"
-                        f"{r['p50'] * 1e3:>7.0f}ms{r['p99'] * 1e3:>7.0f}ms"
-                        f"{r['max'] * 1e3:>7.0f}ms{dropped(r):>9}{r['cpu_pct']:>13.0f}%"
-                        f"{r['consumer_us']:>8.1f}{r['server_us']:>15.1f}"
-                        f"{r['publisher_late_max_s'] * 1e3:>8.0f}ms"
-                        f"  {'yes' if r['p99'] < 1.0 and dropped(r) == 0 else 'no'}",
-                        flush=True,
-                    )
-                if not ok:
+                    print(row(nodes, r), flush=True)
+                print(f"{nodes:>6}  {load.line()} (load {os.getloadavg()[0]:.2f})", flush=True)
+                if not all(held(r) for r in results):
                     for r in results:
                         detail = {k: r[k] for k in ("gaps", "slow_consumer", "disconnected")}
                         print(f"        drops: {detail}, silent nodes {r['silent_nodes']}")
+                if not (load.met and all(held(r) for r in results)):
                     break
                 best = nodes
     print(
-        f"largest N with p99 age under 1 s and nothing dropped: {best} "
+        f"largest N offered at 1 Hz with p99 age under 1 s and nothing dropped: {best} "
         f"({best / TARGET_NODES:.2f} of the {TARGET_NODES} target; load {os.getloadavg()[0]:.2f})"
     )
 
@@ -427,13 +353,12 @@ def main() -> None:
     parser.add_argument("--count", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--start", type=float, help=argparse.SUPPRESS)
     parser.add_argument("--seconds", type=float, help=argparse.SUPPRESS)
+    parser.add_argument("--window", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.consumer:
         partition = None if args.partition in (None, "all") else int(args.partition)
         view = functools.partial(consume, partition=partition, partitions=args.partitions)
-        result = anyio.run(
-            view, args.consumer, args.nodes, args.warmup, args.measure, backend="asyncio"
-        )
+        result = anyio.run(view, args.consumer, args.nodes, backend="asyncio")
         print(json.dumps(result), flush=True)
     elif args.publisher:
         publish(
@@ -443,6 +368,7 @@ def main() -> None:
             count=args.count,
             start=args.start,
             seconds=args.seconds,
+            window=(float(args.window.split(",")[0]), float(args.window.split(",")[1])),
         )
     else:
         ladder(args)

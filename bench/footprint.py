@@ -13,7 +13,9 @@ With `--real`, on a GPU node, the worker reads the node's own GPUs instead
 It also splits the last RSS into the worker's own (anonymous, private) memory and the
 files it maps, and names the interpreter and the site `.pth` files that import
 modules at its start: a crowded environment's (a machine image's shared venv)
-add to every process of it, the worker's too.
+add to every process of it, the worker's too. Its telemetry over the window is its load:
+a worker that ticked under 95 % of its intervals (bench/load.py) would show a smaller CPU
+share than it costs, and the script then exits 1.
 
 Its growth: the RSS and the private memory, sampled together every half second, fitted by
 least squares over the run once its first tenth is past (imports and first ticks), in MiB
@@ -47,6 +49,7 @@ from nats.aio.msg import Msg
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.load import offered  # noqa: E402
 from bench.rss_stages import rss as rss_split  # noqa: E402
 from bench.rss_stages import startup_pth  # noqa: E402
 from bench.servers import nats_server, node_env, worker_argv, worker_env  # noqa: E402
@@ -263,6 +266,10 @@ def main() -> None:
     print(f"RSS against dcgm-exporter's {low} to {high} MiB: {peak / low:.2f} to {peak / high:.2f}")
     if said:
         print(f"the worker said:\n{said}")
+    load = offered("ticks", asked_per_s=1 / args.interval, sent=messages, window_s=wall, edge=1)
+    print(load.line())
+    if not load.met:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,8 @@ shards each, as bench/synthetic.py makes them: about 10 KB of JSON a node), as t
 them, and the statuses of 2 shards a node in the compute bucket. Then `placewatch forget
 --silent-for 1s --dry-run` runs as a user runs it, once per fleet size, and the script prints
 its wall time, CPU and peak RSS (the child's, from getrusage), and what it costs a node.
+Its load is the fleet: a size whose nodes forget did not all find silent did not offer it,
+and the script says so and exits 1.
 
     .venv/bin/python bench/forget_fleet.py [--nodes 1000,5000,20000]
 """
@@ -102,6 +104,7 @@ def main() -> int:
     print(f"load {os.getloadavg()[0]:.1f}; peak RSS is the largest child's so far")
     print("| nodes | bytes kept | wall s | CPU s | peak RSS MiB | CPU ms a node | said |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
+    every_offered = True
     with nats_server() as url:
         stored, held = 0, 0
         for size in sizes:
@@ -114,7 +117,10 @@ def main() -> int:
                 f"{cpu * 1000 / size:.3f} | {said} |",
                 flush=True,
             )
-    return 0
+            if not said.startswith(f"{size} of {size} nodes silent"):
+                print(f"NOT OFFERED: forget did not find the {size:,} nodes silent: {said}")
+                every_offered = False
+    return 0 if every_offered else 1
 
 
 if __name__ == "__main__":

@@ -7,8 +7,8 @@ whose log a writer process appends keyword lines to (`load_tensors: offloaded ..
 lines every reader looks at, the costliest to parse) at --rate MB/s. A subscriber on
 `placewatch.telemetry.<node>` times each tick's arrival; a tick is late by how much the gap
 before it passed the interval. The load offered is the log's growth over the measured
-window, printed beside the result: a run whose writer offered less than 90 % of --rate
-fails (exit 1), having measured a lighter load than it says. The same is measured first with
+window, printed beside the result (`load:`, bench/load.py): a step whose writer offered
+under 95 % of --rate fails (exit 1), having measured a lighter load than it says. The same is measured first with
 the log idle, in the same run, so that what the machine itself adds is seen beside it.
 Target: every tick within 10 % of its interval.
 
@@ -38,6 +38,7 @@ from nats.aio.msg import Msg
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.load import offered  # noqa: E402
 from bench.servers import nats_server, worker_argv, worker_env  # noqa: E402
 from bench.synthetic import query_apps_of, query_gpu  # noqa: E402
 from placewatch.worker.deadline import Deadline  # noqa: E402
@@ -60,7 +61,6 @@ with open(sys.argv[1], "ab", buffering=0) as out:
         time.sleep(max(0.0, due - time.monotonic()))
 """
 """Appends `line` at `rate` bytes a second, catching up when it falls behind."""
-OFFERED_SHARE = 0.9
 WITHIN = 0.1
 
 
@@ -107,7 +107,12 @@ def flood(args: argparse.Namespace, tmp: Path, rate_mb: float) -> bool:
         try:
             size, started = log.stat().st_size, time.monotonic()
             arrivals = anyio.run(tick_arrivals, url, "bench", 2, args.seconds, backend="asyncio")
-            offered = (log.stat().st_size - size) / (time.monotonic() - started)
+            load = offered(
+                "log bytes",
+                asked_per_s=rate,
+                sent=log.stat().st_size - size,
+                window_s=time.monotonic() - started,
+            )
         finally:
             worker.terminate()
             stopped = worker.wait(10)
@@ -122,16 +127,14 @@ def flood(args: argparse.Namespace, tmp: Path, rate_mb: float) -> bool:
         f"{'flood' if rate else 'idle'}: `placewatch run --interval {args.interval:g}`, {what}, "
         f"{args.seconds:g} s measured (load {os.getloadavg()[0]:.2f})"
     )
-    print(f"  load offered: {offered / 1e6:.1f} MB/s of {rate_mb:g} asked")
+    if rate:
+        print(f"  {load.line()}")
     print(
         f"  ticks: {len(arrivals)} in {args.seconds:g} s; within {WITHIN:.0%} of the interval: "
         f"{within} of {len(gaps)}; late by p50 {statistics.median(late) * 1000:.0f} ms, "
         f"max {max(late) * 1000:.0f} ms; the worker exited {stopped} on SIGTERM"
     )
-    if offered < OFFERED_SHARE * rate:
-        print(f"  NOT OFFERED: the writer gave {offered / rate:.0%} of the rate asked")
-        return False
-    return True
+    return load.met or not rate
 
 
 def sparse(args: argparse.Namespace, tmp: Path) -> None:
@@ -174,9 +177,9 @@ def main() -> None:
         (Path(tmp) / "idle").mkdir()
         (Path(tmp) / "flood").mkdir()
         flood(args, Path(tmp) / "idle", 0.0)
-        offered = flood(args, Path(tmp) / "flood", args.rate)
+        met = flood(args, Path(tmp) / "flood", args.rate)
         sparse(args, Path(tmp))
-    sys.exit(0 if offered else 1)
+    sys.exit(0 if met else 1)
 
 
 if __name__ == "__main__":

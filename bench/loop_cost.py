@@ -18,6 +18,9 @@ answers), which loops as nvidia-smi does with `--loop-ms`. In the same run:
   figure is not printed) and every tool the worker ran and reaped;
 - worker and tools together as a share of one core.
 
+The telemetry over the window is the load: a worker that ticked under 95 % of its
+intervals (bench/load.py) would show a smaller share than it costs; the script exits 1.
+
 The stand-in's pass costs less than a real nvidia-smi's, which reads every GPU through the
 driver each pass: the tools' figure is a floor. `--real`, on a node with an NVIDIA driver,
 measures the node's own nvidia-smi instead (shards on GPU 0 as in tick_cost.py).
@@ -47,6 +50,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.footprint import NoTelemetry, process_cpu_s, telemetry_from  # noqa: E402
+from bench.load import offered  # noqa: E402
 from bench.servers import nats_server, node_env, worker_argv, worker_env  # noqa: E402
 from bench.synthetic import query_apps_of, write_fake_nvidia_smi  # noqa: E402
 from bench.tick_cost import (  # noqa: E402
@@ -264,6 +268,10 @@ def main() -> None:
         print("the looping child changed in the window: the tools' figure is not one child's")
     if said:
         print(f"the worker said:\n{said}")
+    load = offered("ticks", asked_per_s=1 / args.interval, sent=m.ticks, window_s=m.wall, edge=1)
+    print(load.line())
+    if not load.met:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,10 @@ once silenced or fooled a worker happens to it at once:
 Then it stops the worker with SIGINT and prints: the events the worker logged
 against those the stream holds, shard by shard (none lost, none doubled), the
 telemetry messages against the intervals, the processes left behind (none),
-and the worker's RSS a minute in and at the end.
+and the worker's RSS a minute in and at the end. The faults are its load: the
+SIGKILLs and recheck floods done are held against those on the schedule (a
+fault loop late by a second on a busy machine skips one), and a soak that did
+fewer says so and exits 1: it did not soak what it names.
 
     .venv/bin/python bench/soak.py [--seconds 600] [--interval 0.5] [--kill-every 60]
 """
@@ -27,6 +30,7 @@ and the worker's RSS a minute in and at the end.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import signal
 import subprocess
@@ -338,6 +342,7 @@ class Result:
     twin_exit: int | None
     twin_said: str
     rechecks: Counter[str]
+    floods: int
     kills: int
     leftovers: list[str]
     rss: tuple[float, float]
@@ -351,7 +356,7 @@ async def faults(
     """Every fault on its schedule, until `args.seconds` less a quiet end; what they gave."""
     started = time.monotonic()
     quiet_from = args.seconds - args.quiet
-    done: dict[str, object] = {"rechecks": Counter(), "twin": None}
+    done: dict[str, object] = {"rechecks": Counter(), "twin": None, "floods": 0}
     step = 0
     while (elapsed := time.monotonic() - started) < quiet_from:
         await anyio.sleep(0.5)
@@ -386,6 +391,7 @@ async def faults(
         if t % 60 == 20:
             said = await recheck_flood(server.url)
             done["rechecks"] = done["rechecks"] + said  # type: ignore[operator]
+            done["floods"] = done["floods"] + 1  # type: ignore[operator]
     await anyio.sleep(max(args.seconds - (time.monotonic() - started), 0))
     return done
 
@@ -455,6 +461,7 @@ async def soak(args: argparse.Namespace) -> Result:
             twin_exit=twin_exit,
             twin_said=twin_said.strip().splitlines()[-1] if twin_said.strip() else "",
             rechecks=done["rechecks"],  # type: ignore[arg-type]
+            floods=done["floods"],  # type: ignore[arg-type]
             kills=server.kills,
             leftovers=left_behind(tool_bin),
             rss=(rss_start, rss_end),
@@ -478,7 +485,10 @@ def report(r: Result, interval: float) -> None:
     }
     differ = [s for s in r.produced if r.produced[s] != r.stored.get(s, [])]
     intervals = r.seconds / interval
-    print(f"soak: {r.seconds:g} s at --interval {interval:g}, server SIGKILLed {r.kills} times")
+    print(
+        f"soak: {r.seconds:g} s at --interval {interval:g}, server SIGKILLed {r.kills} times "
+        f"(load {os.getloadavg()[0]:.2f})"
+    )
     print(f"events the worker logged once JetStream was there: {produced}; in the stream: {stored}")
     print(
         f"  lost: {sum(lost.values())} {lost or ''}; doubled: {sum(doubled.values())} {doubled or ''}; "
@@ -511,6 +521,26 @@ def report(r: Result, interval: float) -> None:
         print(f"  {line[:200]}")
 
 
+def scheduled(seconds: float, quiet: float, kill_every: float) -> tuple[int, int]:
+    """The SIGKILLs and recheck floods on `faults`' schedule: its half-second steps up to
+    the quiet end, a kill every `kill_every` s after the first 30, a flood at 20 s into
+    each minute."""
+    steps = [k / 2 for k in range(1, int((seconds - quiet) * 2) + 1)]
+    kills = sum(1 for t in steps if t > 30 and (t - 30) % kill_every == 0)
+    return kills, sum(1 for t in steps if t % 60 == 20)
+
+
+def faults_offered(r: Result, args: argparse.Namespace) -> bool:
+    """Whether the faults on the schedule were done, said."""
+    kills, floods = scheduled(args.seconds, args.quiet, args.kill_every)
+    met = r.kills >= kills and r.floods >= floods
+    print(
+        f"load: {r.kills} of {kills} scheduled SIGKILLs, {r.floods} of {floods} recheck "
+        f"floods of 50: {'offered' if met else 'NOT OFFERED: the soak did not do what it names'}"
+    )
+    return met
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=600.0)
@@ -525,6 +555,8 @@ def main() -> None:
     if args.log is not None:
         args.log.write_text(result.log)
     report(result, args.interval)
+    if not faults_offered(result, args):
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,8 @@ import msgspec
 from placewatch.schemas import ComputeStatus, NodeInventory, NodeSample, NodeTelemetry, decode, lean
 from placewatch.schemas.codec import HEADER_CONTENT_TYPE
 
-Whole = TypeVar("Whole", NodeTelemetry, NodeInventory)
+Whole = TypeVar("Whole", bound=msgspec.Struct)
+"""A message, or a few of its fields (a Struct of those alone decodes faster)."""
 
 
 class Held(msgspec.Struct, frozen=True, gc=False):
@@ -58,6 +59,9 @@ class Holdings(msgspec.Struct, frozen=True, gc=False):
 
     def telemetry(self, node: str) -> NodeTelemetry | None:
         return decoded(self.nodes.get(node), NodeTelemetry)
+
+    def inventory(self, node: str) -> NodeInventory | None:
+        return decoded(self.inventories.get(node), NodeInventory)
 
     def sample(self, node: str) -> NodeSample | None:
         """The node's telemetry joined with the inventory it names (no statuses: pids and

@@ -30,6 +30,7 @@ from typing import Any
 
 import msgspec
 
+from .evidence import gpu_sources
 from .health import GpuHealth
 from .messages import (
     GPU_READINGS,
@@ -61,12 +62,20 @@ def split(
 ) -> tuple[NodeInventory, NodeTelemetry]:
     """The sample as the node's inventory and this tick's telemetry, which names it. `last`:
     the inventory split from the sample before, whose id stands while its content does (a
-    comparison, where the id is a digest of the whole content)."""
+    comparison, where the id is a digest of the whole content).
+
+    A tick on which no GPU tool answered reads no GPU, but the GPUs are there: the inventory
+    keeps `last`'s GPUs and processes, their health as last read, until a tool answers
+    again, and the telemetry carries no reading of them. A reader tells a GPU not read this
+    tick by its absence from the telemetry (`unread`); an unhealthy GPU stays unhealthy
+    through a tool's outage."""
     gpus = [_info(g) for g in sample.gpus]
     host = None if sample.host is None else _host_info(sample.host)
     processes = {
         p.pid: ProcessInfo(name=p.name, shard=p.shard) for g in sample.gpus for p in g.processes
     }
+    if last is not None and not gpus and not any(s.ok for s in gpu_sources(sample.sources)):
+        gpus, processes = last.gpus, last.processes  # no GPU tool answered: what was known
     if last is not None and (gpus, host, processes) == (last.gpus, last.host, last.processes):
         inventory_id = last.id
     else:
@@ -154,6 +163,25 @@ def join(
         omitted={**inventory.omitted, **telemetry.omitted},
         inventory=inventory.id,
     )
+
+
+def unread(inventory: NodeInventory, telemetry: NodeTelemetry) -> list[GpuSample]:
+    """The GPUs the inventory lists that the telemetry has no reading of (its node's GPU
+    tools did not answer): what each is and its health as last read, without a reading; none
+    where the telemetry names another inventory."""
+    if telemetry.inventory != inventory.id:
+        return []
+    read = {r.index for r in telemetry.gpus}
+    return [
+        GpuSample(
+            index=info.index,
+            mig=info.mig,
+            health=info.health,
+            **{f: getattr(info, f) for f in _GPU_INFO},
+        )
+        for info in inventory.gpus
+        if info.index not in read
+    ]
 
 
 def _number(value: float | None) -> float | None:

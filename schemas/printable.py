@@ -17,6 +17,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import msgspec
+
 UNPRINTABLE = re.compile(
     "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]"
 )
@@ -51,3 +53,27 @@ def printable_values(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [printable_values(v) for v in value]
     return value
+
+
+MAYBE_UNPRINTABLE = re.compile(
+    rb"\\[bfnrtu]|[\x00-\x1f\x7f]|\xc2[\x80-\x9f]|\xd8\x9c|\xe2\x80[\x8e\x8f\xa8-\xae]|\xe2\x81[\xa6-\xa9]"
+)
+"""How UNPRINTABLE's characters come out of msgspec's JSON encoder: C0 controls as escapes
+(`\\n`, `\\u001b`), DEL raw, the others as their UTF-8 bytes; a backslash before one of
+those letters in the text itself (`\\\\n`) matches too, and only costs a walk."""
+
+_PLAIN = bytes(b for b in range(0x20, 0x100) if b not in b"\\\x7f\xc2\xd8\xe2")
+"""The bytes no match of MAYBE_UNPRINTABLE starts with: JSON made of these alone (ASCII
+names and numbers, the common case) is known clean by one translate, at memory speed; the
+search, a hundred times slower, reads only the rest."""
+
+
+def printable_json(value: Any) -> bytes:
+    """`value` as JSON (msgspec's), every string in it made printable as printable_values
+    makes it: the encoded bytes are searched for an unprintable character first, and the
+    value walked only where one may be. `placewatch watch --once --json` at 10,000 nodes holds
+    two million values: walking them all costs seconds, the check milliseconds."""
+    encoded = msgspec.json.encode(value)
+    if not encoded.translate(None, _PLAIN) or MAYBE_UNPRINTABLE.search(encoded) is None:
+        return encoded
+    return msgspec.json.encode(printable_values(value))

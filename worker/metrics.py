@@ -3,20 +3,22 @@ under the fleet exporter's names and labels (placewatch/prometheus/), from the l
 sample: a scrape reads no GPU tool, and costs the worker only the families' building and
 formatting (docs/benchmarks.md).
 
-The scrape runs in the metrics server's thread; it reads the tick's sample and the shards'
-statuses (for their pods), immutable values the tick loop swaps in by reference
-(`Latest.scraped`, `Latest.statuses`; worker/latest.py), and nothing else.
+The scrape runs in the metrics server's thread; it reads the tick's sample, the shards'
+statuses (their pods and staleness) and the inventory (the GPUs no tool read this tick),
+immutable values the tick loop swaps in by reference (`Latest.scraped`, `Latest.statuses`,
+`Latest.inventory`; worker/latest.py), and nothing else.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from placewatch.prometheus import server
 from placewatch.prometheus.exposition import Family
-from placewatch.prometheus.families import Families, pods_of
+from placewatch.prometheus.families import Families
 from placewatch.prometheus.listen import listen_argument
 
 from .config import ConfigError
@@ -40,8 +42,15 @@ class NodeCollector:
         scraped = self.latest.scraped
         if scraped is not None:
             telemetry, sample, at = scraped
-            pods = pods_of(self.latest.statuses)  # a tuple the tick swaps in, never changes
-            families.add(telemetry, sample, max(self.clock() - at, 0.0), pods)
+            now = self.clock()
+            families.add(
+                telemetry,
+                sample,
+                max(now - at, 0.0),
+                statuses=self.latest.statuses,  # a tuple the tick swaps in, never changes
+                inventory=self.latest.inventory,  # used where it is the one telemetry names
+                now=datetime.fromtimestamp(now, UTC),
+            )
         yield from families
 
 

@@ -3,7 +3,8 @@ Alertmanager, alerts that say what each shard does now.
 
 options.py holds the flags and their variables, consume.py the durable consumer,
 catchup.py what it reads at start, sinks.py where messages go, reconcile.py which alerts
-Alertmanager should hold, alertmanager.py their body, webhook.py the HTTP POST.
+Alertmanager should hold, blindness.py which blindness alerts (from the nodes' telemetry,
+which telemetry.py follows), alertmanager.py their body, webhook.py the HTTP POST.
 """
 
 from __future__ import annotations
@@ -18,15 +19,26 @@ from nats.aio.client import Client
 from placewatch.connection import Bus, connect, redact
 from placewatch.lifecycle import drain, stop_on_signal
 
+from . import telemetry
 from .alertmanager import AlertTemplate
+from .blindness import Blindness
 from .consume import Conflict, consume
 from .options import DEFAULT_DURABLE, RESEND_S, OptionError, Options, add_arguments, options
-from .sinks import AlertmanagerSink, Sink, StdoutSink, WebhookSink, resend_every
+from .sinks import (
+    AlertmanagerSink,
+    Sink,
+    StdoutSink,
+    WebhookSink,
+    check_blindness_every,
+    resend_every,
+)
 from .webhook import check_url
 
 log = logging.getLogger(__name__)
 
 EXIT_CONFIG = 2
+BLIND_CHECK_S = 1.0
+"""How often blindness is checked against the limit: an alert fires within a second of it."""
 INBOX = "_INBOX.placewatch-alerts"
 """Its replies' prefix, so its credentials may subscribe to its own only (docs/consumers.md)."""
 
@@ -72,7 +84,8 @@ def _sink(chosen: Options) -> Sink | str:
     if chosen.format == "json":
         return WebhookSink(chosen.webhook, chosen.timeout)
     template = AlertTemplate(chosen.labels, chosen.annotations, chosen.generator_url)
-    return AlertmanagerSink(chosen.webhook, template, chosen.timeout)
+    blind = Blindness(chosen.blind_after) if chosen.blind_after > 0 else None
+    return AlertmanagerSink(chosen.webhook, template, chosen.timeout, blind)
 
 
 def main(bus: Bus, sink: Sink, durable: str = DEFAULT_DURABLE, resend: float = 0.0) -> int:
@@ -95,6 +108,10 @@ async def _deliver_until_stopped(bus: Bus, sink: Sink, durable: str, resend: flo
             ready = anyio.Event()
             if resend > 0 and isinstance(sink, AlertmanagerSink):
                 tg.start_soon(resend_every, sink, resend, ready)
+            if isinstance(sink, AlertmanagerSink) and sink.blindness is not None:
+                await telemetry.follow(nc, bus.prefix, sink.blindness)  # drained with nc
+                every = min(BLIND_CHECK_S, sink.blindness.limit_s / 2)
+                tg.start_soon(check_blindness_every, sink, every, ready)
             try:
                 await consume(nc, bus.prefix, durable, sink, ready)
             except Conflict as exc:

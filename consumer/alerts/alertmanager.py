@@ -23,6 +23,7 @@ import msgspec
 
 from placewatch.schemas.printable import printable_values
 
+from .blindness import NODE_BLIND, SHARD_BLIND, Blind
 from .reconcile import Alert
 
 ALERTNAME = "PlacewatchFallback"
@@ -96,6 +97,37 @@ class AlertTemplate:
     def bodies(self, alerts: list[Alert]) -> list[dict[str, Any]]:
         now = datetime.now(UTC)
         return [self.body(a, now) for a in alerts]
+
+    def blind_body(self, b: Blind, now: datetime) -> dict[str, Any]:
+        """A blindness alert (blindness.py), severity warning unless a static label says;
+        printable as `body` is (what the node's tools said comes from the node)."""
+        starts = min(datetime.fromtimestamp(b.since, UTC), now)
+        since = rfc3339(starts)
+        labels = {"severity": DEFAULT_SEVERITY, **self.labels, "node": b.node}
+        if b.shard is None:
+            labels["alertname"] = NODE_BLIND
+            summary = f"no GPU tool of {b.node} has answered since {since}"
+            description = (
+                f"None of its GPU tools answers ({b.lost}). Its GPUs' health is held as last "
+                "read and its shards' verdicts stand stale: nothing new is known of them. Run "
+                "`placewatch doctor` on the node; a driver reload or upgrade under a running "
+                "worker, or a tool stuck in the driver, does this."
+            )
+        else:
+            labels |= {"alertname": SHARD_BLIND, "shard": b.shard}
+            summary = f"shard {b.shard} on {b.node}: no evidence since {since}"
+            description = f"{b.lost}; run `placewatch doctor` on the node"
+        body: dict[str, Any] = {
+            "labels": labels,
+            "annotations": {**self.annotations, "summary": summary, "description": description},
+            "startsAt": since,
+        }
+        if b.ends is not None:
+            body["endsAt"] = rfc3339(max(min(datetime.fromtimestamp(b.ends, UTC), now), starts))
+        if self.generator_url:
+            body["generatorURL"] = self.generator_url
+        printed: dict[str, Any] = printable_values(body)
+        return printed
 
 
 def rfc3339(when: datetime) -> str:

@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from placewatch.schemas.evidence import BLIND_AFTER_S
+
 from .alertmanager import IDENTITY, OWN_ANNOTATIONS, name_problem
 
 DEFAULT_DURABLE = "placewatch-alerts"
@@ -34,6 +36,7 @@ ENVIRONMENT = {
     "timeout": "PLACEWATCH_ALERTS_TIMEOUT",
     "label": "PLACEWATCH_ALERTS_LABELS",
     "annotation": "PLACEWATCH_ALERTS_ANNOTATIONS",
+    "blind_after": "PLACEWATCH_ALERTS_BLIND_AFTER",
 }
 """Each flag's variable, by the flag's argparse name."""
 _ENV_KEY = "alerts_environment"
@@ -53,6 +56,7 @@ class Options:
     timeout: float = HTTP_TIMEOUT_S
     labels: dict[str, str] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)
+    blind_after: float = BLIND_AFTER_S
 
 
 def add_arguments(
@@ -93,6 +97,13 @@ def add_arguments(
         help=f"limit for one webhook request ({HTTP_TIMEOUT_S:g})",
     )
     flag(
+        "--blind-after",
+        type=float,
+        metavar="SECONDS",
+        help="Alertmanager format: a shard without evidence, or a node without a GPU tool "
+        f"answering, this long is an alert of its own; 0: never ({BLIND_AFTER_S:g})",
+    )
+    flag(
         "--label",
         action="append",
         metavar="NAME=VALUE",
@@ -128,6 +139,7 @@ def options(args: argparse.Namespace) -> Options:
         given["format"] = fmt
     given["resend"] = _seconds(args, env, "resend", RESEND_S, zero=True)
     given["timeout"] = _seconds(args, env, "timeout", HTTP_TIMEOUT_S, zero=False)
+    given["blind_after"] = _seconds(args, env, "blind_after", BLIND_AFTER_S, zero=True)
     given["labels"] = _pairs(args, env, "label", IDENTITY)
     given["annotations"] = _pairs(args, env, "annotation", OWN_ANNOTATIONS)
     return Options(**given)

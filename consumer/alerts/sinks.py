@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from collections.abc import Iterable
+from datetime import UTC, datetime
 from typing import Protocol
 
 import anyio
@@ -26,6 +28,7 @@ from placewatch.schemas import FallbackEvent
 from placewatch.schemas.printable import printable_values
 
 from .alertmanager import AlertTemplate
+from .blindness import Blind, Blindness
 from .options import HTTP_TIMEOUT_S
 from .reconcile import Alert, AlertState, Message, Plan, Stamped
 from .webhook import DeliveryError, post_json
@@ -79,12 +82,18 @@ class AlertmanagerSink:
     follows_statuses = True
 
     def __init__(
-        self, url: str, template: AlertTemplate | None = None, timeout: float = HTTP_TIMEOUT_S
+        self,
+        url: str,
+        template: AlertTemplate | None = None,
+        timeout: float = HTTP_TIMEOUT_S,
+        blindness: Blindness | None = None,
     ) -> None:
         self.url = url
         self.template = template or AlertTemplate()
         self.timeout = timeout
         self.state = AlertState()
+        self.blindness = blindness
+        """The nodes' GPU tools and the blindness alerts; None: no blindness alert."""
         self._lock = anyio.Lock()  # a resend never lands after the message that changed it
 
     def learn(self, message: Message, stored: float | None = None) -> None:
@@ -113,6 +122,26 @@ class AlertmanagerSink:
         """Post every firing alert again."""
         async with self._lock:
             await self._post(self.state.firing_alerts())
+            if self.blindness is not None:
+                await self._post_blind(self.blindness.firing_alerts())
+
+    async def check_blindness(self, now: float) -> None:
+        """Fire what has been blind past the limit at `now`, and end what no longer is."""
+        if self.blindness is None:
+            return
+        async with self._lock:
+            posts = self.blindness.plan(self.state.latest, self.state.stored, now)
+            await self._post_blind(posts)
+            self.blindness.commit(posts)
+
+    async def _post_blind(self, alerts: list[Blind]) -> None:
+        now = datetime.now(UTC)
+        for start in range(0, len(alerts), MAX_ALERTS_PER_POST):
+            part = [
+                self.template.blind_body(b, now)
+                for b in alerts[start : start + MAX_ALERTS_PER_POST]
+            ]
+            await _post(self.url, msgspec.json.encode(part), self.timeout)
 
     def _commit(self, plans: list[Plan]) -> None:
         for plan in plans:
@@ -131,6 +160,23 @@ def event_json(event: FallbackEvent) -> bytes:
 
 async def _post(url: str, body: bytes, limit_s: float) -> None:
     await anyio.to_thread.run_sync(post_json, url, body, limit_s, abandon_on_cancel=True)
+
+
+async def check_blindness_every(sink: AlertmanagerSink, every: float, ready: anyio.Event) -> None:
+    """Fire and end blindness alerts as time passes, every `every` seconds, once the consumer
+    is bound (and the latest statuses are known)."""
+    await ready.wait()
+    failing = False
+    while True:
+        try:
+            await sink.check_blindness(time.time())
+        except DeliveryError as exc:
+            if not failing:
+                log.warning("blindness alerts not posted (%s); next try in %g s", exc, every)
+            failing = True
+        else:
+            failing = False
+        await anyio.sleep(every)
 
 
 async def resend_every(sink: AlertmanagerSink, every: float, ready: anyio.Event) -> None:

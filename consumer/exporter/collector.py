@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 
 from placewatch.consumer.fleet import Holdings
 from placewatch.consumer.unreadable import REASONS
 from placewatch.prometheus.exposition import Family
-from placewatch.prometheus.families import Families, pods_of
+from placewatch.prometheus.families import Families
 from placewatch.prometheus.metrics import (
     NODE_CLOCK_OFFSET,
     PARTITION_PROBLEM,
@@ -22,6 +23,7 @@ from placewatch.prometheus.metrics import (
     UNREADABLE,
     UNREADABLE_HELP,
 )
+from placewatch.schemas import lean
 
 from .options import STALE_INTERVALS, STALE_MIN_S
 
@@ -72,8 +74,18 @@ class FleetCollector:
             age = max(now - held.seen, 0.0)
             if age > stale_limit(telemetry.interval_s, self.stale_after):
                 continue
-            pods = pods_of(holdings.statuses.get(name, ()))
-            families.add(telemetry, holdings.sample(name), age, pods)
+            inventory = holdings.inventory(name)
+            if inventory is not None and inventory.id != telemetry.inventory:
+                inventory = None  # an older one: the node's newer is on its way
+            sample = None if inventory is None else lean.join(inventory, telemetry)
+            families.add(
+                telemetry,
+                sample,
+                age,
+                statuses=holdings.statuses.get(name, ()),
+                inventory=inventory,
+                now=datetime.fromtimestamp(now + held.clock_offset_s, UTC),
+            )
             families.nodes[NODE_CLOCK_OFFSET].add([name], held.clock_offset_s)
         yield from families
         partition = Family(PARTITION_PROBLEM, PARTITION_PROBLEM_HELP, ("kind",))

@@ -13,15 +13,17 @@ from __future__ import annotations
 import fnmatch
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import NamedTuple
 
 from placewatch.schemas import (
     FALLBACK_VERDICTS,
     ComputeStatus,
     GpuReading,
+    NodeInventory,
     NodeTelemetry,
 )
+from placewatch.schemas.evidence import BLIND_AFTER_S, evidence_age_s, node_blind
 
 from ..capacity import STALE_INTERVALS
 from ..held import Held, decode_held
@@ -56,11 +58,15 @@ class NodeLook(NamedTuple):
     gpu_problems: tuple[tuple[int, tuple[str, ...]], ...] = ()
     """Each unhealthy GPU's index and why."""
     failed_sources: tuple[str, ...] = ()
+    blind: bool = False
+    """None of its GPU tools answers (schemas/evidence.py)."""
 
 
-def look(node: str, held: Held) -> NodeLook:
-    """The node as its telemetry `held` says it."""
+def look(node: str, held: Held, inventory: Held | None = None) -> NodeLook:
+    """The node as its telemetry `held` says it; its `inventory`, read only where it alone
+    tells whether the node is blind (it lists GPUs that no tool read)."""
     t = decode_held(held, NodeTelemetry)
+    blind = node_blind(t) or (node_blind(t, gpus_known=True) and _lists_gpus(inventory, t))
     return NodeLook(
         node,
         held.seen,
@@ -71,7 +77,14 @@ def look(node: str, held: Held) -> NodeLook:
         len(t.gpus),
         tuple((g.index, tuple(g.problems)) for g in t.gpus if g.problems),
         tuple(s.error or s.name for s in t.sources if not s.ok),
+        blind,
     )
+
+
+def _lists_gpus(inventory: Held | None, t: NodeTelemetry) -> bool:
+    if inventory is None or inventory.inventory != t.inventory:
+        return False
+    return bool(decode_held(inventory, NodeInventory).gpus)
 
 
 def gpus_of(look: NodeLook) -> list[GpuReading]:
@@ -106,13 +119,17 @@ class ShardRow(NamedTuple):
     silent: bool
     """Its node went silent: the verdict is the last it said."""
     status: ComputeStatus
+    blind: bool = False
+    """Stale longer than BLIND_AFTER_S: its blindness alerts (docs/shards.md, Blindness)."""
 
     @property
     def state(self) -> str:
-        """FIRING, stale, silent, as they hold, joined by commas; `-` for none."""
+        """FIRING, stale (blind past the limit), silent, as they hold, joined by commas; `-`
+        for none."""
+        lost = "blind" if self.blind else "stale"
         said = [
             w
-            for w, on in (("FIRING", self.firing), ("stale", self.stale), ("silent", self.silent))
+            for w, on in (("FIRING", self.firing), (lost, self.stale), ("silent", self.silent))
             if on
         ]
         return ",".join(said) or "-"
@@ -166,7 +183,7 @@ def build(
     statuses: Iterable[ComputeStatus],
     since: Mapping[tuple[str, str], datetime],
     now: float,
-    row: Callable[[ComputeStatus, datetime, bool], ShardRow] | None = None,
+    row: Callable[[ComputeStatus, datetime, bool, bool], ShardRow] | None = None,
 ) -> Board:
     """The board at `now` (seconds since the epoch): `since`, when each firing shard entered
     its fallback (FleetState keeps it); `row` makes a shard's row (shard_row, or a cache of
@@ -180,7 +197,8 @@ def build(
     for s in statuses:
         node = nodes.get(s.node)
         silent = node is not None and node.silent
-        rows.append(row(s, since.get((s.node, s.shard), s.time), silent))
+        blind = s.stale and _blind(s, node, now)
+        rows.append(row(s, since.get((s.node, s.shard), s.time), silent, blind))
         by_node.setdefault(s.node, Counter())[s.verdict] += 1
     for name, counted in by_node.items():
         if name in nodes:
@@ -213,7 +231,15 @@ def rank(verdict: str, stale: bool, silent: bool) -> int:
     return PROBLEM_RANK if verdict == "starting" else PROBLEM_RANK + 1
 
 
-def shard_row(s: ComputeStatus, since: datetime, silent: bool) -> ShardRow:
+def _blind(s: ComputeStatus, node: NodeRow | None, now: float) -> bool:
+    """Whether the shard's evidence was lost longer than BLIND_AFTER_S ago, on its node's
+    clock (the view's now plus the node's offset)."""
+    offset = 0.0 if node is None else node.look.time - node.look.seen
+    at = datetime.fromtimestamp(now + offset, UTC)
+    return evidence_age_s(s, at) >= BLIND_AFTER_S
+
+
+def shard_row(s: ComputeStatus, since: datetime, silent: bool, blind: bool = False) -> ShardRow:
     used = sorted({d.index for d in s.devices})
     return ShardRow(
         rank=rank(s.verdict, s.stale, silent),
@@ -229,6 +255,7 @@ def shard_row(s: ComputeStatus, since: datetime, silent: bool) -> ShardRow:
         stale=s.stale,
         silent=silent,
         status=s,
+        blind=blind,
     )
 
 
@@ -240,7 +267,9 @@ def _node_row(look: NodeLook, now: float) -> NodeRow:
         problems.append(f"silent {duration(age)}")
     for index, sick in look.gpu_problems:
         problems.append(f"GPU {index} unhealthy: {'; '.join(sick)}")
-    if not look.gpu_count and look.failed_sources:
+    if look.blind:
+        problems.append(f"BLIND: no GPU tool answers: {'; '.join(look.failed_sources)}")
+    elif not look.gpu_count and look.failed_sources:
         problems.append(f"no GPUs: {'; '.join(look.failed_sources)}")
     offset = look.time - look.seen
     if abs(offset) > CLOCK_OFF_S:

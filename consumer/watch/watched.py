@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 import msgspec
 
-from placewatch.schemas import ComputeStatus, NodeInventory
+from placewatch.schemas import ComputeStatus
 
 from .. import capacity
 from ..held import Held, Holdings, decode_held
@@ -32,7 +32,14 @@ class GpuId(msgspec.Struct, frozen=True, gc=False):
     collector, as 80,000 of them are held at 10,000 nodes."""
 
     index: int
-    uuid: str | None
+    uuid: str | None = None
+
+
+class InventoryGpus(msgspec.Struct, frozen=True, gc=False):
+    """An inventory's GPUs as GpuIds, decoded from it alone: its processes (most of its
+    bytes) are skipped, not built."""
+
+    gpus: list[GpuId] = []
 
 
 class Change(NamedTuple):
@@ -82,7 +89,7 @@ class Watched:
 
     def build(self, taken: Taken) -> Board:
         now = self.clock()
-        looks = self._node_looks(taken.holdings.nodes)
+        looks = self._node_looks(taken.holdings.nodes, taken.holdings.inventories)
         board = build(looks, taken.statuses, taken.since, now, self._row)
         if len(self._rows) > len(taken.statuses):  # shards let go: forget their rows too
             kept = {(s.node, s.shard) for s in taken.statuses}
@@ -102,27 +109,31 @@ class Watched:
             board = board._replace(nodes=nodes)
         return board
 
-    def _row(self, s: ComputeStatus, since: datetime, silent: bool) -> ShardRow:
-        """shard_row, made again only when the status, its since or its node's silence
-        changed: most of 40,000 shards' rows stay from one board to the next."""
+    def _row(self, s: ComputeStatus, since: datetime, silent: bool, blind: bool) -> ShardRow:
+        """shard_row, made again only when the status, its since, its node's silence or its
+        blindness changed: most of 40,000 shards' rows stay from one board to the next."""
         key = (s.node, s.shard)
         held = self._rows.get(key)
         if held is None or held.status is not s:
             self._note(key, s)
-        if held is None or held.status is not s or held.since != since or held.silent != silent:
-            held = self._rows[key] = shard_row(s, since, silent)
+        if (
+            held is None
+            or held.status is not s
+            or (held.since, held.silent, held.blind) != (since, silent, blind)
+        ):
+            held = self._rows[key] = shard_row(s, since, silent, blind)
         return held
 
     def look(self, node: str) -> NodeLook | None:
         held = self._looks.get(node)
         return None if held is None else held[1]
 
-    def _node_looks(self, nodes: dict[str, Held]) -> list[NodeLook]:
+    def _node_looks(self, nodes: dict[str, Held], inventories: dict[str, Held]) -> list[NodeLook]:
         looks = []
         for node, held in nodes.items():
             cached = self._looks.get(node)
             if cached is None or cached[0] is not held:
-                cached = (held, look(node, held))
+                cached = (held, look(node, held, inventories.get(node)))
                 self._looks[node] = cached
             looks.append(cached[1])
         if len(self._looks) > len(looks):  # a node let go (forgotten)
@@ -137,8 +148,8 @@ class Watched:
             held = inventories.get(node)
             cached = self._gpus.get(node)
             if held is not None and (cached is None or cached[0] is not held):
-                gpus = decode_held(held, NodeInventory).gpus
-                self._gpus[node] = (held, tuple(GpuId(index=g.index, uuid=g.uuid) for g in gpus))
+                gpus = decode_held(held, InventoryGpus).gpus
+                self._gpus[node] = (held, tuple(gpus))
         if len(self._gpus) > len(inventories):  # a node let go (forgotten)
             self._gpus = {n: c for n, c in self._gpus.items() if n in inventories}
         said: dict[str, list[str]] = {}

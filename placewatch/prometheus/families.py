@@ -3,9 +3,18 @@ tick's sample) and by the fleet exporter (every node it holds, at each scrape)."
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from datetime import datetime
 
-from placewatch.schemas import ComputeStatus, GpuSample, NodeSample, NodeTelemetry
+from placewatch.schemas import (
+    ComputeStatus,
+    GpuSample,
+    NodeInventory,
+    NodeSample,
+    NodeTelemetry,
+    lean,
+)
+from placewatch.schemas.evidence import evidence_age_s, gpu_sources, node_blind
 
 from .exposition import Family, labels_text
 from .metrics import (
@@ -16,11 +25,17 @@ from .metrics import (
     GPU_PROBLEM_HELP,
     GPU_PROBLEM_LABEL,
     GPU_PROBLEM_LABELS,
+    GPU_SOURCE_UP,
+    GPU_STALE,
+    GPU_STALE_HELP,
     NODE_AGE,
+    NODE_BLIND,
     NODE_METRICS,
     NODE_UP,
     POD_LABELS,
+    SHARD_EVIDENCE_AGE,
     SHARD_GPU_BYTES,
+    SHARD_STALE,
     SHARD_UNHEALTHY_GPU,
     SHARD_VERDICT,
     device,
@@ -42,6 +57,7 @@ class Families:
     def __init__(self) -> None:
         self.gpu = {m.name: Family(m.name, m.help, GPU_LABELS, m.kind) for m in GPU_METRICS}
         self.problems = Family(GPU_PROBLEM, GPU_PROBLEM_HELP, GPU_PROBLEM_LABELS)
+        self.stale = Family(GPU_STALE, GPU_STALE_HELP, GPU_LABELS)
         self.nodes = {
             name: Family(name, help_, tuple(labels))
             for name, (help_, labels) in NODE_METRICS.items()
@@ -52,42 +68,82 @@ class Families:
         telemetry: NodeTelemetry,
         sample: NodeSample | None,
         age: float,
-        pods: Mapping[str, Pod] | None = None,
+        *,
+        statuses: Sequence[ComputeStatus] = (),
+        inventory: NodeInventory | None = None,
+        now: datetime | None = None,
     ) -> None:
-        """One node: its telemetry `age` seconds old, its sample where it is known, and the
-        pod of each shard that runs in one (`pods_of` its statuses)."""
+        """One node: its telemetry `age` seconds old, its sample where it is known, its
+        shards' latest `statuses` (their pods, staleness, and the GPUs each holds), the
+        `inventory` the telemetry names (the GPUs no tool read this tick), and `now` on the
+        node's clock (its telemetry's time when not given), for evidence ages."""
+        node = telemetry.node
         up = age <= UP_INTERVALS * telemetry.interval_s
-        self.nodes[NODE_UP].add([telemetry.node], 1.0 if up else 0.0)
-        self.nodes[NODE_AGE].add([telemetry.node], age)
-        for shard, reading in sorted(telemetry.shards.items()):
-            self.nodes[SHARD_VERDICT].add([telemetry.node, shard, reading.verdict], 1.0)
+        self.nodes[NODE_UP].add([node], 1.0 if up else 0.0)
+        self.nodes[NODE_AGE].add([node], age)
+        self._shards(telemetry, statuses, now or telemetry.time)
+        unread = [] if inventory is None else lean.unread(inventory, telemetry)
+        self._tools(telemetry, gpus_known=bool(unread))
+        pods = pods_of(statuses)
         if sample is not None:
-            self._gpus(sample, pods or {})
+            for g in sample.gpus:
+                self._gpu(g, node, _held_by(g, pods), stale=False)
             _shard_bytes(self.nodes[SHARD_GPU_BYTES], sample)
             _shard_unhealthy(self.nodes[SHARD_UNHEALTHY_GPU], sample)
+        holders = _holders(statuses)
+        for g in unread:
+            shards = holders.get(g.index, set())
+            self._gpu(g, node, _one_pod(shards, pods), stale=True)
+            if g.health is not None and not g.health.healthy:
+                for shard in sorted(shards):
+                    self.nodes[SHARD_UNHEALTHY_GPU].add([node, shard, str(g.index)], 1.0)
+
+    def _shards(
+        self, telemetry: NodeTelemetry, statuses: Sequence[ComputeStatus], now: datetime
+    ) -> None:
+        """Each shard's verdict, and, where its status is held, its staleness and evidence
+        age (none where it is not: unknown is no sample, never 0)."""
+        node = telemetry.node
+        by_shard = {s.shard: s for s in statuses}
+        for shard, reading in sorted(telemetry.shards.items()):
+            self.nodes[SHARD_VERDICT].add([node, shard, reading.verdict], 1.0)
+            if (status := by_shard.get(shard)) is not None:
+                self.nodes[SHARD_STALE].add([node, shard], 1.0 if status.stale else 0.0)
+                self.nodes[SHARD_EVIDENCE_AGE].add([node, shard], evidence_age_s(status, now))
+
+    def _tools(self, telemetry: NodeTelemetry, *, gpus_known: bool) -> None:
+        """Each GPU tool up or down, and whether the node is blind (schemas/evidence.py)."""
+        node = telemetry.node
+        for tool in gpu_sources(telemetry.sources):
+            answered = 1.0 if tool.ok else 0.0
+            self.nodes[GPU_SOURCE_UP].add([node, tool.name, tool.vendor or ""], answered)
+        blind = node_blind(telemetry, gpus_known)
+        self.nodes[NODE_BLIND].add([node], 1.0 if blind else 0.0)
 
     def __iter__(self) -> Iterator[Family]:
         yield from self.gpu.values()
         yield self.problems
+        yield self.stale
         yield from self.nodes.values()
 
-    def _gpus(self, s: NodeSample, pods: Mapping[str, Pod]) -> None:
-        for g in s.gpus:
-            names: tuple[str, ...] = GPU_LABELS
-            labels = [str(g.index), g.uuid or "", g.bus_id or "", device(g), g.name or "", s.node]
-            if g.driver_version:
-                names, labels = (*names, DRIVER_LABEL), [*labels, g.driver_version]
-            if (pod := _held_by(g, pods)) is not None:
-                names, labels = (*names, *POD_LABELS), [*labels, *pod]
-            text = labels_text(names, labels)  # once for every metric of this GPU
-            for metric in GPU_METRICS:
-                value = metric.value(g)
-                if value is not None:
-                    self.gpu[metric.name].rows.append((text, value))
-            kinds = {problem_kind(p) for p in g.health.problems} if g.health is not None else ()
-            for kind in sorted(kinds):
-                problem = labels_text((*names, GPU_PROBLEM_LABEL), [*labels, kind])
-                self.problems.rows.append((problem, 1.0))
+    def _gpu(self, g: GpuSample, node: str, pod: Pod | None, *, stale: bool) -> None:
+        """One GPU's series: its readings and health, whether it was read, its problems."""
+        names: tuple[str, ...] = GPU_LABELS
+        labels = [str(g.index), g.uuid or "", g.bus_id or "", device(g), g.name or "", node]
+        if g.driver_version:
+            names, labels = (*names, DRIVER_LABEL), [*labels, g.driver_version]
+        if pod is not None:
+            names, labels = (*names, *POD_LABELS), [*labels, *pod]
+        text = labels_text(names, labels)  # once for every metric of this GPU
+        for metric in GPU_METRICS:
+            value = metric.value(g)
+            if value is not None:
+                self.gpu[metric.name].rows.append((text, value))
+        self.stale.rows.append((text, 1.0 if stale else 0.0))
+        kinds = {problem_kind(p) for p in g.health.problems} if g.health is not None else ()
+        for kind in sorted(kinds):
+            problem = labels_text((*names, GPU_PROBLEM_LABEL), [*labels, kind])
+            self.problems.rows.append((problem, 1.0))
 
 
 def pods_of(statuses: Iterable[ComputeStatus]) -> dict[str, Pod]:
@@ -104,6 +160,22 @@ def _held_by(g: GpuSample, pods: Mapping[str, Pod]) -> Pod | None:
     the kubelet gave one pod; None where the GPU is idle, shared, or held by a process of no
     pod's shard."""
     held = {pods.get(p.shard) if p.shard is not None else None for p in g.processes}
+    return held.pop() if len(held) == 1 else None
+
+
+def _holders(statuses: Iterable[ComputeStatus]) -> dict[int, set[str]]:
+    """The shards each GPU index lists among a shard's devices: while no tool reads the
+    GPUs, a stale status keeps the devices its processes held memory on as last read."""
+    held: dict[int, set[str]] = {}
+    for s in statuses:
+        for d in s.devices:
+            held.setdefault(d.index, set()).add(s.shard)
+    return held
+
+
+def _one_pod(shards: Iterable[str], pods: Mapping[str, Pod]) -> Pod | None:
+    """As _held_by, for a GPU no tool read: the one pod of the shards its statuses put on it."""
+    held = {pods.get(shard) for shard in shards}
     return held.pop() if len(held) == 1 else None
 
 

@@ -222,9 +222,19 @@ def problem_kind(problem: str) -> str:
     return re.sub(r"^\d+\s+", "", clause).strip()[:PROBLEM_CHARS]
 
 
+GPU_STALE = "placewatch_gpu_stale"
+GPU_STALE_HELP = (
+    "1 while no GPU tool of its node answers: the GPU's series are what its inventory holds "
+    "(its identity and health as last read, no reading); 0 while it is read."
+)
+
 SHARD_VERDICT = "placewatch_shard_verdict"
 SHARD_GPU_BYTES = "placewatch_shard_gpu_bytes"
 SHARD_UNHEALTHY_GPU = "placewatch_shard_unhealthy_gpu"
+SHARD_STALE = "placewatch_shard_stale"
+SHARD_EVIDENCE_AGE = "placewatch_shard_evidence_age_seconds"
+GPU_SOURCE_UP = "placewatch_gpu_source_up"
+NODE_BLIND = "placewatch_node_blind"
 NODE_UP = "placewatch_node_up"
 NODE_AGE = "placewatch_node_sample_age_seconds"
 NODE_CLOCK_OFFSET = "placewatch_node_clock_offset_seconds"
@@ -254,6 +264,26 @@ NODE_METRICS = {
         "lists them in unhealthy_gpus).",
         ("node", "shard", "gpu"),
     ),
+    SHARD_STALE: (
+        "1 while the shard's verdict stands on evidence since lost (its ComputeStatus is "
+        "stale), else 0.",
+        ("node", "shard"),
+    ),
+    SHARD_EVIDENCE_AGE: (
+        "Seconds since the evidence of the shard's verdict was last had (its ComputeStatus's "
+        "stale_since), by the node's clock; 0 while it is fresh.",
+        ("node", "shard"),
+    ),
+    GPU_SOURCE_UP: (
+        "1 while the GPU tool answered at the node's last sample, 0 while it failed or is not "
+        "found (the telemetry's sources say why).",
+        ("node", "source", "vendor"),
+    ),
+    NODE_BLIND: (
+        "1 while none of the node's GPU tools answers, where it has GPUs or a tool that "
+        "failed: its GPUs' health is held as last read, and its shards' verdicts go stale.",
+        ("node",),
+    ),
     NODE_UP: (
         "1 while the node's last sample is younger than three of its intervals, else 0.",
         ("node",),
@@ -276,6 +306,7 @@ def served() -> list[str]:
     """Every metric name the exporter serves."""
     return [m.name for m in GPU_METRICS] + [
         GPU_PROBLEM,
+        GPU_STALE,
         *NODE_METRICS,
         PARTITION_PROBLEM,
         UNREADABLE,

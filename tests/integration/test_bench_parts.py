@@ -29,8 +29,9 @@ def test_a_tick_of_the_stand_in_is_split_into_the_driver_s_reads_and_the_worker_
         found["the tick"], found["the driver's reads"], found["the worker's part"], strict=True
     ):
         assert 0 < reads < tick and part == tick - reads
-    # Eight GPUs of readings a tick went through the timed bindings, and each phase took time.
-    assert timer.calls > GPUS * 10
+    # Eight GPUs of readings a tick went through the timed bindings (a steady tick's nine
+    # calls each: nvml/cadence.py), and each phase took time.
+    assert timer.calls >= GPUS * 9
     hop = "handing a read to a worker thread"
     for phase in (hop, nvml_parts.BESIDE, "the host sample", f"judging {SHARDS} shards"):
         assert min(found[phase]) > 0, phase

@@ -228,8 +228,18 @@ class Mig:
 
 @dataclass
 class Device:
-    gpu: GpuSample
+    """A GPU's handle. A lost GPU (fallen off the bus) answers NVML_ERROR_GPU_IS_LOST to
+    every call on it, as NVML does for a handle taken before the loss."""
+
+    sample: GpuSample
     mig: list[Mig] = field(default_factory=list)
+    lost: bool = False
+
+    @property
+    def gpu(self) -> GpuSample:
+        if self.lost:
+            raise NVMLError_GpuIsLost("GPU is lost")
+        return self.sample
 
 
 @dataclass
@@ -287,7 +297,6 @@ class FakeNvml:
         self.release = threading.Event()
         self.calls = 0
         self.failing = False  # set: every call fails, as when the driver stops answering
-        self.lost: set[int] = set()  # GPUs fallen off the bus (Xid 79), by index
         # Per-process utilization: the samples the driver holds, by GPU index; GPUs that
         # answer NOT_SUPPORTED (a vGPU guest, before Maxwell); a driver without the v1 call
         # (FUNCTION_NOT_FOUND: the v2 answers instead); the timestamps each read asked from.
@@ -304,6 +313,17 @@ class FakeNvml:
         self.event_sets: list[EventSet] = []
         self.waits: list[int] = []
 
+    @property
+    def lost(self) -> set[int]:
+        """GPUs fallen off the bus (Xid 79), by index: their handles are refused, and every
+        call on a handle taken before."""
+        return {d.sample.index for d in self.devices if d.lost}
+
+    @lost.setter
+    def lost(self, indices: set[int]) -> None:
+        for device in self.devices:
+            device.lost = device.sample.index in indices
+
     def _wait(self) -> None:
         self.calls += 1
         if self.failing:
@@ -319,7 +339,7 @@ class FakeNvml:
 
     def nvmlSystemGetDriverVersion(self) -> str:
         """The driver of the first GPU: one driver serves a node's NVIDIA GPUs."""
-        return self._need(self.devices[0].gpu.driver_version if self.devices else None)
+        return self._need(self.devices[0].sample.driver_version if self.devices else None)
 
     def nvmlDeviceGetCount(self) -> int:
         self._wait()

@@ -41,15 +41,19 @@ class Prometheus:
         targets: list[str],
         scrape_interval: str = "1s",
         metric_relabel: str = "",
+        rules: list[Path] | None = None,
     ) -> None:
-        """`metric_relabel`: the job's metric_relabel_configs, as YAML list items."""
+        """`metric_relabel`: the job's metric_relabel_configs, as YAML list items; `rules`:
+        rule files it evaluates every second."""
         self.binary = need(BINARY)
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
         self.config = root / "prometheus.yml"
         listed = ", ".join(f'"{t}"' for t in targets)
+        files = ", ".join(json.dumps(str(r)) for r in rules or [])
         self.config.write_text(
             f"global:\n  scrape_interval: {scrape_interval}\n  evaluation_interval: 1s\n"
+            f"rule_files: [{files}]\n"
             f"scrape_configs:\n  - job_name: placewatch\n    static_configs:\n"
             f"      - targets: [{listed}]\n"
             + (f"    metric_relabel_configs:\n{metric_relabel}" if metric_relabel else "")
@@ -99,6 +103,12 @@ class Prometheus:
                 targets = self.get("/api/v1/targets")
                 raise AssertionError(f"no answer to {expr} within {timeout} s; targets: {targets}")
             time.sleep(0.5)
+
+    def alerts(self, name: str) -> list[dict[str, Any]]:
+        """Its alerts of rule `name` as /api/v1/alerts lists them (pending and firing): each
+        with `labels`, `state` and `activeAt`, which a resolve and a new firing would change."""
+        found: list[dict[str, Any]] = self.get("/api/v1/alerts")["data"]["alerts"]
+        return [a for a in found if a["labels"]["alertname"] == name]
 
     def get(self, path: str) -> Any:
         with urllib.request.urlopen(f"{self.base}{path}", timeout=5) as r:

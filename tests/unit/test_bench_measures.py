@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from bench.footprint import growth
+from bench.load import TOLERANCE, Tally, offered, sent_between, tally_lines, total_at
+from bench.soak import scheduled
 from bench.tick_cost import TimedNvml
 from placewatch.worker.gpu.nvml import ProcessLists, read_gpus
 
@@ -67,3 +70,61 @@ def test_growth_is_the_slope_an_hour_past_the_first_tenth() -> None:
     # The first and last tenths of the 3,240 s kept: their middles 2,916 s apart.
     assert moved == pytest.approx(2916 / 360, rel=0.01)
     assert growth([(0.0, 40.0)]) == (0.0, 0.0)
+
+
+def test_a_step_whose_publishers_sent_under_the_tolerance_did_not_offer_its_load() -> None:
+    # 12,500 nodes at 1 Hz over a 15 s window: 187,500 messages asked, 95 % of them 178,125.
+    at = offered("telemetry messages", asked_per_s=12500, sent=178_125, window_s=15)
+    assert TOLERANCE == 0.95 and at.met
+    assert at.offered_per_s == pytest.approx(11_875)
+    below = offered("telemetry messages", asked_per_s=12500, sent=178_124, window_s=15)
+    assert not below.met
+    # What the fan-in's publishers once sent at 12,500 nodes, and the step passed.
+    short = offered(
+        "telemetry messages", asked_per_s=12500, sent=9131 * 15, window_s=15, received=9100 * 15
+    )
+    assert not short.met
+    assert short.line() == (
+        "load: telemetry messages asked 12,500/s, offered 9,131/s (0.73) over 15 s, received "
+        "9,100/s: NOT OFFERED (under 95% of it): what this step measured is not at the load "
+        "it names"
+    )
+    assert at.line().endswith("(0.95) over 15 s: offered")
+
+
+def test_a_window_that_cuts_a_tick_off_at_its_edge_still_offered_it() -> None:
+    # A worker at 2 s over a 60 s window that starts between ticks: 30 asked, 29 or 28 seen.
+    for seen, met in ((30, True), (28, True), (27, False)):
+        ticks = offered("ticks", asked_per_s=0.5, sent=seen, window_s=60, edge=1)
+        assert ticks.met is met, seen
+    assert not offered("ticks", asked_per_s=0.5, sent=28, window_s=60).met
+    assert offered("ticks", asked_per_s=0.5, sent=28, window_s=60, edge=1).line() == (
+        "load: ticks asked 0.50/s, offered 0.47/s (0.93) over 60 s: offered"
+    )
+
+
+def test_what_a_tally_counted_in_a_window_is_read_between_its_lines(tmp_path: Path) -> None:
+    lines = tally_lines("100.0 0\n100.5 50\n101.0 100\n102.0 100\n103.0 250\n103.5 2")
+    assert lines[-1] == (103.0, 250)  # the torn last line left out
+    assert total_at(lines, 99.0) == 0.0
+    assert total_at(lines, 100.25) == pytest.approx(25.0)
+    assert total_at(lines, 101.5) == pytest.approx(100.0)  # a stall: nothing sent
+    assert total_at(lines, 104.0) == 250.0  # after the last line: it stopped
+    path = tmp_path / "tally"
+    path.write_text("100.0 0\n100.5 50\n101.0 100\n102.0 100\n103.0 250\n")
+    assert sent_between(path, 100.25, 102.5) == 150
+    assert sent_between(tmp_path / "none", 100.0, 200.0) == 0
+    tally = Tally(tmp_path / "live")
+    for _ in range(7):
+        tally.add(3)
+    tally.close()
+    lines = tally_lines((tmp_path / "live").read_text())
+    assert lines[0][1] == 0 and lines[-1][1] == 21
+    assert sent_between(tmp_path / "live", lines[0][0] - 1, lines[-1][0] + 1) == 21
+
+
+def test_the_soak_holds_the_faults_done_against_its_schedule() -> None:
+    # Ten minutes, a quiet end of 20 s: a SIGKILL every minute after the first 30 s (90 s to
+    # 570 s) and a recheck flood at 20 s into each minute (20 s to 560 s).
+    assert scheduled(600, 20, 60) == (9, 10)
+    assert scheduled(50, 8, 10) == (1, 1)

@@ -13,7 +13,17 @@ device masks (shards/discover/); tailing files, weighing findings and following 
 shard's log (evidence/, beside the folders).
 """
 
-from .base import Engine, EngineLog, Intent, Launch, RequestLine, RequestLog
+from .base import (
+    Engine,
+    EngineLog,
+    Intent,
+    Launch,
+    ModelClaim,
+    RequestLine,
+    RequestLog,
+    Server,
+    ServerReports,
+)
 from .llama_cpp import NAME as LLAMA_CPP
 from .ollama import NAME as OLLAMA
 from .registry import BY_NAME, ENGINES, engine_named, engine_of, owns_log, read_launch
@@ -31,8 +41,11 @@ __all__ = [
     "EngineLog",
     "Intent",
     "Launch",
+    "ModelClaim",
     "RequestLine",
     "RequestLog",
+    "Server",
+    "ServerReports",
     "engine_named",
     "engine_of",
     "owns_log",

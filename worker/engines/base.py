@@ -44,7 +44,55 @@ class Launch:
     """Whether GET /health answers 2xx only once the model is loaded."""
     router: bool = False
     """It loads no model itself and starts one child process per model (llama-server's
-    router mode): each child is a shard, the router none."""
+    router mode, Ollama's server): each child is a shard, the router none."""
+    child_prefix: bool = False
+    """A router whose children's lines carry `[PORT]` in its log (llama-server's); Ollama's
+    server copies them as they are."""
+
+
+@dataclass(frozen=True)
+class Server:
+    """A router process that says what its models are (`Engine.reports`), and the loopback
+    port it answers on, one it listens on itself."""
+
+    engine: str
+    pid: int
+    host: str
+    """"127.0.0.1" or "::1"."""
+    port: int
+
+
+GIB = 1 << 30
+
+
+@dataclass(frozen=True)
+class ModelClaim:
+    """What an engine's server says of one model it runs: its size and how much of it the
+    server put in GPU memory (Ollama's /api/ps, which `ollama ps` prints as "100% GPU" or
+    "48%/52% CPU/GPU"). The server's plan and belief, not proof: Ollama has said 100% GPU
+    while no VRAM was used (ollama#12722) and while the CPU ran the model (ollama#17833)."""
+
+    source: str
+    """Who says it, as a reason names it: "Ollama's /api/ps"."""
+    size: int
+    gpu_bytes: int
+
+    @property
+    def where(self) -> Literal["gpu", "part", "cpu"]:
+        if self.gpu_bytes <= 0:
+            return "cpu"
+        return "gpu" if self.gpu_bytes >= self.size else "part"
+
+    def said(self) -> str:
+        """As `ollama ps` says it, with the sizes: "100% GPU (5.6 GiB of 5.6 GiB in GPU
+        memory)"."""
+        share = round(100 * min(self.gpu_bytes, self.size) / self.size) if self.size > 0 else 0
+        split = {"gpu": "100% GPU", "cpu": "100% CPU"}.get(
+            self.where, f"{100 - share}%/{share}% CPU/GPU"
+        )
+        return (
+            f"{split} ({self.gpu_bytes / GIB:.1f} GiB of {self.size / GIB:.1f} GiB in GPU memory)"
+        )
 
 
 @dataclass(frozen=True)
@@ -133,6 +181,28 @@ class EngineLog(Protocol):
         ...
 
 
+class ServerReports(Protocol):
+    """What an engine's router server says of the models it runs, asked on loopback. Anyone on
+    the node can run a process of that name, so what it answers is read as hostile input: only
+    a shard's own router is asked, on a port it listens on itself, by a deadline, a bounded
+    answer."""
+
+    def address(self, pid: int) -> tuple[str, int] | None:
+        """The loopback address and port the server process `pid` listens on; None where it
+        listens on none."""
+        ...
+
+    def model_name(self, server: Server, launch: Launch, deadline: float) -> str | None:
+        """The name the server knows the model of its child `launch` by; None where it did not
+        say by `deadline` (time.monotonic())."""
+        ...
+
+    def claims(self, server: Server, deadline: float) -> Mapping[str, ModelClaim] | None:
+        """What it says of each model it runs, by name; None where it did not answer by
+        `deadline`."""
+        ...
+
+
 class Engine(Protocol):
     """One engine: its folder's `ENGINE`, listed in registry.py."""
 
@@ -183,6 +253,17 @@ class Engine(Protocol):
     def served_model(self, launch: Launch) -> str | None:
         """The model one of its processes serves, which names it as a shard where a router
         started it (`<router's id>/<model>`); None where it says none."""
+        ...
+
+    def router_child(self, router: Launch, argv0: str, launch: Launch) -> Launch | None:
+        """What a process its router `router` started runs, its command line read as `launch`
+        (`argv0` its path as run): that, its own reading of it, or None where it is none of
+        the router's models (Ollama's discovery probes)."""
+        ...
+
+    def reports(self) -> ServerReports | None:
+        """What its router says of its models (Ollama's /api/ps); None where it says
+        nothing."""
         ...
 
     def cpu_only_build_fix(self, backend: str | None) -> str | None:

@@ -1,9 +1,14 @@
 """Discovery in the shard pass: when to walk the processes again, and what a walk keeps.
 
-Walking every process costs tens of milliseconds on a busy node, so a walk runs every
+Walking every process costs tens of milliseconds on a busy node, so a full walk runs every
 DISCOVERY_EVERY_S; between walks the last finding stands, and a discovered shard whose
-process exits reads `gone` at the next tick. An engine's intended GPUs are read against
-the GPUs the tools list, so a walk also runs as soon as the tools start or stop answering.
+process exits reads `gone` at the next tick. Each tick in between lists the node's pids
+(psutil.pids(), one read of /proc) and reads the command line of those not seen at the last
+look alone: where one runs an engine (a new llama-server, a router's child, Ollama's model),
+the walk runs at once, so a new engine is found and judged in the tick after it starts.
+A process is looked at twice, at first sight and at the next tick, since a fork shows its
+parent's command line until it execs. An engine's intended GPUs are read against the GPUs
+the tools list, so a walk also runs as soon as the tools start or stop answering.
 
 While they are silent, an engine found while they answered keeps the placement it was
 found with: one failed nvidia-smi read must not turn the GPUs it meant to use into
@@ -19,16 +24,45 @@ import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 
 import anyio.to_thread
+import psutil
 
 from placewatch.schemas import GpuSample, PlacementSpec
 
-from .discover import Discovered, discover
+from .discover import Discovered, discover, runs_engine
+from .liveness import Tracked, named
 from .placements import Placement
 
 DISCOVERY_EVERY_S = 10.0
 
 Walk = Callable[..., list[Discovered]]
 """discover(), or a stand-in with its signature."""
+
+
+class NewProcesses:
+    """The node's processes started since the last look: whether one runs an engine. Blocking
+    (it reads /proc): called in a worker thread."""
+
+    def __init__(
+        self,
+        pids: Callable[[], Collection[int]] = psutil.pids,
+        engine: Callable[[int], bool] = runs_engine,
+    ) -> None:
+        self.pids = pids
+        self.engine = engine
+        self._seen: set[int] = set()
+        self._young: set[int] = set()
+        """New at the last look: looked at once more, in case it execs since."""
+
+    def reset(self) -> None:
+        """Every process running now is seen (a full walk looks at them all)."""
+        self._seen, self._young = set(self.pids()), set()
+
+    def engine_started(self) -> bool:
+        """Whether a process new since the last look (or new at it) runs an engine."""
+        pids = set(self.pids())
+        fresh = (pids - self._seen) | (self._young & pids)
+        self._seen, self._young = pids, pids - self._seen
+        return any(self.engine(pid) for pid in sorted(fresh))
 
 
 class DiscoveryWalks:
@@ -39,10 +73,12 @@ class DiscoveryWalks:
         clock: Callable[[], float] = time.time,
         every_s: float = DISCOVERY_EVERY_S,
         walk: Walk = discover,
+        new: NewProcesses | None = None,
     ) -> None:
         self.clock = clock
         self.every_s = every_s
         self.walk = walk
+        self.new = NewProcesses() if new is None else new
         self._found: list[Placement] | None = None
         self._at = 0.0
         self._silent: bool | None = None
@@ -59,13 +95,18 @@ class DiscoveryWalks:
         `routers` the placements that name a llama-server router, whose children they place."""
         now = self.clock()
         silent = tools_silent is not None
-        if self._found is None or now - self._at >= self.every_s or silent != self._silent:
+        due = self._found is None or now - self._at >= self.every_s or silent != self._silent
+        if self._found is None or due or await anyio.to_thread.run_sync(self.new.engine_started):
             more = {"placed_routers": routers} if routers else {}
             walk = functools.partial(self.walk, gpus, claimed, tools_silent=tools_silent, **more)
-            found = [placement_of(d) for d in await anyio.to_thread.run_sync(walk)]
+            found = [placement_of(d) for d in await anyio.to_thread.run_sync(self._walk, walk)]
             self._found = self._keep_told(found) if silent else found
             self._at, self._silent = now, silent
         return self._found
+
+    def _walk(self, walk: Callable[[], list[Discovered]]) -> list[Discovered]:
+        self.new.reset()  # first: a process started during the walk is new at the next look
+        return walk()
 
     def _keep_told(self, found: list[Placement]) -> list[Placement]:
         """`found`, where an engine the last walk placed on GPUs the tools named keeps that."""
@@ -77,5 +118,22 @@ class DiscoveryWalks:
 
 def placement_of(d: Discovered) -> Placement:
     return Placement(
-        d.spec, "discovered", d.gpus_unknown, d.cpu_on_purpose, d.gpu_request, d.log_prefix, d.log
+        d.spec,
+        "discovered",
+        d.gpus_unknown,
+        d.cpu_on_purpose,
+        d.gpu_request,
+        d.log_prefix,
+        d.server,
+        d.model,
+        log=d.log,
     )
+
+
+def handed_over(tracked: Mapping[str, Tracked], pid: int | None) -> str | None:
+    """Where a discovered shard's process went when a placement claims it now, as the gone
+    status's reason says it; None where none does."""
+    for sid, t in tracked.items():
+        if pid and pid in (t.pid, t.placement.spec.pid):
+            return f"its process {pid} runs on, watched as {named(sid, t.placement)}"
+    return None

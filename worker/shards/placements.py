@@ -34,6 +34,7 @@ from placewatch.schemas.messages import PID_MAX
 from placewatch.schemas.printable import printable
 from placewatch.schemas.subjects import MAX_NAME_BYTES
 
+from ..engines import Server
 from ..engines.evidence.source import LogSource
 from ..files import UnusableFile, read_text
 
@@ -88,6 +89,10 @@ class Placement:
     answered: `gpus_unknown` says so, and only the engine's own word can still tell."""
     log_prefix: str | None = None
     """Only the lines of `spec.log_path` that start with this are its own (a router's child)."""
+    server: Server | None = None
+    """The router that started it, where that says what its models are (Ollama's server)."""
+    model: str | None = None
+    """The name that router knows its model by, which its word on it is keyed by."""
     log: LogSource | None = None
     """How discovery found `spec.log_path` opened (engines/evidence/source.py); None: it is
     a placed path, opened by its own rules."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,13 +23,14 @@ from placewatch.schemas import ComputeStatus, GpuHealth, GpuSample, ShardBrief, 
 from placewatch.schemas.printable import printable
 
 from ..deadline import NEVER, Deadline
-from ..engines import owns_log
+from ..engines import ModelClaim, owns_log
 from ..engines.evidence import EngineEvidence
 from ..engines.evidence.follow import EngineLogs, Evidence, Log
 from ..gpu import ActivityWanted
 from . import liveness
 from .activity import Activity, ActivityWindows, Read, shard_usage
 from .attribution import Held, ProcTable, attribute, owner, unseen_holders
+from .claims import ServerClaims, SharedServerLogs
 from .discover import discover
 from .discover.log_path import log_source
 from .discovered import DiscoveryWalks
@@ -116,9 +117,9 @@ class ShardPass:
         self.clock = clock
         self.tracked: dict[str, Tracked] = {}
         self.shared: dict[str, str] = {}
+        """Shards refused this tick for naming a process another shard holds -> that shard."""
         self.shared_logs: dict[str, str] = {}
         """Each shard whose log another shard's process writes too -> what to say of it."""
-        """Shards refused this tick for naming a process another shard holds -> that shard."""
         self.table = ProcTable(proc_root)
         self.scope = scope
         """The processes discovery and `match` consider (scope.py)."""
@@ -127,6 +128,7 @@ class ShardPass:
         self._owners_for: dict[int, str] = {}
         self._logs_wanted: dict[str, Log] = {}
         self.windows = ActivityWindows()
+        self.claims, self.server_logs = ServerClaims(), SharedServerLogs()
         self.gpu_health: dict[int, GpuHealth] = {}
         """Each GPU's health as the GPU tools last told it: it stands while they fail (a GPU
         fallen off the bus may take its tool down with it)."""
@@ -134,9 +136,8 @@ class ShardPass:
     @property
     def wants_activity(self) -> ActivityWanted:
         """How far the next GPU read should go for what each process ran: through a tool run
-        ("any") while a shard placed on GPUs serves (its log shows a request in the window:
-        only then can activity change its verdict); in process only (NVML) while one merely
-        runs, for its sm_pct; not at all without one."""
+        ("any") while a shard placed on GPUs serves (a request in its log in the window: only
+        then can activity change its verdict); in process (NVML) while one runs; else not."""
         judged = [
             sid for sid, t in self.tracked.items() if t.pid and t.ready and t.placement.spec.gpus
         ]
@@ -160,7 +161,7 @@ class ShardPass:
         """Every shard's status on these GPU readings; `gpus_known`: a GPU tool answered;
         `read_at`: when the reading began (time.monotonic()), now when not given; `silent`:
         the GPU sources that did not answer, named in what a shard they leave untold says;
-        `deadline`: the tick's, by which its engine logs answer with what they read."""
+        `deadline`: the tick's, by which its engine logs and a router server answer."""
         placements, problems = placed(self.shards_file, self.bucket)
         if self.discovery:
             placements += await self._discovered(gpus, None if gpus_known else silent, placements)
@@ -182,10 +183,12 @@ class ShardPass:
                 find_processes, self.tracked.values(), self.table, self.scope
             )
         self.shared = liveness.shared_processes(self.tracked)
-        self.shared_logs = liveness.shared_logs(self.tracked, self.shared)
+        owning = {s: t for s, t in self.tracked.items() if owns_log(t.placement.spec.engine)}
+        self.shared_logs = liveness.shared_logs(owning, self.shared)
         problems += self._refused(self.shared)
         await self._readiness()
         evidence = await self._evidence(deadline)
+        claims = await self.claims.read(self.tracked, deadline)
         seen = self._attribute(gpus, gpus_known, exited)
         if gpus_known:
             self.gpu_health = health_by_index(gpus)
@@ -195,7 +198,7 @@ class ShardPass:
             judged_status(
                 sid,
                 t,
-                self._judge_one(sid, t, seen, evidence.get(sid), now, activity.get(sid)),
+                self._judge_one(sid, t, seen, evidence.get(sid), now, activity.get(sid), claims),
                 node=self.node,
                 session=self.session,
                 now=now,
@@ -208,7 +211,10 @@ class ShardPass:
         return ShardsView(
             gpus=seen.gpus,
             statuses=statuses,
-            gone=[gone_status(p, node=self.node, session=self.session, now=now) for p in gone],
+            gone=[
+                gone_status(p, node=self.node, session=self.session, now=now, tracked=self.tracked)
+                for p in gone
+            ],
             problems=[printable_problem(p) for p in problems],
         )
 
@@ -240,6 +246,7 @@ class ShardPass:
         evidence: EngineEvidence | None,
         now: datetime,
         activity: Activity | None = None,
+        claims: Mapping[str, ModelClaim] | None = None,
     ) -> Judgement:
         """One shard's verdict. Nothing about one shard stops the others: an error checking or
         judging it makes it `unknown`, saying what went wrong, and a verdict evidence gave
@@ -263,6 +270,7 @@ class ShardPass:
             hidden=seen.unseen,
             evidence=evidence,
             activity=activity,
+            claim=(claims or {}).get(sid),
         )
         try:
             judged = _judged(t, obs, seen)
@@ -310,6 +318,7 @@ class ShardPass:
     async def _evidence(self, deadline: Deadline) -> Evidence:
         """What each followed log says; a tick with no log to follow, now or before, asks
         nothing of EngineLogs."""
+        unread = self.server_logs.unread(self.tracked) | self.shared_logs.keys()
         wanted = {
             sid: Log(
                 log_source(path, t.placement.log, t.pid),
@@ -317,7 +326,7 @@ class ShardPass:
                 t.placement.log_prefix,
             )
             for sid, t in self.tracked.items()
-            if (path := t.placement.spec.log_path) and sid not in self.shared_logs
+            if (path := t.placement.spec.log_path) and sid not in unread
         }
         if self.logs is None or not (wanted or self._logs_wanted):
             return {}
@@ -351,13 +360,10 @@ class ShardPass:
                 previous = t
                 t = self.tracked[sid] = Tracked(placement)
                 if previous is not None and previous.placement.spec.pid == placement.spec.pid:
-                    t.pid, t.create_time, t.started, t.ready, t.container = (
-                        previous.pid,
-                        previous.create_time,
-                        previous.started,
-                        previous.ready,
-                        previous.container,
-                    )
+                    p = previous  # the same process: what was read of it once holds
+                    t.pid, t.create_time, t.started = p.pid, p.create_time, p.started
+                    t.ready, t.container = p.ready, p.container
+                    t.cpu_flag, t.router = p.cpu_flag, p.router  # its own flags too
             else:
                 t.placement = placement
         return gone

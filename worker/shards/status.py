@@ -9,6 +9,7 @@ alert that shows a status is driven by them.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 
 import msgspec
@@ -17,6 +18,7 @@ from placewatch.schemas import ComputeStatus, GpuHealth, SourceStatus
 from placewatch.schemas.printable import printable
 
 from .activity import Activity
+from .discovered import handed_over
 from .gpu_health import unhealthy, with_health
 from .liveness import Tracked
 from .placements import Placement
@@ -66,9 +68,19 @@ def judged_status(
     )
 
 
-def gone_status(placement: Placement, *, node: str, session: str, now: datetime) -> ComputeStatus:
-    """The last status of a shard no longer placed or found."""
-    what = "its process exited" if placement.origin == "discovered" else "its placement was removed"
+def gone_status(
+    placement: Placement,
+    *,
+    node: str,
+    session: str,
+    now: datetime,
+    tracked: Mapping[str, Tracked],
+) -> ComputeStatus:
+    """The last status of a shard no longer placed or found (a discovered one's process may
+    be watched on by a placement among `tracked`)."""
+    what = "its placement was removed"
+    if placement.origin == "discovered":
+        what = handed_over(tracked, placement.spec.pid) or "its process exited"
     return ComputeStatus(
         node=node,
         shard=printable(placement.spec.id),
@@ -77,7 +89,7 @@ def gone_status(placement: Placement, *, node: str, session: str, now: datetime)
         pid=placement.spec.pid,
         placed_gpus=list(placement.spec.gpus),
         verdict="gone",
-        reason=f"no longer watched: {what}",
+        reason=printable(f"no longer watched: {what}"),
         engine=placement.spec.engine,
     )
 

@@ -6,7 +6,9 @@ backend failed to load still answers health checks from the CPU. Memory is
 the rest of the account: what the shard's processes hold on each GPU, as the
 driver lists it. The driver lists host PIDs, so a worker that cannot see
 them (a container without the host's PID namespace) cannot tell, and says
-`unknown`, never `cpu_fallback`.
+`unknown`, never `cpu_fallback`. What a shard's router server says of it (Ollama's /api/ps:
+"100% GPU") is its plan and belief, weighed after the engine's own lines and against memory:
+a model it calls all on the GPU whose processes hold no GPU memory computes on the CPU.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import cast
 from placewatch.schemas import ACTIVITY_WINDOW_S, DeviceUse, GpuSample
 from placewatch.schemas.messages import Backend, Verdict
 
-from ..engines import engine_named
+from ..engines import ModelClaim, engine_named
 from ..engines.evidence import EngineEvidence
 from .activity import Activity, IdleServing
 from .placements import Placement
@@ -51,6 +53,8 @@ class Observation:
     evidence: EngineEvidence | None = None
     activity: Activity | None = None
     """What its processes ran on its GPUs while its engine served (activity.py)."""
+    claim: ModelClaim | None = None
+    """What its router server says of its model (claims.py)."""
 
 
 @dataclass(frozen=True)
@@ -91,7 +95,7 @@ def judge(obs: Observation, gpus: list[GpuSample]) -> Judgement:
     then the engine's own word, then the memory its processes hold; a `gpu` verdict stands
     only if its processes did something on its GPUs while its engine served."""
     case = _Case(obs, gpus)
-    judged = _before_evidence(case) or _engine_word(case) or _memory(case)
+    judged = _before_evidence(case) or _engine_word(case) or _server_word(case) or _memory(case)
     if judged.verdict == "gpu":
         return _idle_while_serving(case) or judged
     return judged
@@ -247,6 +251,29 @@ def _engine_word(case: _Case) -> Judgement | None:
     return None
 
 
+def _server_word(case: _Case) -> Judgement | None:
+    """Its router server's word that the model is on the CPU, or only partly on GPUs, whatever
+    memory its processes hold (a CPU model still allocates a GPU compute buffer)."""
+    claim, placed = case.obs.claim, case.placed
+    if claim is None or claim.where == "gpu":
+        return None
+    held = sum(n or 0 for i, n in case.obs.held.items() if i in placed)
+    though = f", though its processes hold {_size(held)} there" if held else ""
+    if claim.where == "cpu":
+        return case.verdict(
+            "cpu_fallback",
+            f"placed on {_gpu_list(placed)} but computing on the CPU: {claim.source} says "
+            f"{claim.said()}{though}; {ADVICE_LIBS}, or {ADVICE_DOCTOR}",
+            "CPU",
+        )
+    return case.verdict(
+        "partial",
+        f"placed on {_gpu_list(placed)} but {claim.source} says {claim.said()}: the rest "
+        "computes on the CPU; give it more GPU memory or fewer models alongside",
+        case.backend(),
+    )
+
+
 def _memory(case: _Case) -> Judgement:
     """Where the shard's processes hold memory, against where it was placed."""
     obs, placed, floor = case.obs, case.placed, case.floor
@@ -315,6 +342,15 @@ def _nothing_held(case: _Case) -> Judgement:
             f"holds no memory this worker can see on {_gpu_list(placed)}, but GPU {index} {why}; "
             "run the worker in the host's PID namespace (--pid=host)"
             + (f"; {note}" if note else ""),
+        )
+    claim = case.obs.claim
+    if claim is not None:  # all on the GPU, it says: memory says otherwise
+        return case.verdict(
+            "cpu_fallback",
+            f"placed on {_gpu_list(placed)} but computing on the CPU: {claim.source} says "
+            f"{claim.said()}, yet its processes hold no memory the GPU tools list there; "
+            f"{ADVICE_LIBS}, or {ADVICE_DOCTOR}",
+            "CPU",
         )
     if case.engine_says_gpu:
         total = case.ev.layers_total if case.ev else 0

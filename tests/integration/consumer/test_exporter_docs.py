@@ -27,7 +27,8 @@ RULES_TEST = ROOT / "docs" / "prometheus" / "placewatch-rules.test.yml"
 PROMQL_WORDS = {
     "by", "without", "on", "ignoring", "group_left", "group_right", "and", "or", "unless",
     "sum", "count", "max", "min", "avg", "max_over_time", "min_over_time", "rate", "increase", "topk",
-    "bottomk", "absent", "offset", "bool", "abs",
+    "bottomk", "absent", "offset", "bool", "abs", "label_replace",
+    "ALERTS",  # Prometheus's own series of its alerts: a rule that holds reads its own
 }  # fmt: skip
 """The PromQL functions and keywords the documents may use; any other name must be a metric."""
 
@@ -87,7 +88,7 @@ def test_promtool_checks_and_unit_tests_the_alert_rules() -> None:
         [str(promtool), "check", "rules", str(RULES)], capture_output=True, text=True, check=False
     )
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert "SUCCESS: 13 rules found" in checked.stdout
+    assert "SUCCESS: 15 rules found" in checked.stdout
     tested = subprocess.run(
         [str(promtool), "test", "rules", RULES_TEST.name],
         cwd=RULES_TEST.parent,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 
 import pytest
@@ -10,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from placewatch.consumer.exporter.collector import FleetCollector, stale_limit
 from placewatch.consumer.fleet import Holdings
-from placewatch.prometheus.exposition import render
+from placewatch.prometheus.exposition import Family, render
 from placewatch.prometheus.listen import Listen, listen_argument
 from placewatch.prometheus.metrics import (
     GPU_LABELS,
@@ -34,13 +35,18 @@ OWN = {"placewatch_unreadable_messages_total"}
 def scrape(content: Holdings, now: datetime = NOW, own: bool = False, **kwargs: object) -> Series:
     """The series served of `content` (and, with `own`, those of the exporter's view)."""
     collector = FleetCollector(lambda: content, clock=now.timestamp, **kwargs)  # type: ignore[arg-type]
-    text = render(collector.collect(), openmetrics=False).decode()
-    series: Series = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if own or s.name not in OWN:
-                series[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    return series
+    series = parse_series(collector.collect())
+    return series if own else {k: v for k, v in series.items() if k[0] not in OWN}
+
+
+def parse_series(families: Iterable[Family]) -> Series:
+    """Every series of the families, as Prometheus's text format serves them."""
+    text = render(families, openmetrics=False).decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
 
 
 def test_the_messages_its_view_did_not_read_are_counted_by_reason() -> None:

@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from placewatch.consumer.exporter.collector import FleetCollector
 from placewatch.consumer.snapshot import FleetState
 from placewatch.prometheus.exposition import render
-from placewatch.prometheus.families import Families, pods_of
+from placewatch.prometheus.families import Families
 from placewatch.schemas import ComputeStatus, GpuHealth, GpuProcess, NodeSample, lean
 from placewatch.worker.latest import Latest
 from placewatch.worker.metrics import NodeCollector
@@ -49,7 +49,7 @@ def sample(*gpu0: GpuProcess, driver: str | None = DRIVER) -> NodeSample:
 
 def served(s: NodeSample, *statuses: ComputeStatus) -> str:
     families = Families()
-    families.add(lean.split(s)[1], s, 1.0, pods_of(statuses))
+    families.add(lean.split(s)[1], s, 1.0, statuses=statuses)
     return render(families, openmetrics=True).decode()
 
 

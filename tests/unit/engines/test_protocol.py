@@ -29,7 +29,8 @@ DISCOVERY = (
         (["llama-server", "-m", "/models/q.gguf", "--alias", "qwen", "--port", "4001"], "qwen"),
         (["llama-server", "--port", "4001"], None),
         (["vllm", "serve", "Qwen/Qwen3-8B"], None),
-        (["ollama", "runner", "--model", "/blobs/sha256-1", "--port", "4001"], None),
+        (["ollama", "runner", "--model", "/blobs/sha256-1", "--port", "4001"], "sha256-1"),
+        (["ollama", "runner", "--model", "/etc/passwd", "--port", "4001"], None),
     ],
 )
 def test_the_model_a_process_serves_names_it_under_its_router(

@@ -9,18 +9,24 @@ import anyio
 
 from placewatch.schemas import GpuSample, PlacementSpec
 from placewatch.worker.shards.discover import Discovered
-from placewatch.worker.shards.discovered import DISCOVERY_EVERY_S, DiscoveryWalks
+from placewatch.worker.shards.discovered import DISCOVERY_EVERY_S, DiscoveryWalks, NewProcesses
 from placewatch.worker.shards.placements import Placement
 
 GPUS = [GpuSample(index=0, uuid="GPU-0")]
 
 
 class Node:
-    """Engines by pid, found as discover() would on the GPUs it is given."""
+    """Engines by pid, found as discover() would on the GPUs it is given; `others` the node's
+    other processes."""
 
     def __init__(self, *pids: int) -> None:
         self.pids = list(pids)
+        self.others = [1, 2]
         self.walks = 0
+
+    def new(self) -> NewProcesses:
+        """What each tick between walks looks at: this node's pids, not the machine's."""
+        return NewProcesses(lambda: [*self.others, *self.pids], lambda pid: pid in self.pids)
 
     def walk(
         self,
@@ -53,19 +59,43 @@ def found(
 
 def test_a_walk_stands_until_it_is_time_for_the_next() -> None:
     node, now = Node(101), [1000.0]
-    walks = DiscoveryWalks(lambda: now[0], walk=node.walk)
+    walks = DiscoveryWalks(lambda: now[0], walk=node.walk, new=node.new())
     found(walks, GPUS, None)
-    node.pids.append(102)
+    node.others.append(3)  # a new process, no engine
     now[0] += DISCOVERY_EVERY_S - 1
     assert [p.spec.pid for p in found(walks, GPUS, None)] == [101]
+    assert node.walks == 1
+    now[0] += 1
+    assert [p.spec.pid for p in found(walks, GPUS, None)] == [101]
+    assert node.walks == 2
+
+
+def test_a_new_engine_is_found_at_the_next_tick_not_the_next_walk() -> None:
+    node, now = Node(101), [1000.0]
+    walks = DiscoveryWalks(lambda: now[0], walk=node.walk, new=node.new())
+    found(walks, GPUS, None)
+    node.pids.append(102)
     now[0] += 1
     assert [p.spec.pid for p in found(walks, GPUS, None)] == [101, 102]
-    assert node.walks == 2
+    now[0] += 1
+    assert [p.spec.pid for p in found(walks, GPUS, None)] == [101, 102]
+    assert node.walks == 2  # one walk for the new engine, none for the tick after
+
+
+def test_a_fork_that_execs_an_engine_by_the_next_look_is_found() -> None:
+    running, execed = [1], set[int]()
+    new = NewProcesses(lambda: running, lambda pid: pid in execed)
+    new.reset()
+    running.append(7)
+    assert not new.engine_started()  # pid 7 still shows its parent's command line
+    execed.add(7)
+    assert new.engine_started()  # it exec'ed llama-server since
+    assert not new.engine_started()  # looked at twice; later, it is the walk's
 
 
 def test_an_engine_found_while_the_tools_answered_keeps_its_gpus_while_they_are_silent() -> None:
     node, now = Node(101), [1000.0]
-    walks = DiscoveryWalks(lambda: now[0], walk=node.walk)
+    walks = DiscoveryWalks(lambda: now[0], walk=node.walk, new=node.new())
     (told,) = found(walks, GPUS, None)
     node.pids.append(102)
     # One failed read: walked again at once, the tools having stopped answering.
@@ -84,7 +114,7 @@ def test_an_engine_found_while_the_tools_answered_keeps_its_gpus_while_they_are_
 
 def test_on_a_node_whose_tools_never_answer_every_engine_is_untold() -> None:
     node = Node(101)
-    walks = DiscoveryWalks(lambda: 1000.0, walk=node.walk)
+    walks = DiscoveryWalks(lambda: 1000.0, walk=node.walk, new=node.new())
     (untold,) = found(walks, [], ["nvml", "nvidia-smi"])
     assert (untold.origin, untold.gpu_request) == ("discovered", "-ngl 99")
     assert untold.gpus_unknown == "no GPU tool answered (nvml, nvidia-smi)"

@@ -32,7 +32,7 @@ def test_names_reason_and_evidence_are_published_escaped() -> None:
     assert status.pod_namespace == "ns\\x9b" and status.container_name == "c"
     assert status.reason == f"llama.cpp says 'failed to initialize CUDA: {SHOWN}'"
     assert status.evidence == [f"ggml_cuda_init: {SHOWN}", "plain"]
-    gone = gone_status(placement, node="n1", session="s", now=NOW)
+    gone = gone_status(placement, node="n1", session="s", now=NOW, tracked={})
     assert gone.shard == SHOWN
 
 

@@ -44,11 +44,14 @@ def life_line(line: str, low: str) -> LifeLine | None:
     of one ("before"), or neither. `low` is the line lowercased."""
     if any(w in low for w in _BANNER_WORDS) and any(g.banner.search(line) for g in _LOGS):
         return "banner"
+    return "before" if _before(line, low) else None
+
+
+def _before(line: str, low: str) -> bool:
     if any(w in low for w in _BEFORE_WORDS):
         text = clean_line(line)
-        if any(g.before is not None and g.before.match(text) for g in _LOGS):
-            return "before"
-    return None
+        return any(g.before is not None and g.before.match(text) for g in _LOGS)
+    return False
 
 
 def newest_life(window: bytes) -> int | None:
@@ -91,6 +94,9 @@ class Lives:
         if found == "banner":
             replay, self._before = [*self._before, line], []
             self.starts += 1
+            if _before(line, low):  # Ollama's start of a llama-server, whose own banner follows
+                self._before.append(line)
+                self._kept = True
             return replay
         if found == "before":
             self._before.append(line[:BEFORE_CHARS])

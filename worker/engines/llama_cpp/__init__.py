@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from ..base import STDERR, STDOUT, EngineLog, Intent, Launch, RequestLog
+from ..base import STDERR, STDOUT, EngineLog, Intent, Launch, RequestLog, ServerReports
 from ..flags import (
     ALIAS,
     API_PREFIX,
@@ -95,10 +95,14 @@ class LlamaCpp:
 
     def launch(self, exe: str, args: tuple[str, ...]) -> Launch | None:
         if exe == "llama-server":
+            if "--list-devices" in args:
+                return None  # lists the devices it can use and exits: no server
             router = flag(args, LLAMA.settings[MODEL][0]) is None and (
                 flag(args, LLAMA.settings[MODELS_DIR][0]) is not None
             )
-            return Launch(NAME, "llama-server", args, LLAMA, True, 8080, True, router)
+            return Launch(
+                NAME, "llama-server", args, LLAMA, True, 8080, True, router, child_prefix=router
+            )
         if exe == "llama-cli":
             return Launch(NAME, "llama-cli", args, LLAMA)
         return None
@@ -136,6 +140,12 @@ class LlamaCpp:
 
     def served_model(self, launch: Launch) -> str | None:
         return served_model(launch)
+
+    def router_child(self, router: Launch, argv0: str, launch: Launch) -> Launch | None:
+        return launch
+
+    def reports(self) -> ServerReports | None:
+        return None
 
     def cpu_only_build_fix(self, backend: str | None) -> str | None:
         if backend is None:

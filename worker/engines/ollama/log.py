@@ -1,5 +1,13 @@
 """Ollama: its server's own logfmt lines, from discovery to the scheduler and the runners.
 
+Since 0.30 a model runs in Ollama's build of llama-server, started with `-ngl` only where the
+model's options set num_gpu (`-ngl 0`: the CPU) and `--log-verbosity 4`, its lines copied
+into the server's log as they are: `msg="starting llama-server" cmd="..."` starts each one
+(llm/llama_server.go at fb30760996871fa9460115c753afd2c60d4ab0f7), so it starts the life of
+the evidence of the model it loads. The scheduler's plan, cudart and "falling back to CPU"
+lines are gone there; `inference compute` and `gpu memory` (one per GPU given to a load)
+remain.
+
 Ollama's server log mixes its own logfmt lines (discovery: `inference compute ...
 library=cuda|rocm|cpu`; the scheduler: `offload to cuda`, `msg=offload library=cpu
 layers.offload=0`; runner command lines; 0.12's `load request ... GPULayers:15[...]`) with
@@ -39,9 +47,9 @@ _OLLAMA_FAILED = re.compile(
     r'|GPU discovery watchdog timed out|compatible gpu libraries" compatible=\[\]'
 )
 _DYNAMIC = re.compile(r"Dynamic LLM libraries\"?\s*(?:runners=)?\"?\[([^\]]{0,200})\]")
-_RUNNER_CMD = re.compile(r'msg="starting (?:llama server|runner)" cmd="([^"]{0,4096})')
+_RUNNER_CMD = re.compile(r'msg="starting (llama server|runner|llama-server)" cmd="([^"]{0,4096})')
 _RUNNER_LIB = re.compile(r"[/\\]runners[/\\]([a-z]+)")
-_NGL = re.compile(r"--n-gpu-layers (\d{1,5})\b")
+_NGL = re.compile(r"(?:^|\s)(?:--n-gpu-layers|-ngl) (\d{1,5})\b")
 _GPU_LAYERS = re.compile(r"GPULayers:(\d{0,5})\[([^\]]{0,2048})\]")
 _LAYERS_ON = re.compile(r"Layers:(\d{1,5})")
 _ID_ON = re.compile(r"ID:([\w-]{1,64})")
@@ -88,8 +96,8 @@ def read_ollama_line(ev: EvidenceState, text: str, low: str) -> bool:
             return True
         return False
     match = _RUNNER_CMD.search(text)
-    if match is not None:
-        return _read_runner_cmd(ev, match.group(1))
+    if match is not None:  # since 0.30 the model's own process starts: a finding whatever else
+        return _read_runner_cmd(ev, match.group(2)) or match.group(1) == "llama-server"
     match = _GPU_LAYERS.search(text)
     if match is not None:
         return _read_load_request(ev, match.group(1), match.group(2))
@@ -218,11 +226,20 @@ def is_ollama_format(line: str) -> bool:
 class _Log:
     """Ollama's logfmt lines, and its runners' llama.cpp lines in its log."""
 
-    banner = re.compile(r"msg=\"?Listening on\b")
-    """The server's; its runners come and go within one server's life."""
-    before = None
-    words = (("listening",), ())
-    keywords = ("runner", "falling back", "offload", "gpu", "librar", "layer", "weights")
+    banner = re.compile(r'msg="?(?:Listening on\b|starting llama-server")')
+    """The server's; before 0.30 its runners come and go within one server's life, since
+    each model's llama-server starts its own."""
+    before = re.compile(
+        r'^msg="?(?:starting llama-server"|system memory|gpu memory|loading model via llama-server'
+        r"|waiting for llama-server)"
+    )
+    """Since 0.30, its lines from the start of a model's llama-server to that one's own banner
+    (llama.cpp's `llama_server: initializing`), which would otherwise end the life they
+    begin."""
+    words = (("listening", "starting llama-server"), ("llama-server", "memory"))
+    keywords = (
+        "runner", "falling back", "offload", "gpu", "librar", "layer", "weights", "llama-server",
+    )  # fmt: skip
     prefixes = (
         r"time=\S{1,64}(?=\s)",  # its logfmt time (or the poster's "time=...")
         r"(?:(?:le)?vel=\w{1,8}\s+)?source=[\w./-]{1,64}\.go:\d{1,6}(?=\s)",  # level, source

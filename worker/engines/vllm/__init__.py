@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..base import STDERR, STDOUT, EngineLog, Intent, Launch, RequestLog
+from ..base import STDERR, STDOUT, EngineLog, Intent, Launch, RequestLog, ServerReports
 from ..flags import (
     DATA_PARALLEL,
     DATA_PARALLEL_LOCAL,
@@ -87,6 +87,12 @@ class Vllm:
         return said[0] if said else "vLLM without --device cpu"
 
     def served_model(self, launch: Launch) -> str | None:
+        return None
+
+    def router_child(self, router: Launch, argv0: str, launch: Launch) -> Launch | None:
+        return launch
+
+    def reports(self) -> ServerReports | None:
         return None
 
     def cpu_only_build_fix(self, backend: str | None) -> str | None:

@@ -9,7 +9,8 @@ NVML calls block in the driver and can hang there like nvidia-smi does, so
 a tick's reads run in a worker thread, one at a time (worker/gpu/read_thread.py), with a
 timeout; a read that does not come back is abandoned and no new read starts
 until it does (the source reads degraded meanwhile). Health counts and XID
-events are read through nvml/health.py, in the same read.
+events are read through nvml/health.py, the processes through nvml/processes.py, in the
+same read; which readings are asked once, slowly or every tick is nvml/cadence.py's.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import functools
 import logging
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, ClassVar, NamedTuple
 
 import anyio
@@ -28,9 +29,19 @@ from placewatch.schemas import GpuProcess, GpuSample, MigInstance, SourceStatus
 from placewatch.schemas.messages import Vendor
 
 from .. import ActivityWanted, SourceOptions, values
-from ..process_activity import IDLE, NO_READING, Usage, clamp_pct
 from ..read_thread import ReadThread
-from .health import Refusals, XidEvents, field_value, read_health
+from .cadence import SLOW_EVERY_S, Cadence, Fixed, Slow
+from .health import (
+    Refusals,
+    XidEvents,
+    field_value,
+    read_counts,
+    read_reasons,
+    with_clock_events,
+)
+from .processes import ProcessLists as ProcessLists
+from .processes import ProcessUtilization as ProcessUtilization
+from .processes import processes_of
 
 MEMORY_TEMP = 82
 """NVML_FI_DEV_MEMORY_TEMP: the memory's temperature, a field value (DCGM_FI_DEV_MEMORY_TEMP)."""
@@ -73,84 +84,111 @@ def read_gpus(
     utilization: ProcessUtilization | None = None,
     refusals: Refusals | None = None,
     xids: XidEvents | None = None,
+    *,
+    cadence: Cadence | None = None,
 ) -> tuple[list[GpuSample], list[str]]:
     """Every GPU as NVML sees it, and why any cannot be read at all; a reading NVML refuses
     is None. With `utilization`, what each listed process ran since the last read, too;
     with `refusals`, the calls a GPU refused for good are not asked again; with `xids`,
-    each GPU's critical XIDs since the first read. Blocking.
+    each GPU's critical XIDs since the first read; with `cadence`, what was read before is
+    asked again only as often as nvml/cadence.py says (without, everything is asked).
+    Blocking.
 
-    A GPU the driver lost (Xid 79, fallen off the bus) refuses even its handle: it is
-    listed by its index alone, with the XIDs it had (79 among them), and the others are
-    read as usual.
+    A GPU the driver lost (Xid 79, fallen off the bus) refuses even its handle, and every
+    call on a handle kept from before: it is listed by its index alone, with the XIDs it had
+    (79 among them), and the others are read as usual.
     """
     lists = lists or ProcessLists()
     refusals = refusals or Refusals()
+    cadence = cadence or Cadence()
     gpus, problems = [], []
-    handles: dict[int, Any] = {}
     lost: dict[int, str] = {}
-    for index in range(nvml.nvmlDeviceGetCount()):
-        try:
-            handles[index] = nvml.nvmlDeviceGetHandleByIndex(index)
-        except nvml.NVMLError as exc:
-            lost[index] = str(exc)
+    cadence.counted(nvml.nvmlDeviceGetCount())
+    for index in range(cadence.count or 0):
+        if index not in cadence.handles:
+            try:
+                cadence.handles[index] = nvml.nvmlDeviceGetHandleByIndex(index)
+            except nvml.NVMLError as exc:
+                lost[index] = str(exc)
     if xids is not None:
-        xids.start(nvml, handles)
-        xids.drain(nvml)
-    for index in sorted([*handles, *lost]):
-        if index in lost:
-            problems.append(f"GPU {index}: {lost[index]}")
-            health = None if xids is None else xids.attach(index, None)
-            gpus.append(GpuSample(index=index, vendor="nvidia", health=health))
-            continue
-        handle = handles[index]
-        gpus.append(
-            _read_gpu(nvml, index, handle, lists, utilization, refusals=refusals, xids=xids)
-        )
+        xids.start(nvml, cadence.handles)
+        cadence.xids(xids.drain(nvml))
+    if not cadence.driver_read:  # one driver serves the node's NVIDIA GPUs
+        cadence.driver_read = True
+        try:
+            cadence.driver = _str(nvml.nvmlSystemGetDriverVersion())
+        except nvml.NVMLError:
+            cadence.driver = None
+    for index in range(cadence.count or 0):
+        if index not in lost:
+            try:
+                gpu = _read_gpu(
+                    nvml, index, lists, utilization, refusals, cadence=cadence, xids=xids
+                )
+                gpus.append(gpu)
+                continue
+            except GpuLost as exc:
+                cadence.lost(index)
+                lost[index] = str(exc)
+        problems.append(f"GPU {index}: {lost[index]}")
+        health = None if xids is None else xids.attach(index, None)
+        gpus.append(GpuSample(index=index, vendor="nvidia", health=health))
     return gpus, problems
+
+
+NVML_ERROR_GPU_IS_LOST = 15
+
+
+class GpuLost(Exception):
+    """A call on a GPU's handle answered NVML_ERROR_GPU_IS_LOST: the GPU fell off the bus."""
+
+
+def _ask(nvml: Any, call: str | Callable[..., Any], *args: Any) -> Any:
+    """NVML's answer, or None where it gives none; GpuLost where the GPU is lost."""
+    try:
+        return (getattr(nvml, call) if isinstance(call, str) else call)(*args)
+    except nvml.NVMLError as exc:
+        if getattr(exc, "value", None) == NVML_ERROR_GPU_IS_LOST:
+            raise GpuLost(str(exc)) from exc
+        return None
 
 
 def _read_gpu(
     nvml: Any,
     index: int,
-    handle: Any,
     lists: ProcessLists,
     utilization: ProcessUtilization | None,
-    *,
     refusals: Refusals,
+    *,
+    cadence: Cadence,
     xids: XidEvents | None,
 ) -> GpuSample:
-    def ask(call: str | Callable[..., Any], *args: Any) -> Any:
-        try:
-            return (getattr(nvml, call) if isinstance(call, str) else call)(*args)
-        except nvml.NVMLError:
-            return None
+    handle = cadence.handles[index]
+    ask = functools.partial(_ask, nvml)
 
     def once(call: str, *args: Any) -> Any:  # not asked again once refused for good
         return refusals.ask(nvml, index, call, handle, *args)
 
-    memory = _memory(nvml, handle, ask)
+    memory = _memory(nvml, handle, ask)  # first: a GPU lost since the last tick says so here
+    fixed = cadence.fixed.get(index) or _read_fixed(index, handle, ask, cadence)
+    slow = cadence.slow_of(index) or _read_slow(
+        nvml, index, handle, ask, refusals=refusals, cadence=cadence
+    )
     rates = ask("nvmlDeviceGetUtilizationRates", handle)
-    pci = ask("nvmlDeviceGetPciInfo", handle)
     power_mw = _whole(ask("nvmlDeviceGetPowerUsage", handle))
-    cap_mw = _whole(ask("nvmlDeviceGetEnforcedPowerLimit", handle))
     energy_mj = _whole(once("nvmlDeviceGetTotalEnergyConsumption"))
     fan = once("nvmlDeviceGetFanSpeed")
-    mode = ask("nvmlDeviceGetMigMode", handle)
-    mig_enabled = None if mode is None else mode[0] == nvml.NVML_DEVICE_MIG_ENABLE
-    listed = ask(lists.read, nvml, handle)
-    # What each process ran, where asked: NVML gives no per-process utilization on a MIG GPU
-    # (NOT_SUPPORTED), so it is not asked there. Each process is built once, with it.
-    usage = None
-    if utilization is not None and listed and not mig_enabled:
-        usage = utilization.read(nvml, index, handle)
-    processes = _processes(nvml, listed, usage)
-    instances: list[MigInstance] = []
-    if mig_enabled:
-        # On a MIG GPU, processes are listed per instance, not on the parent.
-        instances, mig_processes = _mig(nvml, handle, ask, lists)
-        processes += mig_processes
+    processes, instances = _gpu_processes(
+        nvml,
+        index,
+        handle,
+        ask,
+        lists=lists,
+        utilization=utilization,
+        mig_enabled=slow.mig_enabled,
+    )
     util = None if rates is None else _pct(rates.gpu)
-    health = read_health(nvml, index, handle, refusals)
+    health = with_clock_events(slow.counts, read_reasons(nvml, index, handle, refusals))
     encoder, decoder = (
         once("nvmlDeviceGetEncoderUtilization"),
         once("nvmlDeviceGetDecoderUtilization"),
@@ -158,10 +196,10 @@ def _read_gpu(
     memory_temp = field_value(nvml, index, handle, refusals, MEMORY_TEMP)
     return GpuSample(
         index=index,
-        uuid=_str(ask("nvmlDeviceGetUUID", handle)),
+        uuid=fixed.uuid,
         vendor="nvidia",
-        name=_str(ask("nvmlDeviceGetName", handle)),
-        bus_id=None if pci is None else _str(pci.busId),
+        name=fixed.name,
+        bus_id=fixed.bus_id,
         utilization_pct=util,
         activity=None if util is None else "busy",
         memory_total_bytes=None if memory is None else memory.total,
@@ -169,9 +207,9 @@ def _read_gpu(
         memory_free_bytes=None if memory is None else memory.free,
         temperature_c=_float(ask("nvmlDeviceGetTemperature", handle, nvml.NVML_TEMPERATURE_GPU)),
         power_w=None if power_mw is None else power_mw / 1000,
-        power_cap_w=None if cap_mw is None else cap_mw / 1000,
+        power_cap_w=slow.power_cap_w,
         processes=processes,
-        mig_enabled=mig_enabled,
+        mig_enabled=slow.mig_enabled,
         mig=instances,
         sm_clock_mhz=_whole(once("nvmlDeviceGetClockInfo", nvml.NVML_CLOCK_SM)),
         memory_clock_mhz=_whole(once("nvmlDeviceGetClockInfo", nvml.NVML_CLOCK_MEM)),
@@ -183,8 +221,61 @@ def _read_gpu(
         memory_temperature_c=None if memory_temp is None else float(memory_temp),
         encoder_util_pct=None if not encoder else _pct(encoder[0]),
         decoder_util_pct=None if not decoder else _pct(decoder[0]),
-        driver_version=_str(ask("nvmlSystemGetDriverVersion")),
+        driver_version=cadence.driver,
         health=health if xids is None else xids.attach(index, health),
+    )
+
+
+def _read_fixed(index: int, handle: Any, ask: Any, cadence: Cadence) -> Fixed:
+    """GPU `index`'s identity, read now and kept (nvml/cadence.py)."""
+    pci = ask("nvmlDeviceGetPciInfo", handle)
+    fixed = Fixed(
+        uuid=_str(ask("nvmlDeviceGetUUID", handle)),
+        name=_str(ask("nvmlDeviceGetName", handle)),
+        bus_id=None if pci is None else _str(pci.busId),
+    )
+    cadence.fixed[index] = fixed
+    return fixed
+
+
+def _gpu_processes(
+    nvml: Any,
+    index: int,
+    handle: Any,
+    ask: Any,
+    *,
+    lists: ProcessLists,
+    utilization: ProcessUtilization | None,
+    mig_enabled: bool | None,
+) -> tuple[list[GpuProcess], list[MigInstance]]:
+    """The GPU's processes, with what each ran where `utilization` is asked, and its MIG
+    instances."""
+    listed = ask(lists.read, nvml, handle)
+    # NVML gives no per-process utilization on a MIG GPU (NOT_SUPPORTED), so it is not asked
+    # there. Each process is built once, with it.
+    usage = None
+    if utilization is not None and listed and not mig_enabled:
+        usage = utilization.read(nvml, index, handle)
+    processes = processes_of(nvml, listed, usage)
+    instances: list[MigInstance] = []
+    if mig_enabled:
+        # On a MIG GPU, processes are listed per instance, not on the parent.
+        instances, mig_processes = _mig(nvml, handle, ask, lists)
+        processes += mig_processes
+    return processes, instances
+
+
+def _read_slow(
+    nvml: Any, index: int, handle: Any, ask: Any, *, refusals: Refusals, cadence: Cadence
+) -> Slow:
+    """GPU `index`'s slow readings, read now and kept (nvml/cadence.py)."""
+    cap_mw = _whole(ask("nvmlDeviceGetEnforcedPowerLimit", handle))
+    mode = ask("nvmlDeviceGetMigMode", handle)
+    return cadence.keep_slow(
+        index,
+        power_cap_w=None if cap_mw is None else cap_mw / 1000,
+        mig_enabled=None if mode is None else mode[0] == nvml.NVML_DEVICE_MIG_ENABLE,
+        counts=read_counts(nvml, index, handle, refusals),
     )
 
 
@@ -210,7 +301,7 @@ def _mig(
                 memory_used_bytes=None if memory is None else memory.used,
             )
         )
-        processes += _processes(nvml, ask(lists.read, nvml, mig))
+        processes += processes_of(nvml, ask(lists.read, nvml, mig))
     return instances, processes
 
 
@@ -246,117 +337,6 @@ def _memory(nvml: Any, handle: Any, ask: Any) -> Memory | None:
     return Memory(total, used, free, reserved)
 
 
-class ProcessLists:
-    """Reads the compute processes of a GPU, with room for as many as the last list had.
-
-    nvidia-ml-py asks the driver twice for each list (its length, then the list) and wraps
-    every record in an object of its own: 0.9 to 1.6 ms of CPU a list of 64 processes on an
-    H200, most of it in the driver, against 0.6 to 0.7 ms in one call. Here the list is read
-    in one call into room sized from the last one, where the bindings expose the driver's
-    function; else through them.
-    """
-
-    def __init__(self, slots: int = 64) -> None:
-        self.slots = slots
-
-    def read(self, nvml: Any, handle: Any) -> Any:
-        """The compute processes on `handle`, as NVML's process records."""
-        get = getattr(nvml, "_nvmlGetFunctionPointer", None)
-        record = getattr(nvml, "c_nvmlProcessInfo_v3_t", None)
-        if get is None or record is None:
-            return nvml.nvmlDeviceGetComputeRunningProcesses(handle)
-        function = get("nvmlDeviceGetComputeRunningProcesses_v3")
-        while True:
-            count = ctypes.c_uint(self.slots)
-            records = (record * self.slots)()
-            code = function(handle, ctypes.byref(count), records)
-            if code != nvml.NVML_ERROR_INSUFFICIENT_SIZE:
-                break
-            self.slots = count.value * 2 + 5  # processes may start before the next try
-        if code != nvml.NVML_SUCCESS:
-            raise nvml.NVMLError(code)
-        return records[: count.value]
-
-
-NVML_ERROR_NOT_FOUND = 6
-NVML_ERROR_FUNCTION_NOT_FOUND = 13
-
-
-class ProcessUtilization:
-    """What each process ran on each GPU since the last read, from NVML's samples.
-
-    The driver keeps per-process samples (the share of each sample period, 1/6 s to 1 s by
-    product, that the process had kernels on the SMs, and that the memory controller served
-    it) and hands back those newer than the timestamp it is given, one record per process
-    that ran and none for a process that did not (NVML API reference, R550 to R590). A read
-    with no sample since that timestamp fails with NVML_ERROR_NOT_FOUND: nothing ran, which
-    is a reading of 0 for every process, not an error. The newest timestamp seen is kept per
-    GPU, so each read covers the time since the one before; the first covers what the driver
-    still holds. A GPU that cannot say (NOT_SUPPORTED: MIG, a vGPU guest, before Maxwell)
-    gives no reading.
-
-    nvidia-ml-py binds the call as nvmlDeviceGetProcessUtilization (records of
-    c_nvmlProcessUtilizationSample_t: pid, timeStamp, smUtil, memUtil, encUtil, decUtil);
-    a driver without it (FUNCTION_NOT_FOUND) is asked through
-    nvmlDeviceGetProcessesUtilizationInfo (R550 and later, records with the same fields).
-    One read at a time touches it, as ProcessLists.
-    """
-
-    def __init__(self) -> None:
-        self.last_seen: dict[int, int] = {}
-        self._call = "nvmlDeviceGetProcessUtilization"
-
-    def read(self, nvml: Any, index: int, handle: Any) -> dict[int, Usage] | None:
-        """pid -> (SM %, memory %) of the processes that ran on GPU `index` since the last
-        read (a process left out ran nothing), or None where NVML cannot tell. Blocking."""
-        try:
-            records = self._records(nvml, handle, self.last_seen.get(index, 0))
-        except nvml.NVMLError as exc:
-            code = getattr(exc, "value", None)
-            # The bindings raise NVMLError(SUCCESS) for an empty answer to the sizing call.
-            return {} if code in (NVML_ERROR_NOT_FOUND, 0) else None
-        except (AttributeError, TypeError):  # bindings without the call, or a broken record
-            return None
-        return self._usage(index, records)
-
-    def _records(self, nvml: Any, handle: Any, since: int) -> Any:
-        try:
-            return getattr(nvml, self._call)(handle, since)
-        except nvml.NVMLError as exc:
-            v2 = "nvmlDeviceGetProcessesUtilizationInfo"
-            if getattr(exc, "value", None) != NVML_ERROR_FUNCTION_NOT_FOUND or self._call == v2:
-                raise
-            if not hasattr(nvml, v2):
-                raise
-            self._call = v2
-            return getattr(nvml, v2)(handle, since)
-
-    def _usage(self, index: int, records: Any) -> dict[int, Usage]:
-        sums: dict[int, tuple[float, float, int]] = {}
-        newest = self.last_seen.get(index, 0)
-        for record in records or []:
-            sm, mem, n = sums.get(int(record.pid), (0.0, 0.0, 0))
-            sums[int(record.pid)] = (sm + record.smUtil, mem + record.memUtil, n + 1)
-            newest = max(newest, int(record.timeStamp))
-        self.last_seen[index] = newest
-        return {pid: (sm / n, mem / n) for pid, (sm, mem, n) in sums.items()}
-
-
-def _processes(nvml: Any, infos: Any, usage: Mapping[int, Usage] | None = None) -> list[GpuProcess]:
-    """The processes of a list NVML gave; with `usage`, what each ran (a process NVML gave
-    no sample for ran nothing: IDLE)."""
-    found = []
-    for info in infos or []:
-        pid = int(info.pid)
-        # Older bindings hand back the raw "not available" sentinel instead of None.
-        used = _whole(getattr(info, "usedGpuMemory", None))
-        sm, mem = NO_READING if usage is None else usage.get(pid, IDLE)
-        found.append(
-            GpuProcess(pid=pid, used_bytes=used, sm_pct=clamp_pct(sm), mem_pct=clamp_pct(mem))
-        )
-    return found
-
-
 def _str(value: Any) -> str | None:
     if isinstance(value, bytes):
         value = value.decode(errors="replace")
@@ -380,7 +360,9 @@ class NvmlSource:
     name: ClassVar[str] = NAME
     vendor: ClassVar[Vendor] = "nvidia"
 
-    def __init__(self, nvml: Any = None, timeout_s: float = 5.0) -> None:
+    def __init__(
+        self, nvml: Any = None, timeout_s: float = 5.0, slow_every_s: float = SLOW_EVERY_S
+    ) -> None:
         self._nvml = nvml
         self._why_not: str | None = None
         self.timeout_s = timeout_s
@@ -389,6 +371,7 @@ class NvmlSource:
         self._utilization = ProcessUtilization()  # the same
         self._refusals = Refusals()  # the same
         self._xids = XidEvents()  # the same; its event set lives as long as the worker
+        self.cadence = Cadence(slow_every_s)  # the same: what was read once and slowly
 
     @classmethod
     def build(cls, options: SourceOptions) -> NvmlSource:
@@ -426,7 +409,13 @@ class NvmlSource:
             )
         utilization = self._utilization if activity != "no" else None
         read = functools.partial(
-            read_gpus, self._nvml, self._lists, utilization, self._refusals, self._xids
+            read_gpus,
+            self._nvml,
+            self._lists,
+            utilization,
+            self._refusals,
+            self._xids,
+            cadence=self.cadence,
         )
         found: tuple[list[GpuSample], list[str]] | None = None
         try:

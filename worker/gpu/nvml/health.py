@@ -1,8 +1,10 @@
 """A GPU's health through NVML: the counts GpuHealth carries, and XID errors as they come.
 
-The source reads counts only; worker/gpu/health.py judges them. Two things keep a tick
+The source reads counts only; worker/gpu/health.py judges them. Three things keep a tick
 cheap on an 8-GPU node:
 
+- The counts change slowly and are read at the slow cadence (nvml/cadence.py), and at
+  once after an XID on the GPU; only the clock event reasons are read every tick.
 - A call a GPU refuses for good (NOT_SUPPORTED: ECC on a GeForce, page retirement on
   A100 and later, the fan of a passively cooled datacenter card; FUNCTION_NOT_FOUND: a
   driver older than the call; or bindings without it) is remembered per GPU and not asked
@@ -13,8 +15,8 @@ cheap on an 8-GPU node:
   nvidia-smi prints no XIDs (the kernel log does), so they are counted since the worker
   started.
 
-Both are touched by one read at a time, as the process lists in nvml/__init__.py: a read stuck
-in the driver blocks the next.
+The refusals and the XID counts are touched by one read at a time, as the process lists in
+nvml/processes.py: a read stuck in the driver blocks the next.
 """
 
 from __future__ import annotations
@@ -73,8 +75,9 @@ class Refusals:
         self.refused.setdefault(index, set()).add((call, *args))
 
 
-def read_health(nvml: Any, index: int, handle: Any, refusals: Refusals) -> GpuHealth | None:
-    """GPU `index`'s health counts, XIDs apart; None where NVML gave none of them."""
+def read_counts(nvml: Any, index: int, handle: Any, refusals: Refusals) -> GpuHealth:
+    """GPU `index`'s health counts, clock events and XIDs apart: what changes slowly, read
+    at the slow cadence (nvml/cadence.py)."""
 
     def ask(call: str, *args: Any) -> Any:
         return refusals.ask(nvml, index, call, handle, *args)
@@ -87,11 +90,8 @@ def read_health(nvml: Any, index: int, handle: Any, refusals: Refusals) -> GpuHe
     ecc = "nvmlDeviceGetTotalEccErrors"
     retired = "nvmlDeviceGetRetiredPages"
     remapped = ask("nvmlDeviceGetRemappedRows")
-    reasons = ask("nvmlDeviceGetCurrentClocksEventReasons")
-    if reasons is None:  # drivers before R535 name them throttle reasons
-        reasons = ask("nvmlDeviceGetCurrentClocksThrottleReasons")
     pending = ask("nvmlDeviceGetRetiredPagesPendingStatus")
-    health = GpuHealth(
+    return GpuHealth(
         ecc_corrected_volatile=_count(ask(ecc, corrected, volatile)),
         ecc_uncorrected_volatile=_count(ask(ecc, uncorrected, volatile)),
         ecc_corrected_aggregate=_count(ask(ecc, corrected, aggregate)),
@@ -103,12 +103,25 @@ def read_health(nvml: Any, index: int, handle: Any, refusals: Refusals) -> GpuHe
         remapped_rows_uncorrectable=None if remapped is None else _count(remapped[1]),
         remapped_rows_pending=None if remapped is None else bool(remapped[2]),
         remapped_rows_failed=None if remapped is None else bool(remapped[3]),
-        clock_events=clock_events(reasons),
         pcie_gen=_count(ask("nvmlDeviceGetCurrPcieLinkGeneration")),
         pcie_width=_count(ask("nvmlDeviceGetCurrPcieLinkWidth")),
         pcie_replays=_count(ask("nvmlDeviceGetPcieReplayCounter")),
         recovery_action=_recovery_action(nvml, index, handle, refusals),
     )
+
+
+def read_reasons(nvml: Any, index: int, handle: Any, refusals: Refusals) -> Any:
+    """GPU `index`'s clock event reasons, NVML's bitmask, or None: read every tick."""
+    reasons = refusals.ask(nvml, index, "nvmlDeviceGetCurrentClocksEventReasons", handle)
+    if reasons is None:  # drivers before R535 name them throttle reasons
+        reasons = refusals.ask(nvml, index, "nvmlDeviceGetCurrentClocksThrottleReasons", handle)
+    return reasons
+
+
+def with_clock_events(counts: GpuHealth | None, reasons: Any) -> GpuHealth | None:
+    """The health counts with the clock events of `reasons`; None where NVML gave none of
+    them (no count, no reasons)."""
+    health = msgspec.structs.replace(counts or GpuHealth(), clock_events=clock_events(reasons))
     return None if health == GpuHealth() and reasons is None else health
 
 
@@ -204,10 +217,11 @@ class XidEvents:
             self.by_handle[_identity(handle)] = index
             self.xids[index] = Xids()
 
-    def drain(self, nvml: Any) -> None:
-        """Count the XIDs the driver holds, without waiting for one."""
+    def drain(self, nvml: Any) -> set[int]:
+        """Count the XIDs the driver holds, without waiting for one: the GPUs they came from."""
+        came: set[int] = set()
         if self.event_set is None:
-            return
+            return came
         for _ in range(MAX_EVENTS_A_READ):
             try:
                 event = nvml.nvmlEventSetWait_v2(self.event_set, 0)
@@ -216,7 +230,7 @@ class XidEvents:
                 if failed and not self.failing:
                     log.warning("reading NVML's XID events failed (%s); tried again each read", exc)
                 self.failing = failed
-                return
+                return came
             if not int(event.eventType) & nvml.nvmlEventTypeXidCriticalError:
                 continue
             index = self.by_handle.get(_identity(event.device))
@@ -224,6 +238,8 @@ class XidEvents:
                 log.warning("XID %d on a GPU not registered: not counted", event.eventData)
                 continue
             self.xids[index] = self.xids[index].seen(int(event.eventData), self.clock())
+            came.add(index)
+        return came
 
     def attach(self, index: int, health: GpuHealth | None) -> GpuHealth | None:
         """`health` with GPU `index`'s XIDs; unchanged for a GPU not registered."""

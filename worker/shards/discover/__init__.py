@@ -23,6 +23,6 @@ so is an engine meant for GPUs on a node where no GPU tool answered.
 """
 
 from .classify import Discovered, classify
-from .scan import discover
+from .scan import discover, runs_engine
 
-__all__ = ["Discovered", "classify", "discover"]
+__all__ = ["Discovered", "classify", "discover", "runs_engine"]

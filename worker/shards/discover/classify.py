@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from placewatch.schemas import GpuSample, PlacementSpec
 
-from ...engines import read_launch
+from ...engines import Launch, Server, read_launch
 from ...engines.evidence.source import LogSource
 from .endpoint import health_url, serve_port
 from .intent import intended_gpus
@@ -32,6 +32,10 @@ class Discovered:
     log_prefix: str | None = None
     """The prefix of its lines in `spec.log_path` when that is another process's log: a
     llama-server router's child (`[PORT]`)."""
+    server: Server | None = None
+    """The router that started it, where that says what its models are (Ollama's server)."""
+    model: str | None = None
+    """The name that router knows its model by."""
     log: LogSource | None = None
     """How `spec.log_path` is opened, as it was found (log_path.py)."""
 
@@ -45,18 +49,20 @@ def classify(
     create_time: float = 0.0,
     tools_silent: Sequence[str] | None = None,
     log: LogSource | None = None,
+    launch: Launch | None = None,
 ) -> Discovered | None:
     """The engine `cmdline` runs and the GPUs it meant to use, or None for anything else.
 
     `env` is the process's environment, None when it could not be read; `gpus`
     are the node's GPUs, and `tools_silent` the GPU sources that did not answer
     when none did (None when one did: `gpus` then says what there is). Pure:
-    reads nothing but its arguments; `log` is where its output was found.
-    The shard's id is the engine's name and its port, or its pid when it serves
-    on none.
+    reads nothing but its arguments; `log` is where its output was found;
+    `launch` what it runs where its router said so (Engine.router_child), else its command
+    line is read. The shard's id is the engine's name and its port, or its pid when it
+    serves on none. A router is no shard: it loads no model itself.
     """
-    launch = read_launch(cmdline)
-    if launch is None:
+    launch = read_launch(cmdline) if launch is None else launch
+    if launch is None or launch.router:
         return None
     port = serve_port(launch, env)
     stem = f"{launch.name}-{port}" if port is not None else f"{launch.name}-{pid}"

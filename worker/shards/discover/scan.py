@@ -8,6 +8,7 @@ parent, start time and environment are read only for a recognised engine
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -16,7 +17,7 @@ import psutil
 
 from placewatch.schemas import GpuSample, PlacementSpec
 
-from ...engines import Launch, engine_of, read_launch
+from ...engines import Launch, Server, engine_of, read_launch
 from ...engines.evidence.source import LogSource
 from ..cgroup import read_container
 from ..scope import EVERY, ProcessScope
@@ -26,6 +27,9 @@ from .log_path import container_log, find_log
 
 MAX_DEPTH = 64
 """Ancestors looked at when asking whether an engine process is another's child."""
+ASK_S = 1.0
+"""The most one walk waits for routers to say what their children's models are, from the end
+of its scan, where no deadline is given (an answer is kept: a model is named once)."""
 
 _Seen = tuple[psutil.Process | None, tuple[str, ...], Launch | None]
 """A process (None until it is asked for), its command line, and the engine it runs if any."""
@@ -39,6 +43,7 @@ def discover(
     tools_silent: Sequence[str] | None = None,
     placed_routers: Mapping[int, PlacementSpec] | None = None,
     scope: ProcessScope = EVERY,
+    until: float | None = None,
 ) -> list[Discovered]:
     """Every engine process on the node that is not already placed, by id.
 
@@ -59,8 +64,11 @@ def discover(
     runs is a child llama-server whose output the router prefixes with `[PORT]` into its own:
     a shard `<router's id>/<model>`, its lines those of the router's log with its prefix. A
     router a placement names (`placed_routers`, pid -> placement) places its children: each is
-    `<placement's id>/<model>` on the placement's GPUs. Only engines `scope` admits are
-    found (scope.py).
+    `<placement's id>/<model>` on the placement's GPUs. Ollama's server is a router too: its
+    children are its models, named as the server names them (asked by `until`,
+    time.monotonic(); ASK_S from the end of the scan where not given), their lines those of
+    the server's log; what else it starts (its GPU discovery probes) is no shard. Only
+    engines `scope` admits are found (scope.py).
     """
     if processes is not None:
         seen = _scan(processes)
@@ -68,14 +76,22 @@ def discover(
         seen = _scan_proc() or _scan(psutil.process_iter())
     parents = _Parents(seen)
     routers = _routers(seen, placed_routers or {})
+    until = time.monotonic() + ASK_S if until is None else until
     found: list[Discovered] = []
-    for pid, (_, cmdline, launch) in seen.items():
-        if launch is None or pid in exclude or launch.router:
+    for pid, (_, cmdline, read) in seen.items():
+        if read is None or pid in exclude or read.router:
             continue
         try:
             router = routers.get(parents.of(pid) or 0)  # its models are shards, placed or not
             if router is None and _placed(pid, exclude, parents):
                 continue
+            launch = (
+                read
+                if router is None
+                else engine_of(router.launch).router_child(router.launch, cmdline[0], read)
+            )
+            if launch is None:
+                continue  # not one of its router's models
             if _part_of_parent(pid, launch, seen, parents):
                 continue
             process = _process(pid, seen[pid])
@@ -93,11 +109,12 @@ def discover(
             create_time=created,
             tools_silent=tools_silent,
             log=find_log(launch, env, pid) or container_log(read_container(pid).container_id, pid),
+            launch=launch,
         )
         if d is None:
             continue
         if router is not None:
-            d = _router_child(d, launch, router)
+            d = _router_child(d, launch, router, until)
         if d.spec.health_url and _other_network(pid):
             # Its loopback is its container's, not this worker's: judge it after the grace period.
             d = replace(d, spec=msgspec.structs.replace(d.spec, health_url=None))
@@ -152,6 +169,17 @@ def _scan_proc(root: str = "/proc") -> dict[int, _Seen]:
     return seen
 
 
+def runs_engine(pid: int, root: str = "/proc") -> bool:
+    """Whether the process `pid` runs an engine (a router included), by its command line
+    alone; False for one gone, or one this worker may not read."""
+    try:
+        with open(f"{root}/{pid}/cmdline", "rb") as f:
+            data = f.read()
+    except OSError:
+        return False
+    return read_launch(_split_cmdline(os.fsdecode(data))) is not None
+
+
 def _split_cmdline(data: str) -> tuple[str, ...]:
     """/proc/PID/cmdline's arguments, as psutil splits them: NUL-separated, or, for a
     process that rewrote its title into one string, space-separated; empty for a zombie."""
@@ -197,14 +225,17 @@ def _environ(process: psutil.Process) -> dict[str, str] | None:
 
 @dataclass(frozen=True)
 class _Router:
-    """A llama-server router: the id its children's ids start with, its log (where their
-    lines go; how it is opened, where it was found), and the GPUs a placement naming it gives
-    them (None: their own flags')."""
+    """A router (llama-server's, Ollama's server): the id its children's ids start with, its
+    log (where their lines go) and how it is opened where it was found, what it runs, where
+    it answers what its models are (None: it is not asked), and the GPUs a placement naming
+    it gives them (None: their own flags')."""
 
     id: str
-    log_path: str | None
-    log: LogSource | None = None
+    log: str | None
+    launch: Launch
+    server: Server | None = None
     gpus: list[int] | None = None
+    source: LogSource | None = None
 
 
 def _routers(seen: Mapping[int, _Seen], placed: Mapping[int, PlacementSpec]) -> dict[int, _Router]:
@@ -217,27 +248,46 @@ def _routers(seen: Mapping[int, _Seen], placed: Mapping[int, PlacementSpec]) -> 
         except psutil.Error:
             continue
         log = find_log(launch, env, pid)
+        server = _server(launch, pid)
         spec = placed.get(pid)
-        if spec is not None and spec.log_path:
-            found[pid] = _Router(spec.id, spec.log_path, None, list(spec.gpus))
-        elif spec is not None:
-            found[pid] = _Router(spec.id, log.path if log else None, log, list(spec.gpus))
+        held = log.path if log is not None else None
+        if spec is not None:
+            source = None if spec.log_path else log  # a placed log_path is opened by its rules
+            found[pid] = _Router(
+                spec.id, spec.log_path or held, launch, server, list(spec.gpus), source
+            )
         else:
-            name = f"{launch.name}-{serve_port(launch, env) or pid}"
-            found[pid] = _Router(name, log.path if log else None, log)
+            port = server.port if server is not None else serve_port(launch, env)
+            found[pid] = _Router(f"{launch.name}-{port or pid}", held, launch, server, source=log)
     return found
 
 
-def _router_child(d: Discovered, launch: Launch, router: _Router) -> Discovered:
-    """A router's child: named by its router and its model, its lines those of the router's
-    log that carry its port."""
+def _server(launch: Launch, pid: int) -> Server | None:
+    """Where a router that says what its models are answers, on this worker's loopback (the
+    port it listens on itself); None for any other, or one in another network namespace."""
+    reports = engine_of(launch).reports()
+    if reports is None or _other_network(pid):
+        return None
+    found = reports.address(pid)
+    return Server(launch.engine, pid, *found) if found is not None else None
+
+
+def _router_child(d: Discovered, launch: Launch, router: _Router, until: float) -> Discovered:
+    """A router's child: named by its router and its model (as the router names it, where it
+    says), its lines those of the router's log (those that carry its port, where the router
+    prefixes them)."""
     port = serve_port(launch, None)
-    model = engine_of(launch).served_model(launch) or str(d.spec.pid)
-    spec = msgspec.structs.replace(d.spec, id=f"{router.id}/{model}", log_path=router.log_path)
+    reports = engine_of(router.launch).reports() if router.server is not None else None
+    named = reports.model_name(router.server, launch, until) if reports and router.server else None
+    model = named or engine_of(launch).served_model(launch) or str(d.spec.pid)
+    spec = msgspec.structs.replace(d.spec, id=f"{router.id}/{model}", log_path=router.log)
     if router.gpus is not None:
         spec = msgspec.structs.replace(spec, gpus=router.gpus)
         d = replace(d, gpus_unknown=None, gpu_request=None)  # its own CPU flags still hold
-    return replace(d, spec=spec, log_prefix=f"[{port}]" if port else None, log=router.log)
+    prefix = f"[{port}]" if port and router.launch.child_prefix else None
+    return replace(
+        d, spec=spec, log_prefix=prefix, server=router.server, model=named, log=router.source
+    )
 
 
 def _part_of_parent(pid: int, launch: Launch, seen: Mapping[int, _Seen], parents: _Parents) -> bool:

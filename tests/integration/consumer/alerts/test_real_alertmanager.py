@@ -4,7 +4,6 @@ what each shard does now, through a verdict change, a resolution and a SIGKILL."
 
 from __future__ import annotations
 
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -17,13 +16,11 @@ from placewatch.schemas import FallbackEvent
 from tests.conftest import NatsServer, run_placewatch
 from tests.integration.consumer.alerts.test_consume import publish
 from tests.support.alertmanager import (
-    AMTOOL,
     Alert,
     Alertmanager,
     Relay,
     docs_config,
     firing,
-    need,
 )
 from tests.support.alerts_cli import Alerts
 from tests.support.fallback_events import status
@@ -159,33 +156,6 @@ def test_a_restart_after_sigkill_with_the_resolved_event_pending_fires_nothing_a
         assert code == 0, err
     finally:
         relay.close()
-
-
-def test_the_docs_route_pages_for_critical_and_tells_the_team_for_warning(
-    tmp_path: Path,
-) -> None:
-    amtool = need(AMTOOL)
-    config = tmp_path / "alertmanager.yml"
-    config.write_text(docs_config())
-    checked = subprocess.run(
-        [str(amtool), "check-config", str(config)], capture_output=True, text=True, check=False
-    )
-    assert checked.returncode == 0, checked.stdout + checked.stderr
-
-    def receiver(*labels: str) -> str:
-        done = subprocess.run(
-            [str(amtool), "config", "routes", "test", f"--config.file={config}", *labels],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        assert done.returncode == 0, done.stderr
-        return done.stdout.strip()
-
-    fallback = ("alertname=PlacewatchFallback", "node=gpu-07")
-    assert receiver("severity=critical", *fallback) == "gpu-oncall"
-    assert receiver("severity=warning", *fallback) == "gpu-team"
-    assert receiver("severity=critical", "alertname=NodeDown") == "default"
 
 
 def test_a_node_clock_an_hour_ahead_fires_and_resolves_without_holding_up_the_others(

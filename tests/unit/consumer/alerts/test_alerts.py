@@ -29,6 +29,7 @@ def test_the_defaults() -> None:
         timeout=10.0,
         labels={},
         annotations={},
+        blind_after=300.0,
     )
 
 
@@ -42,6 +43,7 @@ def test_every_flag_has_a_variable_and_the_flag_wins() -> None:
         "PLACEWATCH_ALERTS_TIMEOUT": "2.5",
         "PLACEWATCH_ALERTS_LABELS": "team=inference, env=prod",
         "PLACEWATCH_ALERTS_ANNOTATIONS": "runbook_url=https://runbooks.example/pw",
+        "PLACEWATCH_ALERTS_BLIND_AFTER": "120",
     }
     assert set(env) == set(ENVIRONMENT.values())
     assert options(parse(env=env)) == Options(
@@ -53,10 +55,14 @@ def test_every_flag_has_a_variable_and_the_flag_wins() -> None:
         timeout=2.5,
         labels={"team": "inference", "env": "prod"},
         annotations={"runbook_url": "https://runbooks.example/pw"},
+        blind_after=120.0,
     )
-    flags = parse("--durable", "x", "--resend", "0", "--label", "env=staging", env=env)
+    flags = parse(
+        *("--durable", "x", "--resend", "0", "--blind-after", "0", "--label", "env=staging"),
+        env=env,
+    )
     chosen = options(flags)
-    assert (chosen.durable, chosen.resend) == ("x", 0.0)
+    assert (chosen.durable, chosen.resend, chosen.blind_after) == ("x", 0.0, 0.0)
     assert chosen.labels == {"team": "inference", "env": "staging"}  # one name replaced
 
 

@@ -9,9 +9,12 @@ from datetime import timedelta
 import msgspec
 import pytest
 
+from placewatch.consumer.held import decode_held
 from placewatch.consumer.watch.board import FORGET_AFTER_S, matches, node_matches, rank, selected
 from placewatch.consumer.watch.text import COLUMNS, as_json, lines
 from placewatch.consumer.watch.watched import Watched
+from placewatch.schemas import NodeTelemetry, SourceStatus, encode
+from placewatch.schemas.evidence import BLIND_AFTER_S
 from placewatch.schemas.printable import printable
 
 from tests.support.console_fleet import DEAD_FOR, NOW, dead_name, fleet_state, live_name
@@ -186,3 +189,41 @@ def test_a_selection_that_matches_nothing_says_so_and_an_empty_bus_says_what_to_
     assert lines(selected(w.board(), node="nope*"), NOW)[-1] == "# nothing here matches"
     empty = Watched(fleet_state(live=0, dead=0), clock=NOW.timestamp).board()
     assert lines(empty, NOW)[-1] == "# no nodes yet: is a worker publishing with this prefix?"
+
+
+def test_a_blind_node_is_a_problem_and_its_shards_read_blind_past_the_limit() -> None:
+    """nvidia-smi fails on one node: it is BLIND among the problems; a shard stale for
+    longer than BLIND_AFTER_S reads `blind` where it read `stale`, one stale less long
+    `stale`. The limit is counted on the node's clock, here 30 s behind the view's."""
+    state = fleet_state(live=2, dead=0)
+    node = live_name(0)
+    failed = SourceStatus(
+        name="nvidia-smi", ok=False, latency_ms=40.0, error="NVIDIA-SMI has failed", vendor="nvidia"
+    )
+    telemetry = decode_held(state.nodes[node], NodeTelemetry)
+    blind = msgspec.structs.replace(telemetry, gpus=[], sources=[failed])
+    data, headers = encode(blind)
+    state.nodes[node] = msgspec.structs.replace(
+        state.nodes[node],
+        data=data,
+        content_type=headers["Content-Type"],
+        seen=NOW.timestamp() + 30,
+    )
+    behind = NOW  # the node's now, when the view's is NOW + 30 s
+    for shard, lost_s in (("shard-00", BLIND_AFTER_S + 5), ("shard-01", BLIND_AFTER_S - 5)):
+        state.shards[(node, shard)] = msgspec.structs.replace(
+            state.shards[(node, shard)],
+            stale=True,
+            stale_since=behind - timedelta(seconds=lost_s),
+        )
+    board = Watched(state, clock=lambda: NOW.timestamp() + 30).board()
+    (row,) = [n for n in board.nodes if n.node == node]
+    assert row.problems == (
+        "BLIND: no GPU tool answers: NVIDIA-SMI has failed",
+        "clock 30 s behind",
+    )
+    assert board.nodes[0] is row  # problems first
+    states = {r.shard: r.state for r in board.shards if r.node == node}
+    assert (states["shard-00"], states["shard-01"]) == ("blind", "FIRING,stale")
+    (other,) = [n for n in board.nodes if n.node != node]  # silent by now, never blind
+    assert not any("BLIND" in said for said in other.problems)

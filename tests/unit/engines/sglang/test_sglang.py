@@ -145,3 +145,46 @@ def test_verdicts_like_vllm_s() -> None:
     assert nothing.verdict == "cpu_fallback"
     told_cpu = judge(placed([0], {}, "cpu.log"), GPUS)
     assert (told_cpu.verdict, told_cpu.backend) == ("cpu_fallback", "CPU")
+
+
+def test_sglang_0_5_23_one_gpu_reads_cuda_from_its_dict_and_its_pool() -> None:
+    ev = read_text((LOGS / "0.5.23-cuda-tp1.log").read_text())
+    assert (ev.engine, ev.backend, ev.gpu_backend) == ("sglang", "CUDA", "CUDA")
+    assert ev.gpu_weight_bytes == gib(15.41)
+    assert ev.lines[0].startswith("server_args={'model_path': 'Qwen/Qwen3-8B'")
+    assert ev.lines[-1].endswith("available_gpu_mem=10.21 GB")
+
+
+def test_sglang_0_5_23_on_the_cpu_reads_cpu() -> None:
+    ev = read_text((LOGS / "0.5.23-cpu.log").read_text())
+    assert (ev.engine, ev.backend, ev.gpu_backend, ev.gpu_weight_bytes) == (
+        "sglang",
+        "CPU",
+        None,
+        None,
+    )
+    assert ev.lines[-1].endswith("available_cpu_mem=206.40 GB")
+
+
+def test_sglang_0_5_23_ranks_with_attention_cp_and_moe_dp_are_read() -> None:
+    ev = read_text((LOGS / "0.5.23-tp2-attn-cp-moe-dp.log").read_text())
+    assert (ev.engine, ev.backend, ev.gpu_weight_bytes) == ("sglang", "CUDA", gib(28.56))
+    assert clean_line("[2026-10-14 11:05:40 ATTN_CP1 MOE_DP1 TP1] Memory pool end.") == (
+        "Memory pool end."
+    )
+    assert clean_line("[2026-10-14 11:05:40.123 DP0 PP1 TP1 EP1] x") == "x"
+
+
+def test_sglang_0_5_23_dict_banner_starts_a_life() -> None:
+    cpu = (LOGS / "0.5.23-cpu.log").read_text()
+    cuda = (LOGS / "0.5.23-cuda-tp1.log").read_text()
+    assert read_text(cpu + cuda) == read_text(cuda)
+    assert read_text(cuda + cpu) == read_text(cpu)
+
+
+def test_sglang_0_5_23_pool_on_the_gpu_without_its_arguments_reads_a_gpu() -> None:
+    ev = read_text(
+        "[2026-10-14 09:30:31] max_total_num_tokens=373010, chunked_prefill_size=8192, "
+        "context_len=40960, available_gpu_mem=10.21 GB\n"
+    )
+    assert (ev.engine, ev.backend) == ("sglang", "CUDA")

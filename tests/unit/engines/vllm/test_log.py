@@ -84,3 +84,62 @@ def test_vllm_sums_the_weights_each_tensor_parallel_worker_loads() -> None:
     )
     assert (ev.engine, ev.gpu_weight_bytes) == ("vllm", 2 * gib(1.5874))
     assert not ev.known  # weights alone do not name the platform
+
+
+TODAY = OWN / "vllm"
+"""vLLM 0.34.0's default log, synthesized from its format strings (vllm/README.md there)."""
+
+
+def test_vllm_0_34_on_cuda_reads_cuda_without_its_platform_line() -> None:
+    ev = read_log(TODAY / "0.34-cuda-default.log")
+    assert reading(ev, None) == Reading(VLLM, "CUDA", "CUDA", gpu_bytes=gib(15.27))
+    assert ev.lines[0].startswith("Initializing a V1 LLM engine (v0.34.0) with config: ")
+    assert ev.lines[1:] == (
+        "Model loading took 15.27 GiB memory and 5.104932 seconds",
+        "Available KV cache memory: 53.43 GiB",
+        "GPU KV cache size: 389,056 tokens, Maximum concurrency for 40,960 tokens per request: "
+        "9.50x",
+    )
+
+
+def test_vllm_0_34_on_the_cpu_reads_cpu_and_its_weights_in_host_memory() -> None:
+    ev = read_log(TODAY / "0.34-cpu-default.log")
+    assert reading(ev, None) == Reading(VLLM, "CPU", cpu_bytes=gib(1.12))
+    assert ev.lines[-1].startswith("CPU KV cache size: 245,056 tokens")
+
+
+@pytest.mark.parametrize(
+    ("line", "backend"),
+    [
+        ("(EngineCore_DP0 pid=7) INFO 08-22 10:15:44 [kv_cache_utils.py:1168] GPU KV cache "
+         "size: 389,056 tokens, Maximum concurrency for 40,960 tokens per request: 9.50x", "CUDA"),
+        ("(EngineCore pid=7) INFO 08-22 10:15:44 [kv_cache_utils.py:1168] CPU KV cache size: "
+         "5 tokens, Maximum concurrency for 40 tokens per request: 0.12x", "CPU"),
+        ("(Worker_TP1 pid=9) INFO 08-22 10:15:44 [gpu_worker.py:795] Available KV cache "
+         "memory: 53.43 GiB", "CUDA"),
+        ("(Worker pid=9) INFO 08-22 12:40:31 [cpu_worker.py:255] Explicitly set (4.00/62.70) "
+         "GiB for KV cache on node 0.", "CPU"),
+        ("(EngineCore pid=7) INFO 08-22 10:15:17 [core.py:153] Initializing a V1 LLM engine "
+         "(v0.34.0) with config: kv_cache_dtype=auto, device_config=xpu, seed=0", "SYCL"),
+    ],
+)  # fmt: skip
+def test_vllm_today_says_its_device_where_its_kv_cache_goes(line: str, backend: str) -> None:
+    ev = read_text(line + "\n")
+    assert (ev.engine, ev.backend) == ("vllm", backend)
+
+
+def test_vllm_0_34_logo_starts_a_life() -> None:
+    cpu = (TODAY / "0.34-cpu-default.log").read_text()
+    cuda = (TODAY / "0.34-cuda-default.log").read_text()
+    assert read_text(cpu + cuda) == read_text(cuda)
+    assert read_text(cuda + cpu) == read_text(cpu)
+
+
+def test_vllm_without_its_logo_starts_a_life_at_its_server_version_line() -> None:
+    cpu = (TODAY / "0.34-cpu-default.log").read_text()
+    restarted = (
+        "(APIServer pid=4000) INFO 08-22 13:00:00 [startup.py:38] vLLM server version 0.34.0, "
+        "serving model Qwen/Qwen3-8B\n"
+    )
+    ev = read_text(cpu + restarted)
+    assert (ev.engine, ev.backend, ev.lines) == (None, None, ())

@@ -158,7 +158,7 @@ def test_calls_a_gpu_refuses_for_good_are_not_asked_again() -> None:
     # The H200 answers ECC and remapped rows every read; it has no fan and no page
     # retirement. The A100s' capture has no health reading at all, as a GeForce has none.
     nvml = FakeNvml([*h200(), *captured()[1:]])
-    source = NvmlSource(nvml)
+    source = NvmlSource(nvml, slow_every_s=0)  # the slow counts read every tick, to count them
     for _ in range(3):
         (h200_, a100), status = sample(source)
         assert status.ok
