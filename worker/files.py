@@ -26,6 +26,11 @@ _KINDS = {
 }
 
 
+def kind_of(mode: int) -> str:
+    """What a file that is not a regular one is, from its `st_mode`: "a named pipe"."""
+    return _KINDS.get(stat.S_IFMT(mode), "not a regular file")
+
+
 def read_text(path: str | Path, limit: int) -> str:
     """The UTF-8 text of the regular file `path`, at most `limit` bytes of it.
 
@@ -39,8 +44,7 @@ def read_text(path: str | Path, limit: int) -> str:
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
         os.close(fd)
-        kind = _KINDS.get(stat.S_IFMT(mode), "not a regular file")
-        raise UnusableFile(f"is {kind}; give the path of a file")
+        raise UnusableFile(f"is {kind_of(mode)}; give the path of a file")
     with os.fdopen(fd, "rb") as f:
         try:
             data = f.read(limit + 1)

@@ -110,9 +110,9 @@ class Pipeline:
         GPU read not done by `deadline` is left unread (gpu/reads.py)."""
         return await self.sampler.sample(self.shards.wants_activity, deadline)
 
-    async def judge(self, reading: NodeReading, deadline: Deadline = NEVER) -> ShardsView:
-        """Every shard on `reading`; what the shards' engines answer after `deadline` waits
-        for the next tick."""
+    async def judge(self, reading: NodeReading, *, deadline: Deadline = NEVER) -> ShardsView:
+        """Every shard on `reading`; what the shards' engines answer (their logs, a health
+        URL, a router server) after `deadline` waits for the next tick."""
         silent = [s.name for s in reading.sources if not s.ok]
         return await self.shards.judge(
             reading.gpus, reading.gpus_known, reading.started, silent, deadline=deadline

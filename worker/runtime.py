@@ -255,7 +255,7 @@ class Worker:
         reading = await self.pipeline.read(deadline)  # 1. the GPUs and the host
         if self.latest.scraped is None:  # the first tick: the engines' answers get longer
             deadline = Deadline.after(self.pipeline.interval_s * INPUT_SHARE + FIRST_TICK_S)
-        shards = await self.pipeline.judge(reading, deadline)  # 2. every shard, on those readings
+        shards = await self.pipeline.judge(reading, deadline=deadline)  # 2. every shard
         sample = self.pipeline.sample(reading, shards)  # 3. the sample, built
         if self.latest.scraped is None and (said := no_gpu_tool(sample.sources)) is not None:
             log.warning(said)  # the first tick: what a person starting it should know

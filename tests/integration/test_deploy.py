@@ -102,6 +102,8 @@ def test_three_nats_servers_with_jetstream_routed_into_one_cluster() -> None:
 def test_worker_sees_host_pids_and_every_nvidia_gpu() -> None:
     worker = compose()["services"]["worker"]
     assert worker["pid"] == "host"
+    assert (worker["cap_drop"], worker["cap_add"]) == (["ALL"], ["SYS_PTRACE", "DAC_READ_SEARCH"])
+    assert worker["read_only"] is True
     assert worker["command"] == ["run"]
     assert worker["build"] == {"context": "..", "dockerfile": "compose/Dockerfile"}
     (device,) = worker["deploy"]["resources"]["reservations"]["devices"]

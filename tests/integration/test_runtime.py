@@ -226,13 +226,13 @@ def test_a_log_that_says_something_new_asks_for_a_tick_and_an_idle_one_does_not(
     nats_server: NatsServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     looks: list[float] = []
-    update_all = follow._update_all
+    read_all = follow._read_all
 
-    def counted(followed: Any) -> bool:
+    def counted(followed: Any, stop_at: float, turn: int) -> bool:
         looks.append(time.monotonic())
-        return update_all(followed)
+        return read_all(followed, stop_at, turn)
 
-    monkeypatch.setattr(follow, "_update_all", counted)
+    monkeypatch.setattr(follow, "_read_all", counted)
     log = tmp_path / "engine.log"
     log.write_text("")
     shards = tmp_path / "shards.toml"

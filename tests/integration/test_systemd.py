@@ -95,6 +95,8 @@ def test_the_worker_keeps_what_it_needs_to_read_gpus_and_proc() -> None:
     assert "ProtectProc" not in service and "ProcSubset" not in service  # other processes' /proc
     assert "PrivateDevices" not in service
     assert service["ProtectHome"] == "read-only"  # engines' logs may be under /home
+    # No engine's log is in a store of secrets: out of the worker's sight.
+    assert "-/etc/shadow" in service["InaccessiblePaths"].split()
     assert set(service["ReadWritePaths"].split()) == {"/var/lib/placewatch", "/run/placewatch"}
     for key in (
         "NoNewPrivileges",

@@ -3,7 +3,8 @@
 Each line says `ok`, `fail` or `skip`, what was found and, for a failure, what
 to do next. The checks run in the order a node is set up, one module each: the
 GPU tools (gpu_tools.py), access to the engines' processes (processes.py), the
-NATS server, reachable and taking the credentials (server.py), then JetStream,
+privileges other users' engines need (privileges.py), whether each engine log may be
+read (logs.py), the NATS server, reachable and taking the credentials (server.py), then JetStream,
 the streams and buckets and the permission to publish (jetstream.py), then
 each llama.cpp build's own list of the GPUs it can use (engines.py). With a
 shards file, its placements are read and their processes found (placed.py)
@@ -34,6 +35,7 @@ from .jetstream import CHECKS as JETSTREAM_CHECKS
 from .jetstream import check_jetstream
 from .logs import check_logs
 from .placed import Placed, check_shards_file
+from .privileges import check_privileges
 from .processes import check_processes
 from .report import Check, Report, secrets_of
 from .server import ServerErrors, check_server, close
@@ -102,6 +104,7 @@ async def diagnose(
         walk = functools.partial(discover, gpus, claimed, scope=scope)
         found = await anyio.to_thread.run_sync(walk)
     await anyio.to_thread.run_sync(check_processes, gpus, found, report)
+    check_privileges(found, report)
     check_logs(found, placed, report)
     await _check_server_and_jetstream(settings, report)
     await check_engines(found, engines, len(gpus), timeout_s, report, placed=placed)

@@ -126,6 +126,7 @@ def placement_of(d: Discovered) -> Placement:
         d.log_prefix,
         d.server,
         d.model,
+        log=d.log,
     )
 
 

@@ -18,6 +18,7 @@ from ..engines.evidence import EngineEvidence
 from .liveness import Tracked
 from .verdict import Judgement
 
+MIB = 1 << 20
 HELD = frozenset({"gpu", "partial", "cpu_fallback", "misplaced", "cpu"})
 """The verdicts that evidence gave and that a shard keeps, marked stale, while the evidence
 is lost."""
@@ -78,3 +79,21 @@ def rotated(judged: Judgement, evidence: EngineEvidence | None) -> Judgement:
         stale=True,
         stale_since=since,
     )
+
+
+def log_note(judged: Judgement, evidence: EngineEvidence | None) -> Judgement:
+    """The verdict, saying so where its engine's log is not read (and why: source.py) or is
+    read behind what it holds (follow.py's budget): the verdict is then of less than the
+    engine said."""
+    if evidence is None:
+        return judged
+    if evidence.unread is not None:
+        return replace(judged, reason=f"{judged.reason}; its log is not read: {evidence.unread}")
+    behind = evidence.behind_bytes
+    if behind:
+        return replace(
+            judged,
+            reason=f"{judged.reason}; its evidence is behind: its log holds {behind / MIB:.1f} "
+            "MiB not read yet (it grows faster than it is read: it is read on at each tick)",
+        )
+    return judged

@@ -31,9 +31,11 @@ from placewatch.schemas.control import (
     MAX_URL_CHARS,
 )
 from placewatch.schemas.messages import PID_MAX
+from placewatch.schemas.printable import printable
 from placewatch.schemas.subjects import MAX_NAME_BYTES
 
 from ..engines import Server
+from ..engines.evidence.source import LogSource
 from ..files import UnusableFile, read_text
 
 if TYPE_CHECKING:
@@ -91,6 +93,9 @@ class Placement:
     """The router that started it, where that says what its models are (Ollama's server)."""
     model: str | None = None
     """The name that router knows its model by, which its word on it is keyed by."""
+    log: LogSource | None = None
+    """How discovery found `spec.log_path` opened (engines/evidence/source.py); None: it is
+    a placed path, opened by its own rules."""
 
 
 def check_spec(raw: object, where: str) -> PlacementSpec:
@@ -223,7 +228,7 @@ class ShardsFile:
             return True
         self._good = True
         for problem in self.problems:
-            log.warning("%s", problem)
+            log.warning("%s", printable(problem))
         log.info("shards file %s: %d placements", self.path, len(self.specs))
         return True
 
@@ -231,7 +236,7 @@ class ShardsFile:
         if self._good:
             problem += f"; its last good placements ({len(self.specs)}) stay in force"
         self.problems = [problem]
-        log.warning("%s", problem)
+        log.warning("%s", printable(problem))
 
 
 class UnusableShardsFile(ValueError):

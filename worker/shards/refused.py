@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from datetime import datetime
 
 from placewatch.schemas import ComputeStatus, SourceStatus, subjects
+from placewatch.schemas.printable import printable
 
 from .liveness import Tracked, named
 from .placements import MAX_SHARDS, Placement, PlacementFeed, ShardsFile
@@ -64,7 +65,7 @@ def refusals_told(
     for sid, said in refusals.items():
         t = tracked[sid]
         if t.said != said:
-            log.warning("%s", said)
+            log.warning("%s", printable(said))
             t.said = said
         problems.append(SourceStatus(name="placements", ok=False, error=said))
     return problems
@@ -124,11 +125,11 @@ class RefusedValues:
     def _status(self, shard: str, reason: str, now: datetime) -> ComputeStatus:
         return ComputeStatus(
             node=self.node,
-            shard=shard,
+            shard=printable(shard),
             session=self.session,
             time=now,
             verdict="unknown",
-            reason=f"placement refused: {reason}",
+            reason=printable(f"placement refused: {reason}"),
         )
 
     def _gone(self, status: ComputeStatus, now: datetime) -> ComputeStatus:

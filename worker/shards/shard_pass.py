@@ -20,6 +20,7 @@ from pathlib import Path
 import anyio.to_thread
 
 from placewatch.schemas import ComputeStatus, GpuHealth, GpuSample, ShardBrief, SourceStatus
+from placewatch.schemas.printable import printable
 
 from ..deadline import NEVER, Deadline
 from ..engines import ModelClaim, owns_log
@@ -31,15 +32,17 @@ from .activity import Activity, ActivityWindows, Read, shard_usage
 from .attribution import Held, ProcTable, attribute, owner, unseen_holders
 from .claims import ServerClaims, SharedServerLogs
 from .discover import discover
-from .discovered import DiscoveryWalks, handed_over
-from .gpu_health import health_by_index, unhealthy, with_health
+from .discover.log_path import log_source
+from .discovered import DiscoveryWalks
+from .gpu_health import health_by_index
 from .liveness import ROUTER, Tracked, find_processes, settled
-from .lost_evidence import held, rotated
+from .lost_evidence import held, log_note, rotated
 from .placements import Placement, PlacementFeed, ShardsFile, placed
 from .readiness import ReadinessChecks
 from .refused import RefusedValues, at_most, refusals_told, refused_values, shared_reasons
 from .scope import EVERY, ProcessScope
 from .silent_tools import engine_says_cpu
+from .status import gone_status, judged_status, printable_problem
 from .verdict import GpuIds, Judgement, Observation, gpu_ids, judge
 
 log = logging.getLogger(__name__)
@@ -162,8 +165,8 @@ class ShardPass:
         """Every shard's status on these GPU readings; `gpus_known`: a GPU tool answered;
         `read_at`: when the reading began (time.monotonic()), now when not given; `silent`:
         the GPU sources that did not answer, named in what a shard they leave untold says;
-        `deadline`: the tick's, by which what the engines answer (a health URL, a router
-        server) stops being waited for."""
+        `deadline`: the tick's, by which what the engines answer (their logs, a health URL,
+        a router server) stops being waited for."""
         placements, problems = placed(self.shards_file, self.bucket)
         if self.discovery:
             placements += await self._discovered(gpus, None if gpus_known else silent, placements)
@@ -181,7 +184,7 @@ class ShardPass:
         self.refusals = shared_reasons(self.shared, self.tracked)
         problems += refusals_told(self.refusals, self.tracked)
         await self._readiness(deadline)
-        evidence = await self._evidence()
+        evidence = await self._evidence(deadline)
         claims = await self.claims.read(self.tracked, deadline)
         seen = self._attribute(gpus, gpus_known, exited)
         if gpus_known:
@@ -189,12 +192,15 @@ class ShardPass:
         now, at = datetime.now(UTC), time.monotonic() if read_at is None else read_at
         activity = self._activity(seen, at)
         statuses = [
-            self._compute_status(
+            judged_status(
                 sid,
                 t,
                 self._judge_one(sid, t, seen, evidence.get(sid), now, activity.get(sid), claims),
-                now,
-                activity.get(sid),
+                node=self.node,
+                session=self.session,
+                now=now,
+                activity=activity.get(sid),
+                gpu_health=self.gpu_health,
             )
             for sid, t in sorted(self.tracked.items())
         ]
@@ -204,8 +210,21 @@ class ShardPass:
         return ShardsView(
             gpus=seen.gpus,
             statuses=sorted([*statuses, *refused], key=lambda s: s.shard),
-            gone=[*(self._gone_status(p, now) for p in gone), *removed],
-            problems=problems,
+            gone=[
+                *(
+                    gone_status(
+                        p, node=self.node, session=self.session, now=now, tracked=self.tracked
+                    )
+                    for p in gone
+                ),
+                *removed,
+            ],
+            problems=[printable_problem(p) for p in problems],
+        )
+
+    def _gone(self, placement: Placement, now: datetime) -> ComputeStatus:
+        return gone_status(
+            placement, node=self.node, session=self.session, now=now, tracked=self.tracked
         )
 
     def _activity(self, seen: _Attributed, at: float) -> dict[str, Activity]:
@@ -272,13 +291,15 @@ class ShardPass:
         except Exception as exc:  # a defect for one shard's input must not hide the others
             said = f"{type(exc).__name__}: {exc}"
             if t.said != said:
-                log.exception("shard %s could not be judged", sid)
+                log.exception("shard %s could not be judged", printable(sid))
                 t.said = said
             lost = Judgement(
                 "unknown", f"placewatch could not judge this shard ({said}); {REPORT_IT}"
             )
             return held(t, lost, seen.gpus_known, now, self.late_s)
-        return held(t, rotated(judged, evidence), seen.gpus_known, now, self.late_s)
+        return log_note(
+            held(t, rotated(judged, evidence), seen.gpus_known, now, self.late_s), evidence
+        )
 
     def _attribute(self, gpus: list[GpuSample], gpus_known: bool, exited: bool) -> _Attributed:
         shard_pids = {
@@ -310,21 +331,23 @@ class ShardPass:
             self._owners[pid] = owner(pid, shard_pids, self.table) if shard_pids else None
         return fresh
 
-    async def _evidence(self) -> Evidence:
+    async def _evidence(self, deadline: Deadline) -> Evidence:
         """What each followed log says; a tick with no log to follow, now or before, asks
         nothing of EngineLogs."""
         unread = self.server_logs.unread(self.tracked) | self.shared_logs.keys()
         wanted = {
             sid: Log(
-                spec.log_path, t.pid if owns_log(spec.engine) else None, t.placement.log_prefix
+                log_source(path, t.placement.log, t.pid),
+                t.pid if owns_log(t.placement.spec.engine) else None,
+                t.placement.log_prefix,
             )
             for sid, t in self.tracked.items()
-            if (spec := t.placement.spec).log_path and sid not in unread
+            if (path := t.placement.spec.log_path) and sid not in unread
         }
         if self.logs is None or not (wanted or self._logs_wanted):
             return {}
         self._logs_wanted = wanted
-        return await self.logs.read(wanted)
+        return await self.logs.read(wanted, deadline=deadline)
 
     async def _discovered(
         self, gpus: list[GpuSample], silent: Sequence[str] | None, placements: list[Placement]
@@ -383,53 +406,6 @@ class ShardPass:
             # nothing answers on is a wrong guess, and the grace period decides.
             guessed = t.placement.origin == "discovered"
             t.ready = answer == "ok" or (guessed and answer == "unreachable" and graced)
-
-    def _compute_status(
-        self, sid: str, t: Tracked, j: Judgement, now: datetime, activity: Activity | None
-    ) -> ComputeStatus:
-        sick = unhealthy(j.devices, self.gpu_health)
-        return ComputeStatus(
-            node=self.node,
-            shard=sid,
-            session=self.session,
-            time=now,
-            pid=t.pid if t.pid is not None else t.placement.spec.pid,
-            placed_gpus=list(t.placement.spec.gpus),
-            backend=j.backend,
-            devices=list(j.devices),
-            layers_offloaded=j.layers_offloaded,
-            layers_total=j.layers_total,
-            verdict=j.verdict,
-            reason=with_health(j.reason, sick, self.gpu_health) if sick else j.reason,
-            evidence=list(j.evidence),
-            stale=j.stale,
-            stale_since=j.stale_since,
-            container_id=t.container.container_id,
-            pod_uid=t.container.pod_uid,
-            pod_namespace=t.container.namespace,
-            pod_name=t.container.pod,
-            container_name=t.container.name,
-            sm_pct=activity.sm_pct if activity else None,
-            requests=activity.requests if activity else None,
-            unhealthy_gpus=sick,
-            engine=t.placement.spec.engine,
-        )
-
-    def _gone_status(self, placement: Placement, now: datetime) -> ComputeStatus:
-        what = "its placement was removed"
-        if placement.origin == "discovered":
-            what = handed_over(self.tracked, placement.spec.pid) or "its process exited"
-        return ComputeStatus(
-            node=self.node,
-            shard=placement.spec.id,
-            session=self.session,
-            time=now,
-            pid=placement.spec.pid,
-            placed_gpus=list(placement.spec.gpus),
-            verdict="gone",
-            reason=f"no longer watched: {what}",
-            engine=placement.spec.engine,
-        )
 
 
 def _judged(t: Tracked, obs: Observation, seen: _Attributed) -> Judgement:

@@ -11,7 +11,13 @@ import anyio
 import pytest
 
 from placewatch.worker.engines.evidence import EngineEvidence
-from placewatch.worker.engines.evidence.follow import EngineLogs
+from placewatch.worker.engines.evidence.follow import EngineLogs, Log
+from placewatch.worker.engines.evidence.source import PathLog
+
+
+def at(path: Path, pid: int | None = None) -> Log:
+    """A log at `path`, read as this test's own user may read it, written by `pid`."""
+    return Log(PathLog(str(path), os.getpid()), pid)
 
 
 def with_logs(body: Callable[[EngineLogs], Awaitable[None]], poll_s: float = 0.05) -> None:
@@ -31,9 +37,9 @@ def test_a_log_is_read_when_asked_for_and_an_unasked_one_is_dropped(tmp_path: Pa
     b.write_text("load_tensors: offloaded 0/33 layers to GPU\n")
 
     async def body(logs: EngineLogs) -> None:
-        both = await logs.read({"a": (str(a), None), "b": (str(b), None)})
+        both = await logs.read({"a": at(a), "b": at(b)})
         assert both["a"].layers_offloaded == 33 and both["b"].layers_offloaded == 0
-        assert (await logs.read({"b": (str(b), None)})).keys() == {"b"}
+        assert (await logs.read({"b": at(b)})).keys() == {"b"}
         assert await logs.read({}) == {}
 
     with_logs(body)
@@ -44,10 +50,10 @@ def test_evidence_is_a_value_that_later_lines_do_not_change(tmp_path: Path) -> N
     log.write_text("load_tensors: offloaded 2/33 layers to GPU\n")
 
     async def body(logs: EngineLogs) -> None:
-        before = (await logs.read({"a": (str(log), None)}))["a"]
+        before = (await logs.read({"a": at(log)}))["a"]
         with log.open("a") as out:
             out.write("ggml_cuda_init: failed to initialize CUDA: unknown error\n")
-        after = (await logs.read({"a": (str(log), None)}))["a"]
+        after = (await logs.read({"a": at(log)}))["a"]
         assert before.gpu_failed is None and before.layers_offloaded == 2
         assert after.gpu_failed is not None
         assert before is not after
@@ -60,14 +66,14 @@ def test_a_change_between_asks_is_told_once(tmp_path: Path) -> None:
     log.write_text("")
 
     async def body(logs: EngineLogs) -> None:
-        assert (await logs.read({"a": (str(log), None)}))["a"] == EngineEvidence()
+        assert (await logs.read({"a": at(log)}))["a"] == EngineEvidence()
         log.write_text("load_tensors: offloaded 0/33 layers to GPU\n")
         with anyio.fail_after(2):
             await logs.changed()
         with anyio.move_on_after(0.3) as quiet:
             await logs.changed()  # nothing more was said
         assert quiet.cancelled_caught
-        assert (await logs.read({"a": (str(log), None)}))["a"].layers_offloaded == 0
+        assert (await logs.read({"a": at(log)}))["a"].layers_offloaded == 0
 
     with_logs(body)
 
@@ -78,7 +84,7 @@ def test_another_run_of_the_engine_starts_its_evidence_afresh(tmp_path: Path, re
     log.write_text("ggml_cuda_init: failed to initialize CUDA: unknown error\n" * 3)
 
     async def body(logs: EngineLogs) -> None:
-        assert (await logs.read({"a": (str(log), None)}))["a"].gpu_failed is not None
+        assert (await logs.read({"a": at(log)}))["a"].gpu_failed is not None
         text = "build: 5400 (1a2b3c4d) with cc\nload_tensors: offloaded 2/2 layers to GPU\n"
         if restart == "truncated":
             log.write_text(text)
@@ -86,7 +92,7 @@ def test_another_run_of_the_engine_starts_its_evidence_afresh(tmp_path: Path, re
             new = tmp_path / "new.log"
             new.write_text("x" * 300 + "\n" + text)
             new.replace(log)
-        fresh = (await logs.read({"a": (str(log), None)}))["a"]
+        fresh = (await logs.read({"a": at(log)}))["a"]
         assert (fresh.gpu_failed, fresh.layers_offloaded, fresh.stale_since) == (None, 2, None)
 
     with_logs(body)
@@ -100,7 +106,7 @@ def test_a_log_rotated_under_its_process_keeps_its_evidence_stale(
     log.write_text("load_tensors: offloaded 0/33 layers to GPU\n")
 
     async def body(logs: EngineLogs) -> None:
-        said = (await logs.read({"a": (str(log), 7)}))["a"]
+        said = (await logs.read({"a": at(log, 7)}))["a"]
         assert (said.layers_offloaded, said.stale_since) == (0, None)
         if rotation == "copytruncate":
             os.truncate(log, 0)
@@ -109,12 +115,12 @@ def test_a_log_rotated_under_its_process_keeps_its_evidence_stale(
             log.write_text("")
         else:
             log.unlink()
-        held = (await logs.read({"a": (str(log), 7)}))["a"]
+        held = (await logs.read({"a": at(log, 7)}))["a"]
         assert held.stale_since is not None
         assert replace(held, stale_since=None) == said
         with log.open("a") as out:  # the same process says more: fresh again
             out.write("load_tensors: offloaded 33/33 layers to GPU\n")
-        fresh = (await logs.read({"a": (str(log), 7)}))["a"]
+        fresh = (await logs.read({"a": at(log, 7)}))["a"]
         assert (fresh.layers_offloaded, fresh.stale_since) == (33, None)
 
     with_logs(body)
@@ -135,10 +141,10 @@ def test_a_restart_into_the_same_log_is_read_from_its_banner(tmp_path: Path) -> 
     log.write_text(CPU_RUN)
 
     async def body(logs: EngineLogs) -> None:
-        assert (await logs.read({"a": (str(log), 100)}))["a"].gpu_failed is not None
+        assert (await logs.read({"a": at(log, 100)}))["a"].gpu_failed is not None
         with log.open("a") as out:
             out.write(GPU_RUN)
-        now = (await logs.read({"a": (str(log), 200)}))["a"]
+        now = (await logs.read({"a": at(log, 200)}))["a"]
         assert (now.gpu_failed, now.layers_offloaded) == (None, 33)
 
     with_logs(body)
@@ -150,12 +156,12 @@ def test_a_new_process_before_its_banner_has_no_evidence_yet(tmp_path: Path) -> 
     log.write_text(CPU_RUN)
 
     async def body(logs: EngineLogs) -> None:
-        assert (await logs.read({"a": (str(log), 100)}))["a"].gpu_failed is not None
-        assert (await logs.read({"a": (str(log), 200)}))["a"] == EngineEvidence()
-        assert (await logs.read({"a": (str(log), 200)}))["a"] == EngineEvidence()
+        assert (await logs.read({"a": at(log, 100)}))["a"].gpu_failed is not None
+        assert (await logs.read({"a": at(log, 200)}))["a"] == EngineEvidence()
+        assert (await logs.read({"a": at(log, 200)}))["a"] == EngineEvidence()
         with log.open("a") as out:
             out.write("load_tensors: offloaded 0/33 layers to GPU\n")
-        assert (await logs.read({"a": (str(log), 200)}))["a"].layers_offloaded == 0
+        assert (await logs.read({"a": at(log, 200)}))["a"].layers_offloaded == 0
 
     with_logs(body)
 
@@ -165,12 +171,12 @@ def test_a_banner_read_before_the_new_pid_is_known_stays(tmp_path: Path) -> None
     log.write_text(CPU_RUN)
 
     async def body(logs: EngineLogs) -> None:
-        assert (await logs.read({"a": (str(log), 100)}))["a"].gpu_failed is not None
+        assert (await logs.read({"a": at(log, 100)}))["a"].gpu_failed is not None
         with log.open("a") as out:
             out.write(GPU_RUN)
         with anyio.fail_after(5):
             await logs.changed()  # read between two ticks, before the tick sees pid 200
-        assert (await logs.read({"a": (str(log), 200)}))["a"].layers_offloaded == 33
+        assert (await logs.read({"a": at(log, 200)}))["a"].layers_offloaded == 33
 
     with_logs(body)
 
@@ -181,8 +187,8 @@ def test_an_ollama_runner_s_pid_is_not_a_new_life(tmp_path: Path) -> None:
     log.write_text("load_tensors: offloaded 0/33 layers to GPU\n")
 
     async def body(logs: EngineLogs) -> None:
-        assert (await logs.read({"a": (str(log), None)}))["a"].layers_offloaded == 0
-        assert (await logs.read({"a": (str(log), None)}))["a"].layers_offloaded == 0
+        assert (await logs.read({"a": at(log)}))["a"].layers_offloaded == 0
+        assert (await logs.read({"a": at(log)}))["a"].layers_offloaded == 0
 
     with_logs(body)
 

@@ -25,7 +25,8 @@ from anyio.from_thread import start_blocking_portal
 
 from placewatch.schemas import FALLBACK_VERDICTS
 from placewatch.worker.engines.evidence import EngineEvidence
-from placewatch.worker.engines.evidence.follow import EngineLogs
+from placewatch.worker.engines.evidence.follow import EngineLogs, Log
+from placewatch.worker.engines.evidence.source import PathLog
 
 from tests.support import llama_server
 from tests.support.engine_lane import (
@@ -327,6 +328,11 @@ TINY = round(0.46 * MiB)
 """The model's weights as b11434 says them: `CPU_Mapped model buffer size = 0.46 MiB`."""
 
 
+def placed_log(path: Path) -> Log:
+    """A placed log this test's own user may read."""
+    return Log(PathLog(str(path), os.getpid()))
+
+
 @contextmanager
 def follower() -> Iterator[Callable[[Path], EngineEvidence]]:
     """The worker's own log follower (EngineLogs), running while the test goes on: each call
@@ -335,7 +341,7 @@ def follower() -> Iterator[Callable[[Path], EngineEvidence]]:
         logs = EngineLogs()
         running, _ = portal.start_task(logs.run)
         try:
-            yield lambda path: portal.call(logs.read, {PLACED: (str(path), None)})[PLACED]
+            yield lambda path: portal.call(logs.read, {PLACED: placed_log(path)})[PLACED]
         finally:
             running.cancel()
 

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import anyio
 
-from placewatch.worker.engines.evidence.follow import EngineLogs
+from placewatch.worker.engines.evidence.follow import EngineLogs, Log
 from placewatch.worker.engines.evidence.read import read_text
+from placewatch.worker.engines.evidence.source import PathLog
 from placewatch.worker.shards.cgroup import parse_cgroup
 from placewatch.worker.shards.discover.log_path import container_log
 
@@ -48,12 +49,12 @@ def kubelet_tree(root: Path, container_id: str) -> Path:
     return log
 
 
-def read(path: str) -> object:
+def read(source: PathLog) -> object:
     async def main() -> object:
         logs = EngineLogs()
         async with anyio.create_task_group() as tg:
             await tg.start(logs.run)
-            found = (await logs.read({"a": (path, 1)}))["a"]
+            found = (await logs.read({"a": Log(source, 1)}))["a"]
             tg.cancel_scope.cancel()
         return found
 
@@ -65,8 +66,10 @@ def test_a_pod_s_engine_log_is_found_from_its_cgroup_and_read_as_plain(tmp_path:
     assert container.pod_uid == POD_UID and container.container_id is not None
     log = kubelet_tree(tmp_path, container.container_id)
     cri_write(log, REAL.read_text(), part=40)  # parts joined as the runtime cut them
-    found = container_log(container.container_id, logs=tmp_path / "containers")
-    assert found == str(log)
+    found = container_log(
+        container.container_id, 1, logs=tmp_path / "containers", pods=tmp_path / "pods"
+    )
+    assert found == PathLog(str(log), 1, runtime_dir=str(tmp_path / "pods"))
     said = read(found)
     assert said == read_text(REAL.read_text())
     assert said.gpu_failed == "warning: no usable GPU found, --gpu-layers option will be ignored"
@@ -84,8 +87,8 @@ def test_docker_s_json_file_log_outside_kubernetes(tmp_path: Path) -> None:
             for line in REAL.read_text().splitlines()
         )
     )
-    found = container_log(cid, logs=tmp_path / "none", docker=tmp_path / "docker")
-    assert found == str(log)
+    found = container_log(cid, 1, logs=tmp_path / "none", docker=tmp_path / "docker")
+    assert found == PathLog(str(log), 1, runtime_dir=str(tmp_path / "docker"))
     assert read(found) == read_text(REAL.read_text())
 
 

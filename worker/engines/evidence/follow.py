@@ -9,6 +9,13 @@ an engine's own word reaches the bus well inside an interval. With no log to
 follow it sleeps until a tick asks for one: an idle worker has no wake-ups
 here (polling five times a second cost a tenth of an idle worker's CPU,
 docs/benchmarks.md).
+
+Reading has a budget. A log is read a chunk at a time, the logs in turns, until each has
+read what it had, MOST_BYTES, or the time is up: the tick's deadline for its ask, POLL_SLICE_S
+for a look between ticks. A log of keyword lines takes a core a second per 3 MiB or so to
+parse, and one may grow at 80 MB/s: what is left is read on at the next look, and the
+evidence says how far behind it is (`behind_bytes`). The tick waits for the answer no longer
+than its deadline, or, where that had passed when it asked, than one look between ticks.
 """
 
 from __future__ import annotations
@@ -25,8 +32,10 @@ import anyio.to_thread
 from anyio.abc import TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from ...deadline import NEVER, Deadline
+from .source import LogSource
 from .state import EngineEvidence
-from .tail import LogTail
+from .tail import CHUNK, LogTail
 from .unwrap import Unwrap
 
 if TYPE_CHECKING:
@@ -34,6 +43,16 @@ if TYPE_CHECKING:
     from .serving import Serving, ServingLog
 
 LOG_POLL_S = 0.2
+POLL_SLICE_S = 0.05
+"""The most a look between ticks reads for: a quarter of a core while a log floods."""
+MOST_BYTES = 16 << 20
+"""The most one log is read of in one look or one tick."""
+ANSWER_S = 0.05
+FIRST_BYTES = 256 << 10
+"""What a log first followed is read of whatever the tick's deadline: a llama-server b11434
+start is 12 KB at `-lv 4`, 75 KB at `-lv 5` (tests/fixtures/engine-logs/real-b11434), and
+keyword lines parse at some 3 MB a second, so at most about 80 ms once a log."""
+"""What an answer is given of its deadline to be built and sent back to the tick."""
 
 Evidence = Mapping[str, EngineEvidence]
 """Shard id -> what its engine's log says so far."""
@@ -47,6 +66,14 @@ def _reader() -> EvidenceReader:
     from .read import EvidenceReader  # noqa: PLC0415
 
     return EvidenceReader()
+
+
+def _tail(source: LogSource) -> LogTail:
+    """A tail that reads a large log from its newest life (lives.py, whose patterns are
+    compiled with the first log followed)."""
+    from .lives import newest_life  # noqa: PLC0415
+
+    return LogTail(source, start=newest_life)
 
 
 def _serving() -> ServingLog:
@@ -65,8 +92,11 @@ class _Followed:
     """Only lines starting with this are the shard's (a router's child's `[PORT]`)."""
     unwrap: Unwrap = field(default_factory=Unwrap)
     generation: int = 0
-    polled: bool = False
-    """The log was read once: what it held then is history (serving.py)."""
+    history_end: int | None = None
+    """The log's size when it was first looked at: what it held then is history (serving.py);
+    -1 once another file took its place."""
+    read_bytes: int = 0
+    """What the pass under way read of it."""
     pid: int | None = None
     """The process that writes the log, as the tick last said."""
     starts: int = 0
@@ -98,26 +128,45 @@ class _Followed:
     def answer(self) -> EngineEvidence:
         self.starts = self.reader.lives.starts
         said = self.reader.snapshot()
-        return said if self.stale_since is None else replace(said, stale_since=self.stale_since)
+        behind, unread = self.tail.behind or None, self.tail.refused
+        if self.stale_since is None and behind is None and unread is None:
+            return said
+        return replace(said, stale_since=self.stale_since, behind_bytes=behind, unread=unread)
 
-    def update(self) -> bool:
-        """Read what the log added; True when its evidence changed (the requests it runs are
-        no news worth a tick of their own). Blocking."""
+    def begin(self) -> EngineEvidence:
+        """What it says before a pass reads more."""
+        self.read_bytes = 0
+        return self.reader.snapshot()
+
+    @property
+    def more(self) -> bool:
+        """Its log holds more than was read, and this pass may read more of it."""
+        return self.tail.behind > 0 and self.read_bytes < MOST_BYTES
+
+    def step(self) -> None:
+        """Read one chunk of what the log added. Blocking."""
         before = self.reader.snapshot()
-        lines = self.tail.poll()
+        lines = self.tail.poll(CHUNK)
         if self.tail.generation != self.generation:
             # Truncated, rotated or removed: what the process said stands, stale, until it
             # says more; a restart says its banner (or the tick a new pid) and starts afresh.
-            self.generation = self.tail.generation
+            self.generation, self.history_end = self.tail.generation, -1
             self.serving, self.unwrap = _serving(), Unwrap()
             self.reader.lives.new_file()
             if before.known and self.stale_since is None:
                 self.stale_since, self._rotated = datetime.now(UTC), before
-        at, history, self.polled = time.monotonic(), not self.polled, True
+        if self.history_end is None:
+            self.history_end = self.tail.offset + self.tail.behind
+        self.read_bytes += self.tail.last_read
+        at, history = time.monotonic(), self.tail.offset <= self.history_end
         for wrapped in lines:
             for line in self._own(self.unwrap.lines(wrapped)):
                 self.reader.read(line)
                 self.serving.read(line, at, history)
+
+    def end(self, before: EngineEvidence) -> bool:
+        """True when its evidence changed since `before` (the requests it runs are no news
+        worth a tick of their own)."""
         now = self.reader.snapshot()
         if self.stale_since is not None and now != self._rotated:
             self.stale_since = None
@@ -125,30 +174,36 @@ class _Followed:
 
 
 class Log(NamedTuple):
-    """A shard's log: its path, the pid of the process that writes it (None: not told), and
-    the prefix its own lines carry where others write there too (a router's children)."""
+    """A shard's log: which file it is and how it is opened (source.py), the pid of the
+    process that writes it (None: not told), and the prefix its own lines carry where others
+    write there too (a router's children)."""
 
-    path: str
+    source: LogSource
     pid: int | None = None
     prefix: str | None = None
 
 
-Wanted = Mapping[str, "Log | tuple[str, int | None]"]
+Wanted = Mapping[str, Log]
 """Shard id -> its log."""
 
 
 @dataclass(frozen=True)
 class _Ask:
-    wanted: dict[str, Log]
+    wanted: Wanted
     reply: MemoryObjectSendStream[Evidence]
+    deadline: Deadline
 
 
 class EngineLogs:
     """The owner of every engine log tail; run `run` in a task group with `start`."""
 
-    def __init__(self, poll_s: float = LOG_POLL_S) -> None:
+    def __init__(self, poll_s: float = LOG_POLL_S, slice_s: float = POLL_SLICE_S) -> None:
         self.poll_s = poll_s
+        self.slice_s = slice_s
         self._asks: MemoryObjectSendStream[_Ask] | None = None
+        self._said: Evidence = {}
+        """The last answer given: what a tick whose deadline came first gets."""
+        self._turn = 0
         changes_send, self._changes = anyio.create_memory_object_stream[None](1)
         self._changes_send = changes_send
         self.serving: Requests = {}
@@ -165,12 +220,19 @@ class EngineLogs:
                 ask = await self._next_ask(asks, bool(followed))
                 if ask is not None:
                     _follow(followed, ask.wanted)
-                changed = bool(followed) and await anyio.to_thread.run_sync(_update_all, followed)
+                    stop_at = ask.deadline.at - ANSWER_S
+                else:
+                    stop_at = time.monotonic() + self.slice_s
+                self._turn += 1
+                changed = bool(followed) and await anyio.to_thread.run_sync(
+                    _read_all, list(followed.values()), stop_at, self._turn
+                )
                 if ask is not None:
                     with ask.reply:
                         evidence = {sid: f.answer() for sid, f in followed.items()}
                         self.serving = {sid: f.serving.snapshot() for sid, f in followed.items()}
-                        with contextlib.suppress(anyio.BrokenResourceError):  # asker cancelled
+                        self._said = evidence
+                        with contextlib.suppress(anyio.BrokenResourceError):  # asker gave up
                             ask.reply.send_nowait(evidence)
                 elif changed:
                     with contextlib.suppress(anyio.WouldBlock):  # one is waiting to be told
@@ -186,32 +248,62 @@ class EngineLogs:
             return await asks.receive()
         return None
 
-    async def read(self, wanted: Wanted) -> Evidence:
-        """Follow exactly the logs `wanted` names and give their evidence, read up to now."""
+    async def read(self, wanted: Wanted, *, deadline: Deadline = NEVER) -> Evidence:
+        """Follow exactly the logs `wanted` names and give their evidence, read up to now or
+        up to `deadline`. An ask past its deadline is answered with what was read by then,
+        at once, and still sets what is followed (a tick whose GPU tools took its whole input
+        share must not leave its logs unfollowed); one not answered within a look between
+        ticks past it gets the last answer (the logs are read on meanwhile)."""
         if self._asks is None:
             raise RuntimeError("EngineLogs.read before its task started")
         reply_send, reply = anyio.create_memory_object_stream[Evidence](1)
-        with reply:
-            await self._asks.send(_Ask({s: Log(*w) for s, w in wanted.items()}, reply_send))
+        with reply, anyio.move_on_after(deadline.left() + self.slice_s + ANSWER_S):
+            await self._asks.send(_Ask(wanted, reply_send, deadline))
             return await reply.receive()
+        return {sid: said for sid, said in self._said.items() if sid in wanted}
 
     async def changed(self) -> None:
         """Until a followed log says something new (since the last time this returned)."""
         await self._changes.receive()
 
 
-def _follow(followed: dict[str, _Followed], wanted: Mapping[str, Log]) -> None:
+def _follow(followed: dict[str, _Followed], wanted: Wanted) -> None:
     for sid in [s for s in followed if s not in wanted]:
         del followed[sid]
-    for sid, (path, pid, prefix) in wanted.items():
+    for sid, (source, pid, prefix) in wanted.items():
         current = followed.get(sid)
-        if current is None or str(current.tail.path) != path or current.prefix != prefix:
-            current = followed[sid] = _Followed(LogTail(path), prefix=prefix)
+        if current is None or current.tail.path != source.path or current.prefix != prefix:
+            current = followed[sid] = _Followed(_tail(source), prefix=prefix)
+        else:
+            current.tail.source = source  # the same file, its process as the tick found it
         current.writer(pid)
 
 
-def _update_all(followed: Mapping[str, _Followed]) -> bool:
+def _read_all(followed: list[_Followed], stop_at: float, turn: int) -> bool:
+    """Read the logs a chunk at a time, in turns (this pass's first is the `turn`th), until
+    each read what it had or MOST_BYTES, or until `stop_at` (time.monotonic()); True when
+    the evidence of one changed. A log never looked at is read up to FIRST_BYTES whatever
+    the time: an engine's log is mostly no longer when it is first followed, and a status
+    judged without it would say what the log then contradicts. Blocking."""
+    first = turn % len(followed) if followed else 0
+    pending = followed[first:] + followed[:first]
+    before = [(f, f.begin()) for f in pending]
+    for f in pending:
+        if f.history_end is None:
+            f.step()
+            while f.more and f.read_bytes < FIRST_BYTES:
+                f.step()
+    while pending:
+        for f in pending:
+            if time.monotonic() >= stop_at:
+                return _ended(before)
+            f.step()
+        pending = [f for f in pending if f.more]
+    return _ended(before)
+
+
+def _ended(before: list[tuple[_Followed, EngineEvidence]]) -> bool:
     changed = False
-    for f in followed.values():
-        changed = f.update() or changed
+    for f, said in before:
+        changed = f.end(said) or changed
     return changed

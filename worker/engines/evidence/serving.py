@@ -26,6 +26,10 @@ KEEP_S = 120.0
 """Finished requests are kept this long after they ended: longer than any window asked."""
 MAX_REQUESTS = 512
 """At most this many finished requests are kept (a busy engine finishes hundreds a minute)."""
+MAX_RUNNING = 512
+"""At most this many requests are kept running, the oldest dropped first: llama-server runs
+one a slot (`-np`, a few to a few hundred), but a log may start one on a new slot id every
+line and end none."""
 _SCAN_CHARS = 1024
 
 _READERS = [(e.name, r) for e in ENGINES if (r := e.requests()) is not None]
@@ -82,7 +86,10 @@ class ServingLog:
             self._finish(said.slot, at, history, busy)
         elif said.kind == "start":
             self._engine, self._snapshot = engine, None
+            self._open.pop(said.slot, None)  # a slot started again is the newest
             self._open[said.slot] = Request(started=at)
+            if len(self._open) > MAX_RUNNING:
+                del self._open[next(iter(self._open))]
         elif busy is not None:  # done, and how long it ran
             self._engine, self._snapshot = engine, None
             if not history:

@@ -67,6 +67,12 @@ class EngineEvidence:
     stale_since: datetime | None = None
     """When the log this was read from was truncated, rotated or removed while the same
     process writes it: what it said stands, stale, until the engine says more."""
+    behind_bytes: int | None = None
+    """What the log held past what was read when this was given: it grows faster than its
+    reading's budget (follow.py), and the rest is read at the next look. None: all read."""
+    unread: str | None = None
+    """Why the log is not read now (source.py: a named pipe in its place, a file its engine's
+    user may not read), naming its path; None while it is read."""
 
     @property
     def known(self) -> bool:

@@ -24,6 +24,9 @@ import msgspec
 
 MAX_JOINED = 64 << 10
 """The most characters a line joined from parts keeps (LogTail's own bound)."""
+MAX_STREAMS = 4
+"""The most streams with a part held: CRI has two, but Docker's `stream` is any text a line
+gives, and a part is held for each until it ends."""
 
 _CRI = re.compile(r"\d{4}-\d\d-\d\dT[\d:.]{8,18}(?:Z|[+-]\d\d:\d\d) (stdout|stderr) ([FP]) ?")
 
@@ -85,4 +88,6 @@ class Unwrap:
         if whole:
             return [text[:MAX_JOINED]]
         self._parts[stream] = text[:MAX_JOINED]
+        if len(self._parts) > MAX_STREAMS:
+            del self._parts[next(iter(self._parts))]  # the stream that has waited longest
         return []

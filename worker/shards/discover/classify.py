@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from placewatch.schemas import GpuSample, PlacementSpec
 
 from ...engines import Launch, Server, read_launch
+from ...engines.evidence.source import LogSource
 from .endpoint import health_url, serve_port
 from .intent import intended_gpus
 
@@ -35,6 +36,8 @@ class Discovered:
     """The router that started it, where that says what its models are (Ollama's server)."""
     model: str | None = None
     """The name that router knows its model by."""
+    log: LogSource | None = None
+    """How `spec.log_path` is opened, as it was found (log_path.py)."""
 
 
 def classify(
@@ -45,7 +48,7 @@ def classify(
     *,
     create_time: float = 0.0,
     tools_silent: Sequence[str] | None = None,
-    log_path: str | None = None,
+    log: LogSource | None = None,
     launch: Launch | None = None,
 ) -> Discovered | None:
     """The engine `cmdline` runs and the GPUs it meant to use, or None for anything else.
@@ -53,7 +56,7 @@ def classify(
     `env` is the process's environment, None when it could not be read; `gpus`
     are the node's GPUs, and `tools_silent` the GPU sources that did not answer
     when none did (None when one did: `gpus` then says what there is). Pure:
-    reads nothing but its arguments; `log_path` is where its output was found;
+    reads nothing but its arguments; `log` is where its output was found;
     `launch` what it runs where its router said so (Engine.router_child), else its command
     line is read. The shard's id is the engine's name and its port, or its pid when it
     serves on none. A router is no shard: it loads no model itself.
@@ -70,7 +73,7 @@ def classify(
         gpus=list(intent.gpus),
         engine=launch.engine,
         health_url=health_url(launch, env, port),
-        log_path=log_path,
+        log_path=log.path if log is not None else None,
     )
     return Discovered(
         spec=spec,
@@ -79,4 +82,5 @@ def classify(
         cpu_on_purpose=intent.cpu,
         gpu_request=intent.gpu_request,
         create_time=create_time,
+        log=log,
     )

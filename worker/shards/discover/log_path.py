@@ -25,7 +25,10 @@ and only it writes (the DaemonSet mounts them read-only). unwrap.py reads their 
 A path is used only when it names, in this worker's filesystem, the very file the engine
 holds open (a container's /var/log is not the node's) and this worker may read it. A path
 on a command line that the engine does not hold open is not followed: anyone may write
-one, and the worker, often root, would read what it names.
+one, and the worker, often root, would read what it names. What is found is how the log is
+opened from then on (engines/evidence/source.py): a file the engine holds, through the
+engine's own descriptor, so that a path swapped after this walk changes nothing; a runtime's
+file, as a file of that runtime's log folder.
 """
 
 from __future__ import annotations
@@ -36,27 +39,37 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ...engines import Launch, engine_of
+from ...engines.evidence.source import HeldLog, LogSource, PathLog
 from ...engines.flags import LOG_FILE, lookup
 from .. import cgroup
 from ..cgroup import CONTAINER_ID
 
 DOCKER_CONTAINERS = Path("/var/lib/docker/containers")
+POD_LOGS = Path("/var/log/pods")
+"""The kubelet's own folder of every container's CRI log (/var/log/containers links there)."""
 
 
 def find_log(
     launch: Launch, env: Mapping[str, str] | None, pid: int, proc: Path = Path("/proc")
-) -> str | None:
+) -> HeldLog | None:
     """The file the engine's output goes to that this worker can follow, or None.
 
     Reads /proc/PID/fd (as root, or as the engine's user); None for anything it may not read.
     """
     first, second = engine_of(launch).outputs
-    found = _output_file(proc / str(pid) / "fd" / str(first))
+    fds = proc / str(pid) / "fd"
+    found = _held(fds / str(first))
     if found is None:
         found = _log_file_flag(launch, env, proc / str(pid))
     if found is None:
-        found = _output_file(proc / str(pid) / "fd" / str(second))
-    return found
+        found = _held(fds / str(second))
+    return None if found is None else HeldLog(found[0], pid, found[1], str(proc))
+
+
+def _held(fd: Path) -> tuple[str, int] | None:
+    """The path of the file a descriptor writes to, and its number, as `_output_file`."""
+    found = _output_file(fd)
+    return None if found is None else (found, int(fd.name))
 
 
 def _output_file(fd: Path) -> str | None:
@@ -82,7 +95,9 @@ def _same_readable_file(path: str, held: os.stat_result) -> str | None:
     return path if os.access(path, os.R_OK) else None
 
 
-def _log_file_flag(launch: Launch, env: Mapping[str, str] | None, process: Path) -> str | None:
+def _log_file_flag(
+    launch: Launch, env: Mapping[str, str] | None, process: Path
+) -> tuple[str, int] | None:
     """llama.cpp's --log-file, when the engine holds it open (a relative name is its own
     working folder's)."""
     given = lookup(LOG_FILE, launch, env)
@@ -97,7 +112,7 @@ def _log_file_flag(launch: Launch, env: Mapping[str, str] | None, process: Path)
     for fd in fds:
         try:
             if os.readlink(fd) == wanted:
-                return _output_file(fd)
+                return _held(fd)
         except OSError:
             continue  # closed since the listing
     return None
@@ -105,12 +120,15 @@ def _log_file_flag(launch: Launch, env: Mapping[str, str] | None, process: Path)
 
 def container_log(
     container_id: str | None,
+    pid: int | None = None,
     *,
     logs: Path | None = None,
+    pods: Path = POD_LOGS,
     docker: Path = DOCKER_CONTAINERS,
-) -> str | None:
-    """The file a container runtime keeps of the container's output, when this worker may
-    read it: the kubelet's (the file its link in `logs` names), else Docker's json-file."""
+) -> PathLog | None:
+    """The file a container runtime keeps of the container's output (of process `pid`),
+    when this worker may read it: the kubelet's (the file its link in `logs` names, in
+    `pods`), else Docker's json-file."""
     if container_id is None or not CONTAINER_ID.fullmatch(container_id):
         return None
     logs = cgroup.CONTAINER_LOGS if logs is None else logs
@@ -122,9 +140,20 @@ def container_log(
     for name in names:
         target = os.path.realpath(logs / name)
         if _readable_file(target):
-            return target
+            return PathLog(target, pid, runtime_dir=os.path.realpath(pods))
     own = docker / container_id / f"{container_id}-json.log"
-    return str(own) if _readable_file(str(own)) else None
+    if _readable_file(str(own)):
+        return PathLog(str(own), pid, runtime_dir=os.path.realpath(docker))
+    return None
+
+
+def log_source(path: str, found: LogSource | None, pid: int | None) -> LogSource:
+    """How a shard's log at `path` is opened: as discovery `found` it, or a placed path read
+    as the user of its process `pid` (a runtime's file where it lies in a runtime's folder)."""
+    if found is not None:
+        return found
+    runtime = next((f for f in (POD_LOGS, DOCKER_CONTAINERS) if path.startswith(f"{f}/")), None)
+    return PathLog(path, pid, runtime_dir=str(runtime) if runtime else None)
 
 
 def _readable_file(path: str) -> bool:

@@ -18,6 +18,7 @@ import psutil
 from placewatch.schemas import GpuSample, PlacementSpec
 
 from ...engines import Launch, Server, engine_of, read_launch
+from ...engines.evidence.source import LogSource
 from ..cgroup import read_container
 from ..scope import EVERY, ProcessScope
 from .classify import Discovered, classify
@@ -107,7 +108,7 @@ def discover(
             gpus,
             create_time=created,
             tools_silent=tools_silent,
-            log_path=find_log(launch, env, pid) or container_log(read_container(pid).container_id),
+            log=find_log(launch, env, pid) or container_log(read_container(pid).container_id, pid),
             launch=launch,
         )
         if d is None:
@@ -225,15 +226,16 @@ def _environ(process: psutil.Process) -> dict[str, str] | None:
 @dataclass(frozen=True)
 class _Router:
     """A router (llama-server's, Ollama's server): the id its children's ids start with, its
-    log (where their lines go), what it runs, where it answers what its models are (None:
-    it is not asked), and the GPUs a placement naming it gives them (None: their own
-    flags')."""
+    log (where their lines go) and how it is opened where it was found, what it runs, where
+    it answers what its models are (None: it is not asked), and the GPUs a placement naming
+    it gives them (None: their own flags')."""
 
     id: str
     log: str | None
     launch: Launch
     server: Server | None = None
     gpus: list[int] | None = None
+    source: LogSource | None = None
 
 
 def _routers(seen: Mapping[int, _Seen], placed: Mapping[int, PlacementSpec]) -> dict[int, _Router]:
@@ -248,11 +250,15 @@ def _routers(seen: Mapping[int, _Seen], placed: Mapping[int, PlacementSpec]) -> 
         log = find_log(launch, env, pid)
         server = _server(launch, pid)
         spec = placed.get(pid)
+        held = log.path if log is not None else None
         if spec is not None:
-            found[pid] = _Router(spec.id, spec.log_path or log, launch, server, list(spec.gpus))
+            source = None if spec.log_path else log  # a placed log_path is opened by its rules
+            found[pid] = _Router(
+                spec.id, spec.log_path or held, launch, server, list(spec.gpus), source
+            )
         else:
             port = server.port if server is not None else serve_port(launch, env)
-            found[pid] = _Router(f"{launch.name}-{port or pid}", log, launch, server)
+            found[pid] = _Router(f"{launch.name}-{port or pid}", held, launch, server, source=log)
     return found
 
 
@@ -279,7 +285,9 @@ def _router_child(d: Discovered, launch: Launch, router: _Router, until: float) 
         spec = msgspec.structs.replace(spec, gpus=router.gpus)
         d = replace(d, gpus_unknown=None, gpu_request=None)  # its own CPU flags still hold
     prefix = f"[{port}]" if port and router.launch.child_prefix else None
-    return replace(d, spec=spec, log_prefix=prefix, server=router.server, model=named)
+    return replace(
+        d, spec=spec, log_prefix=prefix, server=router.server, model=named, log=router.source
+    )
 
 
 def _part_of_parent(pid: int, launch: Launch, seen: Mapping[int, _Seen], parents: _Parents) -> bool:

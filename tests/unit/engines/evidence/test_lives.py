@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from placewatch.worker.engines.evidence.lives import Lives, life_line
+from placewatch.worker.engines.evidence.lives import BEFORE_BYTES, Lives, life_line, newest_life
 from placewatch.worker.engines.evidence.read import EvidenceReader, read_text
 
 from tests.conftest import needs_corpus
@@ -97,3 +97,28 @@ def test_a_corpus_cpu_fallback_then_a_real_b11434_run_reads_as_that_run() -> Non
     assert read_text(failed.read_text()).gpu_failed is not None
     after = read_text(appended(failed, REAL / "lv4.log"))
     assert after == read_text((REAL / "lv4.log").read_text())
+
+
+def test_the_newest_life_is_found_in_a_log_s_last_bytes_with_the_lines_before_its_banner() -> None:
+    window = (
+        b"ial line cut by the window\n"
+        b"build: 4589 (eb7cf15a) with cc (Ubuntu 11.4.0) for x86_64-linux-gnu\n"
+        b"load_tensors: offloaded 0/33 layers to GPU\n"
+        b"ggml_cuda_init: found 1 CUDA devices:\n"
+        b"build: 5400 (1a2b3c4d) with cc (GCC) 13.2.0 for x86_64-linux-gnu\n"
+        b"load_tensors: offloaded 33/33 layers to GPU\n"
+    )
+    # Within BEFORE_BYTES of the banner: the window's first whole line, the old life with it;
+    # reading on from there, the banner drops what came before it but its init line.
+    assert newest_life(window) == window.index(b"build: 4589")
+    far = b"x" * (BEFORE_BYTES + 100) + b"\n" + window
+    start = newest_life(far)
+    assert start is not None and far[start:].startswith(b"ial line")
+
+
+def test_a_window_without_a_banner_or_with_only_its_words_has_no_newest_life() -> None:
+    assert newest_life(b"load_tensors: offloaded 33/33 layers to GPU\n" * 1000) is None
+    words = b"cmake build of the requests is initializing, listening\n" * 100_000
+    assert newest_life(words) is None  # bounded: MAX_CANDIDATES lines looked at, no more
+    assert newest_life(b"") is None
+    assert newest_life(b"\0" * (4 << 20)) is None

@@ -16,6 +16,16 @@ from tests.support.discovery import MODEL, SERVER
 PID = 4242
 
 
+def found(launch: Launch, env: dict[str, str], pid: int, proc: Path) -> str | None:
+    """The path of the log find_log finds, whose descriptor it names."""
+    held = find_log(launch, env, pid, proc)
+    if held is None:
+        return None
+    assert (held.pid, held.proc) == (pid, str(proc))
+    assert os.readlink(proc / str(pid) / "fd" / str(held.fd)) == held.path
+    return held.path
+
+
 def launch(*cmdline: str) -> Launch:
     found = read_launch(list(cmdline))
     assert found is not None
@@ -40,7 +50,7 @@ def a_file(tmp_path: Path, name: str) -> str:
 def test_a_llama_server_writing_to_a_file_gives_that_file(tmp_path: Path) -> None:
     log = a_file(tmp_path, "llama.log")
     proc = proc_with(tmp_path / "proc", {0: "/dev/null", 1: log, 2: log})
-    assert find_log(launch(SERVER, "-m", MODEL), {}, PID, proc) == log
+    assert found(launch(SERVER, "-m", MODEL), {}, PID, proc) == log
 
 
 @pytest.mark.parametrize(
@@ -61,7 +71,7 @@ def test_each_engine_s_own_output_comes_first(
         for fd, name in ((1, stdout), (2, stderr))
     }
     proc = proc_with(tmp_path / "proc", links)
-    assert find_log(launch(*cmdline), {}, PID, proc) == str(tmp_path / chosen)
+    assert found(launch(*cmdline), {}, PID, proc) == str(tmp_path / chosen)
 
 
 @pytest.mark.parametrize(
@@ -69,13 +79,13 @@ def test_each_engine_s_own_output_comes_first(
 )
 def test_a_pipe_a_socket_a_terminal_or_dev_null_is_no_log(tmp_path: Path, target: str) -> None:
     proc = proc_with(tmp_path / "proc", {1: target, 2: target})
-    assert find_log(launch(SERVER), {}, PID, proc) is None
+    assert found(launch(SERVER), {}, PID, proc) is None
 
 
 def test_a_file_deleted_since_it_was_opened_is_no_log(tmp_path: Path) -> None:
     log = a_file(tmp_path, "llama.log")
     proc = proc_with(tmp_path / "proc", {2: f"{log} (deleted)"})
-    assert find_log(launch(SERVER), {}, PID, proc) is None
+    assert found(launch(SERVER), {}, PID, proc) is None
 
 
 @pytest.mark.parametrize(
@@ -93,7 +103,7 @@ def test_llama_cpp_s_log_file_is_found_in_its_working_folder_when_held_open(
     (work / "logs").mkdir(parents=True)
     log = a_file(work / "logs", "llama.log")
     proc = proc_with(tmp_path / "proc", {1: "pipe:[1]", 2: "pipe:[1]", 4: log}, cwd=work)
-    assert find_log(launch(SERVER, *args), env, PID, proc) == log
+    assert found(launch(SERVER, *args), env, PID, proc) == log
 
 
 def test_a_stderr_file_comes_before_the_log_file_which_misses_what_llama_cpp_prints_there(
@@ -101,7 +111,7 @@ def test_a_stderr_file_comes_before_the_log_file_which_misses_what_llama_cpp_pri
 ) -> None:
     err, log = a_file(tmp_path, "err.log"), a_file(tmp_path, "llama.log")
     proc = proc_with(tmp_path / "proc", {1: "/dev/null", 2: err, 4: log})
-    assert find_log(launch(SERVER, "--log-file", log), {}, PID, proc) == err
+    assert found(launch(SERVER, "--log-file", log), {}, PID, proc) == err
 
 
 def test_a_log_file_named_on_the_command_line_but_not_held_open_is_not_followed(
@@ -110,8 +120,8 @@ def test_a_log_file_named_on_the_command_line_but_not_held_open_is_not_followed(
     # Anyone may start a process called llama-server naming any file: root must not follow it.
     secret = a_file(tmp_path, "not-a-log")
     proc = proc_with(tmp_path / "proc", {1: "pipe:[1]", 2: "pipe:[1]"})
-    assert find_log(launch(SERVER, "--log-file", secret), {}, PID, proc) is None
+    assert found(launch(SERVER, "--log-file", secret), {}, PID, proc) is None
 
 
 def test_a_process_whose_descriptors_may_not_be_read_has_no_log(tmp_path: Path) -> None:
-    assert find_log(launch(SERVER), {}, PID, tmp_path / "empty-proc") is None
+    assert found(launch(SERVER), {}, PID, tmp_path / "empty-proc") is None

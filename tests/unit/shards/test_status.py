@@ -1,0 +1,43 @@
+"""A status leaves the node printable: a shard's and a pod's names, its reason and its
+evidence lines, whatever control characters and bidirectional marks they were given."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from placewatch.schemas import PlacementSpec, SourceStatus
+from placewatch.worker.shards.cgroup import Container
+from placewatch.worker.shards.liveness import Tracked
+from placewatch.worker.shards.placements import Placement
+from placewatch.worker.shards.status import gone_status, judged_status, printable_problem
+from placewatch.worker.shards.verdict import Judgement
+
+NOW = datetime(2026, 12, 7, tzinfo=UTC)
+HOSTILE = "llama\x1b]0;owned\x07-\u202e8080"
+SHOWN = "llama\\x1b]0;owned\\x07-\\u202e8080"
+
+
+def test_names_reason_and_evidence_are_published_escaped() -> None:
+    placement = Placement(PlacementSpec(id=HOSTILE, pid=7, gpus=[0]), "discovered")
+    t = Tracked(placement, pid=7, container=Container(namespace="ns\x9b", pod=HOSTILE, name="c"))
+    judged = Judgement(
+        "cpu_fallback",
+        f"llama.cpp says 'failed to initialize CUDA: {HOSTILE}'",
+        evidence=(f"ggml_cuda_init: {HOSTILE}", "plain"),
+    )
+    status = judged_status(
+        HOSTILE, t, judged, node="n1", session="s", now=NOW, activity=None, gpu_health={}
+    )
+    assert status.shard == SHOWN and status.pod_name == SHOWN
+    assert status.pod_namespace == "ns\\x9b" and status.container_name == "c"
+    assert status.reason == f"llama.cpp says 'failed to initialize CUDA: {SHOWN}'"
+    assert status.evidence == [f"ggml_cuda_init: {SHOWN}", "plain"]
+    gone = gone_status(placement, node="n1", session="s", now=NOW, tracked={})
+    assert gone.shard == SHOWN
+
+
+def test_a_placements_problem_is_published_escaped() -> None:
+    problem = SourceStatus(name="placements", ok=False, error=f"shard {HOSTILE} is refused")
+    assert printable_problem(problem).error == f"shard {SHOWN} is refused"
+    fine = SourceStatus(name="nvml", ok=True)
+    assert printable_problem(fine) is fine
