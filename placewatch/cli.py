@@ -369,9 +369,7 @@ def _node_options() -> Parser:
         help="do not look for llama.cpp, Ollama and vLLM processes nothing places",
     )
     common.add_argument(
-        "--discover-env",
-        metavar="NAME=VALUE",
-        help="consider only processes whose environment holds NAME=VALUE (discovery, match)",
+        "--discover-env", metavar="NAME=VALUE", help="only processes whose environment has it"
     )
     return common
 
