@@ -40,6 +40,7 @@ from tests.conftest import ROOT, NatsServer, clean_env, free_port, run_placewatc
 from tests.integration.test_permissions import two_nodes
 from tests.integration.test_security import create_streams_as_admin
 from tests.support.eventually import eventually_async
+from tests.support.kv import kv_keys
 from tests.support.relay import Relay
 
 NODE, OTHER = "gpu-07", "gpu-08"
@@ -89,7 +90,7 @@ async def kept(url: str, prefix: str = subjects.DEFAULT_PREFIX) -> dict[str, obj
     stores = for_prefix(prefix)
     async with await nats.connect(url) as nc:
         js = nc.jetstream()
-        keys = sorted(await (await js.key_value(stores.compute.name)).keys())
+        keys = await kv_keys(js, stores.compute.name)
         per_node = {}
         for kind in partitions.PARTITIONED:
             info = await js.stream_info(stores.streams_by_kind[kind].name, subjects_filter=">")

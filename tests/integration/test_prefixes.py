@@ -22,6 +22,7 @@ from placewatch.schemas.streams import StreamsAndBuckets, for_prefix
 
 from tests.conftest import NatsServer, Worker, clean_env, start
 from tests.support.eventually import eventually_async
+from tests.support.kv import kv_keys
 
 NODE = "gpu-07"
 PREFIXES = {"placewatch": "shard-a", "acme.pw": "shard-b"}
@@ -49,7 +50,7 @@ async def read(nc: Client, stores: StreamsAndBuckets) -> Published | None:
         events = await js.stream_info(stores.events.name, subjects_filter=">")
         compute = await js.key_value(stores.compute.name)
         statuses = {}
-        for key in await compute.keys():
+        for key in await kv_keys(js, stores.compute.name):
             value = (await compute.get(key)).value or b""
             statuses[key] = decode(value, ComputeStatus, value_headers(value)).session
         lease = (await (await js.key_value(stores.leases.name)).get(NODE)).value or b""

@@ -38,6 +38,7 @@ from tests.conftest import (
 )
 from tests.integration.test_shards_end_to_end import events_now, wait_for_events
 from tests.support.eventually import eventually
+from tests.support.kv import kv_keys
 from tests.support.natsproto import RawSubscriber
 
 HOST = socket.gethostname()
@@ -99,10 +100,11 @@ async def holding(nc: Client, keeper: LeaseKeeper) -> AsyncIterator[None]:
 async def compute_sessions(url: str) -> list[str]:
     nc = await nats.connect(url)
     try:
-        kv = await nc.jetstream().key_value(COMPUTE.name)
+        js = nc.jetstream()
+        kv = await js.key_value(COMPUTE.name)
         return [
             decode((await kv.get(key)).value or b"", ComputeStatus).session
-            for key in await kv.keys()
+            for key in await kv_keys(js, COMPUTE.name)
         ]
     finally:
         await nc.close()

@@ -4,7 +4,6 @@ removed and says everything again, so the bus does not keep the node gone while 
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import time
@@ -17,6 +16,7 @@ from placewatch.schemas.streams import COMPUTE, INVENTORY
 
 from tests.conftest import run_placewatch
 from tests.support.fleet_node import NODE, ShardNode, wait_fallback_events
+from tests.support.kv import kv_keys
 
 
 async def kept_of_the_node(url: str) -> tuple[list[str], bool]:
@@ -24,10 +24,7 @@ async def kept_of_the_node(url: str) -> tuple[list[str], bool]:
     inventory."""
     async with await nats.connect(url) as nc:
         js = nc.jetstream()
-        keys: list[str] = []
-        kv = await js.key_value(COMPUTE.name)
-        with contextlib.suppress(nats.js.errors.NoKeysError):  # nats-py: none is an error
-            keys = sorted(k for k in await kv.keys() if NODE in k)
+        keys = [k for k in await kv_keys(js, COMPUTE.name) if NODE in k]
         try:
             await js.get_last_msg(INVENTORY.name, subjects.inventory(NODE))
         except nats.js.errors.NotFoundError:

@@ -48,11 +48,14 @@ POLL_SLICE_S = 0.05
 MOST_BYTES = 16 << 20
 """The most one log is read of in one look or one tick."""
 ANSWER_S = 0.05
+"""What an answer is given of its deadline to be built and sent back to the tick."""
 FIRST_BYTES = 256 << 10
 """What a log first followed is read of whatever the tick's deadline: a llama-server b11434
 start is 12 KB at `-lv 4`, 75 KB at `-lv 5` (tests/fixtures/engine-logs/real-b11434), and
-keyword lines parse at some 3 MB a second, so at most about 80 ms once a log."""
-"""What an answer is given of its deadline to be built and sent back to the tick."""
+keyword lines parse at some 3 MB a second, so at most about 90 ms once a log."""
+FIRST_S = 0.5
+"""What an ask naming a log not followed before waits past its deadline for that first read:
+90 ms on an idle core, five times that on a loaded one."""
 
 Evidence = Mapping[str, EngineEvidence]
 """Shard id -> what its engine's log says so far."""
@@ -253,11 +256,13 @@ class EngineLogs:
         up to `deadline`. An ask past its deadline is answered with what was read by then,
         at once, and still sets what is followed (a tick whose GPU tools took its whole input
         share must not leave its logs unfollowed); one not answered within a look between
-        ticks past it gets the last answer (the logs are read on meanwhile)."""
+        ticks past it (and FIRST_S more where it names a log not followed before) gets the
+        last answer (the logs are read on meanwhile)."""
         if self._asks is None:
             raise RuntimeError("EngineLogs.read before its task started")
         reply_send, reply = anyio.create_memory_object_stream[Evidence](1)
-        with reply, anyio.move_on_after(deadline.left() + self.slice_s + ANSWER_S):
+        first = FIRST_S if not wanted.keys() <= self._said.keys() else 0.0
+        with reply, anyio.move_on_after(deadline.left() + self.slice_s + ANSWER_S + first):
             await self._asks.send(_Ask(wanted, reply_send, deadline))
             return await reply.receive()
         return {sid: said for sid, said in self._said.items() if sid in wanted}
