@@ -29,9 +29,12 @@ from ..rocm_smi import load_json
 
 MIB = 1 << 20
 
-DUMP_METRICS = "0,1,2,3,4,5,8,18"
+DUMP_METRICS = "0,1,2,3,4,8,17,18"
 """The legacy metric ids both versions take: utilization, power, frequency, core and memory
-temperature, memory utilization, energy, memory used."""
+temperature, energy, memory bandwidth utilization, memory used. Not 5, "GPU Memory
+Utilization": 1.3.7 computes it as memory used over its size (core/src/device/gpu/
+gpu_device_stub.cpp), 2.0.0 as the time memory was read or written; 17, throughput over
+peak bandwidth in both, is the memory controller's busy share DCGM users read."""
 
 COLUMNS: dict[str, str] = {
     # 1.3.7: the metric's description (internal_dump_raw_data.cpp)
@@ -41,7 +44,7 @@ COLUMNS: dict[str, str] = {
     "gpu frequency": "sm_clock_mhz",
     "gpu core temperature": "temperature_c",
     "gpu memory temperature": "memory_temperature_c",
-    "gpu memory utilization": "memory_util_pct",
+    "gpu memory bandwidth utilization": "memory_util_pct",
     "gpu energy consumed": "energy_j",
     "gpu memory used": "memory_used_mib",
     # 2.0.0: the query name (ial/cmn/metrics/*.cpp)
@@ -50,7 +53,7 @@ COLUMNS: dict[str, str] = {
     "clocks.current.graphics": "sm_clock_mhz",
     "temperature.gpu": "temperature_c",
     "temperature.memory": "memory_temperature_c",
-    "utilization.memory": "memory_util_pct",
+    "memory.bandwidth.utilization": "memory_util_pct",
     "energy.consumed": "energy_j",
     "memory.used": "memory_used_mib",
 }

@@ -51,7 +51,7 @@ def test_discovery_once_then_one_dump_a_tick(xpu: FakeGpuTools) -> None:
         "I915_23.10.32_PSB_230816.32",
     )
     sample(source)
-    dump = "dump -d 0,1 -m 0,1,2,3,4,5,8,18 -i 1 -n 1"
+    dump = "dump -d 0,1 -m 0,1,2,3,4,8,17,18 -i 1 -n 1"
     assert runs(xpu) == ["discovery -j", "discovery -d 0 -j", "discovery -d 1 -j", dump, dump]
 
 
@@ -69,9 +69,9 @@ def test_a_2_0_xpu_smi_that_refuses_m_is_asked_with_metrics(xpu: FakeGpuTools) -
     sample(source)
     dumps = [r for r in runs(xpu) if r.startswith("dump")]
     assert dumps == [
-        "dump -d 0 -m 0,1,2,3,4,5,8,18 -i 1 -n 1",
-        "dump -d 0 --metrics 0,1,2,3,4,5,8,18 --interval 1 --number 1",
-        "dump -d 0 --metrics 0,1,2,3,4,5,8,18 --interval 1 --number 1",  # the form kept
+        "dump -d 0 -m 0,1,2,3,4,8,17,18 -i 1 -n 1",
+        "dump -d 0 --metrics 0,1,2,3,4,8,17,18 --interval 1 --number 1",
+        "dump -d 0 --metrics 0,1,2,3,4,8,17,18 --interval 1 --number 1",  # the form kept
     ]
 
 
