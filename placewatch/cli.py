@@ -19,7 +19,8 @@ from typing import Any
 
 from placewatch import __version__
 from placewatch.arguments import Parser
-from placewatch.worker.config import ENV_CONFIG, GPU_SOURCES, ConfigError, Settings, load
+from placewatch.node_flags import node_options
+from placewatch.worker.config import ENV_CONFIG, ConfigError, Settings, load
 
 EXIT_CONFIG = 2
 EXIT_LEASE_HELD = 2
@@ -201,7 +202,7 @@ def _parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"placewatch {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     named = next((a for a in argv if not a.startswith("-")), None)
-    node, bus, reader = _node_options(), _bus_options(), _reader_options()
+    node, bus, reader = node_options(), _bus_options(), _reader_options()
     settings_file = _reader_options(health_file=False)
     parents = {
         "run": [node, bus],
@@ -336,42 +337,6 @@ def _add_arguments(name: str, command: argparse.ArgumentParser) -> None:
             "--asyncapi", action="store_true", help="print the AsyncAPI 3.0.0 document instead"
         )
         command.add_argument("--prefix", default="placewatch", help="subject prefix (--asyncapi)")
-
-
-def _node_options() -> Parser:
-    """The flags of every command that samples this node: run, sample, doctor."""
-    common = Parser(add_help=False)
-    common.add_argument("--config", metavar="FILE", help=f"TOML settings file (also {ENV_CONFIG})")
-    common.add_argument("--node", help="this node's name (default: the short hostname)")
-    common.add_argument("--interval", type=float, metavar="SECONDS", help="default 2")
-    common.add_argument(
-        "--probe-timeout", type=float, metavar="SECONDS", help="limit for one GPU tool run (5)"
-    )
-    common.add_argument(
-        "--gpu-sources",
-        metavar="NAMES",
-        help=f"GPU sources to read, comma-separated (default {','.join(GPU_SOURCES)})",
-    )
-    common.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
-    common.add_argument("--kfd-root", metavar="DIR", help="AMD KFD sysfs tree (/sys/class/kfd/kfd)")
-    common.add_argument("--shards", metavar="FILE", help="TOML file of [[shard]] placements")
-    common.add_argument(
-        "--grace",
-        type=float,
-        metavar="SECONDS",
-        help="judge a shard without health_url this long after its process started (15)",
-    )
-    common.add_argument(
-        "--no-discover",
-        dest="discover",
-        action="store_const",
-        const=False,
-        help="do not look for llama.cpp, Ollama and vLLM processes nothing places",
-    )
-    common.add_argument(
-        "--discover-env", metavar="NAME=VALUE", help="only processes whose environment has it"
-    )
-    return common
 
 
 def _reader_options(*, health_file: bool = True) -> Parser:
