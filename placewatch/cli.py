@@ -344,9 +344,7 @@ def _node_options() -> Parser:
     common.add_argument("--config", metavar="FILE", help=f"TOML settings file (also {ENV_CONFIG})")
     common.add_argument("--node", help="this node's name (default: the short hostname)")
     common.add_argument("--interval", type=float, metavar="SECONDS", help="default 2")
-    common.add_argument(
-        "--probe-timeout", type=float, metavar="SECONDS", help="limit for one GPU tool run (5)"
-    )
+    common.add_argument("--probe-timeout", type=float, metavar="SECONDS", help="GPU tool limit (5)")
     common.add_argument(
         "--gpu-sources",
         metavar="NAMES",
@@ -354,6 +352,7 @@ def _node_options() -> Parser:
     )
     common.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     common.add_argument("--kfd-root", metavar="DIR", help="AMD KFD sysfs tree (/sys/class/kfd/kfd)")
+    common.add_argument("--journal-dir", metavar="DIR", help="journal files (default: the node's)")
     common.add_argument("--shards", metavar="FILE", help="TOML file of [[shard]] placements")
     common.add_argument(
         "--grace",

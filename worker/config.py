@@ -107,6 +107,9 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     processes whose environment holds it (shards/scope.py). None: every process."""
     kfd_root: str = str(KFD_ROOT)
     """The AMD KFD sysfs tree that per-process VRAM is read from."""
+    journal_dir: str | None = None
+    """A folder of journal files to read engines' output from (their own, or a machine id's
+    folders'); None: the node's journal (/var/log/journal and /run/log/journal)."""
     create: bool = True
     """Create the streams and buckets when missing (`--no-create`: never)."""
     replicas: Annotated[int, msgspec.Meta(ge=1, le=5)] = 1

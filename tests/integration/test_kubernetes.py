@@ -266,6 +266,15 @@ def test_it_reads_the_kubelet_s_pod_logs_read_only() -> None:
     assert writable == {"/run/placewatch", "/tmp"}
 
 
+def test_it_reads_the_node_s_journal_read_only() -> None:
+    """Engines run as systemd services write to the journal (journal/units.py)."""
+    mounts = {m["mountPath"]: m for m in worker()["volumeMounts"]}
+    volumes = {v["name"]: v for v in daemonset()["spec"]["template"]["spec"]["volumes"]}
+    for path in ("/var/log/journal", "/run/log/journal"):
+        assert mounts[path]["readOnly"] is True
+        assert volumes[mounts[path]["name"]]["hostPath"] == {"path": path}
+
+
 def test_forget_runs_daily_one_at_a_time_as_nobody_with_the_forget_credentials() -> None:
     job = objects()["CronJob/placewatch-forget"]["spec"]
     assert job["schedule"] == "17 3 * * *"
