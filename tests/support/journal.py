@@ -50,10 +50,16 @@ def entry(message: bytes | str, *, unit: str = UNIT, pid: int = 4242, at_us: int
 
 
 def write(
-    path: Path, messages: Iterable[bytes | str], *, unit: str = UNIT, pid: int = 4242
+    path: Path,
+    messages: Iterable[bytes | str],
+    *,
+    unit: str = UNIT,
+    pid: int = 4242,
+    ago_s: float = 0.0,
 ) -> None:
-    """Append one entry per message to the journal file at `path` (made when missing)."""
-    now = int(time.time() * 1e6)
+    """Append one entry per message to the journal file at `path` (made when missing), the
+    first stamped `ago_s` seconds ago."""
+    now = int((time.time() - ago_s) * 1e6)
     data = b"".join(entry(m, unit=unit, pid=pid, at_us=now + i) for i, m in enumerate(messages))
     subprocess.run(
         [JOURNAL_REMOTE, f"--output={path}", "-"], input=data, check=True, capture_output=True

@@ -12,6 +12,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from placewatch.worker.deadline import Deadline
 from placewatch.worker.doctor.logs import check_logs
 from placewatch.worker.doctor.report import Report
 from placewatch.worker.engines.evidence import EngineEvidence
@@ -228,3 +229,48 @@ def test_doctor_passes_a_journal_it_can_read(tmp_path: Path) -> None:
     assert doctor_on(journal_in(tmp_path)) == [
         "ok    engine logs: 1 log followed, each written by one engine"
     ]
+
+
+def test_a_flood_is_read_a_capped_run_at_a_time_in_order_and_whole(tmp_path: Path) -> None:
+    said = [f"slot update_slots: id  {i % 4} | task {i} | prompt processing" for i in range(6000)]
+    write(tmp_path / "system.journal", said)
+    tail = JournalTail(JournalLog(UNIT, None), journal_in(tmp_path))
+    read = tail.poll(limit=4096)
+    assert 0 < len(read) < len(said) and tail.behind > 0 and tail.last_read <= 4 * 4096
+    for _ in range(1000):
+        if not tail.behind:
+            break
+        read += tail.poll(limit=4096)
+    assert read == said and tail.behind == 0
+
+
+def test_a_flood_past_the_deadline_says_it_is_behind_and_reads_on(tmp_path: Path) -> None:
+    write(tmp_path / "system.journal", ["load_tensors: offloaded 1/33 layers to GPU"] * 40_000)
+
+    async def body(logs: EngineLogs) -> None:
+        first = (await logs.read({"j": in_journal()}, deadline=Deadline.after(0)))["j"]
+        assert first.behind_bytes is not None and first.behind_bytes > 0
+        assert first.layers_offloaded == 1
+        await said_once(logs, in_journal(), lambda s: s.behind_bytes is None, "read to its end")
+
+    with_logs(tmp_path, body)
+
+
+def test_a_journalctl_that_hangs_is_killed_at_its_time(tmp_path: Path) -> None:
+    write(tmp_path / "system.journal", lines(NGL99))
+    hangs = tmp_path / "journalctl"
+    hangs.write_text("#!/bin/sh\nexec sleep 60\n")
+    hangs.chmod(0o755)
+    tail = JournalTail(JournalLog(UNIT, None), Journal((str(tmp_path),), str(hangs), 0.0))
+    started = time.monotonic()
+    assert tail.poll(stop_at=started) == []
+    assert time.monotonic() - started < 2
+    assert tail.refused is not None and "read no entry of the journal within 0.25 s" in tail.refused
+
+
+def test_a_first_read_starts_at_the_process_s_start(tmp_path: Path) -> None:
+    journal = tmp_path / "system.journal"
+    write(journal, lines(NGL99), ago_s=3600)  # an earlier process of the unit, an hour ago
+    write(journal, ["load_tensors: offloaded 33/33 layers to GPU"])
+    tail = JournalTail(JournalLog(UNIT, None, since=time.time() - 60), journal_in(tmp_path))
+    assert tail.poll() == ["load_tensors: offloaded 33/33 layers to GPU"]

@@ -161,6 +161,8 @@ class JournalLog:
     """When that process started (seconds since the epoch): a journal first read is read from
     there, since what the unit said before is an earlier process's; None: from its newest
     entries."""
+    refused: str | None = None
+    """Why it is not read (a placed `journal:` naming a unit its process does not run as)."""
 
     @property
     def path(self) -> str:

@@ -46,7 +46,7 @@ import psutil
 
 from ...engines import Launch, engine_of
 from ...engines.evidence.journal import unit_of
-from ...engines.evidence.source import HeldLog, JournalLog, LogSource, PathLog
+from ...engines.evidence.source import JOURNAL_PREFIX, HeldLog, JournalLog, LogSource, PathLog
 from ...engines.flags import LOG_FILE, lookup
 from .. import cgroup
 from ..cgroup import CONTAINER_ID
@@ -87,13 +87,33 @@ def _journal(fds: Path, outputs: tuple[int, int], process: Path, pid: int) -> Jo
             unit = unit_of(f.read(cgroup.MAX_CGROUP_BYTES).decode("utf-8", "replace"))
     except OSError:
         return None
-    if unit is None:
-        return None
+    return None if unit is None else JournalLog(unit, pid, _started(pid))
+
+
+def placed_journal(unit: str, pid: int | None, proc: Path = Path("/proc")) -> JournalLog:
+    """A placement's `journal:<unit>`: read only when its process runs as that unit, as the
+    file of a placed `log_path` is read only when its process's user could read it."""
+    if pid is None:
+        return JournalLog(
+            unit, None, refused=f"{JOURNAL_PREFIX}{unit} is read once its process runs"
+        )
     try:
-        since: float | None = psutil.Process(pid).create_time()
+        with open(proc / str(pid) / "cgroup", "rb") as f:
+            own = unit_of(f.read(cgroup.MAX_CGROUP_BYTES).decode("utf-8", "replace"))
+    except OSError:
+        own = None
+    if own != unit:
+        runs = f"it runs as {own}" if own else "it runs as no system service"
+        why = f"{JOURNAL_PREFIX}{unit} is not the journal of the shard's process ({runs})"
+        return JournalLog(unit, pid, refused=f"{why}, so it is not read")
+    return JournalLog(unit, pid, _started(pid))
+
+
+def _started(pid: int) -> float | None:
+    try:
+        return psutil.Process(pid).create_time()
     except psutil.Error:
-        since = None  # read from the unit's newest entries
-    return JournalLog(unit, pid, since)
+        return None  # read from the unit's newest entries
 
 
 def _link(fd: Path) -> str:
@@ -184,11 +204,16 @@ def container_log(
     return None
 
 
-def log_source(path: str, found: LogSource | None, pid: int | None) -> LogSource:
+def log_source(
+    path: str, found: LogSource | None, pid: int | None, proc: Path = Path("/proc")
+) -> LogSource:
     """How a shard's log at `path` is opened: as discovery `found` it, or a placed path read
-    as the user of its process `pid` (a runtime's file where it lies in a runtime's folder)."""
+    as the user of its process `pid` (a runtime's file where it lies in a runtime's folder;
+    `journal:<unit>`, the unit's journal where its process runs as that unit)."""
     if found is not None:
         return found
+    if path.startswith(JOURNAL_PREFIX):
+        return placed_journal(path.removeprefix(JOURNAL_PREFIX), pid, proc)
     runtime = next((f for f in (POD_LOGS, DOCKER_CONTAINERS) if path.startswith(f"{f}/")), None)
     return PathLog(path, pid, runtime_dir=str(runtime) if runtime else None)
 

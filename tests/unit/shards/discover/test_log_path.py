@@ -10,7 +10,7 @@ import pytest
 
 from placewatch.worker.engines import Launch, read_launch
 from placewatch.worker.engines.evidence.source import HeldLog, JournalLog
-from placewatch.worker.shards.discover.log_path import find_log
+from placewatch.worker.shards.discover.log_path import find_log, log_source
 
 from tests.support.discovery import MODEL, SERVER
 
@@ -169,3 +169,14 @@ def test_a_file_comes_before_the_journal(tmp_path: Path) -> None:
     proc = proc_with(tmp_path / "proc", {1: "socket:[4711]", 2: log})
     with_cgroup(proc, "0::/system.slice/llama.service\n")
     assert found(launch(SERVER, "-m", MODEL), {}, PID, proc) == log
+
+
+def test_a_placed_journal_is_read_only_as_its_process_s_own_unit(tmp_path: Path) -> None:
+    proc = with_cgroup(proc_with(tmp_path / "proc", {}), "0::/system.slice/ollama.service\n")
+    own = log_source("journal:ollama.service", None, PID, proc)
+    assert isinstance(own, JournalLog) and own.refused is None and own.unit == "ollama.service"
+    other = log_source("journal:sshd.service", None, PID, proc)
+    assert isinstance(other, JournalLog) and other.refused == (
+        "journal:sshd.service is not the journal of the shard's process "
+        "(it runs as ollama.service), so it is not read"
+    )

@@ -72,16 +72,15 @@ class JournalTail:
         most EXPORT_FACTOR x `limit`), run for no longer than until `stop_at`
         (time.monotonic()) but at least MIN_S. Blocking."""
         self.last_read = 0
-        if not valid_unit(self.source.unit):
-            self.refused = f"{self.path} does not name a systemd unit, so it is not read"
-            return []
-        listing = self.journal.listing()
-        if listing.problem is not None:
-            self.refused = listing.problem
-            return []
         now = time.monotonic()
-        if self._quiet(listing, now):
+        if not self.behind and now < self._next_at:
+            return []  # at most one look a gap, unless entries were left behind
+        listing = self._listing()
+        if listing is None:
+            self._next_at = now + self.journal.gap_s
             return []
+        if not self.behind and self.refused is None and listing == self._seen:
+            return []  # the files are as they were when last read
         timeout = MAX_S if stop_at is None else min(MAX_S, max(stop_at - now, MIN_S))
         if self._lost(listing, timeout):
             # journalctl seeks a cursor whose entry is gone to no set place (systemd 252 may
@@ -91,19 +90,28 @@ class JournalTail:
         done = run(
             self._args(listing, self._position()), cap=limit * EXPORT_FACTOR, timeout_s=timeout
         )
+        self._next_at = now + self.journal.gap_s
         if done.returncode not in (0, None):
             if b"No such file" not in done.error:  # else a file vacuumed since the listing
                 self.refused = _failed(done)
             return []
-        self.refused, self._seen, self._next_at = None, listing, now + self.journal.gap_s
-        return self._lines(done)
+        self.refused, self._seen = None, listing
+        read = self._lines(done)
+        if done.stopped and not self.last_read:  # its time ran out before one entry
+            self.refused = f"journalctl read no entry of the journal within {timeout:.2f} s"
+        return read
 
-    def _quiet(self, listing: Listing, now: float) -> bool:
-        """Nothing to run for: nothing was left behind, and the files are as they were, or
-        the last run was less than the journal's `gap_s` ago."""
-        if self.behind or self.refused is not None or self._seen is None:
-            return False
-        return listing.files == self._seen.files or now < self._next_at
+    def _listing(self) -> Listing | None:
+        """The journal's files; None, with `refused` saying why, where none can be read."""
+        if not valid_unit(self.source.unit):
+            self.refused = f"{self.path} does not name a systemd unit, so it is not read"
+            return None
+        if self.source.refused is not None:
+            self.refused = self.source.refused
+            return None
+        listing = self.journal.listing()
+        self.refused = listing.problem if listing.problem is not None else self.refused
+        return None if listing.problem is not None else listing
 
     def _lost(self, listing: Listing, timeout: float) -> bool:
         """Whether the entry at the cursor is gone: asked only when a file read before is."""
@@ -144,7 +152,9 @@ class JournalTail:
         entries, used = parsed.entries, parsed.used
         if done.stopped and not entries and parsed.partial is not None:
             entries, used = [parsed.partial], len(done.out)  # one entry longer than the cap
-        # Stopped before any entry: nothing is known to be left, and the next look runs again.
+        # Left behind: what it wrote past the last whole entry, or more. Where it wrote no
+        # whole entry, nothing is known to be left: the next look runs it again (a read that
+        # reads nothing must not be asked for more at once).
         self.behind = max(len(done.out) - used, 1) if done.stopped and used else 0
         self.offset += used
         self.last_read = used
