@@ -4,7 +4,9 @@ cut, and a journal that cannot be read saying why."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -23,6 +25,8 @@ from placewatch.worker.shards.discover.classify import classify
 from placewatch.worker.shards.lost_evidence import log_note
 from placewatch.worker.shards.verdict import Judgement
 
+from tests.conftest import FIXTURES as ROOT_FIXTURES
+from tests.conftest import GPU0, FakeGpuTools, apps, run_placewatch, wait_older_than
 from tests.support.eventually import answered
 from tests.support.journal import UNIT, journal_in, needs_journal, write
 
@@ -32,6 +36,7 @@ FIXTURES = Path(__file__).parents[2] / "fixtures" / "engine-logs"
 NGL99 = FIXTURES / "real-b11434" / "ngl99-lv4.log"
 """A real b11434 CPU build given -ngl 99 -lv 4: `no usable GPU found`."""
 CUDA = FIXTURES / "llamacpp-cuda-full-offload.log"
+QUERY_GPU = ROOT_FIXTURES / "nvidia-smi" / "a100x2-query-gpu.csv"
 
 
 def lines(path: Path) -> list[str]:
@@ -274,3 +279,39 @@ def test_a_first_read_starts_at_the_process_s_start(tmp_path: Path) -> None:
     write(journal, ["load_tensors: offloaded 33/33 layers to GPU"])
     tail = JournalTail(JournalLog(UNIT, None, since=time.time() - 60), journal_in(tmp_path))
     assert tail.poll() == ["load_tensors: offloaded 33/33 layers to GPU"]
+
+
+def test_a_placed_journal_of_another_unit_is_refused_by_the_worker_and_doctor(
+    fake_gpu: FakeGpuTools, tmp_path: Path
+) -> None:
+    (tmp_path / "journal").mkdir()
+    write(tmp_path / "journal" / "system.journal", ["ggml_cuda_init: failed: not this one's"])
+    engine = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        fake_gpu.nvidia_smi(QUERY_GPU, apps({engine.pid: (GPU0, 5000)}))
+        shards = tmp_path / "shards.toml"
+        shards.write_text(
+            f'[[shard]]\nid = "a"\npid = {engine.pid}\ngpus = [0]\nlog_path = "journal:{UNIT}"\n'
+        )
+        wait_older_than([engine.pid], 0.2)
+        env = fake_gpu.env() | {"PLACEWATCH_JOURNAL_DIR": str(tmp_path / "journal")}
+        argv = ("sample", "--json", "--shards", str(shards), "--grace", "0", "--no-discover")
+        done = run_placewatch(*argv, env=env, timeout=20)
+        assert done.returncode == 0, done.stderr
+        (brief,) = json.loads(done.stdout)["shards"]
+        why = (
+            f"journal:{UNIT} is not the journal of the shard's process (it runs as no system "
+            "service), so it is not read"
+        )
+        assert brief["verdict"] == "gpu"
+        assert brief["reason"].endswith(f"; its log is not read: {why}")
+        asks = ("doctor", "--shards", str(shards), "--no-discover", "--nats", "nats://127.0.0.1:1")
+        doctor = run_placewatch(*asks, env=env, timeout=30)
+        said = [x for x in doctor.stdout.splitlines() if x.startswith("fail  engine logs:")]
+        assert said == [
+            f"fail  engine logs: a: its log is not read: {why}; next: let the worker read the "
+            "journal (docs/shards.md: engines run as systemd services)"
+        ]
+    finally:
+        engine.kill()
+        engine.wait()
