@@ -1,5 +1,6 @@
-"""The journal's export format read into entries, and a service named from its cgroup: pure,
-never raising, a hostile MESSAGE cut and unable to make another field or entry."""
+"""The journal's export format read into entries, a service named from its cgroup, and what
+journalctl's refusal says: pure, never raising, a hostile MESSAGE cut and unable to make
+another field or entry."""
 
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ from hypothesis import strategies as st
 
 from placewatch.worker.engines.evidence.journal import unit_of, valid_unit
 from placewatch.worker.engines.evidence.journal.export import Entry, parse
+from placewatch.worker.engines.evidence.journal.folders import GROUP_ADVICE
+from placewatch.worker.engines.evidence.journal.run import Run
+from placewatch.worker.engines.evidence.journal.tail import _failed
 
 
 def text(cursor: str, message: str) -> bytes:
@@ -85,3 +89,16 @@ def test_the_service_a_cgroup_names(cgroup: str, unit: str | None) -> None:
 def test_a_unit_name_is_never_an_option() -> None:
     assert valid_unit("ollama.service")
     assert not valid_unit("--file=/etc/shadow.service") and not valid_unit("a b.service")
+
+
+def test_journalctl_refused_by_permissions_says_which_group_reads_the_journal() -> None:
+    denied = Run(b"", b"Failed to open files: Permission denied\n", 1)
+    assert _failed(denied) == (
+        "journalctl may not read the journal (Failed to open files: Permission denied): "
+        f"{GROUP_ADVICE}"
+    )
+    other = Run(b"", b"\x1b[31mFailed to open files: Bad message\x1b[0m\n", 1)
+    assert _failed(other) == (
+        "journalctl could not read the journal (exit status 1:  [31mFailed to open files: "
+        "Bad message [0m)"
+    )
