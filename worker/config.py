@@ -26,7 +26,7 @@ from placewatch.schemas.streams import stem
 from placewatch.schemas.subjects import MAX_NAME_BYTES
 
 from .files import UnusableFile, read_text
-from .gpu import KFD_ROOT
+from .gpu import DRM_ROOT, KFD_ROOT
 from .gpu.registry import NAMES
 
 ENV_PREFIX = "PLACEWATCH_"
@@ -110,6 +110,8 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     journal_dir: str | None = None
     """A folder of journal files to read engines' output from (their own, or a machine id's
     folders'); None: the node's journal (/var/log/journal and /run/log/journal)."""
+    drm_root: str = str(DRM_ROOT)
+    """The DRM class folder Intel GPUs are read from (their cardN's device and hwmon files)."""
     create: bool = True
     """Create the streams and buckets when missing (`--no-create`: never)."""
     replicas: Annotated[int, msgspec.Meta(ge=1, le=5)] = 1
