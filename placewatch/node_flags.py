@@ -23,6 +23,7 @@ def node_options() -> Parser:
     )
     common.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     common.add_argument("--kfd-root", metavar="DIR", help="AMD KFD sysfs tree (/sys/class/kfd/kfd)")
+    common.add_argument("--journal-dir", metavar="DIR", help="journal files (default: the node's)")
     common.add_argument(
         "--drm-root",
         metavar="DIR",

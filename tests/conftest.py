@@ -254,7 +254,8 @@ NO_DRM = "/nonexistent/placewatch-test-drm"
 
 
 def clean_env() -> dict[str, str]:
-    """The test's environment without any PLACEWATCH_* setting or real GPU tool.
+    """The test's environment without any PLACEWATCH_* setting, real GPU tool or the host's
+    journal.
 
     No real tool is on PATH, and where a real driver answers through NVML the
     worker is told to leave NVML out, so that the fake tools are what it reads.
@@ -271,6 +272,9 @@ def clean_env() -> dict[str, str]:
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), *keep])
     env["PLACEWATCH_DRM_ROOT"] = NO_DRM  # a machine's own Intel GPU is no test's
     env["PLACEWATCH_DISCOVER_ENV"] = SEALED
+    # Never the host's journal: a test's engine whose output is a socket under a CI runner's
+    # service would be read from it. A test that reads a journal names its own folder.
+    env["PLACEWATCH_JOURNAL_DIR"] = "/nonexistent/placewatch-test-journal"
     if real_nvml():
         env["PLACEWATCH_GPU_SOURCES"] = ",".join(s for s in GPU_SOURCES if s != "nvml")
     return env

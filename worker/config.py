@@ -107,6 +107,9 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     processes whose environment holds it (shards/scope.py). None: every process."""
     kfd_root: str = str(KFD_ROOT)
     """The AMD KFD sysfs tree that per-process VRAM is read from."""
+    journal_dir: str | None = None
+    """A folder of journal files to read engines' output from (their own, or a machine id's
+    folders'); None: the node's journal (/var/log/journal and /run/log/journal)."""
     drm_root: str = str(DRM_ROOT)
     """The DRM class folder Intel GPUs are read from (their cardN's device and hwmon files)."""
     create: bool = True

@@ -33,6 +33,7 @@ from placewatch.schemas import NodeSample
 from .config import Settings
 from .deadline import NEVER, Deadline
 from .engines.evidence.follow import EngineLogs
+from .engines.evidence.journal import Journal
 from .gpu.registry import chains_for
 from .host import HostSampler
 from .sampler import NodeReading, NodeSampler
@@ -92,7 +93,7 @@ class Pipeline:
             bucket=bucket,
             discovery=settings.discover,
             scope=ProcessScope.parse(settings.discover_env),
-            logs=EngineLogs(),
+            logs=EngineLogs(journal=Journal.at(settings.journal_dir)),
             late_s=LATE_INTERVALS * settings.interval,
         )
         chains = chains_for(

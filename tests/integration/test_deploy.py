@@ -119,6 +119,8 @@ def test_worker_sees_host_pids_and_every_nvidia_gpu() -> None:
     assert (COMPOSE.parent / "shards.toml").is_file()  # else docker binds a new empty folder
     logs = [m for m in worker["volumes"] if "PLACEWATCH_ENGINE_LOGS" in m]
     assert len(logs) == 1 and logs[0].endswith(":ro")
+    for journal in ("/var/log/journal", "/run/log/journal"):  # services' output
+        assert mounts[journal] == f"{journal}:{journal}:ro"
     assert worker["stop_signal"] == "SIGTERM"
 
 

@@ -268,6 +268,18 @@ def test_it_reads_the_kubelet_s_pod_logs_read_only() -> None:
     assert writable == {"/run/placewatch", "/tmp"}
 
 
+@pytest.mark.parametrize("name", ["DaemonSet/placewatch", "DaemonSet/placewatch-intel"])
+def test_it_reads_the_node_s_journal_read_only(name: str) -> None:
+    """Engines run as systemd services write to the journal (journal/units.py)."""
+    pod = objects()[name]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    for path in ("/var/log/journal", "/run/log/journal"):
+        assert mounts[path]["readOnly"] is True
+        assert volumes[mounts[path]["name"]]["hostPath"] == {"path": path}
+
+
 def test_the_intel_worker_reads_sysfs_read_only_and_every_gpu_without_taking_one() -> None:
     intel = objects()["DaemonSet/placewatch-intel"]
     pod = intel["spec"]["template"]["spec"]

@@ -110,6 +110,7 @@ def test_the_worker_keeps_what_it_needs_to_read_gpus_and_proc() -> None:
         assert service[key] == "yes", key
     assert service["ProtectSystem"] == "strict"
     assert values(WORKER, "SystemCallFilter")[0] == "@system-service"
+    assert service["SupplementaryGroups"] == "systemd-journal"  # services' output, journal/
 
 
 def test_the_alerts_unit_runs_alerts_with_nothing_of_the_node() -> None:

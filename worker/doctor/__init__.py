@@ -27,6 +27,7 @@ import anyio.to_thread
 from placewatch.arguments import seconds
 
 from ..config import Settings
+from ..engines.evidence.journal import Journal
 from ..shards.discover import Discovered, discover
 from ..shards.scope import ProcessScope
 from .engines import ENGINE_TIMEOUT_S, Engine, check_engines, preflight
@@ -105,7 +106,8 @@ async def diagnose(
         found = await anyio.to_thread.run_sync(walk)
     await anyio.to_thread.run_sync(check_processes, gpus, found, report)
     check_privileges(found, report)
-    check_logs(found, placed, report)
+    journal = Journal.at(settings.journal_dir)  # journalctl runs: not on the event loop
+    await anyio.to_thread.run_sync(check_logs, found, placed, report, journal)
     await _check_server_and_jetstream(settings, report)
     await check_engines(found, engines, len(gpus), timeout_s, report, placed=placed)
 

@@ -1,7 +1,8 @@
 """Whether each engine's log is its own and may be read: two live engines appending to one
 file interleave their lines, so the worker reads both as `unknown` (liveness.shared_logs);
 and a log that is not the file its engine writes, or that the engine's user could not read
-(a named pipe, a link, another user's file: engines/evidence/source.py), is not read. Doctor
+(a named pipe, a link, another user's file: engines/evidence/source.py), is not read; nor is
+the journal of a service that journalctl cannot read here (engines/evidence/journal/). Doctor
 says so before a status does."""
 
 from __future__ import annotations
@@ -9,7 +10,8 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from ..engines.evidence.source import Gone, Refused
+from ..engines.evidence.journal import Journal, JournalTail
+from ..engines.evidence.source import Gone, JournalLog, LogSource, Refused
 from ..shards.discover import Discovered
 from ..shards.discover.log_path import log_source
 from ..shards.discovered import placement_of
@@ -20,13 +22,22 @@ from .report import Report, count
 
 ENGINE_LOGS = "engine logs"
 GIVE_EACH = "give each engine its own log (llama.cpp: -lv 4 with --log-file)"
+READ_JOURNAL = "let the worker read the journal (docs/shards.md: engines run as systemd services)"
 GIVE_OWN = (
     "name the file the engine itself writes, as its own user may read it (docs/shards.md); "
     "or leave log_path out"
 )
 
 
-def check_logs(found: Sequence[Discovered], placed: Sequence[Placed], report: Report) -> None:
+def check_logs(
+    found: Sequence[Discovered],
+    placed: Sequence[Placed],
+    report: Report,
+    journal: Journal | None = None,
+) -> None:
+    """Whether each engine's log is its own and may be read; `journal`: where a service's
+    output is read (the node's journal unless told)."""
+    journal = Journal.at() if journal is None else journal
     tracked = {p.spec.id: Tracked(Placement(p.spec, "file"), pid=p.pid) for p in placed if p.pid}
     tracked |= {d.spec.id: Tracked(placement_of(d), pid=d.spec.pid) for d in found}
     logs = {t.placement.spec.log_path for t in tracked.values() if t.placement.spec.log_path}
@@ -34,28 +45,46 @@ def check_logs(found: Sequence[Discovered], placed: Sequence[Placed], report: Re
         report.skip(ENGINE_LOGS, "no engine's log is followed (none found or named)")
         return
     said = shared_logs(tracked, {})
-    refused = _refused(tracked)
+    refused = _refused(tracked, journal)
     for sid, why in sorted(said.items()):
         report.fail(ENGINE_LOGS, f"{sid}: {why.split('; give each')[0]}", GIVE_EACH)
-    for sid, why in sorted(refused.items()):
-        report.fail(ENGINE_LOGS, f"{sid}: its log is not read: {why}", GIVE_OWN)
+    for sid, (why, fix) in sorted(refused.items()):
+        report.fail(ENGINE_LOGS, f"{sid}: its log is not read: {why}", fix)
     if not said and not refused:
         report.ok(ENGINE_LOGS, f"{count(len(logs), 'log')} followed, each written by one engine")
 
 
-def _refused(tracked: dict[str, Tracked]) -> dict[str, str]:
-    """Each shard whose log the worker would not read -> why (source.py's words)."""
+def _refused(tracked: dict[str, Tracked], journal: Journal) -> dict[str, tuple[str, str]]:
+    """Each shard whose log the worker would not read -> why (source.py's or journal/'s
+    words), and what to do."""
     found = {}
     for sid, t in tracked.items():
         path = t.placement.spec.log_path
         if not path:
             continue
-        try:
-            fd, _ = log_source(path, t.placement.log, t.pid).open()
-        except Refused as why:
-            found[sid] = str(why)
-        except (Gone, OSError):
-            continue  # not written yet, or its process exited: nothing wrong with it
-        else:
-            os.close(fd)
+        source = log_source(path, t.placement.log, t.pid)
+        why = _journal_refused(source, journal) if isinstance(source, JournalLog) else _file(source)
+        if why is not None:
+            found[sid] = (why, READ_JOURNAL if isinstance(source, JournalLog) else GIVE_OWN)
     return found
+
+
+def _file(source: LogSource) -> str | None:
+    if isinstance(source, JournalLog):
+        return None
+    try:
+        fd, _ = source.open()
+    except Refused as why:
+        return str(why)
+    except (Gone, OSError):
+        return None  # not written yet, or its process exited: nothing wrong with it
+    os.close(fd)
+    return None
+
+
+def _journal_refused(source: JournalLog, journal: Journal) -> str | None:
+    """Why the unit's entries are not read, as the worker would find it: one bounded run of
+    journalctl, as the worker's own read."""
+    tail = JournalTail(source, journal)
+    tail.poll()
+    return tail.refused

@@ -60,7 +60,7 @@ def held_log(pid: int) -> HeldLog:
     launch = read_launch(psutil.Process(pid).cmdline())
     assert launch is not None
     found = find_log(launch, psutil.Process(pid).environ(), pid)
-    assert found is not None
+    assert isinstance(found, HeldLog)
     return found
 
 

@@ -33,7 +33,8 @@ from anyio.abc import TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from ...deadline import NEVER, Deadline
-from .source import LogSource
+from .journal import Journal, JournalTail
+from .source import JournalLog, LogSource
 from .state import EngineEvidence
 from .tail import CHUNK, LogTail
 from .unwrap import Unwrap
@@ -71,9 +72,11 @@ def _reader() -> EvidenceReader:
     return EvidenceReader()
 
 
-def _tail(source: LogSource) -> LogTail:
+def _tail(source: LogSource, journal: Journal) -> LogTail | JournalTail:
     """A tail that reads a large log from its newest life (lives.py, whose patterns are
-    compiled with the first log followed)."""
+    compiled with the first log followed); a unit's entries from `journal`."""
+    if isinstance(source, JournalLog):
+        return JournalTail(source, journal)
     from .lives import newest_life  # noqa: PLC0415
 
     return LogTail(source, start=newest_life)
@@ -88,7 +91,7 @@ def _serving() -> ServingLog:
 
 @dataclass
 class _Followed:
-    tail: LogTail
+    tail: LogTail | JournalTail
     reader: EvidenceReader = field(default_factory=_reader)
     serving: ServingLog = field(default_factory=_serving)
     prefix: str | None = None
@@ -146,10 +149,10 @@ class _Followed:
         """Its log holds more than was read, and this pass may read more of it."""
         return self.tail.behind > 0 and self.read_bytes < MOST_BYTES
 
-    def step(self) -> None:
-        """Read one chunk of what the log added. Blocking."""
+    def step(self, stop_at: float) -> None:
+        """Read one chunk of what the log added (a journal's, within `stop_at`). Blocking."""
         before = self.reader.snapshot()
-        lines = self.tail.poll(CHUNK)
+        lines = self.tail.poll(CHUNK, stop_at)
         if self.tail.generation != self.generation:
             # Truncated, rotated or removed: what the process said stands, stale, until it
             # says more; a restart says its banner (or the tick a new pid) and starts afresh.
@@ -200,9 +203,16 @@ class _Ask:
 class EngineLogs:
     """The owner of every engine log tail; run `run` in a task group with `start`."""
 
-    def __init__(self, poll_s: float = LOG_POLL_S, slice_s: float = POLL_SLICE_S) -> None:
+    def __init__(
+        self,
+        poll_s: float = LOG_POLL_S,
+        slice_s: float = POLL_SLICE_S,
+        journal: Journal | None = None,
+    ) -> None:
         self.poll_s = poll_s
         self.slice_s = slice_s
+        self.journal = Journal.at() if journal is None else journal
+        """Where a unit's entries are read (journal/): the node's journal unless told."""
         self._asks: MemoryObjectSendStream[_Ask] | None = None
         self._said: Evidence = {}
         """The last answer given: what a tick whose deadline came first gets."""
@@ -222,7 +232,7 @@ class EngineLogs:
             while True:
                 ask = await self._next_ask(asks, bool(followed))
                 if ask is not None:
-                    _follow(followed, ask.wanted)
+                    _follow(followed, ask.wanted, self.journal)
                     stop_at = ask.deadline.at - ANSWER_S
                 else:
                     stop_at = time.monotonic() + self.slice_s
@@ -272,14 +282,16 @@ class EngineLogs:
         await self._changes.receive()
 
 
-def _follow(followed: dict[str, _Followed], wanted: Wanted) -> None:
+def _follow(followed: dict[str, _Followed], wanted: Wanted, journal: Journal) -> None:
     for sid in [s for s in followed if s not in wanted]:
         del followed[sid]
     for sid, (source, pid, prefix) in wanted.items():
         current = followed.get(sid)
         if current is None or current.tail.path != source.path or current.prefix != prefix:
-            current = followed[sid] = _Followed(_tail(source), prefix=prefix)
-        else:
+            current = followed[sid] = _Followed(_tail(source, journal), prefix=prefix)
+        elif isinstance(current.tail, JournalTail) and isinstance(source, JournalLog):
+            current.tail.source = source  # the same unit, its process as the tick found it
+        elif isinstance(current.tail, LogTail) and not isinstance(source, JournalLog):
             current.tail.source = source  # the same file, its process as the tick found it
         current.writer(pid)
 
@@ -295,14 +307,14 @@ def _read_all(followed: list[_Followed], stop_at: float, turn: int) -> bool:
     before = [(f, f.begin()) for f in pending]
     for f in pending:
         if f.history_end is None:
-            f.step()
+            f.step(stop_at)
             while f.more and f.read_bytes < FIRST_BYTES:
-                f.step()
+                f.step(stop_at)
     while pending:
         for f in pending:
             if time.monotonic() >= stop_at:
                 return _ended(before)
-            f.step()
+            f.step(stop_at)
         pending = [f for f in pending if f.more]
     return _ended(before)
 

@@ -9,6 +9,8 @@ written:
   descriptor, /proc/PID/fd/N, so what the path names later (a symbolic link to a root-only
   file, a named pipe put in its place) changes nothing; and only while /proc/PID/fdinfo/N
   says it is open for writing.
+- `JournalLog`: the systemd journal's entries of the unit an engine runs as, whose output is a
+  socket to journald (journal/ reads them).
 - `PathLog`: a path no engine is known to hold (a placement's `log_path`, a container
   runtime's CRI or json-file log). It is opened without following a symbolic link in its last
   component, and read only when it is a regular file that the engine's user could read (the
@@ -148,7 +150,31 @@ class PathLog:
             raise Refused(f"{self.path} {why}, so it is not read")
 
 
-LogSource: TypeAlias = HeldLog | PathLog
+@dataclass(frozen=True)
+class JournalLog:
+    """The journal entries of systemd unit `unit` (`_SYSTEMD_UNIT=`), whose process `pid`
+    writes its output to journald: read through journal/, never opened as a file."""
+
+    unit: str
+    pid: int | None
+    since: float | None = None
+    """When that process started (seconds since the epoch): a journal first read is read from
+    there, since what the unit said before is an earlier process's; None: from its newest
+    entries."""
+    refused: str | None = None
+    """Why it is not read (a placed `journal:` naming a unit its process does not run as)."""
+
+    @property
+    def path(self) -> str:
+        """The name a placement's `log_path` gives it, and that two shards share when they
+        share the unit."""
+        return f"{JOURNAL_PREFIX}{self.unit}"
+
+
+JOURNAL_PREFIX = "journal:"
+FileLog: TypeAlias = HeldLog | PathLog
+"""A log that is a file (tail.py reads it)."""
+LogSource: TypeAlias = HeldLog | PathLog | JournalLog
 
 
 @dataclass(frozen=True)

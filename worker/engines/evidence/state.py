@@ -72,7 +72,8 @@ class EngineEvidence:
     reading's budget (follow.py), and the rest is read at the next look. None: all read."""
     unread: str | None = None
     """Why the log is not read now (source.py: a named pipe in its place, a file its engine's
-    user may not read), naming its path; None while it is read."""
+    user may not read; journal/: a journal this worker cannot read, and how to fix it), naming
+    its path; None while it is read."""
 
     @property
     def known(self) -> bool:

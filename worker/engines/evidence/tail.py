@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from .source import Gone, LogSource, Refused
+from .source import FileLog, Gone, Refused
 
 HEAD_BYTES = 64
 """A followed file's first bytes, kept to notice a new file that reuses the old inode."""
@@ -37,7 +37,7 @@ class LogTail:
 
     def __init__(
         self,
-        source: LogSource,
+        source: FileLog,
         *,
         max_line: int = 64 << 10,
         from_end: int = FROM_END,
@@ -69,8 +69,9 @@ class LogTail:
         """Where in the file the next read starts."""
         return self._offset
 
-    def poll(self, limit: int = CHUNK) -> list[str]:
-        """Complete lines appended since the last call (at most `limit` bytes' worth)."""
+    def poll(self, limit: int = CHUNK, stop_at: float | None = None) -> list[str]:
+        """Complete lines appended since the last call (at most `limit` bytes' worth). A file
+        read waits for nothing, so `stop_at` (a journal's bound, journal/) is not needed."""
         self.last_read = 0
         try:
             st = self.source.look()

@@ -3,12 +3,16 @@
 A placed shard names its log; a discovered one shows it in /proc, where it can:
 
 - its stderr or stdout, when that is a regular file (`llama-server ... > llama.log 2>&1`):
-  /proc/PID/fd/2 and /1 name it. A pipe (a supervisor, journald, an Ollama server reading
-  its runner), a socket, a terminal or /dev/null holds nothing to follow.
+  /proc/PID/fd/2 and /1 name it. A pipe (a supervisor, an Ollama server reading its runner),
+  a terminal or /dev/null holds nothing to follow.
 - llama.cpp's `--log-file FNAME` (or LLAMA_ARG_LOG_FILE; common/arg.cpp at b11434), when
   the engine holds that file open. It gets llama.cpp's common log only: what llama.cpp
   writes straight to stderr is not in it, "warning: no usable GPU found, --gpu-layers
   option will be ignored" among it, so a stderr file comes first.
+- the systemd journal, when the output is a socket and the process's cgroup names the
+  service it runs as (engines/evidence/journal/units.py): journald keeps what a service
+  writes to its socket under the unit's name (`StandardOutput=journal`, systemd's default,
+  as Ollama's install runs `ollama.service`). Its `log_path` is `journal:<unit>`.
 
 llama.cpp and Ollama log to stderr, vLLM to stdout (its logger's stream handler); neither
 Ollama nor vLLM has a log-file flag. An Ollama runner writes its stderr to a pipe that its
@@ -38,8 +42,11 @@ import stat
 from collections.abc import Mapping
 from pathlib import Path
 
+import psutil
+
 from ...engines import Launch, engine_of
-from ...engines.evidence.source import HeldLog, LogSource, PathLog
+from ...engines.evidence.journal import unit_of
+from ...engines.evidence.source import JOURNAL_PREFIX, HeldLog, JournalLog, LogSource, PathLog
 from ...engines.flags import LOG_FILE, lookup
 from .. import cgroup
 from ..cgroup import CONTAINER_ID
@@ -51,8 +58,9 @@ POD_LOGS = Path("/var/log/pods")
 
 def find_log(
     launch: Launch, env: Mapping[str, str] | None, pid: int, proc: Path = Path("/proc")
-) -> HeldLog | None:
-    """The file the engine's output goes to that this worker can follow, or None.
+) -> HeldLog | JournalLog | None:
+    """The file the engine's output goes to that this worker can follow, else the journal
+    that keeps it, or None.
 
     Reads /proc/PID/fd (as root, or as the engine's user); None for anything it may not read.
     """
@@ -63,7 +71,56 @@ def find_log(
         found = _log_file_flag(launch, env, proc / str(pid))
     if found is None:
         found = _held(fds / str(second))
-    return None if found is None else HeldLog(found[0], pid, found[1], str(proc))
+    if found is None:
+        return _journal(fds, (first, second), proc / str(pid), pid)
+    return HeldLog(found[0], pid, found[1], str(proc))
+
+
+def _journal(fds: Path, outputs: tuple[int, int], process: Path, pid: int) -> JournalLog | None:
+    """The journal of the service the process runs as, when its output is a socket (to
+    journald: a service's other sockets are not its stdout or stderr)."""
+    sockets = [fd for fd in outputs if _link(fds / str(fd)).startswith("socket:")]
+    if not sockets:
+        return None
+    try:
+        with open(process / "cgroup", "rb") as f:
+            unit = unit_of(f.read(cgroup.MAX_CGROUP_BYTES).decode("utf-8", "replace"))
+    except OSError:
+        return None
+    return None if unit is None else JournalLog(unit, pid, _started(pid))
+
+
+def placed_journal(unit: str, pid: int | None, proc: Path = Path("/proc")) -> JournalLog:
+    """A placement's `journal:<unit>`: read only when its process runs as that unit, as the
+    file of a placed `log_path` is read only when its process's user could read it."""
+    if pid is None:
+        return JournalLog(
+            unit, None, refused=f"{JOURNAL_PREFIX}{unit} is read once its process runs"
+        )
+    try:
+        with open(proc / str(pid) / "cgroup", "rb") as f:
+            own = unit_of(f.read(cgroup.MAX_CGROUP_BYTES).decode("utf-8", "replace"))
+    except OSError:
+        own = None
+    if own != unit:
+        runs = f"it runs as {own}" if own else "it runs as no system service"
+        why = f"{JOURNAL_PREFIX}{unit} is not the journal of the shard's process ({runs})"
+        return JournalLog(unit, pid, refused=f"{why}, so it is not read")
+    return JournalLog(unit, pid, _started(pid))
+
+
+def _started(pid: int) -> float | None:
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None  # read from the unit's newest entries
+
+
+def _link(fd: Path) -> str:
+    try:
+        return os.readlink(fd)
+    except OSError:
+        return ""
 
 
 def _held(fd: Path) -> tuple[str, int] | None:
@@ -147,11 +204,16 @@ def container_log(
     return None
 
 
-def log_source(path: str, found: LogSource | None, pid: int | None) -> LogSource:
+def log_source(
+    path: str, found: LogSource | None, pid: int | None, proc: Path = Path("/proc")
+) -> LogSource:
     """How a shard's log at `path` is opened: as discovery `found` it, or a placed path read
-    as the user of its process `pid` (a runtime's file where it lies in a runtime's folder)."""
+    as the user of its process `pid` (a runtime's file where it lies in a runtime's folder;
+    `journal:<unit>`, the unit's journal where its process runs as that unit)."""
     if found is not None:
         return found
+    if path.startswith(JOURNAL_PREFIX):
+        return placed_journal(path.removeprefix(JOURNAL_PREFIX), pid, proc)
     runtime = next((f for f in (POD_LOGS, DOCKER_CONTAINERS) if path.startswith(f"{f}/")), None)
     return PathLog(path, pid, runtime_dir=str(runtime) if runtime else None)
 

@@ -80,6 +80,7 @@ def test_any_bytes_are_read_in_bounded_time_within_every_bound_and_never_raise(
             assert all(len(line) <= MAX_LINE_CHARS for line in said.lines)
             assert len(serving.requests) <= MAX_RUNNING + MAX_REQUESTS
             # What each holds between looks, which nothing public shows.
+            assert isinstance(followed.tail, LogTail)
             assert len(followed.tail._partial) <= MAX_LINE
             assert len(followed.unwrap._parts) <= MAX_STREAMS
             assert all(len(p) <= MAX_JOINED for p in followed.unwrap._parts.values())

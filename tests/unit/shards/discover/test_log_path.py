@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from placewatch.worker.engines import Launch, read_launch
-from placewatch.worker.shards.discover.log_path import find_log
+from placewatch.worker.engines.evidence.source import HeldLog, JournalLog
+from placewatch.worker.shards.discover.log_path import find_log, log_source
 
 from tests.support.discovery import MODEL, SERVER
 
@@ -21,6 +22,7 @@ def found(launch: Launch, env: dict[str, str], pid: int, proc: Path) -> str | No
     held = find_log(launch, env, pid, proc)
     if held is None:
         return None
+    assert isinstance(held, HeldLog)
     assert (held.pid, held.proc) == (pid, str(proc))
     assert os.readlink(proc / str(pid) / "fd" / str(held.fd)) == held.path
     return held.path
@@ -125,3 +127,56 @@ def test_a_log_file_named_on_the_command_line_but_not_held_open_is_not_followed(
 
 def test_a_process_whose_descriptors_may_not_be_read_has_no_log(tmp_path: Path) -> None:
     assert found(launch(SERVER), {}, PID, tmp_path / "empty-proc") is None
+
+
+def with_cgroup(proc: Path, text: str) -> Path:
+    (proc / str(PID) / "cgroup").write_text(text)
+    return proc
+
+
+def test_a_service_writing_to_journald_gives_its_journal(tmp_path: Path) -> None:
+    proc = proc_with(tmp_path / "proc", {1: "socket:[4711]", 2: "socket:[4711]"})
+    with_cgroup(proc, "0::/system.slice/ollama.service\n")
+    found_log = find_log(launch("ollama", "serve"), {}, PID, proc)
+    assert isinstance(found_log, JournalLog)
+    assert (found_log.unit, found_log.pid, found_log.path) == (
+        "ollama.service",
+        PID,
+        "journal:ollama.service",
+    )
+
+
+@pytest.mark.parametrize(
+    ("fds", "cgroup"),
+    [
+        ({1: "pipe:[1]", 2: "pipe:[1]"}, "0::/system.slice/ollama.service\n"),  # a supervisor
+        ({1: "socket:[1]", 2: "socket:[1]"}, "0::/user.slice/user-1000.slice/session-2.scope\n"),
+        (
+            {1: "socket:[1]", 2: "socket:[1]"},
+            "0::/user.slice/user-1000.slice/user@1000.service/app.slice/ollama.service\n",
+        ),
+    ],
+)
+def test_output_no_system_journal_keeps_gives_no_log(
+    tmp_path: Path, fds: dict[int, str], cgroup: str
+) -> None:
+    proc = with_cgroup(proc_with(tmp_path / "proc", fds), cgroup)
+    assert find_log(launch("ollama", "serve"), {}, PID, proc) is None
+
+
+def test_a_file_comes_before_the_journal(tmp_path: Path) -> None:
+    log = a_file(tmp_path, "llama.log")
+    proc = proc_with(tmp_path / "proc", {1: "socket:[4711]", 2: log})
+    with_cgroup(proc, "0::/system.slice/llama.service\n")
+    assert found(launch(SERVER, "-m", MODEL), {}, PID, proc) == log
+
+
+def test_a_placed_journal_is_read_only_as_its_process_s_own_unit(tmp_path: Path) -> None:
+    proc = with_cgroup(proc_with(tmp_path / "proc", {}), "0::/system.slice/ollama.service\n")
+    own = log_source("journal:ollama.service", None, PID, proc)
+    assert isinstance(own, JournalLog) and own.refused is None and own.unit == "ollama.service"
+    other = log_source("journal:sshd.service", None, PID, proc)
+    assert isinstance(other, JournalLog) and other.refused == (
+        "journal:sshd.service is not the journal of the shard's process "
+        "(it runs as ollama.service), so it is not read"
+    )
