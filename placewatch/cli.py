@@ -355,6 +355,7 @@ def _node_options() -> Parser:
     common.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     common.add_argument("--kfd-root", metavar="DIR", help="AMD KFD sysfs tree (/sys/class/kfd/kfd)")
     common.add_argument("--shards", metavar="FILE", help="TOML file of [[shard]] placements")
+    common.add_argument("--advertise-host", metavar="HOST", help="the node's address for gateways")
     common.add_argument(
         "--grace",
         type=float,
@@ -429,9 +430,7 @@ def _run_arguments(run: argparse.ArgumentParser) -> None:
         const=False,
         help="never create the streams and buckets; use what an operator made",
     )
-    run.add_argument(
-        "--replicas", type=int, metavar="N", help="replicas of what the worker creates (1)"
-    )
+    run.add_argument("--replicas", type=int, metavar="N", help="replicas of what it creates (1)")
     run.add_argument("--storage", choices=["file", "memory"], help="storage of what it creates")
     run.add_argument(
         "--metrics-listen",

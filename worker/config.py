@@ -122,6 +122,10 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     metrics_listen: str | None = None
     """Where `run` serves its node's Prometheus metrics (`:9400`, `127.0.0.1:9400`); None:
     not served."""
+    advertise_host: Annotated[str, msgspec.Meta(min_length=1, max_length=253)] | None = None
+    """The host (a name or an address) a shard bound to every address (`0.0.0.0`, `::`) is
+    published at, for gateways on other nodes. None: the address the node's default route
+    leaves from (worker/shards/served.py)."""
 
 
 class ConfigError(Exception):

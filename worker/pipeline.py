@@ -94,6 +94,7 @@ class Pipeline:
             scope=ProcessScope.parse(settings.discover_env),
             logs=EngineLogs(),
             late_s=LATE_INTERVALS * settings.interval,
+            advertise_host=settings.advertise_host,
         )
         chains = chains_for(
             settings.probe_timeout, settings.kfd_root, settings.gpu_sources, settings.interval
