@@ -53,7 +53,7 @@ class Endpoint(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     def matches(self, url: str) -> bool:
         """Whether `url` (a gateway's base URL for a backend) names this endpoint."""
         other = endpoint_of(url)
-        return other is not None and _key(other) == _key(self)
+        return other is not None and key_of(other) == key_of(self)
 
 
 def endpoint_of(url: str) -> Endpoint | None:
@@ -81,7 +81,13 @@ def endpoint_of(url: str) -> Endpoint | None:
         return None
 
 
-def _key(e: Endpoint) -> tuple[str, str, int, str]:
+EndpointKey = tuple[str, str, int, str]
+"""An endpoint as URLs compare: equal keys, the same server."""
+
+
+def key_of(e: Endpoint) -> EndpointKey:
+    """`e` as URLs compare: scheme and host in lower case, one spelling of an address, the
+    prefix without a trailing slash or `/v1`."""
     host = e.host.lower().strip("[]")
     try:
         host = str(ipaddress.ip_address(host))  # one spelling of an IPv6 address
