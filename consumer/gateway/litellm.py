@@ -61,6 +61,13 @@ class PlacewatchFilter(CustomLogger):  # type: ignore[misc]  # litellm's types a
         self.clock = clock
         self._dirty = True
         self._built = -math.inf
+        self._followed: FleetView | None = None
+        """The view `follow` started for it, which `stop` stops."""
+
+    async def stop(self) -> None:
+        """Stop the view `follow` started (a view given to it is its owner's to stop)."""
+        if self._followed is not None:
+            await self._followed.stop()
 
     def changed(self, message: object = None) -> None:
         """The view took a message: rebuild before the next request (FleetView's on_change)."""
@@ -95,9 +102,10 @@ async def follow(
     policy: Policy | None = None,
 ) -> PlacewatchFilter:
     """A filter over a FleetView of its own, started (the fleet as the bus keeps it, then
-    live). Register it with `litellm.callbacks.append(...)`; stop with `.view.stop()`."""
+    live). Register it with `litellm.callbacks.append(...)`; `stop()` it at the end."""
     view = FleetView(nc, prefix)
     routing = PlacewatchFilter(view, policy)
+    routing._followed = view
     view.on_change = routing.changed
     await view.start()
     routing.changed()
