@@ -52,6 +52,7 @@ class PlacewatchFilter(CustomLogger):  # type: ignore[misc]  # litellm's types a
         *,
         recheck_s: float = RECHECK_S,
         clock: Callable[[], float] = time.monotonic,
+        followed: FleetView | None = None,
     ) -> None:
         super().__init__()
         self.view = view
@@ -61,7 +62,7 @@ class PlacewatchFilter(CustomLogger):  # type: ignore[misc]  # litellm's types a
         self.clock = clock
         self._dirty = True
         self._built = -math.inf
-        self._followed: FleetView | None = None
+        self._followed = followed
         """The view `follow` started for it, which `stop` stops."""
 
     async def stop(self) -> None:
@@ -104,8 +105,7 @@ async def follow(
     """A filter over a FleetView of its own, started (the fleet as the bus keeps it, then
     live). Register it with `litellm.callbacks.append(...)`; `stop()` it at the end."""
     view = FleetView(nc, prefix)
-    routing = PlacewatchFilter(view, policy)
-    routing._followed = view
+    routing = PlacewatchFilter(view, policy, followed=view)
     view.on_change = routing.changed
     await view.start()
     routing.changed()
