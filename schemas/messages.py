@@ -29,9 +29,9 @@ SCHEMA_VERSION = 2
 """Bumped only when a change would mislead an old reader; sent as Placewatch-Schema; changes
 in docs/subjects.md (2: names one-to-one, telemetry split into inventory and readings)."""
 
-Vendor = Literal["nvidia", "amd"]
+Vendor = Literal["nvidia", "amd", "intel"]
 Activity = Literal["busy", "power"]
-Backend = Literal["CUDA", "ROCm", "CPU", "unknown"]
+Backend = Literal["CUDA", "ROCm", "SYCL", "Vulkan", "CPU", "unknown"]
 Verdict = Literal[
     "starting", "gpu", "partial", "cpu_fallback", "misplaced", "cpu", "unknown", "gone"
 ]

@@ -198,6 +198,19 @@ class FakeGpuTools:
             self._fresh.add(tool)
         _replace(target, text)
 
+    def xpu_smi(self, fixtures: Path, card: str, ids: tuple[int, ...] = (0,)) -> Path:
+        """Answer discovery and the dump with tests/fixtures/xpu-smi's `card` captures
+        (`max1550` or `flex170`), properties for each of `ids`."""
+        here = self.install("xpu-smi")
+        self.write("xpu-smi", "discovery.json", fixtures / f"{card}-discovery.json")
+        for device in ids:
+            self.write(
+                "xpu-smi", f"discovery-{device}.json", fixtures / f"{card}-discovery-{device}.json"
+            )
+        dump = next(fixtures.glob(f"{card}-dump*.csv"))
+        self.write("xpu-smi", "dump.csv", dump)
+        return here
+
     def hang(self, tool: str) -> None:
         (self.install(tool) / "hang").write_text("")
 
@@ -236,6 +249,10 @@ def node_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("PLACEWATCH_")}
 
 
+NO_DRM = "/nonexistent/placewatch-test-drm"
+"""A DRM class folder that does not exist: tests see no Intel GPU unless they give one."""
+
+
 def clean_env() -> dict[str, str]:
     """The test's environment without any PLACEWATCH_* setting or real GPU tool.
 
@@ -246,9 +263,13 @@ def clean_env() -> dict[str, str]:
     keep = [
         d
         for d in env.get("PATH", "").split(os.pathsep)
-        if d and not any((Path(d) / t).exists() for t in ("nvidia-smi", "rocm-smi", "amd-smi"))
+        if d
+        and not any(
+            (Path(d) / t).exists() for t in ("nvidia-smi", "rocm-smi", "amd-smi", "xpu-smi")
+        )
     ]
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), *keep])
+    env["PLACEWATCH_DRM_ROOT"] = NO_DRM  # a machine's own Intel GPU is no test's
     env["PLACEWATCH_DISCOVER_ENV"] = SEALED
     if real_nvml():
         env["PLACEWATCH_GPU_SOURCES"] = ",".join(s for s in GPU_SOURCES if s != "nvml")

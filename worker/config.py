@@ -27,7 +27,7 @@ from placewatch.schemas.streams import stem
 from placewatch.schemas.subjects import MAX_NAME_BYTES
 
 from .files import UnusableFile, read_text
-from .gpu import KFD_ROOT
+from .gpu import DRM_ROOT, KFD_ROOT
 from .gpu.registry import NAMES
 
 ENV_PREFIX = "PLACEWATCH_"
@@ -108,6 +108,8 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     processes whose environment holds it (shards/scope.py). None: every process."""
     kfd_root: str = str(KFD_ROOT)
     """The AMD KFD sysfs tree that per-process VRAM is read from."""
+    drm_root: str = str(DRM_ROOT)
+    """The DRM class folder Intel GPUs are read from (their cardN's device and hwmon files)."""
     create: bool = True
     """Create the streams and buckets when missing (`--no-create`: never)."""
     replicas: Annotated[int, msgspec.Meta(ge=1, le=5)] = 1

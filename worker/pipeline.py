@@ -97,7 +97,11 @@ class Pipeline:
             advertise_host=settings.advertise_host,
         )
         chains = chains_for(
-            settings.probe_timeout, settings.kfd_root, settings.gpu_sources, settings.interval
+            settings.probe_timeout,
+            settings.kfd_root,
+            settings.gpu_sources,
+            settings.interval,
+            settings.drm_root,
         )
         sampler = NodeSampler(chains, HostSampler())
         return cls(settings.node, settings.interval, sampler, shards, session=session)

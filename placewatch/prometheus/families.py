@@ -41,6 +41,7 @@ from .metrics import (
     device,
     problem_kind,
 )
+from .xpum import XPUM_NAMES, XpumMetric
 
 Pod = tuple[str, str, str]
 """The container, namespace and pod a shard runs in, as dcgm-exporter's Kubernetes labels
@@ -58,6 +59,8 @@ class Families:
         self.gpu = {m.name: Family(m.name, m.help, GPU_LABELS, m.kind) for m in GPU_METRICS}
         self.problems = Family(GPU_PROBLEM, GPU_PROBLEM_HELP, GPU_PROBLEM_LABELS)
         self.stale = Family(GPU_STALE, GPU_STALE_HELP, GPU_LABELS)
+        self.xpum = {m.name: Family(m.name, m.help, GPU_LABELS) for m in XPUM_NAMES.values()}
+        """Intel GPUs' readings under xpumanager's names (xpum.py); served where one has rows."""
         self.nodes = {
             name: Family(name, help_, tuple(labels))
             for name, (help_, labels) in NODE_METRICS.items()
@@ -122,6 +125,7 @@ class Families:
 
     def __iter__(self) -> Iterator[Family]:
         yield from self.gpu.values()
+        yield from (f for f in self.xpum.values() if f.rows)
         yield self.problems
         yield self.stale
         yield from self.nodes.values()
@@ -136,14 +140,25 @@ class Families:
             names, labels = (*names, *POD_LABELS), [*labels, *pod]
         text = labels_text(names, labels)  # once for every metric of this GPU
         for metric in GPU_METRICS:
-            value = metric.value(g)
-            if value is not None:
+            if g.vendor == "intel" and (xpum := XPUM_NAMES.get(metric.name)) is not None:
+                self._xpum(xpum, g, metric.field, names, labels)
+            elif (value := metric.value(g)) is not None:
                 self.gpu[metric.name].rows.append((text, value))
         self.stale.rows.append((text, 1.0 if stale else 0.0))
         kinds = {problem_kind(p) for p in g.health.problems} if g.health is not None else ()
         for kind in sorted(kinds):
             problem = labels_text((*names, GPU_PROBLEM_LABEL), [*labels, kind])
             self.problems.rows.append((problem, 1.0))
+
+    def _xpum(
+        self, xpum: XpumMetric, g: GpuSample, field: str, names: Sequence[str], labels: list[str]
+    ) -> None:
+        """An Intel GPU's reading under xpumanager's name, with its extra labels last."""
+        value = xpum.value(g, field)
+        if value is not None:
+            extra_names = tuple(name for name, _ in xpum.labels)
+            text = labels_text((*names, *extra_names), [*labels, *(v for _, v in xpum.labels)])
+            self.xpum[xpum.name].rows.append((text, value))
 
 
 def pods_of(statuses: Iterable[ComputeStatus]) -> dict[str, Pod]:

@@ -27,6 +27,8 @@ from typing import Literal
 from placewatch.schemas import GpuSample
 from placewatch.schemas.health import CLOCK_EVENT_BITS
 
+from .xpum import xpum_names
+
 MIB = 1 << 20
 MJ_PER_J = 1000
 
@@ -303,14 +305,18 @@ NODE_METRICS = {
 
 
 def served() -> list[str]:
-    """Every metric name the exporter serves."""
-    return [m.name for m in GPU_METRICS] + [
-        GPU_PROBLEM,
-        GPU_STALE,
-        *NODE_METRICS,
-        PARTITION_PROBLEM,
-        UNREADABLE,
-    ]
+    """Every metric name the exporter serves (xpum.py's, for Intel GPUs, included)."""
+    return (
+        [m.name for m in GPU_METRICS]
+        + xpum_names()
+        + [
+            GPU_PROBLEM,
+            GPU_STALE,
+            *NODE_METRICS,
+            PARTITION_PROBLEM,
+            UNREADABLE,
+        ]
+    )
 
 
 def device(g: GpuSample) -> str:

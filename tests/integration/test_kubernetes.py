@@ -98,12 +98,14 @@ def test_the_manifests_are_a_namespace_account_daemonset_cronjob_and_secrets() -
         "exporter.yaml",
         "forget.yaml",
         "monitoring.yaml",
+        "placewatch-intel.yaml",
         "placewatch.yaml",
         "secret.example.yaml",
     ]
     assert sorted(objects()) == [
         "CronJob/placewatch-forget",
         "DaemonSet/placewatch",
+        "DaemonSet/placewatch-intel",
         "Deployment/placewatch-exporter",
         "Namespace/placewatch",
         "PodMonitor/placewatch",
@@ -264,6 +266,33 @@ def test_it_reads_the_kubelet_s_pod_logs_read_only() -> None:
         assert volumes[mounts[path]["name"]]["hostPath"] == {"path": path, "type": "Directory"}
     writable = {p for p, m in mounts.items() if not m.get("readOnly")}
     assert writable == {"/run/placewatch", "/tmp"}
+
+
+def test_the_intel_worker_reads_sysfs_read_only_and_every_gpu_without_taking_one() -> None:
+    intel = objects()["DaemonSet/placewatch-intel"]
+    pod = intel["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert pod["hostPID"] is True and "runtimeClassName" not in pod
+    assert pod["nodeSelector"] == {"intel.feature.node.kubernetes.io/gpu": "true"}
+    # The device plugin's monitoring resource: every GPU's /dev/dri, none taken.
+    assert container["resources"]["limits"]["gpu.intel.com/i915_monitoring"] == 1
+    assert not any(
+        k == "gpu.intel.com/i915" for part in container["resources"].values() for k in part
+    )
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["PLACEWATCH_DRM_ROOT"] == "/host/sys/class/drm"
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert mounts["/host/sys"]["readOnly"] is True
+    assert volumes[mounts["/host/sys"]["name"]]["hostPath"] == {"path": "/sys", "type": "Directory"}
+    assert {p for p, m in mounts.items() if not m.get("readOnly")} == {"/run/placewatch", "/tmp"}
+    assert container["securityContext"] == worker()["securityContext"]
+    # The same pod labels the PodMonitor scrapes; a selector of its own.
+    monitor = objects()["PodMonitor/placewatch"]["spec"]["selector"]["matchLabels"]
+    assert monitor.items() <= intel["spec"]["template"]["metadata"]["labels"].items()
+    assert intel["spec"]["selector"] != daemonset()["spec"]["selector"]
+    known = {env_name(f) for f in FIELDS} | {ENV_CONFIG}
+    assert all(n in known or not n.startswith("PLACEWATCH_") for n in env)
 
 
 def test_forget_runs_daily_one_at_a_time_as_nobody_with_the_forget_credentials() -> None:

@@ -131,3 +131,17 @@ def test_the_settings_choose_the_sources_and_the_interval(tmp_path: Path) -> Non
         ("amd", ["amd-smi"]),
     ]
     assert (pipeline.node, pipeline.interval_s, pipeline.seq) == ("n1", 5.0, 0)
+
+
+def test_an_intel_node_is_read_from_its_drivers_sysfs_into_telemetry(tmp_path: Path) -> None:
+    drm = FIXTURES / "intel-sysfs" / "b580-xe"
+    first, second = takes(
+        settings(tmp_path, "", gpu_sources=["xpu-smi", "intel-sysfs"], drm_root=str(drm)), 2
+    )
+    assert [(s.name, s.ok, s.vendor) for s in first.sample.sources] == [
+        ("intel-sysfs", True, "intel")
+    ]
+    (gpu,) = first.sample.gpus
+    assert (gpu.vendor, gpu.index, gpu.bus_id, gpu.power_w) == ("intel", 0, "0000:03:00.0", None)
+    assert (gpu.power_cap_w, gpu.temperature_c, gpu.sm_clock_mhz) == (190.0, 54.0, 2850)
+    assert second.sample.gpus[0].power_w == 0.0  # the energy counter's rise: none in a fixture

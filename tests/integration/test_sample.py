@@ -11,7 +11,15 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import CORPUS, FIXTURES, FakeGpuTools, needs_corpus, real_nvml, run_placewatch
+from tests.conftest import (
+    CORPUS,
+    FIXTURES,
+    FakeGpuTools,
+    clean_env,
+    needs_corpus,
+    real_nvml,
+    run_placewatch,
+)
 
 MiB = 1 << 20
 
@@ -208,3 +216,35 @@ def test_the_host_cpu_is_measured_over_a_short_window_with_a_core_busy() -> None
     host = json.loads(done.stdout)["host"]
     # One core of `cores` busy the whole window: at least most of its share, never 0.
     assert host["cpu_pct"] >= 100 / cores * 0.6, host
+
+
+def test_intel_data_center_gpus_are_read_through_xpu_smi(fake_gpu: FakeGpuTools) -> None:
+    fake_gpu.xpu_smi(FIXTURES / "xpu-smi", "max1550", ids=(0, 1))
+    done = run_placewatch("sample", "--json", env=fake_gpu.env())
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    busy, idle = doc["gpus"]
+    assert (busy["vendor"], busy["index"], busy["name"]) == (
+        "intel",
+        0,
+        "Intel(R) Data Center GPU Max 1550",
+    )
+    assert (busy["utilization_pct"], busy["activity"], busy["power_w"]) == (99.55, "busy", 419.61)
+    assert (busy["memory_total_bytes"], busy["memory_used_bytes"]) == (
+        128 << 30,
+        98304 * MiB + MiB // 2,
+    )
+    assert (idle["sm_clock_mhz"], idle["memory_temperature_c"]) == (0, None)
+    (source,) = doc["sources"]
+    assert (source["name"], source["vendor"], source["ok"]) == ("xpu-smi", "intel", True)
+
+
+def test_an_intel_card_without_xpu_smi_is_read_from_sysfs_in_the_summary() -> None:
+    env = clean_env() | {"PLACEWATCH_DRM_ROOT": str(FIXTURES / "intel-sysfs" / "b580-xe")}
+    done = run_placewatch("sample", "--node", "n1", env=env)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[1] == (
+        "intel GPU 0  Intel GPU 8086:e20b (xe)  util -  mem -/12.0 GiB  54 C  -/190 W  0 processes"
+    )
+    assert lines[-1].startswith("source intel-sysfs (") and lines[-1].endswith(" ok")

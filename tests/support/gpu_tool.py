@@ -6,6 +6,8 @@ test can change what the "driver" reports while a worker runs:
 
 - nvidia-smi: `--query-gpu=...` -> query-gpu.csv, `--query-compute-apps=...`
   -> query-compute-apps.csv, `-q -x` -> q.xml, `pmon ...` -> pmon.txt;
+- xpu-smi: `discovery -j` -> discovery.json, `discovery -d N -j` -> discovery-N.json,
+  `dump ...` -> dump.csv;
 - any other tool: output.txt.
 
 A file named `refuse-csv` makes nvidia-smi reject CSV queries as an old
@@ -24,7 +26,8 @@ looks for two faults, each acted on once (the file is removed): `loop-hang` stop
 and hangs as `hang` does, `loop-crash` holds "CODE MESSAGE" to print the message on stderr
 and exit with CODE. While a file named `loop-hold` exists, a looping tool that starts prints
 nothing yet (a driver slow to open its GPUs). A file named `refuse-loop` makes it refuse the
-loop option, as a build that does not know it would.
+loop option, as a build that does not know it would. A file named `refuse-m` makes it refuse
+`-m`, as xpu-smi 2.0.0's dump does.
 """
 
 import os
@@ -48,6 +51,11 @@ def answer_file(tool: str, args: list[str]) -> str:
             return "q.xml"
         if args[:1] == ["pmon"]:
             return "pmon.txt"
+    if tool == "xpu-smi" and args[:1] == ["discovery"]:
+        device = args[args.index("-d") + 1] if "-d" in args[:-1] else None
+        return "discovery.json" if device is None else f"discovery-{device}.json"
+    if tool == "xpu-smi" and args[:1] == ["dump"]:
+        return "dump.csv"
     return "output.txt"
 
 
@@ -176,6 +184,10 @@ def main() -> int:
         if field in refused:
             print(f'Field "{field}" is not a valid field to query.', file=sys.stderr)
             return 2
+    if (here / "refuse-m").exists() and "-m" in args:
+        # xpu-smi 2.0.0's dump, which takes --metrics, not 1.3.x's -m (CLI11's words).
+        print("The following argument was not expected: -m", file=sys.stderr)
+        return 106
     path = here / answer_file(tool, args)
     seconds = loop_seconds(args)
     if seconds is not None and any(a.startswith("--query-") for a in args):

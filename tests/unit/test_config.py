@@ -14,7 +14,7 @@ def test_defaults() -> None:
     assert s.nats == []
     assert s.interval == 2.0
     assert s.prefix == "placewatch"
-    assert s.gpu_sources == ["nvml", "nvidia-smi", "rocm-smi", "amd-smi"]
+    assert s.gpu_sources == ["nvml", "nvidia-smi", "rocm-smi", "amd-smi", "xpu-smi", "intel-sysfs"]
     assert s.node  # the short hostname
     assert "." not in s.node
     assert s.takeover is False
@@ -71,9 +71,12 @@ def test_gpu_sources_as_a_list_or_comma_separated(tmp_path: Path) -> None:
     [
         (
             "nvml,cuda",
-            "Invalid enum value 'cuda'; expected one of nvml, nvidia-smi, rocm-smi, amd-smi",
+            "Invalid enum value 'cuda'; expected one of nvml, nvidia-smi, rocm-smi, amd-smi, xpu-smi, intel-sysfs",
         ),
-        (" , ", "names none; name at least one of nvml, nvidia-smi, rocm-smi, amd-smi"),
+        (
+            " , ",
+            "names none; name at least one of nvml, nvidia-smi, rocm-smi, amd-smi, xpu-smi, intel-sysfs",
+        ),
     ],
 )
 def test_bad_gpu_sources_name_the_choices(value: str, message: str) -> None:

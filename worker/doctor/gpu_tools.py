@@ -19,6 +19,9 @@ _TOOL_ADVICE = {
     "dmesg | grep -i -e NVRM -e Xid)",
     "amd": "check that amdgpu is loaded and that this user may open /dev/kfd and /dev/dri "
     "(the render and video groups)",
+    "intel": "check that the i915 or xe driver is loaded (lsmod | grep -e i915 -e xe; "
+    "dmesg | grep -i -e i915 -e xe) and that this user may open /dev/dri (the render and "
+    "video groups)",
 }
 _STUCK = "a GPU is stuck in the driver: check dmesg for Xid errors; the GPU may need a reset"
 _SICK = (
@@ -26,7 +29,9 @@ _SICK = (
 )
 _INSTALL = (
     "install the NVIDIA driver (NVML, and nvidia-smi on the worker's PATH), or ROCm's "
-    "rocm-smi or amd-smi on the worker's PATH"
+    "rocm-smi or amd-smi on the worker's PATH; Intel GPUs are read from sysfs once the i915 "
+    "or xe driver is loaded, and data-center ones (Max, Flex) through xpu-smi (intel/xpumanager's "
+    "xpu-smi package) on the worker's PATH"
 )
 
 
@@ -34,7 +39,10 @@ async def check_gpu_tools(settings: Settings, report: Report) -> list[GpuSample]
     """One sample through each source on the node; the GPUs of each vendor's first answer."""
     gpus: list[GpuSample] = []
     present = False
-    for chain in chains_for(settings.probe_timeout, settings.kfd_root, settings.gpu_sources):
+    chains = chains_for(
+        settings.probe_timeout, settings.kfd_root, settings.gpu_sources, drm_root=settings.drm_root
+    )
+    for chain in chains:
         vendor_gpus: list[GpuSample] = []
         for source in chain.candidates:
             name = f"GPU tool {source.name}"
@@ -66,7 +74,8 @@ async def check_gpu_tools(settings: Settings, report: Report) -> list[GpuSample]
 
 def _report_no_tools(sources: Sequence[str], report: Report) -> None:
     """None of the sources the settings name is on the node: which to install, or to allow."""
-    names = ["NVML" if name == "nvml" else name for name in sources]
+    spoken = {"nvml": "NVML", "intel-sysfs": "Intel GPU in sysfs (i915, xe)"}
+    names = [spoken.get(name, name) for name in sources]
     listed = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
     todo = _INSTALL
     if set(sources) != set(GPU_SOURCES):

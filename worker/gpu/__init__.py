@@ -28,15 +28,20 @@ all; only where it costs no tool run (NVML, microseconds); or through a tool run
 KFD_ROOT = Path("/sys/class/kfd/kfd")
 """The AMD KFD sysfs tree that per-process VRAM is read from."""
 
+DRM_ROOT = Path("/sys/class/drm")
+"""The DRM class folder that Intel GPUs are read from (cardN, their device and hwmon)."""
+
 
 @dataclass(frozen=True)
 class SourceOptions:
-    """What a source may be built with: the runner of its tool, the KFD tree to read, and the
-    interval a tool that loops by itself repeats at (None: no tool loops)."""
+    """What a source may be built with: the runner of its tool, the KFD tree to read, the
+    interval a tool that loops by itself repeats at (None: no tool loops), and the DRM class
+    folder to read Intel GPUs from."""
 
     runner: ProbeRunner
     kfd_root: Path = KFD_ROOT
     interval_s: float | None = None
+    drm_root: Path = DRM_ROOT
 
 
 class GpuSource(Protocol):

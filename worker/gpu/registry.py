@@ -2,9 +2,10 @@
 
 Sources are ordered by preference per vendor (NVML before nvidia-smi: no
 process to spawn; rocm-smi before amd-smi: only rocm-smi reports the board
-power cap that AMD activity is derived from). The first that answers is
-used until it fails; then the others are tried in the same tick, so one bad
-probe does not cost a sample. A vendor with no tool at all on the node is
+power cap that AMD activity is derived from; xpu-smi before Intel's sysfs: only
+xpu-smi reads utilization and memory in use, but of data-center GPUs only).
+The first that answers is used until it fails; then the others are tried in
+the same tick, so one bad probe does not cost a sample. A vendor with no tool at all on the node is
 looked for again once a minute, not every tick.
 """
 
@@ -20,11 +21,13 @@ from placewatch.schemas import GpuSample, SourceStatus
 from placewatch.schemas.messages import Vendor
 
 from ..probe import ProbeRunner
-from . import KFD_ROOT, ActivityWanted, GpuSource, SourceOptions
+from . import DRM_ROOT, KFD_ROOT, ActivityWanted, GpuSource, SourceOptions
 from .amd_smi import AmdSmiSource
+from .intel_sysfs import IntelSysfsSource
 from .nvidia_smi import NvidiaSmiSource
 from .nvml import NvmlSource
 from .rocm_smi import RocmSmiSource
+from .xpu_smi import XpuSmiSource
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +46,14 @@ class SourceType(Protocol):
     def build(self, options: SourceOptions) -> GpuSource: ...
 
 
-SOURCES: tuple[SourceType, ...] = (NvmlSource, NvidiaSmiSource, RocmSmiSource, AmdSmiSource)
+SOURCES: tuple[SourceType, ...] = (
+    NvmlSource,
+    NvidiaSmiSource,
+    RocmSmiSource,
+    AmdSmiSource,
+    XpuSmiSource,
+    IntelSysfsSource,
+)
 """Every GPU source, each vendor's in its order of preference."""
 NAMES: tuple[str, ...] = tuple(source.name for source in SOURCES)
 
@@ -53,10 +63,11 @@ def default_chains(
     kfd_root: str | Path = KFD_ROOT,
     sources: Collection[str] = NAMES,
     interval_s: float | None = None,
+    drm_root: str | Path = DRM_ROOT,
 ) -> list[VendorChain]:
     """A chain for each vendor with a source among `sources`, in the vendor's order; with
     `interval_s`, a tool that loops by itself repeats at it where its source's task runs."""
-    options = SourceOptions(runner, Path(kfd_root), interval_s)
+    options = SourceOptions(runner, Path(kfd_root), interval_s, Path(drm_root))
     chains: dict[Vendor, VendorChain] = {}
     for source in SOURCES:
         if source.name in sources:
@@ -70,9 +81,11 @@ def chains_for(
     kfd_root: str | Path,
     sources: Collection[str],
     interval_s: float | None = None,
+    drm_root: str | Path = DRM_ROOT,
 ) -> list[VendorChain]:
-    """The chains of the GPU sources named, with that tool timeout, KFD tree and interval."""
-    return default_chains(ProbeRunner(probe_timeout), kfd_root, sources, interval_s)
+    """The chains of the GPU sources named, with that tool timeout, KFD tree, interval and
+    DRM class folder."""
+    return default_chains(ProbeRunner(probe_timeout), kfd_root, sources, interval_s, drm_root)
 
 
 class VendorChain:

@@ -427,12 +427,15 @@ def _held_size(held: dict[int, int | None], indices: set[int]) -> str:
 
 
 def _engine_backend(ev: EngineEvidence | None, fallback: Backend) -> Backend:
-    """The engine's own word where the contract has a name for it (not Vulkan, Metal, SYCL)."""
+    """The engine's own word where the contract has a name for it (not Metal: no Linux GPU)."""
     said = ev.backend if ev is not None else None
-    return cast(Backend, said) if said in {"CUDA", "ROCm", "CPU"} else fallback
+    return cast(Backend, said) if said in {"CUDA", "ROCm", "SYCL", "Vulkan", "CPU"} else fallback
 
 
 def _vendor_backend(gpus: list[GpuSample], indices: set[int]) -> Backend:
+    """The backend a GPU's vendor implies where the engine did not say. An Intel GPU implies
+    none: llama.cpp reaches it through SYCL or Vulkan alike, so only the engine's word names
+    it."""
     vendors = {g.vendor for g in gpus if g.index in indices}
     if vendors == {"nvidia"}:
         return "CUDA"

@@ -89,10 +89,17 @@ def test_a_node_without_gpu_tools_fails_with_what_to_install(fake_gpu: FakeGpuTo
     assert lines(done.stdout, "GPU tool nvidia-smi") == [
         "skip  GPU tool nvidia-smi: nvidia-smi not found on PATH"
     ]
+    assert lines(done.stdout, "GPU tool xpu-smi") == [
+        "skip  GPU tool xpu-smi: xpu-smi not found on PATH: for utilization and memory in use of "
+        "Intel data-center GPUs (Max, Flex), install intel/xpumanager's xpu-smi package; every "
+        "Intel GPU is read from sysfs (intel-sysfs) without it"
+    ]
     assert lines(done.stdout, "GPU tools") == [
-        "fail  GPU tools: none found: no NVML, nvidia-smi, rocm-smi or amd-smi; next: install the "
-        "NVIDIA driver (NVML, and nvidia-smi on the worker's PATH), or ROCm's rocm-smi or amd-smi "
-        "on the worker's PATH"
+        "fail  GPU tools: none found: no NVML, nvidia-smi, rocm-smi, amd-smi, xpu-smi or Intel "
+        "GPU in sysfs (i915, xe); next: install the NVIDIA driver (NVML, and nvidia-smi on the "
+        "worker's PATH), or ROCm's rocm-smi or amd-smi on the worker's PATH; Intel GPUs are read "
+        "from sysfs once the i915 or xe driver is loaded, and data-center ones (Max, Flex) through "
+        "xpu-smi (intel/xpumanager's xpu-smi package) on the worker's PATH"
     ]
     env = fake_gpu.env() | {"PLACEWATCH_GPU_SOURCES": "rocm-smi"}
     done = run_placewatch("doctor", "--nats", f"nats://127.0.0.1:{free_port()}", env=env)
@@ -100,5 +107,44 @@ def test_a_node_without_gpu_tools_fails_with_what_to_install(fake_gpu: FakeGpuTo
         "skip  GPU tool rocm-smi: rocm-smi not found on PATH",
         "fail  GPU tools: none found: no rocm-smi; next: install the NVIDIA driver (NVML, and "
         "nvidia-smi on the worker's PATH), or ROCm's rocm-smi or amd-smi on the worker's PATH; "
-        "or widen gpu_sources (now rocm-smi)",
+        "Intel GPUs are read from sysfs once the i915 or xe driver is loaded, and data-center "
+        "ones (Max, Flex) through xpu-smi (intel/xpumanager's xpu-smi package) on the worker's "
+        "PATH; or widen gpu_sources (now rocm-smi)",
     ]
+
+
+def test_an_intel_node_without_xpu_smi_is_read_from_sysfs_saying_what_xpu_smi_adds(
+    fake_gpu: FakeGpuTools, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in fake_gpu.env().items():
+        monkeypatch.setenv(name, value)
+    said: list[str] = []
+    settings = Settings(
+        gpu_sources=["xpu-smi", "intel-sysfs"], drm_root=str(FIXTURES / "intel-sysfs" / "b580-xe")
+    )
+    gpus = anyio.run(check_gpu_tools, settings, Report(said.append))
+    assert [(g.vendor, g.index) for g in gpus] == [("intel", 0)]
+    skipped, read = said
+    assert skipped.startswith("skip  GPU tool xpu-smi: xpu-smi not found on PATH: for utilization")
+    assert re.fullmatch(
+        r"ok    GPU tool intel-sysfs: 1 GPU \(Intel GPU 8086:e20b \(xe\)\), 0 processes, in \d+ ms",
+        read,
+    ), read
+
+
+def test_a_failing_xpu_smi_fails_with_what_to_check_in_the_intel_driver(
+    fake_gpu: FakeGpuTools, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_gpu.install("xpu-smi")
+    fake_gpu.write("xpu-smi", "discovery.json", FIXTURES / "xpu-smi" / "level-zero-error.json")
+    for name, value in fake_gpu.env().items():
+        monkeypatch.setenv(name, value)
+    said: list[str] = []
+    anyio.run(check_gpu_tools, Settings(gpu_sources=["xpu-smi"]), Report(said.append))
+    (line,) = said
+    assert line.startswith("fail  GPU tool xpu-smi: xpu-smi listed no GPU (Level Zero"), line
+    assert line.endswith(
+        "; next: check that the i915 or xe driver is loaded (lsmod | grep -e i915 -e xe; "
+        "dmesg | grep -i -e i915 -e xe) and that this user may open /dev/dri (the render and "
+        "video groups)"
+    )

@@ -48,6 +48,7 @@ def test_every_source_has_a_setting_name_and_the_vendors_order_holds() -> None:
     assert [(c.vendor, [s.name for s in c.candidates]) for c in every] == [
         ("nvidia", ["nvml", "nvidia-smi"]),
         ("amd", ["rocm-smi", "amd-smi"]),
+        ("intel", ["xpu-smi", "intel-sysfs"]),
     ]
     assert sorted(GPU_SOURCES) == sorted(s.name for c in every for s in c.candidates)
     chosen = default_chains(ProbeRunner(), sources=["amd-smi", "nvidia-smi", "rocm-smi"])

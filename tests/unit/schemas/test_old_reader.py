@@ -8,12 +8,25 @@ later is covered without a line here.
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
 import pytest
 
-from placewatch.schemas import MESSAGE_TYPES, encode
+from placewatch.schemas import (
+    MESSAGE_TYPES,
+    ComputeStatus,
+    FallbackEvent,
+    GpuSample,
+    NodeInventory,
+    NodeSample,
+    NodeTelemetry,
+    SourceStatus,
+    decode_any,
+    encode,
+    lean,
+)
 
 from tests.support.old_reader import OLD_TYPES
 from tests.support.wire import full, json_samples, literal_paths, with_value
@@ -105,3 +118,70 @@ def test_the_literal_cases_cover_the_vendor_backend_and_verdict() -> None:
     assert ("NodeTelemetry", "shards{}.verdict") in ids
     assert ("ComputeStatus", "backend") in ids
     assert ("FallbackEvent", "status.verdict") in ids
+
+
+def intel_node() -> NodeSample:
+    """A node whose worker reads an Intel GPU (vendor "intel", added after schema 2's first
+    release) beside an NVIDIA one."""
+    return NodeSample(
+        node="gpu-09",
+        session="s1",
+        seq=1,
+        time=datetime(2026, 12, 7, tzinfo=UTC),
+        interval_s=2.0,
+        gpus=[
+            GpuSample(index=0, vendor="nvidia", name="NVIDIA H100 80GB HBM3"),
+            GpuSample(index=1, vendor="intel", name="Intel(R) Data Center GPU Max 1550"),
+        ],
+        sources=[SourceStatus(name="xpu-smi", ok=True, vendor="intel")],
+    )
+
+
+def test_an_old_reader_refuses_an_intel_inventory_naming_the_vendor_field() -> None:
+    inventory, telemetry = lean.split(intel_node())
+    with pytest.raises(msgspec.ValidationError, match=r"'intel' - at `\$\.gpus\[1\]\.vendor`"):
+        msgspec.json.decode(encode(inventory)[0], type=old_type(NodeInventory))
+    with pytest.raises(msgspec.ValidationError, match=r"'intel' - at `\$\.sources\[0\]\.vendor`"):
+        msgspec.json.decode(encode(telemetry)[0], type=old_type(NodeTelemetry))
+
+
+@pytest.mark.parametrize("backend", ["SYCL", "Vulkan"])
+def test_an_old_reader_refuses_a_sycl_or_vulkan_status_naming_the_backend(backend: str) -> None:
+    status = ComputeStatus(
+        node="gpu-09",
+        shard="llama-8b",
+        session="s1",
+        time=datetime(2026, 12, 7, tzinfo=UTC),
+        backend=backend,  # type: ignore[arg-type]
+    )
+    with pytest.raises(msgspec.ValidationError, match=rf"'{backend}' - at `\$\.backend`"):
+        msgspec.json.decode(encode(status)[0], type=old_type(ComputeStatus))
+    event = FallbackEvent(state="firing", status=status)
+    with pytest.raises(msgspec.ValidationError, match=r"at `\$\.status\.backend`"):
+        msgspec.json.decode(encode(event)[0], type=old_type(FallbackEvent))
+
+
+def test_an_old_reader_still_reads_a_node_of_the_vendors_it_knew() -> None:
+    node = intel_node()
+    nvidia_only = msgspec.structs.replace(node, gpus=node.gpus[:1], sources=[])
+    inventory, _ = lean.split(nvidia_only)
+    read = msgspec.json.decode(encode(inventory)[0], type=old_type(NodeInventory))
+    assert [g.vendor for g in read.gpus] == ["nvidia"]  # type: ignore[attr-defined]
+
+
+def test_todays_reader_reads_the_intel_vendor_and_the_sycl_backend() -> None:
+    inventory, telemetry = lean.split(intel_node())
+    joined = lean.join(
+        decode_any(*encode(inventory)),  # type: ignore[arg-type]
+        decode_any(*encode(telemetry)),  # type: ignore[arg-type]
+    )
+    assert [g.vendor for g in joined.gpus] == ["nvidia", "intel"]
+    assert [s.vendor for s in joined.sources] == ["intel"]
+    status = ComputeStatus(
+        node="gpu-09",
+        shard="a",
+        session="s1",
+        time=datetime(2026, 12, 7, tzinfo=UTC),
+        backend="SYCL",
+    )
+    assert decode_any(*encode(status)) == status

@@ -185,10 +185,21 @@ def test_full_offload_keeping_only_embeddings_on_the_cpu_is_gpu() -> None:
     assert judge(obs([0], {0: 5 * GiB}, evidence=ev), GPUS).verdict == "gpu"
 
 
-@pytest.mark.parametrize("vendor, backend", [("nvidia", "CUDA"), ("amd", "ROCm")])
+@pytest.mark.parametrize(
+    "vendor, backend", [("nvidia", "CUDA"), ("amd", "ROCm"), ("intel", "unknown")]
+)
 def test_backend_follows_the_gpus_vendor(vendor: str, backend: str) -> None:
     gpus = [GpuSample(index=0, vendor=vendor)]  # type: ignore[arg-type]
     assert judge(obs([0], {0: GiB}), gpus).backend == backend
+
+
+@pytest.mark.parametrize(
+    ("vendor", "said"), [("intel", "SYCL"), ("intel", "Vulkan"), ("amd", "Vulkan")]
+)
+def test_backend_is_the_engines_sycl_or_vulkan_where_it_says_so(vendor: str, said: str) -> None:
+    gpus = [GpuSample(index=0, vendor=vendor)]  # type: ignore[arg-type]
+    j = judge(obs([0], {0: GiB}, evidence=evidence(backend=said)), gpus)
+    assert (j.verdict, j.backend) == ("gpu", said)
 
 
 # --- real llama-server b11434 logs (fixtures/engine-logs/real-b11434), a CPU-only build ---
