@@ -394,9 +394,7 @@ def _run_arguments(run: argparse.ArgumentParser) -> None:
         const=False,
         help="never create the streams and buckets; use what an operator made",
     )
-    run.add_argument(
-        "--replicas", type=int, metavar="N", help="replicas of what the worker creates (1)"
-    )
+    run.add_argument("--replicas", type=int, metavar="N", help="replicas of what it creates (1)")
     run.add_argument("--storage", choices=["file", "memory"], help="storage of what it creates")
     run.add_argument(
         "--metrics-listen",

@@ -30,6 +30,7 @@ def node_options() -> Parser:
         help="Intel GPUs' DRM class folder (/sys/class/drm)",
     )
     common.add_argument("--shards", metavar="FILE", help="TOML file of [[shard]] placements")
+    common.add_argument("--advertise-host", metavar="HOST", help="the node's address for gateways")
     common.add_argument(
         "--grace",
         type=float,

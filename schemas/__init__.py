@@ -17,6 +17,7 @@ from .codec import (
     value_headers,
 )
 from .control import LEASE_INTERVALS, MESSAGE_TYPES, NodeForgotten, NodeLease, PlacementSpec
+from .endpoint import Endpoint
 from .health import GpuHealth
 from .messages import (
     ACTIVITY_WINDOW_S,
@@ -51,6 +52,7 @@ __all__ = [
     "ComputeStatus",
     "DecodeError",
     "DeviceUse",
+    "Endpoint",
     "FallbackEvent",
     "GpuHealth",
     "GpuInfo",

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import msgspec
 
+from .endpoint import Endpoint
 from .messages import (
     SCHEMA_VERSION,
     ComputeStatus,
@@ -51,6 +52,9 @@ class PlacementSpec(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     log_path: Annotated[str, msgspec.Meta(max_length=MAX_PATH_CHARS)] | None = None
     min_gpu_bytes: Annotated[int, msgspec.Meta(ge=0, le=MAX_FLOOR_BYTES)] | None = None
     engine: Annotated[str, msgspec.Meta(max_length=64)] | None = None
+    endpoint: Endpoint | None = None
+    """Where the shard serves, as gateways name it; None: read from `health_url`, else from
+    its engine's flags."""
 
 
 LEASE_INTERVALS = 3

@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal, TypeVar, cast
 
 import msgspec
 
+from .endpoint import Endpoint
 from .health import GpuHealth
 from .values import NonNegative, Percent, Time, WholePercent
 
@@ -413,6 +414,11 @@ class ComputeStatus(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     engine: str | None = None
     """The engine that serves it, as its placement names it (`llama_cpp`, `ollama`, `vllm`,
     `sglang` where discovered); null where unsaid."""
+    endpoint: Endpoint | None = None
+    """Where it serves (scheme, host, port, path prefix), so that a gateway can tell which of
+    its backends this is: its placement's `endpoint`, else its `health_url`'s, else what its
+    engine's flags say; a bind to every address is given as the node's address for others.
+    Null where none is known (a unix socket, a random port, no flags)."""
 
 
 class FallbackEvent(msgspec.Struct, frozen=True, kw_only=True, gc=False):

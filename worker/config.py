@@ -22,6 +22,7 @@ import msgspec
 from placewatch.connection import redact
 from placewatch.prometheus.listen import listen_argument
 from placewatch.schemas.control import MAX_INTERVAL_S
+from placewatch.schemas.endpoint import HOST_PATTERN
 from placewatch.schemas.streams import stem
 from placewatch.schemas.subjects import MAX_NAME_BYTES
 
@@ -127,6 +128,12 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     metrics_listen: str | None = None
     """Where `run` serves its node's Prometheus metrics (`:9400`, `127.0.0.1:9400`); None:
     not served."""
+    advertise_host: (
+        Annotated[str, msgspec.Meta(min_length=1, max_length=253, pattern=HOST_PATTERN)] | None
+    ) = None
+    """The host (a name or an address) a shard bound to every address (`0.0.0.0`, `::`) is
+    published at, for gateways on other nodes. None: the address the node's default route
+    leaves from (worker/shards/served.py)."""
 
 
 class ConfigError(Exception):

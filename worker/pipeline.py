@@ -95,6 +95,7 @@ class Pipeline:
             scope=ProcessScope.parse(settings.discover_env),
             logs=EngineLogs(journal=Journal.at(settings.journal_dir)),
             late_s=LATE_INTERVALS * settings.interval,
+            advertise_host=settings.advertise_host,
         )
         chains = chains_for(
             settings.probe_timeout,

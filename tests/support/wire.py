@@ -21,6 +21,7 @@ import msgspec
 from msgspec import inspect as mi
 
 from placewatch.schemas import SCHEMA_VERSION, NodeSample, encode, lean
+from placewatch.schemas.endpoint import HOST_PATTERN, PREFIX_PATTERN
 
 SUBJECTS_MD = Path(__file__).resolve().parents[2] / "docs" / "subjects.md"
 SAMPLE = re.compile(r"<!-- sample: ([\w-]+) -->\n```(\w+)\n(.*?)\n```", re.DOTALL)
@@ -28,7 +29,12 @@ SAMPLE = re.compile(r"<!-- sample: ([\w-]+) -->\n```(\w+)\n(.*?)\n```", re.DOTAL
 
 WHEN = datetime(2026, 12, 6, 9, 30, 0, 120113, tzinfo=UTC)
 S = TypeVar("S", bound=msgspec.Struct)
-PATTERNS = {"^https?://": "http://127.0.0.1:8080/health"}
+PATTERNS = {
+    "^https?://": "http://127.0.0.1:8080/health",
+    "^https?$": "https",
+    HOST_PATTERN: "10.0.0.7",
+    PREFIX_PATTERN: "/llm",
+}
 """A valid value for each pattern a string field of the contract must match."""
 
 

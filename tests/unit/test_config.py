@@ -203,3 +203,11 @@ def test_a_prefix_with_no_stream_names_is_refused_where_it_was_given(tmp_path: P
     assert str(caught.value) == (
         f"config file {config}: key 'prefix': subject prefix 'acme..pw' {RULE}"
     )
+
+
+def test_the_advertised_host_is_a_host_or_refused() -> None:
+    assert load({}, environ={}).advertise_host is None
+    given = load({}, environ={"PLACEWATCH_ADVERTISE_HOST": "gpu7.internal"})
+    assert given.advertise_host == "gpu7.internal"
+    with pytest.raises(ConfigError, match=r"PLACEWATCH_ADVERTISE_HOST|advertise_host"):
+        load({}, environ={"PLACEWATCH_ADVERTISE_HOST": "gpu7 \x1b[2J"})

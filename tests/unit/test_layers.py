@@ -23,15 +23,17 @@ FOLDERS = {
     "placewatch.consumer": ROOT / "consumer",
 }
 FORBIDDEN = {
-    "placewatch.schemas": ("placewatch.worker", "placewatch.consumer", "placewatch.cli"),
-    "placewatch.worker": ("placewatch.consumer", "placewatch.cli"),
+    "placewatch.schemas": ("placewatch.worker", "placewatch.consumer", "placewatch.cli", "litellm"),
+    "placewatch.worker": ("placewatch.consumer", "placewatch.cli", "litellm"),
     "placewatch.consumer": ("placewatch.worker", "placewatch.cli"),
-    "placewatch": ("placewatch.worker", "placewatch.consumer"),
+    "placewatch": ("placewatch.worker", "placewatch.consumer", "litellm"),
 }
 """What each package may not import. The command line (placewatch.cli, and the node's flags it
 takes from placewatch.node_flags) dispatches to both sides: the modules of the shared package
-the rule for `placewatch` does not cover."""
+the rule for `placewatch` does not cover. LiteLLM, an optional extra, is a gateway's: only
+placewatch.consumer.gateway.litellm imports it."""
 COMMAND_LINE = ("placewatch.cli", "placewatch.node_flags")
+LITELLM_ONLY_IN = "placewatch.consumer.gateway.litellm"
 
 
 def module_name(package: str, folder: Path, path: Path) -> str:
@@ -87,6 +89,15 @@ def offences(package: str, module: str, path: Path) -> list[str]:
 )
 def test_no_import_crosses_between_the_packages(package: str, module: str, path: Path) -> None:
     assert offences(package, module, path) == []
+
+
+def test_only_the_litellm_gateway_module_imports_litellm() -> None:
+    importers = sorted(
+        module
+        for _, module, path in modules()
+        if any(n == "litellm" or n.startswith("litellm.") for n in imports(module, path))
+    )
+    assert importers == [LITELLM_ONLY_IN]
 
 
 def test_the_walk_sees_every_package_and_an_import_in_a_function(tmp_path: Path) -> None:

@@ -48,6 +48,9 @@ class Launch:
     child_prefix: bool = False
     """A router whose children's lines carry `[PORT]` in its log (llama-server's); Ollama's
     server copies them as they are."""
+    binds_all: bool = False
+    """Without a host flag it listens on every address (vLLM's API server); the others on
+    loopback."""
 
 
 @dataclass(frozen=True)

@@ -171,6 +171,8 @@ _WANTED = {
     "log_path": f"give a path of at most {MAX_PATH_CHARS} characters",
     "min_gpu_bytes": f"give a number of bytes from 0 to {MAX_FLOOR_BYTES} (1 PiB)",
     "engine": "give an engine name of at most 64 characters (llama.cpp, ollama, vllm)",
+    "endpoint": "give `host` and `port` (1 to 65535), `scheme` http or https and a "
+    "`path_prefix` such as /api, as a gateway reaches the shard",
 }
 """What each key wants, said after what was wrong with its value."""
 
@@ -179,7 +181,8 @@ def _explain(message: str) -> str:
     found = re.match(r"^(?P<what>.*?) - at `\$\.(?P<key>[^`\[]+)[^`]*`$", message)
     if found:
         key = found["key"]
-        wanted = f"; {_WANTED[key]}" if key in _WANTED else ""
+        wanted = _WANTED.get(key.split(".")[0])
+        wanted = f"; {wanted}" if wanted else ""
         return f"key {key!r}: {found['what']}{wanted}"
     if message.startswith("Object missing required field"):
         return message.replace("Object missing required field", "missing key")

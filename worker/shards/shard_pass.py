@@ -41,6 +41,7 @@ from .placements import Placement, PlacementFeed, ShardsFile, placed
 from .readiness import ReadinessChecks
 from .refused import RefusedValues, at_most, refusals_told, refused_values, shared_reasons
 from .scope import EVERY, ProcessScope
+from .served import node_address
 from .silent_tools import engine_says_cpu
 from .status import gone_status, judged_status, printable_problem
 from .verdict import GpuIds, Judgement, Observation, gpu_ids, judge
@@ -104,6 +105,7 @@ class ShardPass:
         clock: Callable[[], float] = time.time,
         scope: ProcessScope = EVERY,
         late_s: float = 0.0,
+        advertise_host: str | None = None,
     ) -> None:
         self.node = node
         self.session = session
@@ -114,6 +116,9 @@ class ShardPass:
         self.logs = logs
         self.clock = clock
         self.late_s = late_s
+        self.advertise_host = advertise_host
+        """The host a shard bound to every address is published at (None: found, served.py)."""
+        self._address: str | None = None
         """How long GPU readings may be missing before a verdict is held stale (held())."""
         self.tracked: dict[str, Tracked] = {}
         self.shared: dict[str, str] = {}
@@ -136,6 +141,13 @@ class ShardPass:
         self.gpu_health: dict[int, GpuHealth] = {}
         """Each GPU's health as the GPU tools last told it: it stands while they fail (a GPU
         fallen off the bus may take its tool down with it)."""
+
+    @property
+    def address(self) -> str:
+        """The node's address for others, found once (a socket's source address)."""
+        if self._address is None:
+            self._address = node_address(self.advertise_host)
+        return self._address
 
     @property
     def wants_activity(self) -> ActivityWanted:
@@ -201,6 +213,7 @@ class ShardPass:
                 now=now,
                 activity=activity.get(sid),
                 gpu_health=self.gpu_health,
+                address=self.address,
             )
             for sid, t in sorted(self.tracked.items())
         ]
@@ -211,12 +224,7 @@ class ShardPass:
             gpus=seen.gpus,
             statuses=sorted([*statuses, *refused], key=lambda s: s.shard),
             gone=[
-                *(
-                    gone_status(
-                        p, node=self.node, session=self.session, now=now, tracked=self.tracked
-                    )
-                    for p in gone
-                ),
+                *(self._gone(p, now) for p in gone),
                 *removed,
             ],
             problems=[printable_problem(p) for p in problems],
@@ -224,7 +232,12 @@ class ShardPass:
 
     def _gone(self, placement: Placement, now: datetime) -> ComputeStatus:
         return gone_status(
-            placement, node=self.node, session=self.session, now=now, tracked=self.tracked
+            placement,
+            node=self.node,
+            session=self.session,
+            now=now,
+            tracked=self.tracked,
+            address=self.address,
         )
 
     def _activity(self, seen: _Attributed, at: float) -> dict[str, Activity]:

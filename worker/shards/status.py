@@ -22,6 +22,7 @@ from .discovered import handed_over
 from .gpu_health import unhealthy, with_health
 from .liveness import Tracked
 from .placements import Placement
+from .served import for_others, placed_endpoint
 from .verdict import Judgement
 
 
@@ -35,8 +36,10 @@ def judged_status(
     now: datetime,
     activity: Activity | None,
     gpu_health: dict[int, GpuHealth],
+    address: str,
 ) -> ComputeStatus:
-    """Shard `sid`'s status, as `j` judged it this tick."""
+    """Shard `sid`'s status, as `j` judged it this tick; `address`: the node's, for others
+    (served.py)."""
     sick = unhealthy(j.devices, gpu_health)
     reason = with_health(j.reason, sick, gpu_health) if sick else j.reason
     c = t.container
@@ -65,6 +68,7 @@ def judged_status(
         requests=activity.requests if activity else None,
         unhealthy_gpus=sick,
         engine=t.placement.spec.engine,
+        endpoint=for_others(placed_endpoint(t.placement.spec), address),
     )
 
 
@@ -75,9 +79,10 @@ def gone_status(
     session: str,
     now: datetime,
     tracked: Mapping[str, Tracked],
+    address: str,
 ) -> ComputeStatus:
     """The last status of a shard no longer placed or found (a discovered one's process may
-    be watched on by a placement among `tracked`)."""
+    be watched on by a placement among `tracked`), at the endpoint it served on."""
     what = "its placement was removed"
     if placement.origin == "discovered":
         what = handed_over(tracked, placement.spec.pid) or "its process exited"
@@ -91,6 +96,7 @@ def gone_status(
         verdict="gone",
         reason=printable(f"no longer watched: {what}"),
         engine=placement.spec.engine,
+        endpoint=for_others(placed_endpoint(placement.spec), address),
     )
 
 

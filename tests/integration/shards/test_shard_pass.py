@@ -591,3 +591,30 @@ def test_an_unhealthy_gpu_stays_named_through_failed_reads(
     assert stale.reason.endswith("GPU 1 is unhealthy: a row remapping is pending: reset the GPU "
                                  "(nvidia-smi -r, with nothing running on it) or reboot the node "
                                  "to apply it")  # fmt: skip
+
+
+def test_a_status_says_where_its_shard_serves_as_a_gateway_reaches_it(
+    sleepers: list[subprocess.Popen[bytes]], tmp_path: Path
+) -> None:
+    named, bound = sleeper(sleepers), sleeper(sleepers, "sleep 3601.75")
+    shards = tmp_path / "shards.toml"
+    shards.write_text(
+        f'[[shard]]\nid = "named"\npid = {named}\ngpus = [0]\n'
+        'endpoint = { scheme = "https", host = "llm-a.internal", port = 8443, path_prefix = "/a" }\n'
+        f'\n[[shard]]\nid = "bound"\npid = {bound}\ngpus = [0]\n'
+        'health_url = "http://0.0.0.0:1/health"\n'  # port 1: nothing answers, it stays starting
+    )
+    watch = ShardPass(
+        "n1",
+        "s1",
+        grace_s=0,
+        shards_file=ShardsFile(shards),
+        discovery=False,
+        advertise_host="gpu7.internal",
+    )
+    statuses = judge(watch, gpu_listing(named, bound))
+    urls = {s: e.url() for s, status in statuses.items() if (e := status.endpoint) is not None}
+    assert urls == {"named": "https://llm-a.internal:8443/a", "bound": "http://gpu7.internal:1"}
+    shards.write_text(f'[[shard]]\nid = "named"\npid = {named}\ngpus = [0]\n')
+    after = judge(watch, gpu_listing(named))
+    assert after["named"].endpoint is None

@@ -42,7 +42,7 @@ def test_one_bad_entry_is_reported_and_the_others_kept(tmp_path: Path) -> None:
     assert [s.id for s in specs] == ["ok"]
     assert problems == [
         f"shards file {path}, shard #2: unknown key 'gpu'; known keys: id, gpus, pid, match, "
-        "health_url, log_path, min_gpu_bytes, engine; that shard is skipped",
+        "health_url, log_path, min_gpu_bytes, engine, endpoint; that shard is skipped",
         f"shards file {path}, shard #3 (nothing-to-find): give `pid` or `match` to find its process; "
         "that shard is skipped",
         f"shards file {path}, shard #4: key 'gpus': Expected `array`, got `str`; give the physical "

@@ -14,6 +14,7 @@ from placewatch.worker.shards.verdict import Judgement
 
 NOW = datetime(2026, 12, 7, tzinfo=UTC)
 HOSTILE = "llama\x1b]0;owned\x07-\u202e8080"
+ADDR = "10.0.0.7"
 SHOWN = "llama\\x1b]0;owned\\x07-\\u202e8080"
 
 
@@ -26,13 +27,21 @@ def test_names_reason_and_evidence_are_published_escaped() -> None:
         evidence=(f"ggml_cuda_init: {HOSTILE}", "plain"),
     )
     status = judged_status(
-        HOSTILE, t, judged, node="n1", session="s", now=NOW, activity=None, gpu_health={}
+        HOSTILE,
+        t,
+        judged,
+        node="n1",
+        session="s",
+        now=NOW,
+        activity=None,
+        gpu_health={},
+        address="10.0.0.7",
     )
     assert status.shard == SHOWN and status.pod_name == SHOWN
     assert status.pod_namespace == "ns\\x9b" and status.container_name == "c"
     assert status.reason == f"llama.cpp says 'failed to initialize CUDA: {SHOWN}'"
     assert status.evidence == [f"ggml_cuda_init: {SHOWN}", "plain"]
-    gone = gone_status(placement, node="n1", session="s", now=NOW, tracked={})
+    gone = gone_status(placement, node="n1", session="s", now=NOW, tracked={}, address="n")
     assert gone.shard == SHOWN
 
 
@@ -41,3 +50,16 @@ def test_a_placements_problem_is_published_escaped() -> None:
     assert printable_problem(problem).error == f"shard {SHOWN} is refused"
     fine = SourceStatus(name="nvml", ok=True)
     assert printable_problem(fine) is fine
+
+
+def test_a_status_gives_its_endpoint_as_others_reach_it() -> None:
+    spec = PlacementSpec(id="a", pid=7, gpus=[0], health_url="http://0.0.0.0:8080/llm/health")
+    placement = Placement(spec, "file")
+    t = Tracked(placement, pid=7)
+    judged = Judgement("gpu", "holds 1 GiB on GPU 0 as placed")
+    status = judged_status(
+        "a", t, judged, node="n1", session="s", now=NOW, activity=None, gpu_health={}, address=ADDR
+    )
+    assert status.endpoint is not None and status.endpoint.url() == "http://10.0.0.7:8080/llm"
+    gone = gone_status(placement, node="n1", session="s", now=NOW, tracked={}, address=ADDR)
+    assert (gone.verdict, gone.endpoint) == ("gone", status.endpoint)

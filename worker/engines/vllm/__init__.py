@@ -70,7 +70,7 @@ class Vllm:
         if module == "vllm.entrypoints.cli.main":
             return _cli(args)
         if module in _SERVERS:
-            return Launch(NAME, "vllm", args, VLLM, True, 8000, health=True)
+            return Launch(NAME, "vllm", args, VLLM, True, 8000, health=True, binds_all=True)
         if module == "vllm.entrypoints.openai.run_batch":
             return Launch(NAME, "vllm-run-batch", args, VLLM)
         return None
@@ -109,7 +109,7 @@ class Vllm:
 
 def _cli(args: tuple[str, ...]) -> Launch | None:
     if args[:1] == ("serve",):
-        return Launch(NAME, "vllm", args[1:], VLLM, True, 8000, health=True)
+        return Launch(NAME, "vllm", args[1:], VLLM, True, 8000, health=True, binds_all=True)
     if args[:1] == ("run-batch",):
         return Launch(NAME, "vllm-run-batch", args[1:], VLLM)
     return None  # `vllm chat`, `vllm complete`: clients of a server

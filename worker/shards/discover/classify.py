@@ -9,7 +9,7 @@ from placewatch.schemas import GpuSample, PlacementSpec
 
 from ...engines import Launch, Server, read_launch
 from ...engines.evidence.source import LogSource
-from .endpoint import health_url, serve_port
+from .endpoint import bound_endpoint, health_url, serve_port
 from .intent import intended_gpus
 
 
@@ -74,6 +74,7 @@ def classify(
         engine=launch.engine,
         health_url=health_url(launch, env, port),
         log_path=log.path if log is not None else None,
+        endpoint=bound_endpoint(launch, env, port),
     )
     return Discovered(
         spec=spec,

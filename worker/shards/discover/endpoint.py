@@ -6,17 +6,30 @@ default; none for an engine that serves nothing, one bound to a unix socket
 for a random port (`--port 0`). llama-server and vLLM's servers answer
 GET /health with 2xx only once the model is loaded, so theirs is the URL
 readiness is read from; llama-server serves it under `--api-prefix` when one
-is set.
+is set. The endpoint is the same port as others reach it: the host as bound
+(every address stays `0.0.0.0` here: the shard pass gives it as the node's),
+the prefix as set.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Mapping
+
+from placewatch.schemas import Endpoint
+from placewatch.schemas.endpoint import (
+    HOST_PATTERN,
+    MAX_HOST_CHARS,
+    MAX_PREFIX_CHARS,
+    PREFIX_PATTERN,
+)
 
 from ...engines import Launch
 from ...engines.flags import API_PREFIX, HOST, PORT, UNIX_SOCKET, int_value, lookup
 
+_HOST = re.compile(HOST_PATTERN)
+_PREFIX = re.compile(PREFIX_PATTERN)
 _LOOPBACK = {"", "0.0.0.0", "::", "localhost", "127.0.0.1", "[::]"}  # noqa: S104 - hosts read, not bound
 
 
@@ -60,3 +73,28 @@ def _url_host(host: str) -> str:
     if address.is_unspecified:
         return "127.0.0.1"
     return f"[{address}]" if address.version == 6 else str(address)
+
+
+def bound_endpoint(
+    launch: Launch, env: Mapping[str, str] | None, port: int | None
+) -> Endpoint | None:
+    """Where it serves as bound: its host flag, else every address for an engine that binds
+    all (vLLM), else loopback; None without a port, or for a host or prefix that is no URL's
+    (a command line is anyone's text)."""
+    if port is None:
+        return None
+    found = lookup(HOST, launch, env)
+    host = found[1].strip().strip("[]") if found else ""
+    if not host:
+        host = "0.0.0.0" if launch.binds_all else "127.0.0.1"  # noqa: S104 - read, not bound
+    if not _is_host(host):
+        return None
+    prefix = lookup(API_PREFIX, launch, env)
+    path = "/" + prefix[1].strip("/") if prefix is not None and prefix[1].strip("/") else ""
+    if len(path) > MAX_PREFIX_CHARS or not _PREFIX.match(path):
+        return None
+    return Endpoint(host=host, port=port, path_prefix=path)
+
+
+def _is_host(host: str) -> bool:
+    return len(host) <= MAX_HOST_CHARS and _HOST.match(host) is not None

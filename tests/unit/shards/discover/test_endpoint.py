@@ -71,3 +71,32 @@ def test_the_health_url_reaches_the_host_the_server_is_bound_to(host: str, healt
 def test_llama_cpp_python_takes_its_port_from_a_lowercase_variable() -> None:
     d = found(["python", "-m", "llama_cpp.server", "--n_gpu_layers", "-1"], {"port": "8123"})
     assert (d.spec.id, d.spec.health_url) == ("llama-cpp-python-8123", None)
+
+
+@pytest.mark.parametrize(
+    ("cmdline", "url"),
+    [
+        ([SERVER, "--port", "9191"], "http://127.0.0.1:9191"),  # llama-server: loopback
+        ([SERVER, "--host", "0.0.0.0", "--api-prefix", "/llm/"], "http://0.0.0.0:8080/llm"),
+        ([SERVER, "--host", "[fd00::7]"], "http://[fd00::7]:8080"),
+        ([SERVER, "--host", "gpu7.internal"], "http://gpu7.internal:8080"),
+        (["vllm", "serve", "m"], "http://0.0.0.0:8000"),  # vLLM binds every address
+        (["vllm", "serve", "m", "--host", "10.1.2.3", "--port", "8001"], "http://10.1.2.3:8001"),
+    ],
+)
+def test_the_endpoint_is_the_bind_as_the_flags_say(cmdline: list[str], url: str) -> None:
+    endpoint = found(cmdline).spec.endpoint
+    assert endpoint is not None and endpoint.url() == url
+
+
+@pytest.mark.parametrize(
+    "cmdline",
+    [
+        [SERVER, "--host", "/run/llama.sock"],  # a unix socket
+        [SERVER, "--port", "0"],  # a random port
+        [SERVER, "--host", "a b\x1b]0;x"],  # no host a URL can name
+        [SERVER, "--api-prefix", "/a?b=\x1b"],  # no path a URL can hold
+    ],
+)
+def test_no_endpoint_where_no_url_reaches_the_server(cmdline: list[str]) -> None:
+    assert found(cmdline).spec.endpoint is None
