@@ -178,6 +178,7 @@ class Lane:
         self.fake_gpu = fake_gpu
         self.tmp = tmp
         self.started: list[Server] = []
+        self._gpu_answered = False
 
     def start(
         self,
@@ -215,11 +216,15 @@ class Lane:
         return path
 
     def gpu_lists(self, pids: list[int]) -> None:
-        """The fake nvidia-smi: the real H200 capture, each pid holding HELD_MIB on GPU 0."""
-        self.fake_gpu.nvidia_smi(
-            FIXTURES / "nvidia-smi" / "h200-query-gpu.csv",
-            apps({pid: (H200_UUID, HELD_MIB) for pid in pids}),
-        )
+        """The fake nvidia-smi: the real H200 capture, each pid holding HELD_MIB on GPU 0.
+        Called again, only the processes change: GPU 0's used memory moves with them, as a
+        real GPU's does, which is what tells the worker's looping query to list them again."""
+        held = apps({pid: (H200_UUID, HELD_MIB) for pid in pids})
+        if self._gpu_answered:
+            self.fake_gpu.write("nvidia-smi", "query-compute-apps.csv", held)
+            return
+        self.fake_gpu.nvidia_smi(FIXTURES / "nvidia-smi" / "h200-query-gpu.csv", held)
+        self._gpu_answered = True
 
     @contextmanager
     def running(
