@@ -21,7 +21,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +42,8 @@ PLACED = "placed"
 MODES = ("bare", "gpu")
 WAIT_S = 30.0
 """How long a worker may take to publish a verdict (a second, here)."""
+INTERVAL_S = 0.5
+"""The workers' tick interval."""
 
 
 @dataclass
@@ -92,14 +94,20 @@ class Session:
 class Running:
     """`placewatch run` as a child process, and what it publishes, read as it comes."""
 
-    def __init__(
-        self, nats_url: str, node: str, shards: Path, env: dict[str, str], log: Path
+    def __init__(  # noqa: PLR0917 - one worker's every input
+        self,
+        nats_url: str,
+        node: str,
+        shards: Path,
+        env: dict[str, str],
+        log: Path,
+        args: Sequence[str] = (),
     ) -> None:
         self.session = Session(node)
         self.sub = RawSubscriber(nats_url, "placewatch.>")
         self._log = log.open("w")
         argv = [*placewatch_cmd(), "run", "--nats", nats_url, "--node", node]
-        argv += ["--shards", str(shards), "--grace", "0", "--interval", "0.5"]
+        argv += ["--shards", str(shards), "--grace", "0", "--interval", str(INTERVAL_S), *args]
         self.proc = subprocess.Popen(argv, env=env, stdout=self._log, stderr=subprocess.STDOUT)
         self.log = log
 
@@ -228,17 +236,19 @@ class Lane:
 
     @contextmanager
     def running(
-        self, placed: Mapping[str, Server], *, by_port: bool = False
+        self, placed: Mapping[str, Server], *, by_port: bool = False, args: Sequence[str] = ()
     ) -> Iterator[dict[str, Running]]:
         """A worker for each mode, over every server started: `placed` by the shards file,
-        the others left to discovery; each stopped at the end."""
+        the others left to discovery; `args` added to `placewatch run`'s; each stopped at the
+        end."""
         shards = self.shards_file(placed, by_port=by_port)
         self.gpu_lists([s.engine_pid for s in self.started if s.proc.poll() is None])
         envs = {"bare": clean_env(), "gpu": self.fake_gpu.env()}
         with ExitStack() as stack:
             workers = {}
             for mode in MODES:
-                w = Running(self.nats.url, mode, shards, envs[mode], self.tmp / f"{mode}.log")
+                log = self.tmp / f"{mode}.log"
+                w = Running(self.nats.url, mode, shards, envs[mode], log, args)
                 stack.callback(w.stop)
                 workers[mode] = w
             yield workers

@@ -241,6 +241,12 @@ class Engine(Protocol):
         """Its process run by Python: `python -m module ...` or `python script ...`."""
         ...
 
+    def settle(self, launch: Launch, env: Mapping[str, str] | None) -> Launch:
+        """What it runs once its environment `env` is read (None: it may not be), where a
+        variable changes what its command line says (llama-server's LLAMA_ARG_MODELS_DIR
+        makes a router); `launch` itself where none does."""
+        ...
+
     def cpu_flag(self, launch: Launch, env: Mapping[str, str] | None) -> str | None:
         """Its own flag (or variable) that keeps the model on the CPU, as written."""
         ...

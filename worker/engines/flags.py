@@ -35,6 +35,10 @@ LOG_FILE = "log_file"
 UNIX_SOCKET = "unix_socket"
 MODEL = "model"
 MODELS_DIR = "models_dir"
+MODELS_PRESET = "models_preset"
+MODEL_URL = "model_url"
+HF_REPO = "hf_repo"
+DOCKER_REPO = "docker_repo"
 ALIAS = "alias"
 
 Setting = tuple[frozenset[str], "str | None"]
@@ -121,6 +125,18 @@ def lookup(name: str, engine: EngineArgs, env: Mapping[str, str] | None) -> tupl
     """The setting `name` in the engine's dialect, as written and its value."""
     flags, variable = engine.dialect.settings.get(name, _NO_SETTING)
     return setting(engine, env, flags, variable) if flags else None
+
+
+def lookup_any(
+    names: Sequence[str], engine: EngineArgs, env: Mapping[str, str] | None
+) -> tuple[str, str] | None:
+    """The first of the settings `names` given (a model named by path, URL or repository),
+    as written and its value; an empty value is none."""
+    for name in names:
+        found = lookup(name, engine, env)
+        if found is not None and found[1].strip():
+            return found
+    return None
 
 
 def int_value(text: str) -> int | None:

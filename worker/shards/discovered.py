@@ -82,6 +82,7 @@ class DiscoveryWalks:
         self._found: list[Placement] | None = None
         self._at = 0.0
         self._silent: bool | None = None
+        self._children_only = False
 
     async def found(
         self,
@@ -89,15 +90,22 @@ class DiscoveryWalks:
         tools_silent: Sequence[str] | None,
         claimed: Collection[int],
         routers: Mapping[int, PlacementSpec] | None = None,
+        *,
+        children_only: bool = False,
     ) -> list[Placement]:
         """The engines found on the node, but those of `claimed` pids, walking again when
         it is time; `tools_silent` names the GPU sources that did not answer when none did;
-        `routers` the placements that name a llama-server router, whose children they place."""
+        `routers` the placements that name a llama-server router, whose children they place;
+        with `children_only` (discovery off), those children alone."""
         now = self.clock()
         silent = tools_silent is not None
         due = self._found is None or now - self._at >= self.every_s or silent != self._silent
+        due = due or children_only != self._children_only
         if self._found is None or due or await anyio.to_thread.run_sync(self.new.engine_started):
-            more = {"placed_routers": routers} if routers else {}
+            more: dict[str, object] = {"placed_routers": routers} if routers else {}
+            if children_only:
+                more["children_only"] = True
+            self._children_only = children_only
             walk = functools.partial(self.walk, gpus, claimed, tools_silent=tools_silent, **more)
             found = [placement_of(d) for d in await anyio.to_thread.run_sync(self._walk, walk)]
             self._found = self._keep_told(found) if silent else found

@@ -188,8 +188,9 @@ def _find_process(
 
 
 ROUTER = (
-    "llama-server router (--models-dir), which loads no model itself: each model it loads "
-    "runs in a child found as <router>/<model>; place those, or leave them to discovery"
+    "llama-server router (--models-dir, LLAMA_ARG_MODELS_DIR), which loads no model itself: "
+    "each model it loads runs in a child found as <router>/<model>; place those, or leave "
+    "them to discovery"
 )
 
 
@@ -210,6 +211,7 @@ def own_flags(pid: int) -> tuple[str | None, bool]:
             env = None
     except psutil.Error:
         return None, False
+    launch = engine_of(launch).settle(launch, env)
     return engine_of(launch).cpu_flag(launch, env), launch.router
 
 

@@ -180,7 +180,8 @@ class ShardPass:
         `deadline`: the tick's, by which what the engines answer (their logs, a health URL,
         a router server) stops being waited for."""
         placements, problems = placed(self.shards_file, self.bucket)
-        if self.discovery:
+        if self.discovery or any(t.router and t.pid for t in self.tracked.values()):
+            # with discovery off, a placed router's children are still found: it places them
             placements += await self._discovered(gpus, None if gpus_known else silent, placements)
         placements, over = at_most(placements)
         problems += over
@@ -373,7 +374,9 @@ class ShardPass:
         }
         claimed |= {p.spec.pid for p in placements if p.spec.pid}
         routers = {t.pid: t.placement.spec for t in self.tracked.values() if t.router and t.pid}
-        found = await self.walks.found(gpus, silent, claimed, routers)
+        found = await self.walks.found(
+            gpus, silent, claimed, routers, children_only=not self.discovery
+        )
         taken = {p.spec.id for p in placements}
         return [p for p in found if p.spec.id not in taken and p.spec.pid not in claimed]
 

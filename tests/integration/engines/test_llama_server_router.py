@@ -9,6 +9,7 @@ The lane's CPU-only b11434 build, judged by a real `placewatch run` on a real na
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import time
@@ -34,13 +35,19 @@ def post(port: int, path: str, body: dict[str, str]) -> None:
         assert answer.status == 200
 
 
-def router(lane: Lane, models: Path, log: Path) -> Server:
+def router(lane: Lane, models: Path, log: Path, *, by_variable: bool = False) -> Server:
+    """A router over `models`, named by `--models-dir`, or `by_variable` by
+    LLAMA_ARG_MODELS_DIR alone."""
     port = free_port()
-    argv = [str(lane.servers.binary), "--models-dir", str(models), "--host", "127.0.0.1"]
-    argv += ["--port", str(port), "-ngl", "99"]
+    argv = [str(lane.servers.binary), "--host", "127.0.0.1", "--port", str(port), "-ngl", "99"]
+    env = dict(os.environ)
+    if by_variable:
+        env["LLAMA_ARG_MODELS_DIR"] = str(models)
+    else:
+        argv += ["--models-dir", str(models)]
     with log.open("ab") as out:
         proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT
+            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env
         )
     server = Server(proc, port, log)
     lane.started.append(server)
@@ -53,19 +60,31 @@ def router(lane: Lane, models: Path, log: Path) -> Server:
     return server
 
 
-@pytest.mark.parametrize("named", [False, True], ids=["found", "placed"])
+@pytest.mark.parametrize(
+    ("named", "by_variable", "discovery"),
+    [
+        (False, False, True),
+        (True, False, True),
+        (False, True, True),
+        (True, True, True),
+        (True, False, False),
+    ],
+    ids=["found", "placed", "found-by-variable", "placed-by-variable", "placed-no-discover"],
+)
 def test_a_router_is_no_shard_and_each_model_it_loads_is_one(
-    lane: Lane, tmp_path: Path, named: bool
+    lane: Lane, tmp_path: Path, named: bool, by_variable: bool, discovery: bool
 ) -> None:
     """Found, its children are `<router's id>/<model>` on their own flags' GPUs; named by a
-    shards file, they are `<placement's id>/<model>` on the placement's GPUs."""
+    shards file, they are `<placement's id>/<model>` on the placement's GPUs, with discovery
+    off too. A router by LLAMA_ARG_MODELS_DIR alone is one as by `--models-dir`."""
     models = tmp_path / "models"
     models.mkdir()
     shutil.copy(lane.servers.model, models / "tiny.gguf")
-    served = router(lane, models, tmp_path / "router.log")
+    served = router(lane, models, tmp_path / "router.log", by_variable=by_variable)
     router_id = served.discovered_id
     child_id = f"{'router' if named else router_id}/tiny"
-    with lane.running({"router": served} if named else {}) as workers:
+    args = () if discovery else ("--no-discover",)
+    with lane.running({"router": served} if named else {}, args=args) as workers:
         for w in workers.values():  # idle: nothing loaded, nothing to judge
             w.until(lambda s: len(s.telemetry) >= 3)
         post(served.port, "/models/load", {"model": "tiny"})
@@ -78,8 +97,8 @@ def test_a_router_is_no_shard_and_each_model_it_loads_is_one(
         child_port = argv[argv.index("--port") + 1]
         lane.gpu_lists([child])
 
-        def judged(s: Session) -> bool:
-            return child_id in s.statuses and s.last(child_id).verdict != "starting"
+        def judged(s: Session) -> bool:  # `unknown` first where its lines come after it is up
+            return child_id in s.statuses and s.last(child_id).verdict == "cpu_fallback"
 
         for w in workers.values():
             w.until(judged)

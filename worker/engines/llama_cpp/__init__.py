@@ -13,9 +13,11 @@ settings:
   `-sm none -mg -1` uses no GPU. An absent `-ngl` is not the CPU on purpose: older builds
   defaulted to 0 layers, newer ones to all, and a forgotten `-ngl` is worth a fallback alert.
   llama-cpp-python's `n_gpu_layers` defaults to 0, so there no flag means the CPU.
-- Router mode (`--models-dir DIR` or `--models-preset FILE`, no model of its own): it loads
-  no model and starts a `llama-server` per model (`POST /models/load`), on a port of its own
-  with `--alias NAME`, its output piped into the router's, each line prefixed `[PORT] `.
+- Router mode (`--models-dir DIR` or `--models-preset FILE`, or LLAMA_ARG_MODELS_DIR,
+  LLAMA_ARG_MODELS_PRESET; no model of its own by flag or variable): it loads no model and
+  starts a `llama-server` per model (`POST /models/load`), on a port of its own with
+  `--alias NAME`, its output piped into the router's, each line prefixed `[PORT] `. Which
+  it is set by its variables alone is told once its environment is read (`settle`).
 - `--log-file FNAME` (or LLAMA_ARG_LOG_FILE) gets its common log; what it writes straight to
   stderr (its argument warnings) is not in it, so stderr is looked at first.
 """
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import replace
 
 from ..base import STDERR, STDOUT, EngineLog, Intent, Launch, RequestLog, ServerReports
 from ..flags import (
@@ -31,18 +34,23 @@ from ..flags import (
     API_PREFIX,
     CONFIG_FILE,
     DEVICE,
+    DOCKER_REPO,
+    HF_REPO,
     HOST,
     LAYERS,
     LOG_FILE,
     MAIN_GPU,
     MODEL,
+    MODEL_URL,
     MODELS_DIR,
+    MODELS_PRESET,
     PORT,
     SPLIT_MODE,
     Dialect,
     flag,
     int_value,
     lookup,
+    lookup_any,
     takes,
 )
 from ..visible import VENDOR_NAMES, VENDORS, Device, Visible
@@ -59,11 +67,28 @@ LLAMA = Dialect(
         HOST: takes("--host", variable="LLAMA_ARG_HOST"),
         API_PREFIX: takes("--api-prefix", variable="LLAMA_ARG_API_PREFIX"),
         LOG_FILE: takes("--log-file", variable="LLAMA_ARG_LOG_FILE"),
-        MODEL: takes("-m", "--model", "-hf", "--hf-repo", "-mu", "--model-url"),
-        MODELS_DIR: takes("--models-dir", "--models-preset", variable="LLAMA_ARG_MODELS_DIR"),
+        MODEL: takes(
+            "-m",
+            "--model",
+            "-hf",
+            "-hfr",
+            "--hf-repo",
+            "-mu",
+            "--model-url",
+            variable="LLAMA_ARG_MODEL",
+        ),
+        MODEL_URL: takes("-mu", "--model-url", variable="LLAMA_ARG_MODEL_URL"),
+        HF_REPO: takes("-hf", "-hfr", "--hf-repo", variable="LLAMA_ARG_HF_REPO"),
+        DOCKER_REPO: takes("-dr", "--docker-repo", variable="LLAMA_ARG_DOCKER_REPO"),
+        MODELS_DIR: takes("--models-dir", variable="LLAMA_ARG_MODELS_DIR"),
+        MODELS_PRESET: takes("--models-preset", variable="LLAMA_ARG_MODELS_PRESET"),
         ALIAS: takes("-a", "--alias"),
     },
 )
+MODELS = (MODEL, MODEL_URL, HF_REPO, DOCKER_REPO)
+"""What names the model a server loads itself: a file, a URL, a repository."""
+ROUTES = (MODELS_DIR, MODELS_PRESET)
+"""What makes a server with no model of its own a router."""
 PYTHON = Dialect(
     "llama-cpp-python",
     {
@@ -97,12 +122,8 @@ class LlamaCpp:
         if exe == "llama-server":
             if "--list-devices" in args:
                 return None  # lists the devices it can use and exits: no server
-            router = flag(args, LLAMA.settings[MODEL][0]) is None and (
-                flag(args, LLAMA.settings[MODELS_DIR][0]) is not None
-            )
-            return Launch(
-                NAME, "llama-server", args, LLAMA, True, 8080, True, router, child_prefix=router
-            )
+            launch = Launch(NAME, "llama-server", args, LLAMA, True, 8080, True)
+            return self.settle(launch, None)
         if exe == "llama-cli":
             return Launch(NAME, "llama-cli", args, LLAMA)
         return None
@@ -114,22 +135,18 @@ class LlamaCpp:
             return Launch(NAME, "llama-cpp-python", args, PYTHON, True, 8000)
         return None
 
+    def settle(self, launch: Launch, env: Mapping[str, str] | None) -> Launch:
+        """A llama-server is a router where it names no model of its own and a models folder
+        or presets file, by flag or, once `env` is read, by variable."""
+        if launch.name != "llama-server":
+            return launch
+        router = lookup_any(MODELS, launch, env) is None and bool(lookup_any(ROUTES, launch, env))
+        if router == launch.router:
+            return launch
+        return replace(launch, router=router, child_prefix=router)
+
     def cpu_flag(self, launch: Launch, env: Mapping[str, str] | None) -> str | None:
-        layers = lookup(LAYERS, launch, env)
-        if layers is not None and int_value(layers[1]) == 0:
-            return layers[0]
-        if launch.dialect is PYTHON and layers is None and env is not None:
-            return "no --n_gpu_layers (llama-cpp-python's default is 0 layers on the GPU)"
-        device = lookup(DEVICE, launch, env)
-        if device is not None and device[1].strip().lower() == "none":
-            return device[0]
-        split = lookup(SPLIT_MODE, launch, env)
-        main = lookup(MAIN_GPU, launch, env)
-        if split is not None and _split_none(split[1]) and main is not None:
-            index = int_value(main[1])
-            if index is not None and index < 0:
-                return f"{split[0]} {main[0]}"  # no main GPU, no GPU at all
-        return None
+        return _cpu_flag(launch, env)
 
     def gpus(self, launch: Launch, env: Mapping[str, str], visible: Visible) -> Intent:
         return gpus(launch, env, visible)
@@ -164,6 +181,25 @@ class LlamaCpp:
 
 
 ENGINE = LlamaCpp()
+
+
+def _cpu_flag(launch: Launch, env: Mapping[str, str] | None) -> str | None:
+    """What keeps the model on the CPU, as written."""
+    layers = lookup(LAYERS, launch, env)
+    if layers is not None and int_value(layers[1]) == 0:
+        return layers[0]
+    if launch.dialect is PYTHON and layers is None and env is not None:
+        return "no --n_gpu_layers (llama-cpp-python's default is 0 layers on the GPU)"
+    device = lookup(DEVICE, launch, env)
+    if device is not None and device[1].strip().lower() == "none":
+        return device[0]
+    split = lookup(SPLIT_MODE, launch, env)
+    main = lookup(MAIN_GPU, launch, env)
+    if split is not None and _split_none(split[1]) and main is not None:
+        index = int_value(main[1])
+        if index is not None and index < 0:
+            return f"{split[0]} {main[0]}"  # no main GPU, no GPU at all
+    return None
 
 
 def served_model(launch: Launch) -> str | None:

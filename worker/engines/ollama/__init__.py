@@ -75,6 +75,9 @@ class Ollama:
     ) -> Launch | None:
         return _server(args[1:]) if script == "ollama" and args[:1] == ("serve",) else None
 
+    def settle(self, launch: Launch, env: Mapping[str, str] | None) -> Launch:
+        return launch
+
     def cpu_flag(self, launch: Launch, env: Mapping[str, str] | None) -> str | None:
         if launch.dialect is LLAMA:  # its llama-server: -ngl 0
             return LLAMA_CPP_ENGINE.cpu_flag(launch, env)

@@ -73,6 +73,9 @@ class Sglang:
             return _serve(args[1:])
         return None
 
+    def settle(self, launch: Launch, env: Mapping[str, str] | None) -> Launch:
+        return launch
+
     def cpu_flag(self, launch: Launch, env: Mapping[str, str] | None) -> str | None:
         device = lookup(DEVICE, launch, env)
         return device[0] if device and device[1].strip().lower() == "cpu" else None

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from placewatch.schemas import GpuSample, PlacementSpec
 
-from ...engines import Launch, Server, read_launch
+from ...engines import Launch, Server, engine_of, read_launch
 from ...engines.evidence.source import LogSource
 from .endpoint import bound_endpoint, health_url, serve_port
 from .intent import intended_gpus
@@ -61,7 +61,9 @@ def classify(
     line is read. The shard's id is the engine's name and its port, or its pid when it
     serves on none. A router is no shard: it loads no model itself.
     """
-    launch = read_launch(cmdline) if launch is None else launch
+    if launch is None:
+        launch = read_launch(cmdline)
+        launch = engine_of(launch).settle(launch, env) if launch is not None else None
     if launch is None or launch.router:
         return None
     port = serve_port(launch, env)

@@ -44,6 +44,7 @@ def discover(
     placed_routers: Mapping[int, PlacementSpec] | None = None,
     scope: ProcessScope = EVERY,
     until: float | None = None,
+    children_only: bool = False,
 ) -> list[Discovered]:
     """Every engine process on the node that is not already placed, by id.
 
@@ -68,21 +69,27 @@ def discover(
     children are its models, named as the server names them (asked by `until`,
     time.monotonic(); ASK_S from the end of the scan where not given), their lines those of
     the server's log; what else it starts (its GPU discovery probes) is no shard. Only
-    engines `scope` admits are found (scope.py).
+    engines `scope` admits are found (scope.py); with `children_only` (discovery turned off),
+    only the children of the routers a placement names.
+
+    A llama-server is a router by its flags or by its variables (LLAMA_ARG_MODELS_DIR): the
+    environment of each engine process is read for it (Engine.settle).
     """
     if processes is not None:
         seen = _scan(processes)
     else:
         seen = _scan_proc() or _scan(psutil.process_iter())
-    parents = _Parents(seen)
-    routers = _routers(seen, placed_routers or {})
+    parents, environs = _Parents(seen), _Environs(seen)
+    routers = _routers(seen, placed_routers or {}, environs)
     until = time.monotonic() + ASK_S if until is None else until
     found: list[Discovered] = []
     for pid, (_, cmdline, read) in seen.items():
-        if read is None or pid in exclude or read.router:
+        if read is None or pid in exclude or pid in routers or read.router:
             continue
         try:
             router = routers.get(parents.of(pid) or 0)  # its models are shards, placed or not
+            if children_only and (router is None or router.gpus is None):
+                continue
             if router is None and _placed(pid, exclude, parents):
                 continue
             launch = (
@@ -94,9 +101,8 @@ def discover(
                 continue  # not one of its router's models
             if _part_of_parent(pid, launch, seen, parents):
                 continue
-            process = _process(pid, seen[pid])
-            created = process.create_time()
-            env = _environ(process)
+            created = _process(pid, seen[pid]).create_time()
+            env = environs.of(pid)
         except psutil.Error:  # it exited since the scan (or became a zombie)
             continue
         if not scope.admits(pid, {} if env is None else env):
@@ -215,6 +221,20 @@ def _process(pid: int, entry: _Seen) -> psutil.Process:
     return entry[0] if entry[0] is not None else psutil.Process(pid)
 
 
+class _Environs:
+    """Environments, read only when asked, each at most once (raises psutil.Error for a
+    process that exited since the scan)."""
+
+    def __init__(self, seen: Mapping[int, _Seen]) -> None:
+        self._seen = seen
+        self._envs: dict[int, dict[str, str] | None] = {}
+
+    def of(self, pid: int) -> dict[str, str] | None:
+        if pid not in self._envs:
+            self._envs[pid] = _environ(_process(pid, self._seen[pid]))
+        return self._envs[pid]
+
+
 def _environ(process: psutil.Process) -> dict[str, str] | None:
     """The environment the process started with; None when this worker may not read it."""
     try:
@@ -238,14 +258,20 @@ class _Router:
     source: LogSource | None = None
 
 
-def _routers(seen: Mapping[int, _Seen], placed: Mapping[int, PlacementSpec]) -> dict[int, _Router]:
+def _routers(
+    seen: Mapping[int, _Seen], placed: Mapping[int, PlacementSpec], environs: _Environs
+) -> dict[int, _Router]:
+    """Every router by pid: by its command line, or by its environment (Engine.settle)."""
     found = {}
-    for pid, (_, _, launch) in seen.items():
-        if launch is None or not launch.router:
+    for pid, (_, _, read) in seen.items():
+        if read is None:
             continue
         try:
-            env = _environ(_process(pid, seen[pid]))
+            env = environs.of(pid)
         except psutil.Error:
+            continue
+        launch = engine_of(read).settle(read, env)
+        if not launch.router:
             continue
         log = find_log(launch, env, pid)
         server = _server(launch, pid)

@@ -404,3 +404,38 @@ def test_with_no_source_to_name_the_reason_still_says_no_gpu_tool_answered() -> 
     d = classify([SERVER, "-ngl", "99"], {}, 4242, [], tools_silent=[])
     assert d is not None and d.gpus_unknown is not None
     assert "no GPU tool answered on this node; run `placewatch doctor`" in d.gpus_unknown
+
+
+# --- a router by its flags or its variables --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("cmdline", "env"),
+    [
+        ([SERVER, "--models-dir", "/models"], {}),
+        ([SERVER, "--models-preset", "/etc/models.ini"], {}),
+        ([SERVER, "--port", "8080"], {"LLAMA_ARG_MODELS_DIR": "/models"}),
+        ([SERVER, "--port", "8080"], {"LLAMA_ARG_MODELS_PRESET": "/etc/models.ini"}),
+    ],
+)
+def test_a_router_is_no_shard_by_its_flag_or_its_variable(
+    cmdline: list[str], env: dict[str, str]
+) -> None:
+    assert classify(cmdline, env, 4242, A100X4) is None
+
+
+@pytest.mark.parametrize(
+    ("cmdline", "env"),
+    [
+        ([SERVER, "-m", MODEL], {"LLAMA_ARG_MODELS_DIR": "/models"}),  # a model of its own
+        ([SERVER, "-hf", "org/model"], {"LLAMA_ARG_MODELS_DIR": "/models"}),
+        ([SERVER], {"LLAMA_ARG_MODEL": MODEL, "LLAMA_ARG_MODELS_DIR": "/models"}),
+        ([SERVER], {"LLAMA_ARG_HF_REPO": "org/model", "LLAMA_ARG_MODELS_DIR": "/models"}),
+        ([SERVER, "--models-dir", "/models"], {"LLAMA_ARG_MODEL": MODEL}),
+        ([SERVER, "--port", "8080"], {"LLAMA_ARG_MODELS_DIR": ""}),  # set to nothing
+    ],
+)
+def test_a_server_with_a_model_of_its_own_is_a_shard_whatever_its_models_folder(
+    cmdline: list[str], env: dict[str, str]
+) -> None:
+    assert classify(cmdline, env, 4242, A100X4) is not None
