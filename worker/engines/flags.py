@@ -39,6 +39,9 @@ MODELS_PRESET = "models_preset"
 MODEL_URL = "model_url"
 HF_REPO = "hf_repo"
 DOCKER_REPO = "docker_repo"
+DRAFT_MODEL = "draft_model"
+DRAFT_LAYERS = "draft_layers"
+DRAFT_DEVICE = "draft_device"
 ALIAS = "alias"
 
 Setting = tuple[frozenset[str], "str | None"]

