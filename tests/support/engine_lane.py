@@ -44,6 +44,11 @@ WAIT_S = 30.0
 """How long a worker may take to publish a verdict (a second, here)."""
 INTERVAL_S = 0.5
 """The workers' tick interval."""
+NEW_S = 10 * INTERVAL_S
+"""How soon after its start a new engine is judged at the latest: found at the tick after it
+starts (docs/shards.md), ready and judged a tick or two later, with room for a loaded
+machine; under the 10 s between full walks of the processes. A bound on behaviour, not a
+speed target: bench/detection_latency.py measures the delay."""
 
 
 @dataclass

@@ -23,7 +23,7 @@ from placewatch.worker.shards.liveness import ROUTER
 
 from .test_llama_server import NGL
 from tests.conftest import free_port
-from tests.support.engine_lane import Lane, Server, Session, descendants
+from tests.support.engine_lane import NEW_S, Lane, Server, Session, descendants
 from tests.support.llama_server import START_S, healthy
 
 
@@ -76,7 +76,8 @@ def test_a_router_is_no_shard_and_each_model_it_loads_is_one(
 ) -> None:
     """Found, its children are `<router's id>/<model>` on their own flags' GPUs; named by a
     shards file, they are `<placement's id>/<model>` on the placement's GPUs, with discovery
-    off too. A router by LLAMA_ARG_MODELS_DIR alone is one as by `--models-dir`."""
+    off too. A router by LLAMA_ARG_MODELS_DIR alone is one as by `--models-dir`. A child is
+    judged within a few ticks of its start, not at the next full walk of the processes."""
     models = tmp_path / "models"
     models.mkdir()
     shutil.copy(lane.servers.model, models / "tiny.gguf")
@@ -103,6 +104,7 @@ def test_a_router_is_no_shard_and_each_model_it_loads_is_one(
         for w in workers.values():
             w.until(judged)
         loaded = {mode: w.session.last(child_id) for mode, w in workers.items()}
+        started = psutil.Process(child).create_time()
         post(served.port, "/models/unload", {"model": "tiny"})
         for w in workers.values():
             w.until(lambda s: s.last(child_id).verdict == "gone")
@@ -118,6 +120,8 @@ def test_a_router_is_no_shard_and_each_model_it_loads_is_one(
             assert "router" not in session.fallbacks
         status = loaded[mode]
         assert (status.verdict, status.backend, status.pid) == ("cpu_fallback", "CPU", child)
+        after = status.time.timestamp() - started
+        assert 0 < after <= NEW_S, f"{mode}: judged {after:.1f} s after the child started"
         assert tuple(status.evidence) == NGL
         assert status.placed_gpus == ([0] if named or mode == "gpu" else [])
         assert [f.state for f in session.fallbacks[child_id]] == ["firing", "resolved"]
