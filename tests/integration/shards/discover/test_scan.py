@@ -14,6 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from placewatch.schemas import PlacementSpec
 from placewatch.worker.shards.discover import Discovered, discover
 
 from tests.conftest import SCOPE, SEAL, SLEEP
@@ -344,3 +345,35 @@ def test_discover_over_the_whole_node_is_cheap_enough_for_every_tick() -> None:
     elapsed = time.perf_counter() - started
     count = len(psutil.pids())
     assert elapsed / count < 0.002, f"{elapsed * 1000:.0f} ms for {count} processes"
+
+
+def test_a_router_by_its_variable_alone_is_no_shard_and_its_child_is_one(
+    tmp_path: Path, children: Children
+) -> None:
+    # LLAMA_ARG_MODELS_DIR, no --models-dir: its child inherits the variable, but has a model
+    script, pid_file = spawner(tmp_path, "router.py", "-m=/models/qwen.gguf")
+    parent = children.start(
+        [str(named(tmp_path, "llama-server")), str(script), "--port", "18090", "--host=::1"],
+        env={"LLAMA_ARG_MODELS_DIR": str(tmp_path)},
+    )
+    child = started_child(pid_file, children)
+    mine = discover(A100X4, processes=[psutil.Process(parent.pid), psutil.Process(child)])
+    assert [(d.spec.id, d.spec.pid, d.log_prefix) for d in mine] == [
+        ("llama-server-18090/qwen", child, "[18090]")
+    ]
+
+
+def test_with_discovery_off_only_a_placed_router_s_children_are_found(
+    tmp_path: Path, children: Children
+) -> None:
+    script, pid_file = spawner(tmp_path, "router.py", "-m=/models/qwen.gguf")
+    server = named(tmp_path, "llama-server")
+    parent = children.start([str(server), str(script), "--port", "18090", "--models-dir=/m"])
+    child = started_child(pid_file, children)
+    other = children.start([str(server), str(program(tmp_path, "other.py")), "-m", "m.gguf"])
+    processes = [psutil.Process(p) for p in (parent.pid, child, other.pid)]
+    placed = {parent.pid: PlacementSpec(id="router", pid=parent.pid, gpus=[1])}
+    mine = discover(A100X4, processes=processes, placed_routers=placed, children_only=True)
+    assert [(d.spec.id, d.spec.pid, d.spec.gpus) for d in mine] == [("router/qwen", child, [1])]
+    everything = discover(A100X4, processes=processes, placed_routers=placed)
+    assert sorted(d.spec.pid for d in everything) == sorted([child, other.pid])
