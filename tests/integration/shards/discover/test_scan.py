@@ -376,4 +376,4 @@ def test_with_discovery_off_only_a_placed_router_s_children_are_found(
     mine = discover(A100X4, processes=processes, placed_routers=placed, children_only=True)
     assert [(d.spec.id, d.spec.pid, d.spec.gpus) for d in mine] == [("router/qwen", child, [1])]
     everything = discover(A100X4, processes=processes, placed_routers=placed)
-    assert sorted(d.spec.pid for d in everything) == sorted([child, other.pid])
+    assert sorted(d.spec.pid or 0 for d in everything) == sorted([child, other.pid])
