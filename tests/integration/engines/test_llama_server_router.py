@@ -98,8 +98,11 @@ def test_a_router_is_no_shard_and_each_model_it_loads_is_one(
         child_port = argv[argv.index("--port") + 1]
         lane.gpu_lists([child])
 
-        def judged(s: Session) -> bool:  # `unknown` first where its lines come after it is up
-            return child_id in s.statuses and s.last(child_id).verdict == "cpu_fallback"
+        def judged(s: Session) -> bool:
+            # its lines read: before, it may be `unknown`, or by memory `cpu_fallback` for a
+            # moment before the fake GPU tool lists it
+            last = s.statuses.get(child_id, [None])[-1]
+            return last is not None and last.verdict == "cpu_fallback" and bool(last.evidence)
 
         for w in workers.values():
             w.until(judged)
