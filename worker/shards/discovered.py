@@ -4,8 +4,9 @@ Walking every process costs tens of milliseconds on a busy node, so a full walk 
 DISCOVERY_EVERY_S; between walks the last finding stands, and a discovered shard whose
 process exits reads `gone` at the next tick. Each tick in between lists the node's pids
 (psutil.pids(), one read of /proc) and reads the command line of those not seen at the last
-look alone: where one runs an engine (a new llama-server, a router's child, Ollama's model),
-the walk runs at once, so a new engine is found and judged in the tick after it starts.
+look alone: where one runs an engine (a new llama-server, a router's child, Ollama's model)
+that the worker's scope admits (scope.py), the walk runs at once, so a new engine is found
+and judged in the tick after it starts.
 A process is looked at twice, at first sight and at the next tick, since a fork shows its
 parent's command line until it execs. An engine's intended GPUs are read against the GPUs
 the tools list, so a walk also runs as soon as the tools start or stop answering.
@@ -31,6 +32,7 @@ from placewatch.schemas import GpuSample, PlacementSpec
 from .discover import Discovered, discover, runs_engine
 from .liveness import Tracked, named
 from .placements import Placement
+from .scope import EVERY, ProcessScope
 
 DISCOVERY_EVERY_S = 10.0
 
@@ -39,16 +41,19 @@ Walk = Callable[..., list[Discovered]]
 
 
 class NewProcesses:
-    """The node's processes started since the last look: whether one runs an engine. Blocking
+    """The node's processes started since the last look: whether one runs an engine that
+    `scope` admits (an engine out of it is none of this worker's: no walk for it). Blocking
     (it reads /proc): called in a worker thread."""
 
     def __init__(
         self,
         pids: Callable[[], Collection[int]] = psutil.pids,
         engine: Callable[[int], bool] = runs_engine,
+        scope: ProcessScope = EVERY,
     ) -> None:
         self.pids = pids
         self.engine = engine
+        self.scope = scope
         self._seen: set[int] = set()
         self._young: set[int] = set()
         """New at the last look: looked at once more, in case it execs since."""
@@ -62,7 +67,7 @@ class NewProcesses:
         pids = set(self.pids())
         fresh = (pids - self._seen) | (self._young & pids)
         self._seen, self._young = pids, pids - self._seen
-        return any(self.engine(pid) for pid in sorted(fresh))
+        return any(self.engine(pid) and self.scope.admits(pid) for pid in sorted(fresh))
 
 
 class DiscoveryWalks:

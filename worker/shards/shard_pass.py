@@ -33,7 +33,7 @@ from .attribution import Held, ProcTable, attribute, owner, unseen_holders
 from .claims import ServerClaims, SharedServerLogs
 from .discover import discover
 from .discover.log_path import log_source
-from .discovered import DiscoveryWalks
+from .discovered import DiscoveryWalks, NewProcesses
 from .gpu_health import health_by_index
 from .liveness import ROUTER, Tracked, find_processes, settled
 from .lost_evidence import held, log_note, rotated
@@ -131,7 +131,9 @@ class ShardPass:
         self.table = ProcTable(proc_root)
         self.scope = scope
         """The processes discovery and `match` consider (scope.py)."""
-        self.walks = DiscoveryWalks(clock, walk=functools.partial(discover, scope=scope))
+        self.walks = DiscoveryWalks(
+            clock, walk=functools.partial(discover, scope=scope), new=NewProcesses(scope=scope)
+        )
         self._owners: dict[int, str | None] = {}
         self._owners_for: dict[int, str] = {}
         self._logs_wanted: dict[str, Log] = {}

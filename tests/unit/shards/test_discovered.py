@@ -3,14 +3,20 @@ are silent: a stand-in walk, and a clock the test moves."""
 
 from __future__ import annotations
 
+import functools
+import subprocess
 from collections.abc import Collection, Sequence
 
 import anyio
+import psutil
 
 from placewatch.schemas import GpuSample, PlacementSpec
 from placewatch.worker.shards.discover import Discovered
 from placewatch.worker.shards.discovered import DISCOVERY_EVERY_S, DiscoveryWalks, NewProcesses
 from placewatch.worker.shards.placements import Placement
+from placewatch.worker.shards.scope import ProcessScope
+
+from tests.support.eventually import eventually
 
 GPUS = [GpuSample(index=0, uuid="GPU-0")]
 
@@ -91,6 +97,32 @@ def test_a_fork_that_execs_an_engine_by_the_next_look_is_found() -> None:
     execed.add(7)
     assert new.engine_started()  # it exec'ed llama-server since
     assert not new.engine_started()  # looked at twice; later, it is the walk's
+
+
+def execed(pid: int) -> bool:
+    return psutil.Process(pid).cmdline() == ["sleep", "30"]
+
+
+def test_a_new_engine_out_of_the_worker_s_scope_starts_no_walk() -> None:
+    running, engines = [1], {1}
+    marked = ProcessScope.parse("PLACEWATCH_TEST_MARK=mine")
+    new = NewProcesses(lambda: running, lambda pid: pid in engines, marked)
+    new.reset()
+    other = subprocess.Popen(["sleep", "30"], env={"PLACEWATCH_TEST_MARK": "another"})
+    mine = subprocess.Popen(["sleep", "30"], env={"PLACEWATCH_TEST_MARK": "mine"})
+    try:
+        for pid in (other.pid, mine.pid):  # exec'ed: its own environment, not this process's
+            eventually(functools.partial(execed, pid))
+        running.append(other.pid)
+        engines.add(other.pid)
+        assert not new.engine_started()  # an engine, but another's
+        running.append(mine.pid)
+        engines.add(mine.pid)
+        assert new.engine_started()
+    finally:
+        for proc in (other, mine):
+            proc.kill()
+            proc.wait()
 
 
 def test_an_engine_found_while_the_tools_answered_keeps_its_gpus_while_they_are_silent() -> None:
