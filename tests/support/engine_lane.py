@@ -9,6 +9,9 @@ lists every server's pid on GPU 0 holding 1030 MiB (what each CUDA process of th
 held). A CPU-only llama-server that a GPU tool lists holding memory is what a real CUDA build
 at 0 layers looks like: a CUDA context and a compute buffer, and the model on the CPU.
 
+Each test's servers carry a mark of their own, and its workers discover only those (a router's
+children inherit it): tests that run at the same time see none of each other's servers.
+
 Every ComputeStatus, FallbackEvent and NodeTelemetry a worker publishes is read back by a bare
 subscriber (tests/support/natsproto.py). A shard's status is taken once it is past
 `starting`, and the next tick's telemetry must say the same verdict.
@@ -16,6 +19,7 @@ subscriber (tests/support/natsproto.py). A shard's status is taken once it is pa
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import subprocess
@@ -40,6 +44,8 @@ HELD_MIB = 1030
 PLACED = "placed"
 """The shards file's id for the server it places."""
 MODES = ("bare", "gpu")
+LANE_MARK = "SEALED_PLACEWATCH_LANE"
+"""The variable that marks one test's servers (Lane.mark)."""
 WAIT_S = 30.0
 """How long a worker may take to publish a verdict (a second, here)."""
 INTERVAL_S = 0.5
@@ -190,6 +196,10 @@ class Lane:
         self.nats = nats
         self.fake_gpu = fake_gpu
         self.tmp = tmp
+        self.mark = {LANE_MARK: f"{os.getpid()}-{time.time_ns()}"}
+        """In the environment of every server it starts, and what its workers' discovery
+        admits (`discover_env`): a server another test starts at the same time is none of
+        this one's, and starts no walk of the processes in its workers."""
         self.started: list[Server] = []
         self._gpu_answered = False
 
@@ -207,7 +217,11 @@ class Lane:
         log = log or self.tmp / f"server-{len(self.started)}.log"
         with log.open("ab") as out:
             proc, port = (via or self.servers).start(
-                *args, stdout=out, stderr=subprocess.STDOUT, env=dict(env or {}), port=port
+                *args,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env={**(env or {}), **self.mark},
+                port=port,
             )
         server = Server(proc, port, log)
         self.started.append(server)
@@ -249,6 +263,8 @@ class Lane:
         shards = self.shards_file(placed, by_port=by_port)
         self.gpu_lists([s.engine_pid for s in self.started if s.proc.poll() is None])
         envs = {"bare": clean_env(), "gpu": self.fake_gpu.env()}
+        for env in envs.values():
+            env["PLACEWATCH_DISCOVER_ENV"] = f"{LANE_MARK}={self.mark[LANE_MARK]}"
         with ExitStack() as stack:
             workers = {}
             for mode in MODES:

@@ -40,7 +40,7 @@ def router(lane: Lane, models: Path, log: Path, *, by_variable: bool = False) ->
     LLAMA_ARG_MODELS_DIR alone."""
     port = free_port()
     argv = [str(lane.servers.binary), "--host", "127.0.0.1", "--port", str(port), "-ngl", "99"]
-    env = dict(os.environ)
+    env = {**os.environ, **lane.mark}
     if by_variable:
         env["LLAMA_ARG_MODELS_DIR"] = str(models)
     else:
