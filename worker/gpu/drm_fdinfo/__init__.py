@@ -94,17 +94,17 @@ def _read_bounded(path: str) -> bytes | None:
         os.close(fd)
 
 
-def read_process(root: str, pid: int) -> tuple[list[DrmClient], str | None]:
+def read_process(root: str, pid: int, max_fds: int = MAX_FDS) -> tuple[list[DrmClient], str | None]:
     """The DRM clients of one process, and why it was not read whole (None: it was)."""
     found: list[DrmClient] = []
     try:
         with os.scandir(f"{root}/{pid}/fd") as entries:
-            names = [e.name for _, e in zip(range(MAX_FDS + 1), entries, strict=False)]
+            names = [e.name for _, e in zip(range(max_fds + 1), entries, strict=False)]
     except FileNotFoundError:
         return [], None  # exited
     except OSError as exc:
         return [], f"pid {pid}'s descriptors could not be read ({exc.strerror})"
-    for name in names[:MAX_FDS]:
+    for name in names[:max_fds]:
         try:
             target = os.readlink(f"{root}/{pid}/fd/{name}")
         except OSError:
@@ -117,12 +117,12 @@ def read_process(root: str, pid: int) -> tuple[list[DrmClient], str | None]:
         client = parse_fdinfo(data.decode("utf-8", errors="replace"))
         if client is not None and client.pdev is not None and client.client_id is not None:
             found.append(client)
-    if len(names) > MAX_FDS:
-        return found, f"pid {pid} holds more than {MAX_FDS} descriptors"
+    if len(names) > max_fds:
+        return found, f"pid {pid} holds more than {max_fds} descriptors"
     return found, None
 
 
-def read_fdinfo(root: Path | str = PROC_ROOT) -> DrmReading:
+def read_fdinfo(root: Path | str = PROC_ROOT, max_fds: int = MAX_FDS) -> DrmReading:
     """Every process's DRM clients under `root`; never raises."""
     clients: dict[Key, tuple[int, DrmClient]] = {}
     unread: str | None = None
@@ -134,7 +134,7 @@ def read_fdinfo(root: Path | str = PROC_ROOT) -> DrmReading:
     if len(pids) > MAX_PROCESSES:
         unread = f"more than {MAX_PROCESSES} processes"
     for pid in pids[:MAX_PROCESSES]:
-        found, why = read_process(str(root), pid)
+        found, why = read_process(str(root), pid, max_fds)
         unread = unread or why
         for client in found:
             assert client.pdev is not None and client.client_id is not None
@@ -176,6 +176,12 @@ def _engine_pct(now: DrmClient, then: DrmClient, elapsed_s: float) -> float | No
     return busiest
 
 
+def _went_back(now: DrmClient, then: DrmClient) -> bool:
+    return any(v < then.engine_ns.get(k, 0) for k, v in now.engine_ns.items()) or any(
+        v < then.cycles.get(k, 0) for k, v in now.cycles.items()
+    )
+
+
 class DrmUsage:
     """Reads of the node's DRM clients, each compared with the last to give busy time."""
 
@@ -196,7 +202,10 @@ class DrmUsage:
         for key, (pid, client) in reading.clients.items():
             before = last.get(key)
             busy = None if before is None else _engine_pct(client, before[1], now - before[0])
-            self._last[key] = before if busy is None and before is not None else (now, client)
+            # A counter that went back is read against the larger value it had (the spec's
+            # rule); every other read is the next one's baseline.
+            kept = before is not None and _went_back(client, before[1])
+            self._last[key] = before if kept and before is not None else (now, client)
             per_pid.setdefault((pid, key[0]), []).append((device_bytes(client), busy))
         uses = [
             ProcessUse(pid, pdev, _bytes([m for m, _ in held]), _pct([b for _, b in held]))

@@ -32,6 +32,7 @@ FREQ_UNITS = {"Hz": 1, "KHz": 1000, "kHz": 1000, "MHz": 1_000_000}
 
 _PDEV = re.compile(r"[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]")
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+_CLIENT_ID = re.compile(r"\d{1,19}")
 _NUMBER = re.compile(r"(\d{1,20})\s*([A-Za-z]*)")
 MEMORY_STATS = ("resident", "memory", "total")
 """Which memory key a region's bytes are taken from, first found first."""
@@ -107,11 +108,15 @@ def parse_fdinfo(text: str) -> DrmClient | None:
     client = pairs.get("drm-client-id", "")
     ns = {k: v.removesuffix("ns").strip() for k, v in pairs.items() if k.startswith("drm-engine-")}
     engines = _named(pairs | ns, "drm-engine-", {"": 1})
-    capacity = {k.removeprefix("capacity-"): v for k, v in engines.items() if k.startswith("capacity-")}
+    capacity = {
+        k.removeprefix("capacity-"): v for k, v in engines.items() if k.startswith("capacity-")
+    }
     return DrmClient(
         driver=driver,
         pdev=pdev.lower() if _PDEV.fullmatch(pdev) else None,
-        client_id=int(client) if client.isascii() and client.isdigit() and len(client) < 20 else None,
+        client_id=int(client)
+        if client.isascii() and client.isdigit() and len(client) < 20
+        else None,
         memory=_memory(pairs),
         engine_ns={k: v for k, v in engines.items() if not k.startswith("capacity-")},
         cycles=_named(pairs, "drm-cycles-", {"": 1}),

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from placewatch.worker.gpu.drm_fdinfo import device_bytes
 from placewatch.worker.gpu.drm_fdinfo.parse import parse_fdinfo
+
 from tests.support.drm_proc import fdinfo
 
 KiB, MiB = 1 << 10, 1 << 20
@@ -72,7 +73,9 @@ def test_total_stands_in_where_no_resident_is_written() -> None:
 
 
 def test_maxfreq_and_bare_byte_counts_read_with_their_units() -> None:
-    text = "drm-driver:\tmsm\ndrm-cycles-gpu:\t1000\ndrm-maxfreq-gpu:\t800 MHz\ndrm-memory-x:\t4096\n"
+    text = (
+        "drm-driver:\tmsm\ndrm-cycles-gpu:\t1000\ndrm-maxfreq-gpu:\t800 MHz\ndrm-memory-x:\t4096\n"
+    )
     client = parse_fdinfo(text)
     assert client is not None
     assert client.maxfreq_hz == {"gpu": 800_000_000}
