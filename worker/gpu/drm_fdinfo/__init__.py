@@ -19,7 +19,8 @@ them for every process, without a tool, and puts them on the GPUs with that bus 
 What a process holds is its user's to shape, and the worker runs as root: a descriptor's
 target is only read as a link (os.readlink, never opened), only those to a /dev/dri card
 or render node count, fdinfo files are opened without following links, and reads are
-bounded (MAX_FDS descriptors a process, MAX_FDINFO_BYTES a file, MAX_PROCESSES in all).
+bounded (MAX_FDS descriptors a process, MAX_DESCRIPTORS in all, MAX_FDINFO_BYTES a file,
+MAX_PROCESSES).
 A process that exits while it is read is skipped. A holder that could not be read whole
 (another /proc's process the worker may not read, a process past a bound) leaves every
 DRM GPU's foreign memory unknown: its memory cannot be told apart from a shard's.
@@ -46,6 +47,9 @@ MAX_PROCESSES = 65536
 MAX_FDS = 4096
 """Descriptors looked at in one process: an engine holds a few hundred; past it, the
 process's GPU files may go unread (said as foreign memory unknown)."""
+MAX_DESCRIPTORS = 65536
+"""Descriptors looked at in one read, all processes together: each is a readlink, about
+2 µs (docs/benchmarks.md); past it, the read stops and says so."""
 MAX_FDINFO_BYTES = 16384
 """An fdinfo file read at most: amdgpu's and xe's are under 2 KiB."""
 DRM_VENDORS = ("amd", "intel")
@@ -81,9 +85,13 @@ class ProcessUse:
     busy_pct: float | None
 
 
-def _read_bounded(path: str) -> bytes | None:
+def _open_dir(path: str) -> int:
+    return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+
+
+def _read_bounded(name: str, dir_fd: int) -> bytes | None:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
     except OSError:
         return None
     try:
@@ -94,36 +102,71 @@ def _read_bounded(path: str) -> bytes | None:
         os.close(fd)
 
 
-def read_process(root: str, pid: int, max_fds: int = MAX_FDS) -> tuple[list[DrmClient], str | None]:
-    """The DRM clients of one process, and why it was not read whole (None: it was)."""
-    found: list[DrmClient] = []
-    try:
-        with os.scandir(f"{root}/{pid}/fd") as entries:
-            names = [e.name for _, e in zip(range(max_fds + 1), entries, strict=False)]
-    except FileNotFoundError:
-        return [], None  # exited
-    except OSError as exc:
-        return [], f"pid {pid}'s descriptors could not be read ({exc.strerror})"
+def _dri_descriptors(fd_dir: int, max_fds: int) -> tuple[list[str], int]:
+    """The descriptors of a process whose link is a /dev/dri card or render node, each link
+    read relative to its folder (a path walk of /proc/PID/fd a link costs as much as the
+    read); how many it holds, up to `max_fds` + 1."""
+    with os.scandir(fd_dir) as entries:
+        names = [e.name for _, e in zip(range(max_fds + 1), entries, strict=False)]
+    dri = []
     for name in names[:max_fds]:
         try:
-            target = os.readlink(f"{root}/{pid}/fd/{name}")
+            target = os.readlink(name, dir_fd=fd_dir)
         except OSError:
             continue  # closed since
-        if not _DRI.fullmatch(target):
-            continue
-        data = _read_bounded(f"{root}/{pid}/fdinfo/{name}")
+        if target.startswith("/dev/dri/") and _DRI.fullmatch(target):
+            dri.append(name)
+    return dri, len(names)
+
+
+def _clients(fdinfo_dir: int, names: list[str]) -> list[DrmClient]:
+    found = []
+    for name in names:
+        data = _read_bounded(name, fdinfo_dir)
         if data is None or len(data) > MAX_FDINFO_BYTES:
             continue
         client = parse_fdinfo(data.decode("utf-8", errors="replace"))
         if client is not None and client.pdev is not None and client.client_id is not None:
             found.append(client)
-    if len(names) > max_fds:
-        return found, f"pid {pid} holds more than {max_fds} descriptors"
-    return found, None
+    return found
 
 
-def read_fdinfo(root: Path | str = PROC_ROOT, max_fds: int = MAX_FDS) -> DrmReading:
-    """Every process's DRM clients under `root`; never raises."""
+def read_process(
+    root: str, pid: int, max_fds: int = MAX_FDS
+) -> tuple[list[DrmClient], str | None, int]:
+    """The DRM clients of one process, why it was not read whole (None: it was), and how
+    many descriptors were looked at."""
+    try:
+        fd_dir = _open_dir(f"{root}/{pid}/fd")
+    except FileNotFoundError:
+        return [], None, 0  # exited
+    except OSError as exc:
+        return [], f"pid {pid}'s descriptors could not be read ({exc.strerror})", 0
+    try:
+        names, held = _dri_descriptors(fd_dir, max_fds)
+    except OSError:
+        return [], None, 0  # exited while its folder was listed
+    finally:
+        os.close(fd_dir)
+    found: list[DrmClient] = []
+    if names:
+        try:
+            fdinfo_dir = _open_dir(f"{root}/{pid}/fdinfo")
+        except OSError:
+            return [], None, held
+        try:
+            found = _clients(fdinfo_dir, names)
+        finally:
+            os.close(fdinfo_dir)
+    over = f"pid {pid} holds more than {max_fds} descriptors" if held > max_fds else None
+    return found, over, min(held, max_fds)
+
+
+def read_fdinfo(
+    root: Path | str = PROC_ROOT, max_fds: int = MAX_FDS, budget: int = MAX_DESCRIPTORS
+) -> DrmReading:
+    """Every process's DRM clients under `root`, looking at `budget` descriptors at most in
+    all; never raises."""
     clients: dict[Key, tuple[int, DrmClient]] = {}
     unread: str | None = None
     try:
@@ -133,8 +176,13 @@ def read_fdinfo(root: Path | str = PROC_ROOT, max_fds: int = MAX_FDS) -> DrmRead
     pids = sorted(int(n) for n in names if n.isascii() and n.isdigit() and len(n) < 10)
     if len(pids) > MAX_PROCESSES:
         unread = f"more than {MAX_PROCESSES} processes"
+    left = budget
     for pid in pids[:MAX_PROCESSES]:
-        found, why = read_process(str(root), pid, max_fds)
+        if left <= 0:
+            unread = unread or f"more than {budget} descriptors on the node"
+            break
+        found, why, looked = read_process(str(root), pid, min(max_fds, left))
+        left -= looked
         unread = unread or why
         for client in found:
             assert client.pdev is not None and client.client_id is not None

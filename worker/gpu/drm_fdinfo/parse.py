@@ -29,13 +29,30 @@ MAX_VALUE = 1 << 63
 SIZE_UNITS = {"": 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
 """drm_file.c's print_size() writes "", " KiB" or " MiB"; the spec allows GiB too."""
 FREQ_UNITS = {"Hz": 1, "KHz": 1000, "kHz": 1000, "MHz": 1_000_000}
-
-_PDEV = re.compile(r"[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]")
-_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
-_CLIENT_ID = re.compile(r"\d{1,19}")
-_NUMBER = re.compile(r"(\d{1,20})\s*([A-Za-z]*)")
+READINGS: dict[str, tuple[str, dict[str, int]]] = {
+    "engine-capacity": ("capacity", {"": 1}),
+    "engine": ("engine_ns", {"ns": 1, "": 1}),
+    "total-cycles": ("total_cycles", {"": 1}),
+    "cycles": ("cycles", {"": 1}),
+    "maxfreq": ("maxfreq_hz", FREQ_UNITS),
+    "resident": ("resident", SIZE_UNITS),
+    "memory": ("memory", SIZE_UNITS),
+    "total": ("total", SIZE_UNITS),
+}
+"""Each counted key's kind (`drm-<kind>-<name>`), the reading it goes to and the units its
+value may carry; a kind that starts another (`total`, `total-cycles`) is tried after it."""
 MEMORY_STATS = ("resident", "memory", "total")
 """Which memory key a region's bytes are taken from, first found first."""
+
+_COUNTED = re.compile(
+    r"^[ \t]*drm-(" + "|".join(re.escape(k) for k in READINGS) + r")-([A-Za-z0-9_.-]{1,64})"
+    r"[ \t]*:[ \t]*(\d{1,20}) ?([A-Za-z]*)[ \t]*$",
+    re.MULTILINE,
+)
+_NAMED = re.compile(r"^[ \t]*drm-(driver|pdev|client-id)[ \t]*:[ \t]*(\S*)[ \t]*$", re.MULTILINE)
+_DRIVER = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+_PDEV = re.compile(r"[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]")
+_CLIENT_ID = re.compile(r"\d{1,19}")
 
 
 @dataclass(frozen=True)
@@ -55,44 +72,23 @@ class DrmClient:
     capacity: dict[str, int] = field(default_factory=dict)
 
 
-def _number(value: str, units: dict[str, int]) -> int | None:
-    match = _NUMBER.fullmatch(value)
-    if match is None or match[2] not in units:
-        return None
-    number = int(match[1]) * units[match[2]]
-    return number if number < MAX_VALUE else None
-
-
-def _pairs(text: str) -> dict[str, str]:
-    """`key: value` per line, keys and values stripped; the first of a repeated key wins."""
-    found: dict[str, str] = {}
-    for line in text.splitlines():
-        key, colon, value = line.partition(":")
-        key = key.strip()
-        if colon and key.startswith("drm-") and not any(c.isspace() for c in key):
-            found.setdefault(key, value.strip())
+def _readings(text: str) -> dict[str, dict[str, int]]:
+    """Each counted key's number by reading and name, in one pass over the text; the first
+    of a repeated key wins."""
+    found: dict[str, dict[str, int]] = {reading: {} for reading, _ in READINGS.values()}
+    for kind, name, digits, unit in _COUNTED.findall(text):
+        reading, units = READINGS[kind]
+        if unit in units:
+            number = int(digits) * units[unit]
+            if number < MAX_VALUE:
+                found[reading].setdefault(name, number)
     return found
 
 
-def _named(pairs: dict[str, str], prefix: str, units: dict[str, int]) -> dict[str, int]:
-    """`prefix<name>` keys' numbers by name."""
-    found: dict[str, int] = {}
-    for key, value in pairs.items():
-        name = key.removeprefix(prefix)
-        if name != key and _NAME.fullmatch(name):
-            number = _number(value, units)
-            if number is not None:
-                found[name] = number
-    return found
-
-
-def _memory(pairs: dict[str, str]) -> dict[str, int]:
-    by_stat = {stat: _named(pairs, f"drm-{stat}-", SIZE_UNITS) for stat in MEMORY_STATS}
-    # `drm-total-cycles-<engine>` is a clock, not a region's bytes.
-    by_stat["total"] = {r: v for r, v in by_stat["total"].items() if not r.startswith("cycles-")}
-    regions = {region for found in by_stat.values() for region in found}
+def _memory(found: dict[str, dict[str, int]]) -> dict[str, int]:
+    regions = {region for stat in MEMORY_STATS for region in found[stat]}
     return {
-        region: next(by_stat[s][region] for s in MEMORY_STATS if region in by_stat[s])
+        region: next(found[s][region] for s in MEMORY_STATS if region in found[s])
         for region in sorted(regions)
     }
 
@@ -100,27 +96,22 @@ def _memory(pairs: dict[str, str]) -> dict[str, int]:
 def parse_fdinfo(text: str) -> DrmClient | None:
     """The DRM client in one fdinfo text; None where it is not a DRM file's (no valid
     `drm-driver`)."""
-    pairs = _pairs(text)
-    driver = pairs.get("drm-driver", "")
-    if not _NAME.fullmatch(driver):
+    named: dict[str, str] = {}
+    for key, value in _NAMED.findall(text):
+        named.setdefault(key, value)
+    driver = named.get("driver", "")
+    if not _DRIVER.fullmatch(driver):
         return None
-    pdev = pairs.get("drm-pdev", "")
-    client = pairs.get("drm-client-id", "")
-    ns = {k: v.removesuffix("ns").strip() for k, v in pairs.items() if k.startswith("drm-engine-")}
-    engines = _named(pairs | ns, "drm-engine-", {"": 1})
-    capacity = {
-        k.removeprefix("capacity-"): v for k, v in engines.items() if k.startswith("capacity-")
-    }
+    pdev, client = named.get("pdev", ""), named.get("client-id", "")
+    found = _readings(text)
     return DrmClient(
         driver=driver,
         pdev=pdev.lower() if _PDEV.fullmatch(pdev) else None,
-        client_id=int(client)
-        if client.isascii() and client.isdigit() and len(client) < 20
-        else None,
-        memory=_memory(pairs),
-        engine_ns={k: v for k, v in engines.items() if not k.startswith("capacity-")},
-        cycles=_named(pairs, "drm-cycles-", {"": 1}),
-        total_cycles=_named(pairs, "drm-total-cycles-", {"": 1}),
-        maxfreq_hz=_named(pairs, "drm-maxfreq-", FREQ_UNITS),
-        capacity={k: v for k, v in capacity.items() if v > 0},
+        client_id=int(client) if _CLIENT_ID.fullmatch(client) else None,
+        memory=_memory(found),
+        engine_ns=found["engine_ns"],
+        cycles=found["cycles"],
+        total_cycles=found["total_cycles"],
+        maxfreq_hz=found["maxfreq_hz"],
+        capacity={k: v for k, v in found["capacity"].items() if v > 0},
     )

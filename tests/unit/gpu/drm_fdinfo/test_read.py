@@ -77,6 +77,16 @@ def test_a_process_past_the_descriptor_bound_is_said_unread(tmp_path: Path) -> N
     assert list(reading.clients) == [("0000:03:00.0", 3)]
 
 
+def test_the_read_stops_at_its_descriptor_budget_and_says_so(tmp_path: Path) -> None:
+    add_process(tmp_path, 300, {3: (RENDER, XE)}, other_fds=5)
+    add_process(tmp_path, 301, {3: (RENDER, fdinfo("xe-dgpu.txt", client_id="4"))})
+    whole = read_fdinfo(tmp_path, budget=7)
+    assert (len(whole.clients), whole.unread) == (2, None)
+    cut = read_fdinfo(tmp_path, budget=6)
+    assert list(cut.clients) == [("0000:03:00.0", 3)]
+    assert cut.unread == "more than 6 descriptors on the node"
+
+
 def test_a_process_that_exited_is_skipped_and_one_unreadable_is_said(tmp_path: Path) -> None:
     (tmp_path / "300").mkdir()  # gone: its fd folder with it
     (tmp_path / "301").mkdir()
