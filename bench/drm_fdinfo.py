@@ -7,8 +7,10 @@ folder, beside `--others` processes of the node holding 32 ordinary descriptors 
 file. Then the same read of this machine's own /proc: its real processes and real
 descriptors (no DRM device here: every link is read, no fdinfo is).
 
-Each figure is the median of `--reads` reads by one DrmUsage, as a tick takes them, in ms
-of wall time, and per process read.
+Each figure is the median of `--reads` reads, in ms of CPU (the process's) and of wall
+time: steady, as DrmUsage reads most ticks (each link read once), and full (every link
+read: the first read, and each RELINK_EVERY-th). The folder is in /dev/shm, in memory as
+procfs is.
 
     .venv/bin/python bench/drm_fdinfo.py [--others 400] [--reads 30]
 """
@@ -20,9 +22,10 @@ import os
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-from placewatch.worker.gpu.drm_fdinfo import DrmUsage
+from placewatch.worker.gpu.drm_fdinfo import DrmUsage, read_fdinfo
 
 from tests.support.drm_proc import RENDER, add_process, fdinfo
 
@@ -44,14 +47,29 @@ def build(root: Path, others: int) -> int:
     return SHARDS * PER_SHARD + others
 
 
-def timed(usage: DrmUsage, reads: int) -> tuple[float, int]:
-    """Median ms of a read, and the processes found using a GPU in the last one."""
-    times, uses = [], []
+def timed(read: Callable[[], object], reads: int) -> tuple[float, float]:
+    """Median ms of a read, of CPU and of wall time (the CPU's is what a loaded machine
+    does not inflate)."""
+    cpu, wall = [], []
     for _ in range(reads):
-        started = time.perf_counter()
-        uses, _ = usage.read()
-        times.append((time.perf_counter() - started) * 1000)
-    return statistics.median(times), len({u.pid for u in uses})
+        started, started_cpu = time.perf_counter(), time.process_time()
+        read()
+        cpu.append((time.process_time() - started_cpu) * 1000)
+        wall.append((time.perf_counter() - started) * 1000)
+    return statistics.median(cpu), statistics.median(wall)
+
+
+def measure(root: str, reads: int) -> str:
+    """A tick's read as it mostly is (the links known: DrmUsage's steady reads) and a full
+    one (every link read: the first, and each RELINK_EVERY-th)."""
+    usage = DrmUsage(root)
+    usage.read()
+    steady = timed(usage.read, reads)
+    full = timed(lambda: read_fdinfo(root), reads)
+    return (
+        f"steady {steady[0]:.2f} ms of CPU ({steady[1]:.2f} wall), "
+        f"full {full[0]:.2f} ms of CPU ({full[1]:.2f} wall)"
+    )
 
 
 def main() -> None:
@@ -59,22 +77,20 @@ def main() -> None:
     parser.add_argument("--others", type=int, default=400)
     parser.add_argument("--reads", type=int, default=30)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
+    shm = "/dev/shm" if os.path.isdir("/dev/shm") else None  # memory, as procfs is
+    with tempfile.TemporaryDirectory(dir=shm) as tmp:
         count = build(Path(tmp), args.others)
-        fake_ms, found = timed(DrmUsage(tmp), args.reads)
+        found = len({u.pid for u in DrmUsage(tmp).read()[0]})
+        fake = measure(tmp, args.reads)
     pids = [p for p in os.listdir("/proc") if p.isdigit()]
-    real_ms, _ = timed(DrmUsage("/proc"), args.reads)
+    real = measure("/proc", args.reads)
     fds = sum(len(os.listdir(f"/proc/{p}/fd")) for p in pids if os.path.isdir(f"/proc/{p}/fd"))
     print(f"load: 1-minute load average {os.getloadavg()[0]:.2f}")
     print(
         f"fake /proc, {SHARDS} shards x {PER_SHARD} processes + {args.others} others "
-        f"({count} processes, {found} using a GPU): {fake_ms:.2f} ms a tick, "
-        f"{fake_ms * 1000 / count:.1f} us a process"
+        f"({count} processes, {found} using a GPU): {fake}"
     )
-    print(
-        f"this machine's /proc ({len(pids)} processes, {fds} descriptors): {real_ms:.2f} ms "
-        f"a tick, {real_ms * 1000 / max(len(pids), 1):.1f} us a process"
-    )
+    print(f"this machine's /proc ({len(pids)} processes, {fds} descriptors): {real}")
 
 
 if __name__ == "__main__":

@@ -20,7 +20,8 @@ What a process holds is its user's to shape, and the worker runs as root: a desc
 target is only read as a link (os.readlink, never opened), only those to a /dev/dri card
 or render node count, fdinfo files are opened without following links, and reads are
 bounded (MAX_FDS descriptors a process, MAX_DESCRIPTORS in all, MAX_FDINFO_BYTES a file,
-MAX_PROCESSES).
+MAX_PROCESSES). A descriptor's link, once read, is not read again while its process runs,
+but for a full read every RELINK_EVERY reads: most of a read's cost is links.
 A process that exits while it is read is skipped. A holder that could not be read whole
 (another /proc's process the worker may not read, a process past a bound) leaves every
 DRM GPU's foreign memory unknown: its memory cannot be told apart from a shard's.
@@ -32,7 +33,7 @@ import os
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import msgspec
@@ -50,6 +51,10 @@ process's GPU files may go unread (said as foreign memory unknown)."""
 MAX_DESCRIPTORS = 65536
 """Descriptors looked at in one read, all processes together: each is a readlink, about
 2 µs (docs/benchmarks.md); past it, the read stops and says so."""
+RELINK_EVERY = 15
+"""Every descriptor's link is read again each this many reads; in between, only those of
+descriptors not seen before (an engine's stay open): a GPU file opened under the number of
+a file closed since is seen at the latest then (30 s at the 2 s interval)."""
 MAX_FDINFO_BYTES = 16384
 """An fdinfo file read at most: amdgpu's and xe's are under 2 KiB."""
 DRM_VENDORS = ("amd", "intel")
@@ -64,6 +69,8 @@ _DRI = re.compile(r"/dev/dri/(card|renderD)\d{1,6}")
 
 Key = tuple[str, int]
 """(PCI address, client id): one DRM client."""
+Links = dict[tuple[int, int], dict[str, bool]]
+"""(pid, inode of its fd folder) -> descriptor -> whether it is a GPU card or render node."""
 
 
 @dataclass(frozen=True)
@@ -73,6 +80,8 @@ class DrmReading:
     clients: dict[Key, tuple[int, DrmClient]]
     unread: str | None = None
     """Why a holder of a GPU may have gone unread; None: every process was read whole."""
+    links: Links = field(default_factory=dict)
+    """What each descriptor read was: for the next read."""
 
 
 @dataclass(frozen=True)
@@ -102,21 +111,26 @@ def _read_bounded(name: str, dir_fd: int) -> bytes | None:
         os.close(fd)
 
 
-def _dri_descriptors(fd_dir: int, max_fds: int) -> tuple[list[str], int]:
-    """The descriptors of a process whose link is a /dev/dri card or render node, each link
-    read relative to its folder (a path walk of /proc/PID/fd a link costs as much as the
-    read); how many it holds, up to `max_fds` + 1."""
+def _dri_descriptors(
+    fd_dir: int, max_fds: int, known: dict[str, bool]
+) -> tuple[dict[str, bool], int]:
+    """Each descriptor of a process (up to `max_fds`) -> whether its link is a /dev/dri card
+    or render node, each link read relative to its folder (a path walk of /proc/PID/fd a
+    link costs as much as the read) unless `known` says; how many it holds, up to
+    `max_fds` + 1."""
     with os.scandir(fd_dir) as entries:
         names = [e.name for _, e in zip(range(max_fds + 1), entries, strict=False)]
-    dri = []
+    links = {}
     for name in names[:max_fds]:
+        if name in known:
+            links[name] = known[name]
+            continue
         try:
             target = os.readlink(name, dir_fd=fd_dir)
         except OSError:
             continue  # closed since
-        if target.startswith("/dev/dri/") and _DRI.fullmatch(target):
-            dri.append(name)
-    return dri, len(names)
+        links[name] = target.startswith("/dev/dri/") and bool(_DRI.fullmatch(target))
+    return links, len(names)
 
 
 def _clients(fdinfo_dir: int, names: list[str]) -> list[DrmClient]:
@@ -132,10 +146,15 @@ def _clients(fdinfo_dir: int, names: list[str]) -> list[DrmClient]:
 
 
 def read_process(
-    root: str, pid: int, max_fds: int = MAX_FDS
+    root: str,
+    pid: int,
+    max_fds: int = MAX_FDS,
+    links: Links | None = None,
+    kept: Links | None = None,
 ) -> tuple[list[DrmClient], str | None, int]:
     """The DRM clients of one process, why it was not read whole (None: it was), and how
-    many descriptors were looked at."""
+    many descriptors were looked at. `links`: what an earlier read found each descriptor
+    to be; `kept`: where this read puts what it found."""
     try:
         fd_dir = _open_dir(f"{root}/{pid}/fd")
     except FileNotFoundError:
@@ -143,11 +162,16 @@ def read_process(
     except OSError as exc:
         return [], f"pid {pid}'s descriptors could not be read ({exc.strerror})", 0
     try:
-        names, held = _dri_descriptors(fd_dir, max_fds)
+        # A new process under a reused pid has a new folder, with another inode.
+        key = (pid, os.fstat(fd_dir).st_ino)
+        found_links, held = _dri_descriptors(fd_dir, max_fds, (links or {}).get(key, {}))
     except OSError:
         return [], None, 0  # exited while its folder was listed
     finally:
         os.close(fd_dir)
+    if kept is not None:
+        kept[key] = found_links
+    names = [name for name, dri in found_links.items() if dri]
     found: list[DrmClient] = []
     if names:
         try:
@@ -163,16 +187,20 @@ def read_process(
 
 
 def read_fdinfo(
-    root: Path | str = PROC_ROOT, max_fds: int = MAX_FDS, budget: int = MAX_DESCRIPTORS
+    root: Path | str = PROC_ROOT,
+    max_fds: int = MAX_FDS,
+    budget: int = MAX_DESCRIPTORS,
+    links: Links | None = None,
 ) -> DrmReading:
     """Every process's DRM clients under `root`, looking at `budget` descriptors at most in
-    all; never raises."""
+    all; with `links`, what an earlier read found each descriptor to be. Never raises."""
     clients: dict[Key, tuple[int, DrmClient]] = {}
     unread: str | None = None
+    kept: Links = {}
     try:
         names = os.listdir(root)
     except OSError as exc:
-        return DrmReading({}, f"{root} could not be listed ({exc.strerror})")
+        return DrmReading({}, f"{root} could not be listed ({exc.strerror})", {})
     pids = sorted(int(n) for n in names if n.isascii() and n.isdigit() and len(n) < 10)
     if len(pids) > MAX_PROCESSES:
         unread = f"more than {MAX_PROCESSES} processes"
@@ -181,13 +209,13 @@ def read_fdinfo(
         if left <= 0:
             unread = unread or f"more than {budget} descriptors on the node"
             break
-        found, why, looked = read_process(str(root), pid, min(max_fds, left))
+        found, why, looked = read_process(str(root), pid, min(max_fds, left), links, kept)
         left -= looked
         unread = unread or why
         for client in found:
             assert client.pdev is not None and client.client_id is not None
             clients.setdefault((client.pdev, client.client_id), (pid, client))
-    return DrmReading(clients, unread)
+    return DrmReading(clients, unread, kept)
 
 
 def device_bytes(client: DrmClient) -> int | None:
@@ -239,11 +267,15 @@ class DrmUsage:
         self.root = Path(root)
         self._clock = clock
         self._last: dict[Key, tuple[float, DrmClient]] = {}
+        self._links: Links = {}
+        self._reads = 0
 
     def read(self) -> tuple[list[ProcessUse], str | None]:
         """Each process's use of each GPU, summed over its clients; why a holder may have
         gone unread (None: none did). Blocking: run it in a thread."""
-        reading = read_fdinfo(self.root)
+        self._reads += 1
+        reading = read_fdinfo(self.root, links=self._links if self._reads % RELINK_EVERY else {})
+        self._links = reading.links
         now = self._clock()
         last, self._last = self._last, {}
         per_pid: dict[tuple[int, str], list[tuple[int | None, float | None]]] = {}

@@ -87,6 +87,20 @@ def test_the_read_stops_at_its_descriptor_budget_and_says_so(tmp_path: Path) -> 
     assert cut.unread == "more than 6 descriptors on the node"
 
 
+def test_links_read_before_are_not_read_again_until_a_full_read(tmp_path: Path) -> None:
+    add_process(tmp_path, 300, {}, other_fds=1)  # fd 3: an ordinary file
+    first = read_fdinfo(tmp_path)
+    assert (first.clients, list(first.links.values())) == ({}, [{"3": False}])
+    os.unlink(tmp_path / "300" / "fd" / "3")  # closed, and the number reused for the GPU
+    os.symlink(RENDER, tmp_path / "300" / "fd" / "3")
+    (tmp_path / "300" / "fdinfo" / "3").write_text(XE)
+    os.symlink(RENDER, tmp_path / "300" / "fd" / "4")  # a new descriptor is read at once
+    (tmp_path / "300" / "fdinfo" / "4").write_text(fdinfo("xe-dgpu.txt", client_id="4"))
+    second = read_fdinfo(tmp_path, links=first.links)
+    assert list(second.clients) == [("0000:03:00.0", 4)]
+    assert list(read_fdinfo(tmp_path).clients) == [("0000:03:00.0", 3), ("0000:03:00.0", 4)]
+
+
 def test_a_process_that_exited_is_skipped_and_one_unreadable_is_said(tmp_path: Path) -> None:
     (tmp_path / "300").mkdir()  # gone: its fd folder with it
     (tmp_path / "301").mkdir()
