@@ -305,7 +305,7 @@ def _pct(values: list[float | None]) -> float | None:
 
 
 def attach_drm_processes(gpus: list[GpuSample], uses: list[ProcessUse]) -> list[GpuSample]:
-    """Each GPU with the processes fdinfo finds on it, by bus id. A process its source
+    """Each AMD and Intel GPU with the processes fdinfo finds on it, by bus id. A process its source
     listed already keeps what the source said, and gains what it left unsaid; one it did
     not list is added where it holds memory there or ran there."""
     by_pdev: dict[str, list[ProcessUse]] = {}
@@ -313,7 +313,8 @@ def attach_drm_processes(gpus: list[GpuSample], uses: list[ProcessUse]) -> list[
         by_pdev.setdefault(use.pdev, []).append(use)
     out = []
     for gpu in gpus:
-        found = by_pdev.get((gpu.bus_id or "").strip().lower(), [])
+        bus = (gpu.bus_id or "").strip().lower()
+        found = by_pdev.get(bus, []) if gpu.vendor in DRM_VENDORS else []
         if not found:
             out.append(gpu)
             continue
