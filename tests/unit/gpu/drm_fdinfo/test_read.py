@@ -63,6 +63,14 @@ def test_an_fdinfo_that_is_a_link_is_not_followed(tmp_path: Path) -> None:
     assert read_fdinfo(proc).clients == {}
 
 
+def test_an_fdinfo_that_is_a_fifo_does_not_block_the_read(tmp_path: Path) -> None:
+    add_process(tmp_path, 300, {})
+    os.symlink(RENDER, tmp_path / "300" / "fd" / "3")
+    os.mkfifo(tmp_path / "300" / "fdinfo" / "3")  # no writer: a blocking open would wait
+    add_process(tmp_path, 301, {3: (RENDER, XE)})
+    assert list(read_fdinfo(tmp_path).clients) == [("0000:03:00.0", 3)]
+
+
 def test_an_oversized_fdinfo_is_left_out(tmp_path: Path) -> None:
     padded = XE + "drm-padding:\t" + "x" * MAX_FDINFO_BYTES + "\n"
     add_process(tmp_path, 300, {3: (RENDER, padded)})
@@ -103,6 +111,8 @@ def test_links_read_before_are_not_read_again_until_a_full_read(tmp_path: Path) 
 
 def test_a_process_that_exited_is_skipped_and_one_unreadable_is_said(tmp_path: Path) -> None:
     (tmp_path / "300").mkdir()  # gone: its fd folder with it
+    add_process(tmp_path, 302, {})
+    os.symlink(RENDER, tmp_path / "302" / "fd" / "3")  # closed after its link was read
     (tmp_path / "301").mkdir()
     (tmp_path / "301" / "fd").write_text("")  # cannot be listed
     (tmp_path / "self").mkdir()
