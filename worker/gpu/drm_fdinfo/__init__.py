@@ -49,8 +49,8 @@ MAX_FDS = 4096
 """Descriptors looked at in one process: an engine holds a few hundred; past it, the
 process's GPU files may go unread (said as foreign memory unknown)."""
 MAX_DESCRIPTORS = 65536
-"""Descriptors looked at in one read, all processes together: each is a readlink, about
-2 µs (docs/benchmarks.md); past it, the read stops and says so."""
+"""Descriptors looked at in one read, all processes together: each is a readlink of a few
+µs (docs/benchmarks.md); past it, the read stops and says so."""
 RELINK_EVERY = 15
 """Every descriptor's link is read again each this many reads; in between, only those of
 descriptors not seen before (an engine's stay open): a GPU file opened under the number of
@@ -305,9 +305,9 @@ def _pct(values: list[float | None]) -> float | None:
 
 
 def attach_drm_processes(gpus: list[GpuSample], uses: list[ProcessUse]) -> list[GpuSample]:
-    """Each AMD and Intel GPU with the processes fdinfo finds on it, by bus id. A process its source
-    listed already keeps what the source said, and gains what it left unsaid; one it did
-    not list is added where it holds memory there or ran there."""
+    """Each AMD and Intel GPU with the processes fdinfo finds on it, by bus id. A process
+    its source listed already keeps what the source said, and gains what it left unsaid;
+    one it did not list is added where it holds memory there or ran there."""
     by_pdev: dict[str, list[ProcessUse]] = {}
     for use in uses:
         by_pdev.setdefault(use.pdev, []).append(use)
