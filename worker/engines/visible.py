@@ -11,8 +11,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 
 from placewatch.schemas import GpuSample
-from placewatch.worker.gpu.intel_masks import shown
-from placewatch.worker.gpu.masks import DeviceMask, translate
+from placewatch.worker.gpu.masks import DeviceMask, shown, translate
 
 from .base import Intent
 

@@ -31,20 +31,12 @@ from collections.abc import Mapping, Sequence
 
 from placewatch.schemas import GpuSample
 
-from .masks import DeviceMask
+from .masks import DeviceMask, shown
 
 INTEL_VARIABLES = ("ZE_AFFINITY_MASK", "ONEAPI_DEVICE_SELECTOR", "GGML_VK_VISIBLE_DEVICES")
 BACKENDS = ("level_zero", "opencl", "cuda", "hip", "native_cpu", "*")
 _INDEX = re.compile(r"\d{1,4}")
 _SUB_DEVICE = re.compile(r"(?:\d{1,4}|\*)(?:\.(?:\d{1,4}|\*)){1,2}")
-_SHOWN = 80
-"""The most of a value a reason quotes: it is the process owner's text."""
-
-
-def shown(value: str) -> str:
-    """A variable's value as a reason may quote it: printable, and cut short."""
-    text = "".join(c if c.isprintable() else "?" for c in value)
-    return text if len(text) <= _SHOWN else text[:_SHOWN] + "..."
 
 
 def translate_intel(env: Mapping[str, str], gpus: Sequence[GpuSample]) -> DeviceMask:

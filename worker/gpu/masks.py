@@ -29,6 +29,14 @@ from dataclasses import dataclass
 from placewatch.schemas import GpuSample
 
 AMD_VARIABLES = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
+_SHOWN = 80
+"""The most of a value a reason quotes: it is the process owner's text."""
+
+
+def shown(value: str) -> str:
+    """A variable's value, or a flag's, as a reason may quote it: printable, and cut short."""
+    text = "".join(c if c.isprintable() else "?" for c in value)
+    return text if len(text) <= _SHOWN else text[:_SHOWN] + "..."
 
 
 @dataclass(frozen=True)

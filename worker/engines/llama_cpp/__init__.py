@@ -30,6 +30,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from placewatch.worker.gpu.masks import shown
+
 from ..base import STDERR, STDOUT, EngineLog, Intent, Launch, RequestLog, ServerReports
 from ..flags import (
     ALIAS,
@@ -220,7 +222,7 @@ def _devices(launch: Launch, env: Mapping[str, str], visible: Visible) -> list[D
         found = _RUNTIME_DEVICE.fullmatch(name.lower())
         if found is None:
             return (
-                f"{device[0]} names {name[:40]}, whose number is not a CUDA, ROCm or SYCL "
+                f"{shown(device[0])} names {shown(name)}, whose number is not a CUDA, ROCm or SYCL "
                 "device number; place this shard in a shards file"
             )
         if found[1] == "vulkan":

@@ -317,6 +317,16 @@ def test_an_unreadable_environment_leaves_the_gpus_unknown() -> None:
     assert d.cpu_on_purpose is None
 
 
+def test_an_unreadable_environment_on_intel_gpus_names_their_masks() -> None:
+    d = classify([SERVER, "-ngl", "99"], None, 4242, INTEL)
+    assert d is not None
+    assert d.gpus_unknown == (
+        "its environment could not be read for a device mask (ONEAPI_DEVICE_SELECTOR, "
+        "ZE_AFFINITY_MASK); run the worker as root or as the engine's user, or place "
+        "this shard in a shards file"
+    )
+
+
 @pytest.mark.parametrize(
     ("cmdline", "says"),
     [
@@ -541,3 +551,14 @@ def test_a_cuda_device_on_a_node_of_nvidia_and_intel_gpus_ignores_intel_masks() 
     assert (d.spec.gpus, d.gpus_unknown) == ([0], None)
     d = found([SERVER, "-dev", "SYCL0"], {"ONEAPI_DEVICE_SELECTOR": "level_zero:0"}, node)
     assert (d.spec.gpus, d.gpus_unknown) == ([1], None)
+
+
+def test_a_hostile_device_name_is_quoted_printable_and_short() -> None:
+    d = found([SERVER, "-dev", "\x1b[2J" + "A" * 500], {}, INTEL)
+    assert d.gpus_unknown is not None
+    assert d.gpus_unknown.startswith("-dev ")
+    assert "names ?[2JAAA" in d.gpus_unknown and "\x1b" not in d.gpus_unknown
+    assert d.gpus_unknown.endswith(
+        "AAA..., whose number is not a CUDA, ROCm or SYCL device number; place this shard "
+        "in a shards file"
+    )
