@@ -33,9 +33,10 @@ from placewatch.schemas import GpuSample
 
 from .masks import DeviceMask, shown
 
-INTEL_VARIABLES = ("ZE_AFFINITY_MASK", "ONEAPI_DEVICE_SELECTOR", "GGML_VK_VISIBLE_DEVICES")
 BACKENDS = ("level_zero", "opencl", "cuda", "hip", "native_cpu", "*")
 _INDEX = re.compile(r"\d{1,4}")
+_STOI = re.compile(r"[+-]?\d{1,9}(?!\d)")
+"""What std::stoi reads of a device term: a number at its start, the rest ignored."""
 _SUB_DEVICE = re.compile(r"(?:\d{1,4}|\*)(?:\.(?:\d{1,4}|\*)){1,2}")
 
 
@@ -100,7 +101,7 @@ def _affinity(env: Mapping[str, str], devices: list[GpuSample]) -> list[GpuSampl
     said = f"ZE_AFFINITY_MASK={shown(value)}"
     entries = [e.strip() for e in value.split(",")]
     if not value.strip() or "" in entries:
-        return f"{said} is not a list of device ordinals (0,1 or 0.1) that Level Zero reads"
+        return f"{said} is not a list of device ordinals (0,1 or 0.1) as Level Zero writes them"
     ordinals: set[int] = set()
     for entry in entries:
         if _SUB_DEVICE.fullmatch(entry) and "*" not in entry:
@@ -108,7 +109,7 @@ def _affinity(env: Mapping[str, str], devices: list[GpuSample]) -> list[GpuSampl
                 f"ZE_AFFINITY_MASK names a sub-device ({entry}), a tile of a GPU, not a whole GPU"
             )
         if not _INDEX.fullmatch(entry):
-            return f"{said} is not a list of device ordinals (0,1 or 0.1) that Level Zero reads"
+            return f"{said} is not a list of device ordinals (0,1 or 0.1) as Level Zero writes them"
         ordinals.add(int(entry))
     problem = _order_problem(env, "ZE_AFFINITY_MASK", value, devices)
     if problem is not None:
@@ -143,7 +144,7 @@ def _selector(
             return garbage  # DPC++ wants every discarding filter after the accepting ones
         discarding |= negative
         accepts += not negative
-        for term in (t.strip() for t in terms.split(",")):
+        for term in (t.strip() for t in terms.split(",") if t.strip()):
             picked = _term(env, value, backend, term, negative=negative, devices=devices)
             if picked is None:
                 return garbage
@@ -174,10 +175,11 @@ def _term(
             f"ONEAPI_DEVICE_SELECTOR names a sub-device ({backend}:{term}), a tile of a GPU, "
             "not a whole GPU"
         )
-    if term not in ("*", "gpu", "cpu", "fpga") and not _INDEX.fullmatch(term.lstrip("-")):
+    number = _STOI.match(term)
+    if "." in term or (term not in ("*", "gpu", "cpu", "fpga") and number is None):
         return None
-    if term in ("cpu", "fpga") or term.startswith("-"):
-        return set()  # no GPU; DPC++ reads a negative index as no device
+    if term in ("cpu", "fpga") or (number is not None and int(number[0]) < 0):
+        return set()  # no GPU; a negative index is no device
     # `*:N` accepts OpenCL's device N too, which may be another GPU.
     if backend == "opencl" or (backend == "*" and not negative and term not in {"*", "gpu"}):
         if negative:
@@ -193,4 +195,4 @@ def _term(
     problem = _order_problem(env, "ONEAPI_DEVICE_SELECTOR", value, devices)
     if problem is not None:
         return problem
-    return {int(term)} & set(range(len(devices)))
+    return {int(number[0]) if number else -1} & set(range(len(devices)))

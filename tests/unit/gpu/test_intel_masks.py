@@ -81,6 +81,13 @@ def test_every_source_of_the_examples_is_cited() -> None:
             DeviceMask("ONEAPI_DEVICE_SELECTOR", (0, 1)),
         ),
         ({"ONEAPI_DEVICE_SELECTOR": "level_zero:7"}, DeviceMask("ONEAPI_DEVICE_SELECTOR", ())),
+        # DPC++ skips empty terms, reads a number at a term's start, and -1 as no device
+        (
+            {"ONEAPI_DEVICE_SELECTOR": "level_zero:0,,1"},
+            DeviceMask("ONEAPI_DEVICE_SELECTOR", (0, 1)),
+        ),
+        ({"ONEAPI_DEVICE_SELECTOR": "level_zero:1st"}, DeviceMask("ONEAPI_DEVICE_SELECTOR", (1,))),
+        ({"ONEAPI_DEVICE_SELECTOR": "level_zero:-1"}, DeviceMask("ONEAPI_DEVICE_SELECTOR", ())),
         # ZE_AFFINITY_MASK: renumbered from 0 in the driver's order
         ({"ZE_AFFINITY_MASK": "0,1"}, DeviceMask("ZE_AFFINITY_MASK", (0, 1))),
         ({"ZE_AFFINITY_MASK": "1,0"}, DeviceMask("ZE_AFFINITY_MASK", (0, 1))),
@@ -140,7 +147,8 @@ def test_what_names_no_whole_gpu_in_a_known_order_is_reported(
         ("ONEAPI_DEVICE_SELECTOR", "vulkan:0"),
         ("ONEAPI_DEVICE_SELECTOR", "level_zero:"),
         ("ONEAPI_DEVICE_SELECTOR", "level_zero:zero"),
-        ("ONEAPI_DEVICE_SELECTOR", "level_zero:0,,1"),
+        ("ONEAPI_DEVICE_SELECTOR", "level_zero:a1"),
+        ("ONEAPI_DEVICE_SELECTOR", "level_zero:99999999999"),
         ("ONEAPI_DEVICE_SELECTOR", "level_zero:0.1.2.3"),
         ("ZE_AFFINITY_MASK", ""),
         ("ZE_AFFINITY_MASK", "0,,1"),
