@@ -28,7 +28,10 @@ a few KiB per node in objects the garbage collector need not walk.
 A view may take one of the partitions the servers' mapping spreads the nodes over
 (placewatch.schemas.partitions): then it holds that partition's nodes' telemetry and
 inventories, live and from the streams (statuses are not partitioned), and checks that the
-servers partition as it was told (mapping.py: `problems()` says what it found).
+servers partition as it was told (mapping.py: `problems()` says what it found). A view may
+also hold only the nodes whose names pass a test (`only`: a glob's, which no subject can
+express): another node's telemetry and inventory are let go by their subject, before they
+are decoded, and its statuses once decoded.
 """
 
 from __future__ import annotations
@@ -100,7 +103,7 @@ class FleetView(FleetState):
     `nc` is a connected nats-py client the caller owns (and closes); `on_change` is called
     with each message the view took, from the event loop. `partition` of `partitions` (the N
     of the servers' mapping): that partition's nodes only; neither: every node, whether the
-    servers partition them or not."""
+    servers partition them or not. `only`: the nodes whose names it passes, of those."""
 
     def __init__(
         self,
@@ -109,6 +112,7 @@ class FleetView(FleetState):
         *,
         partition: int | None = None,
         partitions: int | None = None,
+        only: Callable[[str], bool] | None = None,
         on_change: Callable[[Message], object] | None = None,
         fill_timeout: float = FILL_TIMEOUT_S,
     ) -> None:
@@ -119,6 +123,7 @@ class FleetView(FleetState):
         self.check = PartitionCheck.of(prefix, partition, partitions)
         """Whether the servers map as the view was told (None: a view of every node)."""
         self.partition = None if self.check is None else self.check.partition
+        self.only = only
         self.on_change = on_change
         self.fill_timeout = fill_timeout
         self.undecodable = 0
@@ -265,10 +270,15 @@ class FleetView(FleetState):
     ) -> Message | None:
         """Take a message that came on `subject` live (`stored` None) or, stored by the
         server at `stored` (seconds since the epoch), read from a stream or bucket; the
-        message, or None where it was not one, names another node, or its node is forgotten."""
+        message, or None where it was not one, names another node, its node is forgotten or
+        not one the view holds (`only`)."""
+        if self.only is not None and not self._wanted(type_, subject):
+            return None
         message = self.unreadable.read(data, type_, headers, subject, self.impostors)
         if message is None:
             self.undecodable += 1
+            return None
+        if self.only is not None and type_ is not NodeForgotten and not self.only(_node(message)):
             return None
         seen = time.time() if stored is None else stored
         if isinstance(message, NodeForgotten):
@@ -293,6 +303,17 @@ class FleetView(FleetState):
                 self.on_change(message)
             except Exception:
                 log.exception("on_change failed for a %s", type(message).__name__)
+
+    def _wanted(self, type_: type[Message], subject: str) -> bool:
+        """Whether `only` passes the node a telemetry or inventory subject names (its last
+        token); True for other kinds, and for a token no name gives (read, and refused as
+        what it is)."""
+        if self.only is None or (type_ is not NodeTelemetry and type_ is not NodeInventory):
+            return True
+        try:
+            return self.only(subjects.name(subject.rpartition(".")[2]))
+        except ValueError:
+            return True
 
     def _telemetry(
         self,

@@ -1,7 +1,8 @@
 """The HTTP server /metrics is served from: a WSGI app writing the families in the format the
 scraper asks for (exposition.py; OpenMetrics where its Accept header names it, gzip at a cheap
 level where it accepts it), on a server whose threads, connections, request heads and backlog
-are bounded.
+are bounded. A node's body is written whole, with its length; a fleet's (`streamed`) is
+written in pieces as exposition.stream makes them, the answer ending with its connection.
 
 prometheus_client's own server starts a thread for every connection and keeps it for as long
 as the client keeps the connection open, idle or not, with the listen backlog of
@@ -34,11 +35,11 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from .exposition import OPENMETRICS, TEXT, Family, render
+from .exposition import GZIP_LEVEL, OPENMETRICS, TEXT, Family, render, stream
 
 MAX_CONNECTIONS = 128
 HEAD_S = 2.0
@@ -55,25 +56,33 @@ ACCEPT_PAUSE_S = 0.1
 BACKLOG = 1024
 """Connections the kernel queues before they are accepted (Linux caps it at
 net.core.somaxconn, 4096 since 5.4)."""
-GZIP_LEVEL = 1
-"""A scrape's bytes compress to a tenth at level 1 in a fifth of level 9's time."""
-
 Families = Callable[[], Iterable[Family]]
 
 
-def metrics_app(families: Families) -> Callable[..., list[bytes]]:
+def metrics_app(
+    families: Families, streamed: Sequence[str] | None = None
+) -> Callable[..., Iterable[bytes]]:
     """A WSGI app answering every GET with the families, in the format the scraper asks for,
-    and every HEAD with the headers alone (the length of the body a GET would get)."""
+    and every HEAD with the headers alone (with the length of the body a GET would get, where
+    it is written whole). `streamed`: the order of the families, which come in parts
+    (exposition.stream); the body is then written as it is made, without a length."""
 
-    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         openmetrics = "application/openmetrics-text" in environ.get("HTTP_ACCEPT", "")
-        body = render(families(), openmetrics=openmetrics)
+        compressed = "gzip" in environ.get("HTTP_ACCEPT_ENCODING", "")
         headers = [("Content-Type", OPENMETRICS if openmetrics else TEXT)]
-        if "gzip" in environ.get("HTTP_ACCEPT_ENCODING", ""):
-            body = gzip.compress(body, GZIP_LEVEL)
+        if compressed:
             headers.append(("Content-Encoding", "gzip"))
+        head = environ.get("REQUEST_METHOD") == "HEAD"
+        if streamed is not None:
+            start_response("200 OK", headers)
+            parts = stream(families(), streamed, openmetrics=openmetrics, gzip=compressed)
+            return [] if head else parts
+        body = render(families(), openmetrics=openmetrics)
+        if compressed:
+            body = gzip.compress(body, GZIP_LEVEL)
         start_response("200 OK", [*headers, ("Content-Length", str(len(body)))])
-        return [] if environ.get("REQUEST_METHOD") == "HEAD" else [body]
+        return [] if head else [body]
 
     return app
 
@@ -233,11 +242,15 @@ class BoundedServer(WSGIServer):
             self.slots.release()
 
 
-def serve(host: str, port: int, families: Families) -> tuple[WSGIServer, threading.Thread]:
-    """/metrics of `families()` on host:port, served from a thread of its own."""
+def serve(
+    host: str, port: int, families: Families, streamed: Sequence[str] | None = None
+) -> tuple[WSGIServer, threading.Thread]:
+    """/metrics of `families()` on host:port, served from a thread of its own (`streamed`:
+    metrics_app's)."""
     family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
     server_class = type("Server", (BoundedServer,), {"address_family": family})
-    server: WSGIServer = make_server(host, port, metrics_app(families), server_class, _Handler)
+    app = metrics_app(families, streamed)
+    server: WSGIServer = make_server(host, port, app, server_class, _Handler)
     thread = threading.Thread(target=server.serve_forever, name="placewatch-metrics", daemon=True)
     thread.start()
     return server, thread
