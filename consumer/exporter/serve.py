@@ -15,7 +15,6 @@ import argparse
 import fnmatch
 import functools
 import logging
-import re
 import sys
 import threading
 from collections.abc import Callable
@@ -125,7 +124,7 @@ def _only(node: str | None, glob: str | None) -> Callable[[str], bool] | None:
     if node is not None:
         return node.__eq__
     if glob is not None:
-        return re.compile(fnmatch.translate(glob)).match  # type: ignore[return-value]
+        return lambda name: fnmatch.fnmatchcase(name, glob)
     return None
 
 

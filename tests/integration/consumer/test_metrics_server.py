@@ -192,7 +192,9 @@ def test_a_streamed_body_comes_in_pieces_without_a_length(encoding: str | None) 
     as they are made; the answer ends with its connection."""
     first, second = Family("a", "first", ("n",)), Family("b", "second", ("n",))
     more = Family("a", "first", ("n",))
-    first.add(["1"], 1.0), second.add(["2"], 2.0), more.add(["3"], 3.0)
+    first.add(["1"], 1.0)
+    second.add(["2"], 2.0)
+    more.add(["3"], 3.0)
     server, thread = metrics_server.serve(
         "127.0.0.1", 0, lambda: [second, first, more, many_rows(50_000)], ["a", "b", "rows_total"]
     )
