@@ -19,6 +19,7 @@ compressed text (a fiftieth of it for a fleet's look-alike series), not the text
 
 from __future__ import annotations
 
+import functools
 import math
 import struct
 import zlib
@@ -194,27 +195,25 @@ def _plain(spools: list[_Spool]) -> Iterator[bytes]:
 
 def crc32_combine(crc1: int, crc2: int, size2: int) -> int:
     """The CRC-32 of A + B from A's, B's and B's length (zlib's crc32_combine, which Python's
-    zlib does not expose): A's CRC carried through size2 zero bytes by squaring the operator
-    that carries it one zero bit, then B's added."""
-    if size2 == 0:
-        return crc1
-    odd = [0xEDB88320] + [1 << n for n in range(31)]  # one zero bit
-    even = _square(odd)  # two
-    odd = _square(even)  # four
-    while True:
-        even = _square(odd)  # eight: a byte the first time round, then doubling
+    zlib does not expose): A's CRC carried through size2 zero bytes, one operator a set bit
+    of size2, then B's added."""
+    k = 0
+    while size2:
         if size2 & 1:
-            crc1 = _times(even, crc1)
+            crc1 = _times(_zeros(k), crc1)
         size2 >>= 1
-        if not size2:
-            break
-        odd = _square(even)
-        if size2 & 1:
-            crc1 = _times(odd, crc1)
-        size2 >>= 1
-        if not size2:
-            break
+        k += 1
     return crc1 ^ crc2
+
+
+@functools.cache
+def _zeros(k: int) -> list[int]:
+    """The operator (a GF(2) matrix, a row an int) that carries a CRC-32 through 2**k zero
+    bytes: the one of a zero bit squared three times, then k times."""
+    if k:
+        return _square(_zeros(k - 1))
+    one_bit = [0xEDB88320] + [1 << n for n in range(31)]
+    return _square(_square(_square(one_bit)))
 
 
 def _times(matrix: list[int], vector: int) -> int:
