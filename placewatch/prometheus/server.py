@@ -2,7 +2,8 @@
 scraper asks for (exposition.py; OpenMetrics where its Accept header names it, gzip at a cheap
 level where it accepts it), on a server whose threads, connections, request heads and backlog
 are bounded. A node's body is written whole, with its length; a fleet's (`streamed`) is
-written in pieces as exposition.stream makes them, the answer ending with its connection.
+written in pieces as exposition.stream makes them, the answer ending with its connection,
+and no longer made once its client is gone.
 
 prometheus_client's own server starts a thread for every connection and keeps it for as long
 as the client keeps the connection open, idle or not, with the listen backlog of
@@ -30,12 +31,13 @@ from __future__ import annotations
 
 import gzip
 import io
+import select
 import selectors
 import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
@@ -56,6 +58,11 @@ ACCEPT_PAUSE_S = 0.1
 BACKLOG = 1024
 """Connections the kernel queues before they are accepted (Linux caps it at
 net.core.somaxconn, 4096 since 5.4)."""
+GONE_EVERY = 64
+"""Parts of a streamed body made between two looks at whether its client is still there."""
+CONNECTION = "placewatch.connection"
+"""The environ key of the request's connection."""
+
 Families = Callable[[], Iterable[Family]]
 
 
@@ -76,8 +83,8 @@ def metrics_app(
         head = environ.get("REQUEST_METHOD") == "HEAD"
         if streamed is not None:
             start_response("200 OK", headers)
-            parts = stream(families(), streamed, openmetrics=openmetrics, gzip=compressed)
-            return [] if head else parts
+            parts = _while_there(families(), environ.get(CONNECTION))
+            return [] if head else stream(parts, streamed, openmetrics=openmetrics, gzip=compressed)
         body = render(families(), openmetrics=openmetrics)
         if compressed:
             body = gzip.compress(body, GZIP_LEVEL)
@@ -85,6 +92,30 @@ def metrics_app(
         return [] if head else [body]
 
     return app
+
+
+def _while_there(parts: Iterable[Family], conn: socket.socket | None) -> Iterator[Family]:
+    """The parts, until the client is found gone (looked at every GONE_EVERY parts): then
+    ConnectionAbortedError, which ends the answer unsent and unlogged (wsgiref's handler
+    takes it as a client gone), so that a scrape Prometheus gave up on (its timeout) costs
+    no more and cannot pile up on the next."""
+    for i, part in enumerate(parts):
+        if conn is not None and i % GONE_EVERY == 0 and _gone(conn):
+            raise ConnectionAbortedError("the client hung up before the body was made")
+        yield part
+
+
+def _gone(conn: socket.socket) -> bool:
+    """Whether the client closed its end: a peek that reads the end of the stream (a client
+    that sent more than its head is there still)."""
+    poll = select.poll()
+    poll.register(conn, select.POLLIN)
+    if not poll.poll(0):  # nothing to read, no end: there (a recv would wait, timeout set)
+        return False
+    try:
+        return conn.recv(1, socket.MSG_PEEK) == b""
+    except OSError:
+        return True
 
 
 class _Handler(WSGIRequestHandler):
@@ -96,6 +127,11 @@ class _Handler(WSGIRequestHandler):
         super().setup()
         self.rfile.close()
         self.rfile = io.BytesIO(head)
+
+    def get_environ(self) -> dict[str, Any]:
+        environ: dict[str, Any] = super().get_environ()
+        environ[CONNECTION] = self.connection
+        return environ
 
     def log_message(self, format: str, *args: Any) -> None:
         """Nothing per request: a scrape every 15 s is no news."""

@@ -243,3 +243,44 @@ def test_a_client_gone_mid_body_frees_its_slot_and_logs_nothing(
         server.shutdown()
         server.server_close()
         thread.join()
+
+
+def test_a_client_gone_before_the_body_is_made_stops_the_making(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """A scraper that gives up (Prometheus at its timeout) while the families are still being
+    built: the building stops within GONE_EVERY parts of its going, nothing is sent or
+    printed, its slot comes free, and the next scrape is answered whole."""
+    made = [0]
+    slow = threading.Event()
+
+    def families() -> Iterator[Family]:
+        for i in range(5_000):
+            if slow.is_set():
+                time.sleep(0.002)
+            made[0] += 1
+            part = Family("rows", "one row a part", ("row",))
+            part.add([str(i)], 1.0)
+            yield part
+
+    server, thread = metrics_server.serve("127.0.0.1", 0, families, ["rows"])
+    port = server.server_address[1]
+    slots = server.slots  # type: ignore[attr-defined]
+    try:
+        slow.set()
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+            conn.sendall(b"GET /metrics HTTP/1.1\r\nHost: test\r\n\r\n")
+            eventually(lambda: made[0] > 0, 10, what="the building begun")
+        gone_at = made[0]
+        eventually(lambda: slots._value == metrics_server.MAX_CONNECTIONS, 20, what="its slot free")
+        assert made[0] - gone_at <= 2 * metrics_server.GONE_EVERY, (gone_at, made[0])
+        assert made[0] < 5_000
+        slow.clear()
+        made[0] = 0
+        assert scrape(port).count("\n") == 5_000 + 2
+        assert made[0] == 5_000
+        assert capfd.readouterr() == ("", "")
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
