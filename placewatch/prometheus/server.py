@@ -84,7 +84,9 @@ def metrics_app(
         if streamed is not None:
             start_response("200 OK", headers)
             parts = _while_there(families(), environ.get(CONNECTION))
-            return [] if head else stream(parts, streamed, openmetrics=openmetrics, gzip=compressed)
+            if head:  # no length (wsgiref would say 0 of an empty list): the headers alone
+                return iter((b"",))
+            return stream(parts, streamed, openmetrics=openmetrics, gzip=compressed)
         body = render(families(), openmetrics=openmetrics)
         if compressed:
             body = gzip.compress(body, GZIP_LEVEL)

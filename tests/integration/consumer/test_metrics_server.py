@@ -212,6 +212,14 @@ def test_a_streamed_body_comes_in_pieces_without_a_length(encoding: str | None) 
         assert text.startswith(head + '# HELP b second\n# TYPE b gauge\nb{n="2"} 2.0\n')
         assert text.count("\n") == 50_000 + 10
         assert text.endswith('rows_total{row="row-0049999"} 49999.0\n# EOF\n')
+        with socket.create_connection(("127.0.0.1", server.server_address[1]), 5) as conn:
+            conn.sendall(b"HEAD /metrics HTTP/1.1\r\nHost: test\r\n\r\n")
+            answer = b""
+            while chunk := conn.recv(4096):
+                answer += chunk
+        head, _, after = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.0 200 OK\r\n") and after == b""
+        assert b"Content-Length" not in head
     finally:
         server.shutdown()
         server.server_close()
