@@ -217,9 +217,9 @@ def test_a_streamed_body_comes_in_pieces_without_a_length(encoding: str | None) 
             answer = b""
             while chunk := conn.recv(4096):
                 answer += chunk
-        head, _, after = answer.partition(b"\r\n\r\n")
-        assert head.startswith(b"HTTP/1.0 200 OK\r\n") and after == b""
-        assert b"Content-Length" not in head
+        headers_only, _, after = answer.partition(b"\r\n\r\n")
+        assert headers_only.startswith(b"HTTP/1.0 200 OK\r\n") and after == b""
+        assert b"Content-Length" not in headers_only
     finally:
         server.shutdown()
         server.server_close()
