@@ -28,10 +28,11 @@ a few KiB per node in objects the garbage collector need not walk.
 A view may take one of the partitions the servers' mapping spreads the nodes over
 (placewatch.schemas.partitions): then it holds that partition's nodes' telemetry and
 inventories, live and from the streams (statuses are not partitioned), and checks that the
-servers partition as it was told (mapping.py: `problems()` says what it found). A view may
-also hold only the nodes whose names pass a test (`only`: a glob's, which no subject can
-express): another node's telemetry and inventory are let go by their subject, before they
-are decoded, and its statuses once decoded.
+servers partition as it was told (mapping.py: `problems()` says what it found). A view of
+one node (`node`) follows that node's subjects alone. A view may also hold only the nodes
+whose names pass a test (`only`: a glob's, which no subject can express): another node's
+telemetry and inventory are let go by their subject, before they are decoded. Either lets
+another node's statuses go once decoded.
 """
 
 from __future__ import annotations
@@ -103,7 +104,8 @@ class FleetView(FleetState):
     `nc` is a connected nats-py client the caller owns (and closes); `on_change` is called
     with each message the view took, from the event loop. `partition` of `partitions` (the N
     of the servers' mapping): that partition's nodes only; neither: every node, whether the
-    servers partition them or not. `only`: the nodes whose names it passes, of those."""
+    servers partition them or not. `node`: that node only, by its subjects; `only` (not
+    with `node`): the nodes whose names it passes, of those."""
 
     def __init__(
         self,
@@ -112,6 +114,7 @@ class FleetView(FleetState):
         *,
         partition: int | None = None,
         partitions: int | None = None,
+        node: str | None = None,
         only: Callable[[str], bool] | None = None,
         on_change: Callable[[Message], object] | None = None,
         fill_timeout: float = FILL_TIMEOUT_S,
@@ -123,7 +126,10 @@ class FleetView(FleetState):
         self.check = PartitionCheck.of(prefix, partition, partitions)
         """Whether the servers map as the view was told (None: a view of every node)."""
         self.partition = None if self.check is None else self.check.partition
-        self.only = only
+        if node is not None and only is not None:
+            raise ValueError("FleetView(node=..., only=...): give one, the node or the test")
+        self.node = node
+        self.only = node.__eq__ if node is not None else only
         self.on_change = on_change
         self.fill_timeout = fill_timeout
         self.undecodable = 0
@@ -147,7 +153,8 @@ class FleetView(FleetState):
     async def start(self) -> None:
         """Subscribe, then fill from the inventory and telemetry streams and the compute
         bucket."""
-        live = (*self._followed(), subjects.all_forgotten(self.prefix))
+        inventory, telemetry = self._followed()
+        live = (*inventory, *telemetry, subjects.all_forgotten(self.prefix))
         for subject in (*live, *subjects.all_events(self.prefix)):
             self._subs.append(await self.nc.subscribe(subject, cb=self._live))
         if self.check is not None:
@@ -161,12 +168,17 @@ class FleetView(FleetState):
         said = self.unreadable.summary()
         return found if said is None else [*found, said]
 
-    def _followed(self) -> tuple[str, str]:
-        """The inventory and telemetry subjects of the view's partition."""
-        return (
-            partitions.consumer_subject("inventory", self.prefix, self.partition),
-            partitions.consumer_subject("telemetry", self.prefix, self.partition),
-        )
+    def _followed(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The inventory and telemetry subjects of the view's partition, or of its node."""
+        return self._subjects("inventory"), self._subjects("telemetry")
+
+    def _subjects(self, kind: str) -> tuple[str, ...]:
+        if self.node is None:
+            return (partitions.consumer_subject(kind, self.prefix, self.partition),)
+        token = subjects.token(self.node)
+        if self.partition is not None:
+            return (f"{self.prefix}.{kind}.{self.partition}.{token}",)
+        return (f"{self.prefix}.{kind}.{token}", f"{self.prefix}.{kind}.*.{token}")
 
     async def _fill(self) -> Kept:
         """Take what the streams and the bucket keep; what they keep (None: not read). A node
@@ -181,10 +193,10 @@ class FleetView(FleetState):
         deadline = time.monotonic() + self.fill_timeout
         inventory, telemetry = self._followed()
         compute = self.stores.compute
-        inventories = await self._take(
+        inventories = await self._take_each(
             self.stores.inventory.name, inventory, NodeInventory, deadline
         )
-        telemetries = await self._take(
+        telemetries = await self._take_each(
             self.stores.telemetry.name, telemetry, NodeTelemetry, deadline
         )
         statuses = await self._take(
@@ -197,6 +209,18 @@ class FleetView(FleetState):
         if statuses is not None:
             keys = {(s.node, s.shard) for s in statuses if isinstance(s, ComputeStatus)}
         return Kept(nodes, keys)
+
+    async def _take_each(
+        self, stream: str, subjects_: tuple[str, ...], kind: type[Message], deadline: float
+    ) -> list[Message] | None:
+        """`_take` of each subject, together; None where one could not be read."""
+        kept: list[Message] = []
+        for subject in subjects_:
+            taken = await self._take(stream, subject, kind, deadline)
+            if taken is None:
+                return None
+            kept += taken
+        return kept
 
     async def _take(
         self, stream: str, subject: str, kind: type[Message], deadline: float

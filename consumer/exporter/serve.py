@@ -77,7 +77,6 @@ async def _serve(bus: Bus, args: argparse.Namespace) -> int:
     def unreadable() -> dict[str, int]:
         return dict(holder[0].unreadable.counts) if holder else {}
 
-    only = _only(args.only_node, args.nodes)
     collector = FleetCollector(
         take,
         node=args.only_node,
@@ -105,7 +104,14 @@ async def _serve(bus: Bus, args: argparse.Namespace) -> int:
             tg.start_soon(stop_on_signal, tg.cancel_scope)
             options = bus.options | {"inbox_prefix": INBOX}
             nc = await connect(bus.servers, "placewatch exporter", options)
-            view = FleetView(nc, bus.prefix, partition=p, partitions=n, only=only)
+            view = FleetView(
+                nc,
+                bus.prefix,
+                partition=p,
+                partitions=n,
+                node=args.only_node,
+                only=_only(args.nodes),
+            )
             await view.start()
             holder.append(view)
             await anyio.sleep_forever()
@@ -118,14 +124,11 @@ async def _serve(bus: Bus, args: argparse.Namespace) -> int:
     return 0
 
 
-def _only(node: str | None, glob: str | None) -> Callable[[str], bool] | None:
-    """The test of the nodes the view holds: the one node, the glob's (fnmatch's, case kept),
-    or none (every node)."""
-    if node is not None:
-        return node.__eq__
-    if glob is not None:
-        return lambda name: fnmatch.fnmatchcase(name, glob)
-    return None
+def _only(glob: str | None) -> Callable[[str], bool] | None:
+    """The test of the nodes the view holds: the glob's (fnmatch's, case kept), or none."""
+    if glob is None:
+        return None
+    return lambda name: fnmatch.fnmatchcase(name, glob)
 
 
 def _shut(server: WSGIServer, thread: threading.Thread) -> None:

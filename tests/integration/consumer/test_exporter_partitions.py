@@ -174,3 +174,37 @@ def test_a_view_of_some_nodes_lets_the_others_go_by_their_subject_undecoded(
     held, unread = anyio.run(follow)
     assert held == rack1
     assert unread == {"schema": 0, "malformed": 1, "impostor": 0, "partition": 0}
+
+
+def test_a_view_of_one_node_follows_that_node_s_subjects_alone(nats_server: NatsServer) -> None:
+    """Every node publishes, published as is and as the mapping would map it: the view of one
+    node is delivered that node's messages alone, in both forms."""
+    node = "node07.cluster.local"
+    mapped = partitions.mapped("telemetry", node, 3)
+
+    async def follow() -> tuple[set[str], int]:
+        nc = await nats.connect(nats_server.url)
+        view = FleetView(nc, node=node)
+        try:
+            await view.start()
+            await publish(nc, NAMES)
+            payload, headers = encode(
+                lean.split(
+                    NodeSample(node=node, session="s", seq=1, time=datetime.now(UTC), interval_s=1)
+                )[1]
+            )
+            await nc.publish(mapped, payload, headers=headers)
+            await nc.flush()
+            await eventually_async(
+                lambda: view.nodes.get(node) is not None and view.nodes[node].seq == 1,
+                20,
+                what="both forms",
+            )
+            return set(view.nodes) | set(view.inventories), sum(s.delivered for s in view._subs)
+        finally:
+            await view.stop()
+            await nc.close()
+
+    held, delivered = anyio.run(follow)
+    assert held == {node}
+    assert delivered == 3  # its inventory and telemetry, and its telemetry as mapped
