@@ -28,7 +28,11 @@ a few KiB per node in objects the garbage collector need not walk.
 A view may take one of the partitions the servers' mapping spreads the nodes over
 (placewatch.schemas.partitions): then it holds that partition's nodes' telemetry and
 inventories, live and from the streams (statuses are not partitioned), and checks that the
-servers partition as it was told (mapping.py: `problems()` says what it found).
+servers partition as it was told (mapping.py: `problems()` says what it found). A view of
+one node (`node`) follows that node's subjects alone. A view may also hold only the nodes
+whose names pass a test (`only`: a glob's, which no subject can express): another node's
+telemetry and inventory are let go by their subject, before they are decoded. Either lets
+another node's statuses go once decoded.
 """
 
 from __future__ import annotations
@@ -100,7 +104,8 @@ class FleetView(FleetState):
     `nc` is a connected nats-py client the caller owns (and closes); `on_change` is called
     with each message the view took, from the event loop. `partition` of `partitions` (the N
     of the servers' mapping): that partition's nodes only; neither: every node, whether the
-    servers partition them or not."""
+    servers partition them or not. `node`: that node only, by its subjects; `only` (not
+    with `node`): the nodes whose names it passes, of those."""
 
     def __init__(
         self,
@@ -109,6 +114,8 @@ class FleetView(FleetState):
         *,
         partition: int | None = None,
         partitions: int | None = None,
+        node: str | None = None,
+        only: Callable[[str], bool] | None = None,
         on_change: Callable[[Message], object] | None = None,
         fill_timeout: float = FILL_TIMEOUT_S,
     ) -> None:
@@ -119,6 +126,10 @@ class FleetView(FleetState):
         self.check = PartitionCheck.of(prefix, partition, partitions)
         """Whether the servers map as the view was told (None: a view of every node)."""
         self.partition = None if self.check is None else self.check.partition
+        if node is not None and only is not None:
+            raise ValueError("FleetView(node=..., only=...): give one, the node or the test")
+        self.node = node
+        self.only = node.__eq__ if node is not None else only
         self.on_change = on_change
         self.fill_timeout = fill_timeout
         self.undecodable = 0
@@ -142,7 +153,8 @@ class FleetView(FleetState):
     async def start(self) -> None:
         """Subscribe, then fill from the inventory and telemetry streams and the compute
         bucket."""
-        live = (*self._followed(), subjects.all_forgotten(self.prefix))
+        inventory, telemetry = self._followed()
+        live = (*inventory, *telemetry, subjects.all_forgotten(self.prefix))
         for subject in (*live, *subjects.all_events(self.prefix)):
             self._subs.append(await self.nc.subscribe(subject, cb=self._live))
         if self.check is not None:
@@ -156,12 +168,17 @@ class FleetView(FleetState):
         said = self.unreadable.summary()
         return found if said is None else [*found, said]
 
-    def _followed(self) -> tuple[str, str]:
-        """The inventory and telemetry subjects of the view's partition."""
-        return (
-            partitions.consumer_subject("inventory", self.prefix, self.partition),
-            partitions.consumer_subject("telemetry", self.prefix, self.partition),
-        )
+    def _followed(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The inventory and telemetry subjects of the view's partition, or of its node."""
+        return self._subjects("inventory"), self._subjects("telemetry")
+
+    def _subjects(self, kind: str) -> tuple[str, ...]:
+        if self.node is None:
+            return (partitions.consumer_subject(kind, self.prefix, self.partition),)
+        token = subjects.token(self.node)
+        if self.partition is not None:
+            return (f"{self.prefix}.{kind}.{self.partition}.{token}",)
+        return (f"{self.prefix}.{kind}.{token}", f"{self.prefix}.{kind}.*.{token}")
 
     async def _fill(self) -> Kept:
         """Take what the streams and the bucket keep; what they keep (None: not read). A node
@@ -176,10 +193,10 @@ class FleetView(FleetState):
         deadline = time.monotonic() + self.fill_timeout
         inventory, telemetry = self._followed()
         compute = self.stores.compute
-        inventories = await self._take(
+        inventories = await self._take_each(
             self.stores.inventory.name, inventory, NodeInventory, deadline
         )
-        telemetries = await self._take(
+        telemetries = await self._take_each(
             self.stores.telemetry.name, telemetry, NodeTelemetry, deadline
         )
         statuses = await self._take(
@@ -192,6 +209,18 @@ class FleetView(FleetState):
         if statuses is not None:
             keys = {(s.node, s.shard) for s in statuses if isinstance(s, ComputeStatus)}
         return Kept(nodes, keys)
+
+    async def _take_each(
+        self, stream: str, subjects_: tuple[str, ...], kind: type[Message], deadline: float
+    ) -> list[Message] | None:
+        """`_take` of each subject, together; None where one could not be read."""
+        kept: list[Message] = []
+        for subject in subjects_:
+            taken = await self._take(stream, subject, kind, deadline)
+            if taken is None:
+                return None
+            kept += taken
+        return kept
 
     async def _take(
         self, stream: str, subject: str, kind: type[Message], deadline: float
@@ -265,10 +294,15 @@ class FleetView(FleetState):
     ) -> Message | None:
         """Take a message that came on `subject` live (`stored` None) or, stored by the
         server at `stored` (seconds since the epoch), read from a stream or bucket; the
-        message, or None where it was not one, names another node, or its node is forgotten."""
+        message, or None where it was not one, names another node, its node is forgotten or
+        not one the view holds (`only`)."""
+        if self.only is not None and not self._wanted(type_, subject):
+            return None
         message = self.unreadable.read(data, type_, headers, subject, self.impostors)
         if message is None:
             self.undecodable += 1
+            return None
+        if self.only is not None and type_ is not NodeForgotten and not self.only(_node(message)):
             return None
         seen = time.time() if stored is None else stored
         if isinstance(message, NodeForgotten):
@@ -293,6 +327,17 @@ class FleetView(FleetState):
                 self.on_change(message)
             except Exception:
                 log.exception("on_change failed for a %s", type(message).__name__)
+
+    def _wanted(self, type_: type[Message], subject: str) -> bool:
+        """Whether `only` passes the node a telemetry or inventory subject names (its last
+        token); True for other kinds, and for a token no name gives (read, and refused as
+        what it is)."""
+        if self.only is None or (type_ is not NodeTelemetry and type_ is not NodeInventory):
+            return True
+        try:
+            return self.only(subjects.name(subject.rpartition(".")[2]))
+        except ValueError:
+            return True
 
     def _telemetry(
         self,

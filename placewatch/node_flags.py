@@ -29,6 +29,9 @@ def node_options() -> Parser:
         metavar="DIR",
         help="Intel GPUs' DRM class folder (/sys/class/drm)",
     )
+    common.add_argument(
+        "--fdinfo-root", metavar="DIR", help="/proc read for each process's GPU use (/proc)"
+    )
     common.add_argument("--shards", metavar="FILE", help="TOML file of [[shard]] placements")
     common.add_argument("--advertise-host", metavar="HOST", help="the node's address for gateways")
     common.add_argument(

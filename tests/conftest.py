@@ -251,6 +251,8 @@ def node_env() -> dict[str, str]:
 
 NO_DRM = "/nonexistent/placewatch-test-drm"
 """A DRM class folder that does not exist: tests see no Intel GPU unless they give one."""
+NO_PROCESSES = str(FIXTURES / "drm-fdinfo" / "no-processes")
+"""A /proc with no process: tests read no process's GPU files unless they give some."""
 
 
 def clean_env() -> dict[str, str]:
@@ -271,6 +273,7 @@ def clean_env() -> dict[str, str]:
     ]
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), *keep])
     env["PLACEWATCH_DRM_ROOT"] = NO_DRM  # a machine's own Intel GPU is no test's
+    env["PLACEWATCH_FDINFO_ROOT"] = NO_PROCESSES
     env["PLACEWATCH_DISCOVER_ENV"] = SEALED
     # Never the host's journal: a test's engine whose output is a socket under a CI runner's
     # service would be read from it. A test that reads a journal names its own folder.

@@ -113,6 +113,8 @@ class Settings(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     folders'); None: the node's journal (/var/log/journal and /run/log/journal)."""
     drm_root: str = str(DRM_ROOT)
     """The DRM class folder Intel GPUs are read from (their cardN's device and hwmon files)."""
+    fdinfo_root: str = "/proc"
+    """The /proc each process's AMD and Intel GPU use is read from (PID/fd, PID/fdinfo)."""
     create: bool = True
     """Create the streams and buckets when missing (`--no-create`: never)."""
     replicas: Annotated[int, msgspec.Meta(ge=1, le=5)] = 1

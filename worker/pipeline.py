@@ -34,6 +34,7 @@ from .config import Settings
 from .deadline import NEVER, Deadline
 from .engines.evidence.follow import EngineLogs
 from .engines.evidence.journal import Journal
+from .gpu.drm_fdinfo import DrmUsage
 from .gpu.registry import chains_for
 from .host import HostSampler
 from .sampler import NodeReading, NodeSampler
@@ -104,7 +105,7 @@ class Pipeline:
             settings.interval,
             settings.drm_root,
         )
-        sampler = NodeSampler(chains, HostSampler())
+        sampler = NodeSampler(chains, HostSampler(), DrmUsage(settings.fdinfo_root))
         return cls(settings.node, settings.interval, sampler, shards, session=session)
 
     @property
@@ -121,7 +122,12 @@ class Pipeline:
         URL, a router server) after `deadline` waits for the next tick."""
         silent = [s.name for s in reading.sources if not s.ok]
         return await self.shards.judge(
-            reading.gpus, reading.gpus_known, reading.started, silent, deadline=deadline
+            reading.gpus,
+            reading.gpus_known,
+            reading.started,
+            silent,
+            deadline=deadline,
+            foreign_unknown=reading.foreign_unknown,
         )
 
     def sample(self, reading: NodeReading, shards: ShardsView) -> NodeSample:

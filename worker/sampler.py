@@ -12,6 +12,7 @@ from placewatch.schemas import GpuSample, HostSample, SourceStatus
 
 from .deadline import NEVER, Deadline
 from .gpu import ActivityWanted, LoopingSource, health
+from .gpu.drm_fdinfo import DRM_VENDORS, DrmUsage, attach_drm_processes
 from .gpu.reads import ChainReading, ChainReads
 from .gpu.registry import VendorChain
 from .host import HostSampler
@@ -28,6 +29,9 @@ class NodeReading:
     """When the reading began (time.monotonic()): a slow failed read is as old as its start."""
     unread: bool = False
     """A vendor that had GPUs gave no reading of them this tick (late, or failed)."""
+    foreign_unknown: frozenset[str] = frozenset()
+    """Bus ids of the GPUs whose foreign memory cannot be told: a process that may hold
+    them could not be read whole (gpu/drm_fdinfo)."""
 
     @property
     def gpus_known(self) -> bool:
@@ -37,10 +41,14 @@ class NodeReading:
 
 
 class NodeSampler:
-    def __init__(self, chains: list[VendorChain], host: HostSampler) -> None:
+    def __init__(
+        self, chains: list[VendorChain], host: HostSampler, drm: DrmUsage | None = None
+    ) -> None:
         self.chains = chains
         self.reads = [ChainReads(chain) for chain in chains]
         self.host = host
+        self.drm = drm
+        """Each process's use of each AMD and Intel GPU from /proc/PID/fdinfo; None: not read."""
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """The GPU sources' own tasks (a tool kept running that loops by itself) and each
@@ -84,6 +92,14 @@ class NodeSampler:
             (health.assess(g) for r in results for g in r.gpus),
             key=lambda g: (g.vendor, g.index),
         )
+        foreign_unknown: frozenset[str] = frozenset()
+        if self.drm is not None and any(g.vendor in DRM_VENDORS for g in gpus):
+            uses, unread = await anyio.to_thread.run_sync(self.drm.read)
+            gpus = attach_drm_processes(gpus, uses)
+            if unread is not None:
+                foreign_unknown = frozenset(
+                    g.bus_id for g in gpus if g.vendor in DRM_VENDORS and g.bus_id
+                )
         # A vendor with no tool on this node is noise in every sample; it is
         # listed only when no vendor has one, to say what is missing.
         present = [
@@ -92,4 +108,11 @@ class NodeSampler:
         shown = present or [r.statuses for r in results]
         sources = [status for statuses in shown for status in statuses]
         began = min((r.started for r in results), default=started)
-        return NodeReading(gpus, host, sources, began, unread=any(r.unread for r in results))
+        return NodeReading(
+            gpus,
+            host,
+            sources,
+            began,
+            unread=any(r.unread for r in results),
+            foreign_unknown=foreign_unknown,
+        )

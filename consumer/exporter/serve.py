@@ -1,19 +1,23 @@
 """`placewatch exporter`: serving the fleet on the bus as Prometheus metrics, on /metrics.
 
-A FleetView follows the bus (the whole fleet, one partition, or every node with one node
-served); the metrics server (placewatch/prometheus/) answers each scrape in a thread of its
-own, which asks the event loop for the view's holdings (a copy of its dicts) and builds the
-metric families from them there, so nothing the view holds is touched from two threads and
-a scrape of a large fleet does not stall the view.
+A FleetView follows the bus (the whole fleet or one partition, and of it every node, those
+of a glob, or one); the metrics server (placewatch/prometheus/) answers each scrape in a
+thread of its own, which asks the event loop for the view's holdings (a copy of its dicts)
+and builds the metric families from them there, a batch of nodes at a time, writing the
+body as exposition.stream makes it, so nothing the view holds is touched from two threads, a
+scrape of a large fleet does not stall the view, and it holds a batch's rows and the
+compressed body, not the body.
 """
 
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import functools
 import logging
 import sys
 import threading
+from collections.abc import Callable
 from wsgiref.simple_server import WSGIServer
 
 import anyio
@@ -79,9 +83,12 @@ async def _serve(bus: Bus, args: argparse.Namespace) -> int:
         stale_after=args.stale_after,
         partition_problems=partition_problems,
         unreadable=unreadable,
+        serves=("" if p is None else f"{p}/{n}", args.only_node or args.nodes or "*"),
     )
     try:
-        server, thread = metrics_server.serve(listen.host, listen.port, collector.collect)
+        server, thread = metrics_server.serve(
+            listen.host, listen.port, collector.collect, streamed=collector.order()
+        )
     except OSError as exc:
         why = exc.strerror or str(exc)
         print(
@@ -97,7 +104,14 @@ async def _serve(bus: Bus, args: argparse.Namespace) -> int:
             tg.start_soon(stop_on_signal, tg.cancel_scope)
             options = bus.options | {"inbox_prefix": INBOX}
             nc = await connect(bus.servers, "placewatch exporter", options)
-            view = FleetView(nc, bus.prefix, partition=p, partitions=n)
+            view = FleetView(
+                nc,
+                bus.prefix,
+                partition=p,
+                partitions=n,
+                node=args.only_node,
+                only=_only(args.nodes),
+            )
             await view.start()
             holder.append(view)
             await anyio.sleep_forever()
@@ -108,6 +122,13 @@ async def _serve(bus: Bus, args: argparse.Namespace) -> int:
                 await holder[0].stop()
         await drain(nc)
     return 0
+
+
+def _only(glob: str | None) -> Callable[[str], bool] | None:
+    """The test of the nodes the view holds: the glob's (fnmatch's, case kept), or none."""
+    if glob is None:
+        return None
+    return lambda name: fnmatch.fnmatchcase(name, glob)
 
 
 def _shut(server: WSGIServer, thread: threading.Thread) -> None:

@@ -123,6 +123,11 @@ class Families:
         blind = node_blind(telemetry, gpus_known)
         self.nodes[NODE_BLIND].add([node], 1.0 if blind else 0.0)
 
+    def order(self) -> list[str]:
+        """The name of every family it may give, in the order it gives them."""
+        every = [*self.gpu.values(), *self.xpum.values(), self.problems, self.stale]
+        return [f.name for f in (*every, *self.nodes.values())]
+
     def __iter__(self) -> Iterator[Family]:
         yield from self.gpu.values()
         yield from (f for f in self.xpum.values() if f.rows)

@@ -247,6 +247,12 @@ UNREADABLE_HELP = (
     "malformed (not the message its headers say), impostor (naming another node or shard "
     "than its subject's), partition (in another partition than the mapping gives its node)."
 )
+EXPORTER_SERVES = "placewatch_exporter_serves"
+EXPORTER_SERVES_HELP = (
+    "1, labelled with what this exporter serves: partition (P/N of the servers' mapping, "
+    "empty for every partition) and nodes (its --nodes glob or --node, * for every node)."
+)
+EXPORTER_SERVES_LABELS = ("partition", "nodes")
 PARTITION_PROBLEM_HELP = (
     "1 for each way the servers' partition mapping is not the one --partition was told "
     "(kind: unmapped, more_partitions, other_partitions, stream_copies); none while it is."
@@ -315,6 +321,7 @@ def served() -> list[str]:
             *NODE_METRICS,
             PARTITION_PROBLEM,
             UNREADABLE,
+            EXPORTER_SERVES,
         ]
     )
 

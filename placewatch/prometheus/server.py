@@ -1,7 +1,9 @@
 """The HTTP server /metrics is served from: a WSGI app writing the families in the format the
 scraper asks for (exposition.py; OpenMetrics where its Accept header names it, gzip at a cheap
 level where it accepts it), on a server whose threads, connections, request heads and backlog
-are bounded.
+are bounded. A node's body is written whole, with its length; a fleet's (`streamed`) is
+written in pieces as exposition.stream makes them, the answer ending with its connection,
+and no longer made once its client is gone.
 
 prometheus_client's own server starts a thread for every connection and keeps it for as long
 as the client keeps the connection open, idle or not, with the listen backlog of
@@ -29,16 +31,17 @@ from __future__ import annotations
 
 import gzip
 import io
+import select
 import selectors
 import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from .exposition import OPENMETRICS, TEXT, Family, render
+from .exposition import GZIP_LEVEL, OPENMETRICS, TEXT, Family, render, stream
 
 MAX_CONNECTIONS = 128
 HEAD_S = 2.0
@@ -55,27 +58,66 @@ ACCEPT_PAUSE_S = 0.1
 BACKLOG = 1024
 """Connections the kernel queues before they are accepted (Linux caps it at
 net.core.somaxconn, 4096 since 5.4)."""
-GZIP_LEVEL = 1
-"""A scrape's bytes compress to a tenth at level 1 in a fifth of level 9's time."""
+GONE_EVERY = 64
+"""Parts of a streamed body made between two looks at whether its client is still there."""
+CONNECTION = "placewatch.connection"
+"""The environ key of the request's connection."""
 
 Families = Callable[[], Iterable[Family]]
 
 
-def metrics_app(families: Families) -> Callable[..., list[bytes]]:
+def metrics_app(
+    families: Families, streamed: Sequence[str] | None = None
+) -> Callable[..., Iterable[bytes]]:
     """A WSGI app answering every GET with the families, in the format the scraper asks for,
-    and every HEAD with the headers alone (the length of the body a GET would get)."""
+    and every HEAD with the headers alone (with the length of the body a GET would get, where
+    it is written whole). `streamed`: the order of the families, which come in parts
+    (exposition.stream); the body is then written as it is made, without a length."""
 
-    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         openmetrics = "application/openmetrics-text" in environ.get("HTTP_ACCEPT", "")
-        body = render(families(), openmetrics=openmetrics)
+        compressed = "gzip" in environ.get("HTTP_ACCEPT_ENCODING", "")
         headers = [("Content-Type", OPENMETRICS if openmetrics else TEXT)]
-        if "gzip" in environ.get("HTTP_ACCEPT_ENCODING", ""):
-            body = gzip.compress(body, GZIP_LEVEL)
+        if compressed:
             headers.append(("Content-Encoding", "gzip"))
+        head = environ.get("REQUEST_METHOD") == "HEAD"
+        if streamed is not None:
+            start_response("200 OK", headers)
+            parts = _while_there(families(), environ.get(CONNECTION))
+            if head:  # no length (wsgiref would say 0 of an empty list): the headers alone
+                return iter((b"",))
+            return stream(parts, streamed, openmetrics=openmetrics, gzip=compressed)
+        body = render(families(), openmetrics=openmetrics)
+        if compressed:
+            body = gzip.compress(body, GZIP_LEVEL)
         start_response("200 OK", [*headers, ("Content-Length", str(len(body)))])
-        return [] if environ.get("REQUEST_METHOD") == "HEAD" else [body]
+        return [] if head else [body]
 
     return app
+
+
+def _while_there(parts: Iterable[Family], conn: socket.socket | None) -> Iterator[Family]:
+    """The parts, until the client is found gone (looked at every GONE_EVERY parts): then
+    ConnectionAbortedError, which ends the answer unsent and unlogged (wsgiref's handler
+    takes it as a client gone), so that a scrape Prometheus gave up on (its timeout) costs
+    no more and cannot pile up on the next."""
+    for i, part in enumerate(parts):
+        if conn is not None and i % GONE_EVERY == 0 and _gone(conn):
+            raise ConnectionAbortedError("the client hung up before the body was made")
+        yield part
+
+
+def _gone(conn: socket.socket) -> bool:
+    """Whether the client closed its end: a peek that reads the end of the stream (a client
+    that sent more than its head is there still)."""
+    poll = select.poll()
+    poll.register(conn, select.POLLIN)
+    if not poll.poll(0):  # nothing to read, no end: there (a recv would wait, timeout set)
+        return False
+    try:
+        return conn.recv(1, socket.MSG_PEEK) == b""
+    except OSError:
+        return True
 
 
 class _Handler(WSGIRequestHandler):
@@ -87,6 +129,11 @@ class _Handler(WSGIRequestHandler):
         super().setup()
         self.rfile.close()
         self.rfile = io.BytesIO(head)
+
+    def get_environ(self) -> dict[str, Any]:
+        environ: dict[str, Any] = super().get_environ()
+        environ[CONNECTION] = self.connection
+        return environ
 
     def log_message(self, format: str, *args: Any) -> None:
         """Nothing per request: a scrape every 15 s is no news."""
@@ -233,11 +280,15 @@ class BoundedServer(WSGIServer):
             self.slots.release()
 
 
-def serve(host: str, port: int, families: Families) -> tuple[WSGIServer, threading.Thread]:
-    """/metrics of `families()` on host:port, served from a thread of its own."""
+def serve(
+    host: str, port: int, families: Families, streamed: Sequence[str] | None = None
+) -> tuple[WSGIServer, threading.Thread]:
+    """/metrics of `families()` on host:port, served from a thread of its own (`streamed`:
+    metrics_app's)."""
     family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
     server_class = type("Server", (BoundedServer,), {"address_family": family})
-    server: WSGIServer = make_server(host, port, metrics_app(families), server_class, _Handler)
+    app = metrics_app(families, streamed)
+    server: WSGIServer = make_server(host, port, app, server_class, _Handler)
     thread = threading.Thread(target=server.serve_forever, name="placewatch-metrics", daemon=True)
     thread.start()
     return server, thread

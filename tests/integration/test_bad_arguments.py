@@ -152,6 +152,8 @@ def test_cli_refuses_a_bad_prefix_with_exit_2_for_every_command() -> None:
         (("alerts", "--format", "xml"), "placewatch alerts: error: argument --format: "),
         (("exporter", "--listen", ":70000"), "placewatch exporter: error: argument --listen: "),
         (("exporter", "--partition", "0/0"), "placewatch exporter: error: argument --partition"),
+        (("exporter", "--nodes", " "), "placewatch exporter: error: argument --nodes: an empty"),
+        (("exporter", "--node", "a", "--nodes", "b*"), "placewatch exporter: error: argument --n"),
         (("schema", "--asyncapi", "--prefix"), "placewatch schema: error: argument --prefix: "),
         (("partition", "", "--partitions", "4"), "placewatch partition: error: argument NODE: "),
         (("partition", "n", "--partitions", "x"), "placewatch partition: error: argument --part"),

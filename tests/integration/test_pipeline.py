@@ -13,7 +13,9 @@ import pytest
 from placewatch.worker.config import Settings, load
 from placewatch.worker.pipeline import Pipeline, Tick, open_pipeline
 
-from tests.conftest import FIXTURES, GPU0, FakeGpuTools, apps, start
+from tests.conftest import FIXTURES, GPU0, NO_PROCESSES, FakeGpuTools, apps, start
+from tests.support.drm_proc import RENDER, add_process, fdinfo
+from tests.support.eventually import eventually
 
 MiB = 1 << 20
 Procs = dict[str, subprocess.Popen[bytes]]
@@ -38,6 +40,7 @@ def settings(tmp_path: Path, shards: str, **given: Any) -> Settings:
         "shards": str(path),
         "grace": 0.0,
         "discover": False,
+        "fdinfo_root": NO_PROCESSES,
     }
     return load(flags | given, environ={})
 
@@ -145,3 +148,55 @@ def test_an_intel_node_is_read_from_its_drivers_sysfs_into_telemetry(tmp_path: P
     assert (gpu.vendor, gpu.index, gpu.bus_id, gpu.power_w) == ("intel", 0, "0000:03:00.0", None)
     assert (gpu.power_cap_w, gpu.temperature_c, gpu.sm_clock_mhz) == (190.0, 54.0, 2850)
     assert second.sample.gpus[0].power_w == 0.0  # the energy counter's rise: none in a fixture
+
+
+WITH_CHILD = """import subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+open({told!r} + ".tmp", "w").write(str(child.pid))
+__import__("os").rename({told!r} + ".tmp", {told!r})
+time.sleep(600)
+"""
+
+
+def test_a_shards_processes_on_an_intel_gpu_are_read_from_fdinfo_into_status(
+    shard_procs: Procs, tmp_path: Path
+) -> None:
+    """The B580's sysfs; the shard's real process and its real child holding one xe client
+    (the child through an inherited descriptor), and a foreign process another, in a /proc
+    in a folder: the client counts once, the shard holds the GPU, and busy time is read."""
+    told = tmp_path / "child.pid"
+    pid = start(shard_procs, "a", WITH_CHILD.format(told=str(told)))
+    eventually(told.exists, what="the shard's child started")
+    child = int(told.read_text())
+    proc = tmp_path / "proc"
+    add_process(proc, pid, {3: (RENDER, fdinfo("xe-dgpu.txt"))})
+    add_process(proc, 999_999, {5: (RENDER, fdinfo("xe-dgpu.txt", client_id="9"))})
+    given = settings(
+        tmp_path,
+        f'[[shard]]\nid = "a"\npid = {pid}\ngpus = [0]\n',
+        gpu_sources=["intel-sysfs"],
+        drm_root=str(FIXTURES / "intel-sysfs" / "b580-xe"),
+        fdinfo_root=str(proc),
+    )
+    add_process(proc, child, {3: (RENDER, fdinfo("xe-dgpu.txt"))})
+
+    async def main() -> list[Tick]:
+        async with open_pipeline(given, "s1") as pipeline:
+            first = await pipeline.take()
+            text = fdinfo("xe-dgpu.txt", cycles_ccs="600000000", total_cycles_ccs="8655183225")
+            (proc / str(pid) / "fdinfo" / "3").write_text(text)
+            return [first, await pipeline.take()]
+
+    first, second = anyio.run(main, backend="asyncio")
+    (gpu,) = first.sample.gpus
+    assert (gpu.vendor, gpu.bus_id) == ("intel", "0000:03:00.0")
+    assert [(p.pid, p.used_bytes, p.shard) for p in gpu.processes] == [
+        (pid, 23992 * 1024, "a"),
+        (999_999, 23992 * 1024, None),
+    ]
+    assert gpu.foreign_bytes is None  # sysfs reads no memory in use on the card
+    (status,) = first.shards.statuses
+    assert (status.shard, status.verdict, status.placed_gpus) == ("a", "gpu", [0])
+    # ccs: 600M of 1000M cycles, over its 4 engines
+    (process, _) = second.sample.gpus[0].processes
+    assert (process.pid, process.sm_pct) == (pid, 15)

@@ -23,6 +23,12 @@ BOTH = [
     GpuSample(index=1, uuid="GPU-bbbb", name="NVIDIA L4"),
     GpuSample(index=2, uuid="0x2f00d", vendor="amd", name="AMD Radeon RX 7900 XTX"),
 ]
+ARC = "Intel(R) Arc(TM) A770 Graphics"
+INTEL = [
+    GpuSample(index=i, vendor="intel", name=ARC, bus_id=f"0000:0{i + 3}:00.0") for i in range(2)
+]
+PCI_ORDER = {"ZE_ENABLE_PCI_ID_DEVICE_ORDER": "1"}
+"""What makes Level Zero number devices in bus order, as placewatch indexes them."""
 
 SERVER = "/opt/llama.cpp/build/bin/llama-server"
 MODEL = "/models/Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf"

@@ -4,6 +4,7 @@ of a vendor this node has no tool for left out unless no vendor has one."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import anyio
 import psutil
@@ -11,9 +12,12 @@ import psutil
 from placewatch.schemas import GpuSample, HostSample, SourceStatus
 from placewatch.schemas.messages import Vendor
 from placewatch.worker.gpu import ActivityWanted
+from placewatch.worker.gpu.drm_fdinfo import DrmUsage
 from placewatch.worker.gpu.registry import VendorChain
 from placewatch.worker.host import HostSampler
 from placewatch.worker.sampler import NodeReading, NodeSampler
+
+from tests.support.drm_proc import RENDER, add_process, fdinfo
 
 
 @dataclass
@@ -122,3 +126,26 @@ def test_the_host_is_read_with_the_gpus() -> None:
     assert reading.host.cpu_count == psutil.cpu_count(logical=True)
     assert reading.host.memory_total_bytes == psutil.virtual_memory().total
     assert (reading.gpus, reading.sources) == ([], [])
+
+
+def test_intel_gpus_get_their_processes_from_fdinfo_and_an_unread_holder_says_so(
+    tmp_path: Path,
+) -> None:
+    intel = GpuSample(index=0, vendor="intel", bus_id="0000:03:00.0", memory_used_bytes=1 << 30)
+    nv = GpuSample(index=0, vendor="nvidia", bus_id="0000:03:00.0")
+    add_process(tmp_path, 300, {3: (RENDER, fdinfo("xe-dgpu.txt"))})
+    chains = [
+        VendorChain("intel", [StandIn("intel-sysfs", "intel", [intel])]),
+        nvidia(StandIn("nvml", "nvidia", [nv])),
+    ]
+    sampler = NodeSampler(chains, HostSampler(), DrmUsage(tmp_path))
+    reading = anyio.run(sampler.sample, backend="asyncio")
+    assert [(g.vendor, [(p.pid, p.used_bytes) for p in g.processes]) for g in reading.gpus] == [
+        ("intel", [(300, 23992 * 1024)]),
+        ("nvidia", []),  # NVIDIA's driver writes no usage stats
+    ]
+    assert reading.foreign_unknown == frozenset()
+    (tmp_path / "301").mkdir()
+    (tmp_path / "301" / "fd").write_text("")  # a process whose descriptors cannot be listed
+    reading = anyio.run(sampler.sample, backend="asyncio")
+    assert reading.foreign_unknown == frozenset({"0000:03:00.0"})

@@ -1,8 +1,9 @@
 """The GPUs a process may use, read from its device masks, as engines number them.
 
 An engine picks GPUs by its runtime's numbers, which count the GPUs its device masks leave
-(CUDA_VISIBLE_DEVICES, HIP_/ROCR_VISIBLE_DEVICES) in the mask's order; `Visible` turns them
-into the node's physical indices, or says why that cannot be told.
+(CUDA_VISIBLE_DEVICES, HIP_/ROCR_VISIBLE_DEVICES in the mask's order; ZE_AFFINITY_MASK and
+ONEAPI_DEVICE_SELECTOR in Level Zero's); `Visible` turns them into the node's physical
+indices, or says why that cannot be told.
 """
 
 from __future__ import annotations
@@ -10,12 +11,14 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 
 from placewatch.schemas import GpuSample
-from placewatch.worker.gpu.masks import DeviceMask, translate
+from placewatch.worker.gpu.masks import DeviceMask, shown, translate
 
 from .base import Intent
 
-VENDORS = ("nvidia", "amd")
-VENDOR_NAMES = {"nvidia": "NVIDIA", "amd": "AMD"}
+VENDORS = ("nvidia", "amd", "intel")
+VENDOR_NAMES = {"nvidia": "NVIDIA", "amd": "AMD", "intel": "Intel"}
+CUDA_AND_ROCM = ("nvidia", "amd")
+"""The platforms vLLM and SGLang are read on."""
 
 Device = tuple[str, int]
 """A GPU an engine picked: its vendor and its physical index."""
@@ -76,7 +79,7 @@ def mask_hides_all(
         for variable in (mask.variable or "").split("+"):
             if variable in env:
                 value = env[variable]
-                written.append(f"{variable}={value}")
+                written.append(f"{variable}={shown(value)}")
                 first = value.split(",")[0].strip()
                 on_purpose |= first == "" or (first.startswith("-") and first[1:].isdigit())
     text = " ".join(dict.fromkeys(written))

@@ -12,6 +12,8 @@ physical (PCI bus) order that nvidia-smi and rocm-smi print:
   ("0,2,-1,1" means 0 and 2); UUIDs may be given as unique prefixes.
 - MIG instances (MIG-... UUIDs) are slices of a GPU, not GPUs: reported as
   such rather than guessed to a parent.
+- Intel's masks (ZE_AFFINITY_MASK, ONEAPI_DEVICE_SELECTOR, GGML_VK_VISIBLE_DEVICES) are
+  read in intel_masks.py.
 - On AMD, ROCR_VISIBLE_DEVICES filters first, then HIP_VISIBLE_DEVICES (or
   CUDA_VISIBLE_DEVICES, which HIP honours too) indexes into what is left.
   ROCm accepts UUIDs as "GPU-<hex>", the hex of rocm-smi's Unique ID.
@@ -27,6 +29,14 @@ from dataclasses import dataclass
 from placewatch.schemas import GpuSample
 
 AMD_VARIABLES = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
+_SHOWN = 80
+"""The most of a value a reason quotes: it is the process owner's text."""
+
+
+def shown(value: str) -> str:
+    """A variable's value, or a flag's, as a reason may quote it: printable, and cut short."""
+    text = "".join(c if c.isprintable() else "?" for c in value)
+    return text if len(text) <= _SHOWN else text[:_SHOWN] + "..."
 
 
 @dataclass(frozen=True)
@@ -52,6 +62,10 @@ def translate(env: Mapping[str, str], vendor: str, gpus: Sequence[GpuSample]) ->
     mine = sorted((g for g in gpus if g.vendor == vendor), key=lambda g: g.index)
     if vendor == "amd":
         return _amd(env, mine)
+    if vendor == "intel":
+        from .intel_masks import translate_intel  # noqa: PLC0415 - it imports DeviceMask
+
+        return translate_intel(env, mine)
     return _nvidia(env, mine)
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 import select
 import weakref
+from collections.abc import Collection
 from pathlib import Path
 
 import msgspec
@@ -197,8 +198,12 @@ Held = dict[str, dict[int, int | None]]
 """Shard id -> GPU index -> bytes its processes hold there (None: listed, size not given)."""
 
 
-def attribute(gpus: list[GpuSample], owners: dict[int, str | None]) -> tuple[list[GpuSample], Held]:
-    """GPUs with each process's shard and foreign memory; what each shard holds per GPU."""
+def attribute(
+    gpus: list[GpuSample], owners: dict[int, str | None], foreign_unknown: Collection[str] = ()
+) -> tuple[list[GpuSample], Held]:
+    """GPUs with each process's shard and foreign memory; what each shard holds per GPU.
+    A GPU whose bus id is in `foreign_unknown` (a process that may hold it went unread) has
+    no foreign memory: what is not a shard's there may yet be one's."""
     held: Held = {}
     out = []
     for gpu in gpus:
@@ -215,7 +220,8 @@ def attribute(gpus: list[GpuSample], owners: dict[int, str | None]) -> tuple[lis
                 ours += p.used_bytes or 0
                 p = msgspec.structs.replace(p, shard=sid)  # noqa: PLW2901
             processes.append(p)
-        foreign = None if gpu.memory_used_bytes is None else max(gpu.memory_used_bytes - ours, 0)
+        unknown = gpu.memory_used_bytes is None or gpu.bus_id in foreign_unknown
+        foreign = None if unknown else max((gpu.memory_used_bytes or 0) - ours, 0)
         out.append(msgspec.structs.replace(gpu, processes=processes, foreign_bytes=foreign))
     return out, held
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -175,12 +175,14 @@ class ShardPass:
         silent: Sequence[str] = (),
         *,
         deadline: Deadline = NEVER,
+        foreign_unknown: Collection[str] = (),
     ) -> ShardsView:
         """Every shard's status on these GPU readings; `gpus_known`: a GPU tool answered;
         `read_at`: when the reading began (time.monotonic()), now when not given; `silent`:
         the GPU sources that did not answer, named in what a shard they leave untold says;
         `deadline`: the tick's, by which what the engines answer (their logs, a health URL,
-        a router server) stops being waited for."""
+        a router server) stops being waited for; `foreign_unknown`: bus ids of the GPUs whose
+        foreign memory cannot be told."""
         placements, problems = placed(self.shards_file, self.bucket)
         if self.discovery or any(t.router and t.pid for t in self.tracked.values()):
             # with discovery off, a placed router's children are still found: it places them
@@ -201,7 +203,7 @@ class ShardPass:
         await self._readiness(deadline)
         evidence = await self._evidence(deadline)
         claims = await self.claims.read(self.tracked, deadline)
-        seen = self._attribute(gpus, gpus_known, exited)
+        seen = self._attribute(gpus, gpus_known, exited, foreign_unknown)
         if gpus_known:
             self.gpu_health = health_by_index(gpus)
         now, at = datetime.now(UTC), time.monotonic() if read_at is None else read_at
@@ -317,12 +319,18 @@ class ShardPass:
             held(t, rotated(judged, evidence), seen.gpus_known, now, self.late_s), evidence
         )
 
-    def _attribute(self, gpus: list[GpuSample], gpus_known: bool, exited: bool) -> _Attributed:
+    def _attribute(
+        self,
+        gpus: list[GpuSample],
+        gpus_known: bool,
+        exited: bool,
+        foreign_unknown: Collection[str] = (),
+    ) -> _Attributed:
         shard_pids = {
             t.pid: sid for sid, t in self.tracked.items() if t.pid and sid not in self.shared
         }
         fresh = self._update_owners(gpus, shard_pids, exited)
-        gpus, held = attribute(gpus, self._owners)
+        gpus, held = attribute(gpus, self._owners, foreign_unknown)
         unseen = unseen_holders(gpus, self.table) if self.tracked else {}
         if fresh:  # every process the owners were worked out from was looked up this tick
             self.table.keep_only(self.table.used)

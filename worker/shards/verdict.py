@@ -118,6 +118,7 @@ class _Case:
             for i, n in sorted(obs.held.items())
         )
         self.gpu_backend: Backend = _vendor_backend(gpus, self.placed or set(obs.held))
+        self.vendors = {g.index: g.vendor for g in gpus}
         self.engine = (self.ev.engine if self.ev else None) or self.spec.engine or "the engine"
 
     def verdict(self, v: Verdict, reason: str, backend: Backend = "unknown") -> Judgement:
@@ -274,6 +275,13 @@ def _server_word(case: _Case) -> Judgement | None:
     )
 
 
+def _masks_of(case: _Case, gpus: set[int]) -> str:
+    """The device masks that choose among `gpus`: Intel's where they are all Intel GPUs."""
+    if gpus and all(case.vendors.get(i) == "intel" for i in gpus):
+        return "ONEAPI_DEVICE_SELECTOR / ZE_AFFINITY_MASK"
+    return "CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES"
+
+
 def _memory(case: _Case) -> Judgement:
     """Where the shard's processes hold memory, against where it was placed."""
     obs, placed, floor = case.obs, case.placed, case.floor
@@ -284,8 +292,7 @@ def _memory(case: _Case) -> Judgement:
         return case.verdict(
             "misplaced",
             f"placed on {_gpu_list(placed)} but holds {_size(elsewhere)} "
-            f"on {_gpu_list(outside)}: check its CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES and "
-            "device options",
+            f"on {_gpu_list(outside)}: check its {_masks_of(case, outside)} and device options",
             case.gpu_backend,
         )
     if not obs.gpus_known:

@@ -177,3 +177,118 @@ def test_it_answers_in_the_format_and_encoding_asked_for(
         server.shutdown()
         server.server_close()
         thread.join()
+
+
+def many_rows(rows: int) -> Family:
+    family = Family("rows_total", "many rows", ("row",), "counter")
+    for i in range(rows):
+        family.add([f"row-{i:07d}"], float(i))
+    return family
+
+
+@pytest.mark.parametrize("encoding", [None, "gzip"])
+def test_a_streamed_body_comes_in_pieces_without_a_length(encoding: str | None) -> None:
+    """A fleet's body (`streamed`): the families in parts, joined in the order given, written
+    as they are made; the answer ends with its connection."""
+    first, second = Family("a", "first", ("n",)), Family("b", "second", ("n",))
+    more = Family("a", "first", ("n",))
+    first.add(["1"], 1.0)
+    second.add(["2"], 2.0)
+    more.add(["3"], 3.0)
+    server, thread = metrics_server.serve(
+        "127.0.0.1", 0, lambda: [second, first, more, many_rows(50_000)], ["a", "b", "rows_total"]
+    )
+    try:
+        request = urllib.request.Request(f"http://127.0.0.1:{server.server_address[1]}/metrics")
+        request.add_header("Accept", PROMETHEUS_ACCEPT)
+        if encoding:
+            request.add_header("Accept-Encoding", encoding)
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            body, headers = answer.read(), answer.headers
+        assert headers.get("Content-Encoding") == encoding
+        assert "Content-Length" not in headers
+        text = (gzip.decompress(body) if encoding else body).decode()
+        head = '# HELP a first\n# TYPE a gauge\na{n="1"} 1.0\na{n="3"} 3.0\n'
+        assert text.startswith(head + '# HELP b second\n# TYPE b gauge\nb{n="2"} 2.0\n')
+        assert text.count("\n") == 50_000 + 10
+        assert text.endswith('rows_total{row="row-0049999"} 49999.0\n# EOF\n')
+        with socket.create_connection(("127.0.0.1", server.server_address[1]), 5) as conn:
+            conn.sendall(b"HEAD /metrics HTTP/1.1\r\nHost: test\r\n\r\n")
+            answer = b""
+            while chunk := conn.recv(4096):
+                answer += chunk
+        headers_only, _, after = answer.partition(b"\r\n\r\n")
+        assert headers_only.startswith(b"HTTP/1.0 200 OK\r\n") and after == b""
+        assert b"Content-Length" not in headers_only
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def test_a_client_gone_mid_body_frees_its_slot_and_logs_nothing(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """A scraper that reads the start of a 9 MB body and hangs up: the server's sends fail,
+    its slot comes free, nothing is printed, and the next scrape is answered whole."""
+    rows = many_rows(200_000)
+    server, thread = metrics_server.serve("127.0.0.1", 0, lambda: [rows], ["rows_total"])
+    port = server.server_address[1]
+    slots = server.slots  # type: ignore[attr-defined]
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            conn.sendall(b"GET /metrics HTTP/1.1\r\nHost: test\r\n\r\n")
+            start = conn.recv(4096)
+            assert start.startswith(b"HTTP/1.0 200 OK\r\n")
+        # closed with the body unread: the server's next sends fail
+        eventually(lambda: slots._value == metrics_server.MAX_CONNECTIONS, 20, what="its slot free")
+        whole = scrape(port)
+        assert whole.endswith('rows_total{row="row-0199999"} 199999.0\n')
+        out, err = capfd.readouterr()
+        assert (out, err) == ("", "")
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def test_a_client_gone_before_the_body_is_made_stops_the_making(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """A scraper that gives up (Prometheus at its timeout) while the families are still being
+    built: the building stops within GONE_EVERY parts of its going, nothing is sent or
+    printed, its slot comes free, and the next scrape is answered whole."""
+    made = [0]
+    slow = threading.Event()
+
+    def families() -> Iterator[Family]:
+        for i in range(5_000):
+            if slow.is_set():
+                time.sleep(0.002)
+            made[0] += 1
+            part = Family("rows", "one row a part", ("row",))
+            part.add([str(i)], 1.0)
+            yield part
+
+    server, thread = metrics_server.serve("127.0.0.1", 0, families, ["rows"])
+    port = server.server_address[1]
+    slots = server.slots  # type: ignore[attr-defined]
+    try:
+        slow.set()
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+            conn.sendall(b"GET /metrics HTTP/1.1\r\nHost: test\r\n\r\n")
+            eventually(lambda: made[0] > 0, 10, what="the building begun")
+        gone_at = made[0]
+        eventually(lambda: slots._value == metrics_server.MAX_CONNECTIONS, 20, what="its slot free")
+        assert made[0] - gone_at <= 2 * metrics_server.GONE_EVERY, (gone_at, made[0])
+        assert made[0] < 5_000
+        slow.clear()
+        made[0] = 0
+        assert scrape(port).count("\n") == 5_000 + 2
+        assert made[0] == 5_000
+        assert capfd.readouterr() == ("", "")
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()

@@ -28,7 +28,7 @@ from tests.support.held import MIB, NOW, UUID0, held, holdings, node_sample, sic
 Series = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
-OWN = {"placewatch_unreadable_messages_total"}
+OWN = {"placewatch_unreadable_messages_total", "placewatch_exporter_serves"}
 """The series of the exporter's own view, served whatever the fleet."""
 
 
@@ -60,7 +60,8 @@ def test_the_messages_its_view_did_not_read_are_counted_by_reason() -> None:
     assert counted[("placewatch_unreadable_messages_total", (("reason", "impostor"),))] == 3.0
     assert counted[("placewatch_unreadable_messages_total", (("reason", "schema"),))] == 2.0
     assert counted[("placewatch_unreadable_messages_total", (("reason", "malformed"),))] == 0.0
-    assert scrape(holdings(), own=True) == none
+    serves = {("placewatch_exporter_serves", (("nodes", "*"), ("partition", ""))): 1.0}
+    assert scrape(holdings(), own=True) == none | serves
 
 
 def gpu_labels(

@@ -13,7 +13,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from placewatch.worker.shards.attribution import ProcTable, owner, parse_stat
+from placewatch.schemas import GpuProcess, GpuSample
+from placewatch.worker.shards.attribution import ProcTable, attribute, owner, parse_stat
 
 from tests.support.eventually import eventually
 
@@ -187,3 +188,19 @@ def test_past_its_pidfd_limit_a_table_reads_again_every_tick(
     a.wait()
     assert table.refresh()
     assert table.stat(a.pid) is None
+
+
+def test_foreign_memory_is_unknown_where_a_holder_went_unread() -> None:
+    gpus = [
+        GpuSample(
+            index=i,
+            vendor="intel",
+            bus_id=bus,
+            memory_used_bytes=10,
+            processes=[GpuProcess(pid=7, used_bytes=4)],
+        )
+        for i, bus in enumerate(["0000:03:00.0", "0000:04:00.0"])
+    ]
+    out, held = attribute(gpus, {7: "a"}, foreign_unknown={"0000:04:00.0"})
+    assert [g.foreign_bytes for g in out] == [6, None]
+    assert held == {"a": {0: 4, 1: 4}}

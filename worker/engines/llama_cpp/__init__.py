@@ -10,6 +10,11 @@ settings:
   underscore flags and pydantic settings read in either case.
 - `-ngl 0` and `--device none` keep the model on the CPU; `--device CUDA1,CUDA2` picks runtime
   devices (numbered within the device mask); `-sm none` uses only `-mg N` (default 0) of them;
+  `SYCL0` and `Vulkan0` are ggml-sycl's and ggml-vulkan's devices (ggml-org/llama.cpp
+  3c1bcf26 ggml-sycl.cpp and 80ec54e9 ggml-vulkan.cpp: the backend's name and the device's
+  number). ggml-sycl numbers the Level Zero devices its mask leaves SYCL's default device
+  first, then by compute units (dpct/helper.hpp's dev_mgr, 9c33b2cf), so a proper subset of
+  several is not told; ggml-vulkan numbers the Vulkan loader's devices, never told;
   `-sm none -mg -1` uses no GPU. An absent `-ngl` is not the CPU on purpose: older builds
   defaulted to 0 layers, newer ones to all, and a forgotten `-ngl` is worth a fallback alert.
   llama-cpp-python's `n_gpu_layers` defaults to 0, so there no flag means the CPU.
@@ -32,6 +37,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import replace
+
+from placewatch.worker.gpu.masks import shown
 
 from ..base import STDERR, STDOUT, EngineLog, Intent, Launch, RequestLog, ServerReports
 from ..flags import (
@@ -130,7 +137,8 @@ PYTHON = Dialect(
     },
     either_case=True,
 )
-_RUNTIME_DEVICE = re.compile(r"(cuda|rocm|hip)(\d+)")
+_RUNTIME_DEVICE = re.compile(r"(cuda|rocm|hip|sycl|vulkan)(\d{1,3})")
+_RUNTIME_VENDOR = {"cuda": "nvidia", "rocm": "amd", "hip": "amd", "sycl": "intel"}
 BUILD_FIX = {
     "ROCm": "run a GPU build (e.g. -DGGML_HIP=ON, or a HIP release of llama.cpp)",
     "CUDA": "run a GPU build (e.g. -DGGML_CUDA=ON, or a CUDA release of llama.cpp)",
@@ -283,7 +291,8 @@ def gpus(launch: Launch, env: Mapping[str, str], visible: Visible) -> Intent:
             return Intent(unknown=main)
         devices = [main]
     for vendor in dict.fromkeys(v for v, _ in devices):
-        problem = visible.check_order(vendor, [i for v, i in devices if v == vendor])
+        chosen = [i for v, i in devices if v == vendor]
+        problem = visible.check_order(vendor, chosen) or _sycl_order(vendor, chosen, visible)
         if problem is not None:
             return Intent(unknown=problem)
     return Intent(gpus=tuple(sorted({i for _, i in devices})))
@@ -305,10 +314,16 @@ def _devices(
         found = _RUNTIME_DEVICE.fullmatch(name.lower())
         if found is None:
             return (
-                f"{device[0]} names {name}, whose number is not a CUDA or ROCm "
+                f"{shown(device[0])} names {shown(name)}, whose number is not a CUDA, ROCm or SYCL "
                 "device number; place this shard in a shards file"
             )
-        vendor = "nvidia" if found[1] == "cuda" else "amd"
+        if found[1] == "vulkan":
+            return (
+                f"{device[0]} names {name}, a device in the Vulkan loader's order, which "
+                "counts every vendor's GPUs and CPU renderers and which no GPU tool gives; "
+                "place this shard in a shards file"
+            )
+        vendor = _RUNTIME_VENDOR[found[1]]
         runtime = visible.vendor(vendor)
         if isinstance(runtime, str):
             return runtime
@@ -320,6 +335,18 @@ def _devices(
             )
         devices.append((vendor, runtime[position]))
     return devices
+
+
+def _sycl_order(vendor: str, chosen: list[int], visible: Visible) -> str | None:
+    """Why SYCL device numbers cannot be told: a proper subset of several Intel GPUs."""
+    runtime = visible.lists.get(vendor, [])
+    if vendor != "intel" or len(runtime) < 2 or set(chosen) >= set(runtime):
+        return None
+    return (
+        f"ggml-sycl numbers the {len(runtime)} Intel GPUs visible to it SYCL's default device "
+        "first, then by compute units, not bus order, so which it picked cannot be told; "
+        "leave it one GPU (ONEAPI_DEVICE_SELECTOR=level_zero:N)"
+    )
 
 
 def _main_gpu(split: str, main: tuple[str, str] | None, devices: list[Device]) -> Device | str:

@@ -29,7 +29,7 @@ from ..flags import (
     lookup,
     takes,
 )
-from ..visible import VENDORS, Visible
+from ..visible import CUDA_AND_ROCM, Visible
 
 NAME = "sglang"
 ONE_PLATFORM = (
@@ -81,7 +81,7 @@ class Sglang:
         return device[0] if device and device[1].strip().lower() == "cpu" else None
 
     def gpus(self, launch: Launch, env: Mapping[str, str], visible: Visible) -> Intent:
-        platforms = [v for v in VENDORS if visible.lists.get(v) or v in visible.problems]
+        platforms = [v for v in CUDA_AND_ROCM if visible.lists.get(v) or v in visible.problems]
         if not platforms:
             return Intent()
         if len(platforms) > 1:

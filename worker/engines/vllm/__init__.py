@@ -31,7 +31,7 @@ from ..flags import (
     lookup,
     takes,
 )
-from ..visible import VENDORS, Visible
+from ..visible import CUDA_AND_ROCM, Visible
 
 NAME = "vllm"
 VLLM = Dialect(
@@ -123,7 +123,7 @@ ENGINE = Vllm()
 
 def gpus(launch: Launch, env: Mapping[str, str], visible: Visible) -> Intent:
     """vLLM takes the first tensor x pipeline x local data parallel visible GPUs."""
-    platforms = [v for v in VENDORS if visible.lists.get(v) or v in visible.problems]
+    platforms = [v for v in CUDA_AND_ROCM if visible.lists.get(v) or v in visible.problems]
     if len(platforms) > 1:
         return Intent(
             unknown="vLLM runs on one platform and both NVIDIA and AMD GPUs are visible to it; "

@@ -58,10 +58,14 @@ def intended_gpus(
     if not gpus:
         return Intent()  # the tools answered, and saw nothing else to compute on
     if env is None:
+        masks: list[str] = []
+        if any(g.vendor != "intel" for g in gpus):
+            masks += ["CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"]
+        if any(g.vendor == "intel" for g in gpus):
+            masks += ["ONEAPI_DEVICE_SELECTOR", "ZE_AFFINITY_MASK"]
         return Intent(
-            unknown="its environment could not be read for a device mask "
-            "(CUDA_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES); run the worker as root or as the "
-            "engine's user, or place this shard in a shards file"
+            unknown=f"its environment could not be read for a device mask ({', '.join(masks)}); "
+            "run the worker as root or as the engine's user, or place this shard in a shards file"
         )
     visible = Visible(env, gpus)
     if visible.empty_mask is not None:

@@ -18,7 +18,7 @@ from placewatch.schemas import PlacementSpec
 from placewatch.worker.shards.discover import Discovered, discover
 
 from tests.conftest import SCOPE, SEAL, SLEEP
-from tests.support.discovery import A100X4, OLLAMA_BLOB
+from tests.support.discovery import A100X4, INTEL, OLLAMA_BLOB, PCI_ORDER
 
 
 class Children:
@@ -119,6 +119,19 @@ def test_a_running_llama_server_is_discovered_with_its_mask_and_start_time(
     assert (d.gpus_unknown, d.cpu_on_purpose) == (None, None)
     assert before - 1 <= d.create_time <= after + 1
     assert d.create_time == psutil.Process(proc.pid).create_time()
+
+
+def test_a_running_sycl_llama_server_is_placed_by_its_level_zero_mask(
+    tmp_path: Path, children: Children
+) -> None:
+    proc = children.start(
+        [str(named(tmp_path, "llama-server")), "-c", SLEEP, "--port", "18082", "-dev", "SYCL0"],
+        env={"ONEAPI_DEVICE_SELECTOR": "level_zero:1", **PCI_ORDER},
+    )
+    mine = by_pid(discover(INTEL, scope=SCOPE), proc.pid)
+    assert [(d.spec.id, d.spec.gpus, d.gpus_unknown) for d in mine] == [
+        ("llama-server-18082", [1], None)
+    ]
 
 
 def test_argv0_alone_names_the_engine(children: Children) -> None:

@@ -7,7 +7,18 @@ import pytest
 from placewatch.schemas import GpuSample
 from placewatch.worker.shards.discover import classify
 
-from tests.support.discovery import A100X4, AMD, BOTH, MIXED, MODEL, OLLAMA_BLOB, SERVER, found
+from tests.support.discovery import (
+    A100X4,
+    AMD,
+    BOTH,
+    INTEL,
+    MIXED,
+    MODEL,
+    OLLAMA_BLOB,
+    PCI_ORDER,
+    SERVER,
+    found,
+)
 
 # --- the CPU on purpose -----------------------------------------------------------------
 
@@ -248,8 +259,16 @@ def test_intended_gpus_from_the_mask_then_the_flags(
             [SERVER, "--device", "Vulkan0"],
             {},
             A100X4,
-            "--device Vulkan0 names Vulkan0, whose number is not a CUDA or ROCm device number; "
-            "place this shard in a shards file",
+            "--device Vulkan0 names Vulkan0, a device in the Vulkan loader's order, which "
+            "counts every vendor's GPUs and CPU renderers and which no GPU tool gives; place "
+            "this shard in a shards file",
+        ),
+        (
+            [SERVER, "--device", "MUSA0"],
+            {},
+            A100X4,
+            "--device MUSA0 names MUSA0, whose number is not a CUDA, ROCm or SYCL device "
+            "number; place this shard in a shards file",
         ),
         (
             [SERVER, "-dev", "CUDA2"],
@@ -296,6 +315,16 @@ def test_an_unreadable_environment_leaves_the_gpus_unknown() -> None:
         "this shard in a shards file"
     )
     assert d.cpu_on_purpose is None
+
+
+def test_an_unreadable_environment_on_intel_gpus_names_their_masks() -> None:
+    d = classify([SERVER, "-ngl", "99"], None, 4242, INTEL)
+    assert d is not None
+    assert d.gpus_unknown == (
+        "its environment could not be read for a device mask (ONEAPI_DEVICE_SELECTOR, "
+        "ZE_AFFINITY_MASK); run the worker as root or as the engine's user, or place "
+        "this shard in a shards file"
+    )
 
 
 @pytest.mark.parametrize(
@@ -527,3 +556,132 @@ def test_a_server_with_a_model_of_its_own_is_a_shard_whatever_its_models_folder(
     cmdline: list[str], env: dict[str, str]
 ) -> None:
     assert classify(cmdline, env, 4242, A100X4) is not None
+
+
+# --- Intel: Level Zero's masks and llama.cpp's SYCL devices ---------------------------------
+
+INTEL_CASES = [
+    # ONEAPI_DEVICE_SELECTOR leaves one GPU: it is SYCL0, whatever the order
+    ([SERVER, "--device", "SYCL0"], {"ONEAPI_DEVICE_SELECTOR": "level_zero:1", **PCI_ORDER}, [1]),
+    ([SERVER, "-dev", "SYCL0"], {"ZE_AFFINITY_MASK": "1", **PCI_ORDER}, [1]),
+    (
+        [SERVER],
+        {"LLAMA_ARG_DEVICE": "SYCL0", "ONEAPI_DEVICE_SELECTOR": "!level_zero:0", **PCI_ORDER},
+        [1],
+    ),
+    # every visible GPU, in whatever order, is every visible GPU
+    ([SERVER, "-dev", "SYCL1,SYCL0"], {}, [0, 1]),
+    ([SERVER, "-dev", "SYCL0,SYCL1"], {"ONEAPI_DEVICE_SELECTOR": "level_zero:*"}, [0, 1]),
+    ([SERVER, "-ngl", "99"], {}, [0, 1]),
+    ([SERVER], {"ONEAPI_DEVICE_SELECTOR": "level_zero:0", **PCI_ORDER}, [0]),
+    ([SERVER, "-sm", "none"], {"ONEAPI_DEVICE_SELECTOR": "level_zero:1", **PCI_ORDER}, [1]),
+]
+
+
+@pytest.mark.parametrize(("cmdline", "env", "expected"), INTEL_CASES)
+def test_intel_gpus_from_level_zero_masks_then_sycl_devices(
+    cmdline: list[str], env: dict[str, str], expected: list[int]
+) -> None:
+    d = found(cmdline, env, INTEL)
+    assert (d.spec.gpus, d.gpus_unknown, d.cpu_on_purpose) == (expected, None, None)
+
+
+@pytest.mark.parametrize(
+    ("cmdline", "env", "reason"),
+    [
+        (
+            [SERVER, "--device", "SYCL1"],
+            {},
+            "ggml-sycl numbers the 2 Intel GPUs visible to it SYCL's default device first, "
+            "then by compute units, not bus order, so which it picked cannot be told; leave it "
+            "one GPU (ONEAPI_DEVICE_SELECTOR=level_zero:N)",
+        ),
+        (
+            [SERVER, "-sm", "none", "-mg", "1"],
+            {**PCI_ORDER},
+            "ggml-sycl numbers the 2 Intel GPUs visible to it SYCL's default device first, "
+            "then by compute units, not bus order, so which it picked cannot be told; leave it "
+            "one GPU (ONEAPI_DEVICE_SELECTOR=level_zero:N)",
+        ),
+        (
+            [SERVER, "--device", "SYCL0"],
+            {"ONEAPI_DEVICE_SELECTOR": "level_zero:1"},
+            "ONEAPI_DEVICE_SELECTOR=level_zero:1 numbers Level Zero devices in the driver's "
+            "order, which is bus order only with ZE_ENABLE_PCI_ID_DEVICE_ORDER=1; set "
+            "ZE_ENABLE_PCI_ID_DEVICE_ORDER=1",
+        ),
+        (
+            [SERVER, "--device", "SYCL1"],
+            {"ONEAPI_DEVICE_SELECTOR": "level_zero:1", **PCI_ORDER},
+            "--device SYCL1 names SYCL1, but only 1 Intel GPU(s) are visible to it",
+        ),
+        (
+            [SERVER, "--device", "Vulkan0"],
+            {},
+            "--device Vulkan0 names Vulkan0, a device in the Vulkan loader's order, which "
+            "counts every vendor's GPUs and CPU renderers and which no GPU tool gives; place "
+            "this shard in a shards file",
+        ),
+        (
+            [SERVER],
+            {"GGML_VK_VISIBLE_DEVICES": "0,2"},
+            "GGML_VK_VISIBLE_DEVICES=0,2 numbers Vulkan devices in the Vulkan loader's order, "
+            "which counts every vendor's GPUs and CPU renderers and which no GPU tool gives, "
+            "so which GPUs it names cannot be told",
+        ),
+        (
+            [SERVER],
+            {"ONEAPI_DEVICE_SELECTOR": "level_zero:0.1"},
+            "ONEAPI_DEVICE_SELECTOR names a sub-device (level_zero:0.1), a tile of a GPU, "
+            "not a whole GPU",
+        ),
+        (
+            [SERVER],
+            {"ONEAPI_DEVICE_SELECTOR": "level_zero;0"},
+            "ONEAPI_DEVICE_SELECTOR=level_zero;0 is not a selector DPC++ accepts "
+            "([!]backend:devices, such as level_zero:0 or level_zero:*)",
+        ),
+        (
+            [SERVER],
+            {"ONEAPI_DEVICE_SELECTOR": "level_zero:cpu"},
+            "ONEAPI_DEVICE_SELECTOR=level_zero:cpu names no GPU of this node (GPUs 0, 1); "
+            "check the mask, or the GPU tools' list of this node's GPUs",
+        ),
+        ([SERVER, "-dev", "SYCL0"], {}, "ggml-sycl numbers the 2 Intel GPUs"),
+        ([SERVER, "-dev", "SYCL0"], {"CUDA_VISIBLE_DEVICES": "0"}, "ggml-sycl numbers"),
+    ],
+)
+def test_intel_gpus_that_cannot_be_told_say_why(
+    cmdline: list[str], env: dict[str, str], reason: str
+) -> None:
+    d = found(cmdline, env, INTEL)
+    assert d.gpus_unknown is not None and d.gpus_unknown.startswith(reason)
+    assert (d.spec.gpus, d.cpu_on_purpose) == ([], None)
+
+
+INTEL_AFTER_NVIDIA = [
+    GpuSample(
+        index=i + 1, vendor="intel", name="Intel GPU 8086:e20b (xe)", bus_id=f"0000:0{i + 5}:00.0"
+    )
+    for i in range(1)
+]
+
+
+def test_a_cuda_device_on_a_node_of_nvidia_and_intel_gpus_ignores_intel_masks() -> None:
+    node = [GpuSample(index=0, uuid="GPU-aaaa", name="NVIDIA L4"), *INTEL_AFTER_NVIDIA]
+    env = {"GGML_VK_VISIBLE_DEVICES": "1"}  # unknowable, but not what CUDA0 reads
+    d = found([SERVER, "-dev", "CUDA0"], env, node)
+    assert (d.spec.gpus, d.gpus_unknown) == ([0], None)
+    d = found([SERVER, "-dev", "SYCL0"], {"ONEAPI_DEVICE_SELECTOR": "level_zero:0"}, node)
+    assert (d.spec.gpus, d.gpus_unknown) == ([1], None)
+
+
+def test_a_hostile_device_name_is_quoted_printable_and_short() -> None:
+    d = found([SERVER, "-dev", "\x1b[2J" + "A" * 500], {}, INTEL)
+    assert d.gpus_unknown is not None
+    assert d.gpus_unknown.startswith("-dev ")
+    assert "names ?[2JAAA" in d.gpus_unknown and "\x1b" not in d.gpus_unknown
+    assert d.gpus_unknown.endswith(
+        "AAA..., whose number is not a CUDA, ROCm or SYCL device number; place this shard "
+        "in a shards file"
+    )
