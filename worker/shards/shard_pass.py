@@ -235,9 +235,9 @@ class ShardPass:
             problems=[printable_problem(p) for p in problems],
         )
 
-    def _gone(self, placement: Placement, now: datetime) -> ComputeStatus:
+    def _gone(self, gone: Tracked, now: datetime) -> ComputeStatus:
         return gone_status(
-            placement,
+            gone,
             node=self.node,
             session=self.session,
             now=now,
@@ -390,12 +390,12 @@ class ShardPass:
         taken = {p.spec.id for p in placements}
         return [p for p in found if p.spec.id not in taken and p.spec.pid not in claimed]
 
-    def _track(self, placements: list[Placement]) -> list[Placement]:
+    def _track(self, placements: list[Placement]) -> list[Tracked]:
         """Track the current placements; return those that are no longer placed."""
         current = {p.spec.id: p for p in placements}
-        gone = [t.placement for sid, t in self.tracked.items() if sid not in current]
-        for placement in gone:
-            del self.tracked[placement.spec.id]
+        gone = [t for sid, t in self.tracked.items() if sid not in current]
+        for t in gone:
+            del self.tracked[t.placement.spec.id]
         for sid, placement in current.items():
             t = self.tracked.get(sid)
             if t is None or t.placement.spec != placement.spec:

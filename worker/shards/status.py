@@ -21,7 +21,6 @@ from .activity import Activity
 from .discovered import handed_over
 from .gpu_health import unhealthy, with_health
 from .liveness import Tracked
-from .placements import Placement
 from .served import for_others, placed_endpoint
 from .verdict import Judgement
 
@@ -73,7 +72,7 @@ def judged_status(
 
 
 def gone_status(
-    placement: Placement,
+    gone: Tracked,
     *,
     node: str,
     session: str,
@@ -82,19 +81,30 @@ def gone_status(
     address: str,
 ) -> ComputeStatus:
     """The last status of a shard no longer placed or found (a discovered one's process may
-    be watched on by a placement among `tracked`), at the endpoint it served on."""
-    what = "its placement was removed"
+    be watched on by a placement among `tracked`), at the endpoint it served on. A discovered
+    shard whose process exited says so as a judged one does, and keeps what its engine said
+    while it ran as its evidence, whichever of the tick or discovery's walk saw it first."""
+    placement = gone.placement
+    pid = placement.spec.pid
+    reason = "no longer watched: its placement was removed"
+    evidence: list[str] = []
     if placement.origin == "discovered":
-        what = handed_over(tracked, placement.spec.pid) or "its process exited"
+        other = handed_over(tracked, pid)
+        if other is not None:
+            reason = f"no longer watched: {other}"
+        else:
+            reason = f"pid {pid} is not running; nothing computes for this shard"
+            evidence = list(gone.judged[2].evidence) if gone.judged is not None else []
     return ComputeStatus(
         node=node,
         shard=printable(placement.spec.id),
         session=session,
         time=now,
-        pid=placement.spec.pid,
+        pid=pid,
         placed_gpus=list(placement.spec.gpus),
         verdict="gone",
-        reason=printable(f"no longer watched: {what}"),
+        reason=printable(reason),
+        evidence=[printable(line) for line in evidence],
         engine=placement.spec.engine,
         endpoint=for_others(placed_endpoint(placement.spec), address),
     )

@@ -10,7 +10,7 @@ from placewatch.worker.shards.cgroup import Container
 from placewatch.worker.shards.liveness import Tracked
 from placewatch.worker.shards.placements import Placement
 from placewatch.worker.shards.status import gone_status, judged_status, printable_problem
-from placewatch.worker.shards.verdict import Judgement
+from placewatch.worker.shards.verdict import Judgement, Observation
 
 NOW = datetime(2026, 12, 7, tzinfo=UTC)
 HOSTILE = "llama\x1b]0;owned\x07-\u202e8080"
@@ -41,8 +41,29 @@ def test_names_reason_and_evidence_are_published_escaped() -> None:
     assert status.pod_namespace == "ns\\x9b" and status.container_name == "c"
     assert status.reason == f"llama.cpp says 'failed to initialize CUDA: {SHOWN}'"
     assert status.evidence == [f"ggml_cuda_init: {SHOWN}", "plain"]
-    gone = gone_status(placement, node="n1", session="s", now=NOW, tracked={}, address="n")
+    gone = gone_status(t, node="n1", session="s", now=NOW, tracked={}, address="n")
     assert gone.shard == SHOWN
+
+
+def test_a_discovered_shard_whose_process_exited_keeps_what_its_engine_said() -> None:
+    """Discovery's walk may drop an exited engine before a tick judges it gone: its last
+    status reads as the tick's would, the evidence its engine gave while it ran kept."""
+    placement = Placement(PlacementSpec(id="llama-server-8080", pid=7, gpus=[0]), "discovered")
+    t = Tracked(placement, pid=7)
+    judged = Judgement("cpu_fallback", "on the CPU", evidence=(f"no usable GPU {HOSTILE}",))
+    t.judged = (Observation(placement, 7, alive=True, ready=True, gpus_known=False), [], judged)
+    gone = gone_status(t, node="n1", session="s", now=NOW, tracked={}, address=ADDR)
+    assert (gone.verdict, gone.pid, gone.backend) == ("gone", 7, "unknown")
+    assert gone.reason == "pid 7 is not running; nothing computes for this shard"
+    assert gone.evidence == [f"no usable GPU {SHOWN}"]
+    claimed = Tracked(Placement(PlacementSpec(id="mine", pid=7, gpus=[0]), "file"), pid=7)
+    handed = gone_status(
+        t, node="n1", session="s", now=NOW, tracked={"mine": claimed}, address=ADDR
+    )
+    assert handed.reason.startswith("no longer watched: its process 7 runs on, watched as")
+    assert handed.evidence == []
+    placed = gone_status(claimed, node="n1", session="s", now=NOW, tracked={}, address=ADDR)
+    assert placed.reason == "no longer watched: its placement was removed"
 
 
 def test_a_placements_problem_is_published_escaped() -> None:
@@ -61,5 +82,5 @@ def test_a_status_gives_its_endpoint_as_others_reach_it() -> None:
         "a", t, judged, node="n1", session="s", now=NOW, activity=None, gpu_health={}, address=ADDR
     )
     assert status.endpoint is not None and status.endpoint.url() == "http://10.0.0.7:8080/llm"
-    gone = gone_status(placement, node="n1", session="s", now=NOW, tracked={}, address=ADDR)
+    gone = gone_status(t, node="n1", session="s", now=NOW, tracked={}, address=ADDR)
     assert (gone.verdict, gone.endpoint) == ("gone", status.endpoint)
