@@ -8,13 +8,28 @@ nats-server; tests/support/engine_lane.py says how.
 from __future__ import annotations
 
 import os
+import signal
+
+import psutil
+from anyio.from_thread import start_blocking_portal
 
 from placewatch.schemas import ComputeStatus
+from placewatch.worker.engines.evidence import EngineEvidence
+from placewatch.worker.engines.evidence.follow import EngineLogs, Log
+from placewatch.worker.engines.evidence.source import HeldLog
 
-from .test_llama_server import LV4, NGL, NO_GPU, NO_USABLE_GPU, shown
+from .test_llama_server import (
+    LV4,
+    NGL,
+    NO_GPU,
+    NO_USABLE_GPU,
+    asked_but_cpu,
+    said_verbosity,
+    shown,
+)
 from tests.conftest import clean_env, run_placewatch
 from tests.support.doctor import lines
-from tests.support.engine_lane import PLACED, Lane, Session
+from tests.support.engine_lane import PLACED, Lane, Server, Session
 
 
 def fallbacks(session: Session, shard: str) -> list[tuple[str, str]]:
@@ -113,3 +128,78 @@ def test_log_jsonl_reads_as_the_text_log_does(lane: Lane) -> None:
         assert tuple(found.evidence) == NGL
         assert found.evidence == placed.evidence
         assert not any("{" in line or "\\n" in line for line in found.evidence)
+
+
+def test_a_discovered_server_restarted_into_its_log_is_judged_on_the_new_run(
+    lane: Lane,
+) -> None:
+    """A discovered `llama-server >> s.log` sent SIGTERM and, at once, `-ngl 99 -lv 4` started
+    into s.log on its port (issue 65, case 3): the new process's lines are read from where its
+    life starts, though the old one may still hold the log while the new one prints its start.
+    """
+    log = lane.tmp / "s.log"
+    old = lane.start(log=log)
+    sid = old.discovered_id
+    with lane.running({}) as workers:
+        for w in workers.values():
+            w.settle([sid])
+            assert w.session.last(sid).verdict in ("unknown", "gpu")
+        old.proc.send_signal(signal.SIGTERM)
+        new = lane.start("-ngl", "99", "-lv", "4", log=log, port=old.port)
+        old.proc.wait(30)
+        lane.gpu_lists([new.engine_pid])
+
+        def judged_anew(s: Session) -> bool:
+            last = s.last(sid)
+            return last.pid == new.pid and last.verdict not in ("starting", "gone", "unknown")
+
+        for w in workers.values():
+            w.until(judged_anew)
+        sessions = {mode: w.session for mode, w in workers.items()}
+    for mode, session in sessions.items():
+        now = session.last(sid)
+        assert (now.verdict, now.backend, now.stale) == ("cpu_fallback", "CPU", False), now
+        assert shown(now.evidence)[:2] == NGL[:2]
+        assert said_verbosity(4) in now.evidence
+        assert said_verbosity(3) not in now.evidence
+        if mode == "bare":
+            assert now.reason == asked_but_cpu("-ngl 99", f"says {NO_GPU!r}")
+        else:
+            assert now.reason == NO_USABLE_GPU.reason
+        assert fallbacks(session, sid)[-1] == ("firing", "cpu_fallback")
+
+
+def test_a_new_run_read_through_the_stopping_process_s_descriptor_is_its_own(
+    lane: Lane,
+) -> None:
+    """Case 3's race held open: the stopped server still holds the log (as a large model's
+    clean-up keeps it) while the next one prints its start into it, so the new run's lines are
+    read through the old process's descriptor before the tick names the new pid. They are
+    the new process's evidence: naming it keeps them, as a new life it started."""
+    log = lane.tmp / "s.log"
+    old = lane.start(log=log)
+
+    def held(server: Server) -> Log:
+        started = psutil.Process(server.pid).create_time()
+        return Log(HeldLog(str(log), server.pid, 2), server.pid, None, started)
+
+    with start_blocking_portal() as portal:
+        logs = EngineLogs()
+        running, _ = portal.start_task(logs.run)
+        try:
+
+            def read(wanted: Log) -> EngineEvidence:
+                return portal.call(logs.read, {"s": wanted})["s"]
+
+            assert read(held(old)).verbosity == 3
+            old.proc.send_signal(signal.SIGSTOP)  # stopping: it holds the log a while yet
+            new = lane.start("-ngl", "99", "-lv", "4", log=log)
+            assert (read(held(old)).verbosity, read(held(old)).gpu_failed) == (4, NO_GPU)
+            old.proc.kill()
+            old.proc.wait()
+            now = read(held(new))
+        finally:
+            running.cancel()
+    assert (now.verbosity, now.gpu_failed, now.cpu_only_build) == (4, NO_GPU, True)
+    assert now.lines[:2] == NGL[:2]
+    assert log.read_text().count(said_verbosity(3)) == 1

@@ -107,6 +107,8 @@ class _Followed:
     """The process that writes the log, as the tick last said."""
     starts: int = 0
     """The startup banners read by the last answer to the tick."""
+    banner_at: float | None = None
+    """When the newest startup banner was read (time.time())."""
     stale_since: datetime | None = None
     """When the log was truncated, rotated or removed under the process that writes it."""
     _rotated: EngineEvidence | None = None
@@ -119,17 +121,29 @@ class _Followed:
         cut = len(self.prefix)
         return [x[cut:].removeprefix(" ") for x in lines if x.startswith(self.prefix)]
 
-    def writer(self, pid: int | None) -> None:
-        """The process writing the log now, as the tick found it. One that replaced the last
-        one before its startup banner was read starts a new life from here (lives.py): what
-        was read so far is the last process's. None where the engine's processes do not own
-        its log (Engine.owns_log: Ollama's runners)."""
+    def writer(self, pid: int | None, started: float | None = None) -> None:
+        """The process writing the log now, as the tick found it, and when it `started`
+        (seconds since the epoch; None: not told). One that replaced the last one before its
+        startup banner was read starts a new life from here (lives.py): what was read so far
+        is the last process's. A banner read since it started is its own, though read before
+        the tick named it (through the last process's descriptor, while that one still held
+        the file: a server stopped as the next one starts into its log). None where the
+        engine's processes do not own its log (Engine.owns_log: Ollama's runners)."""
         if pid is None:
             return
-        if self.pid is not None and pid != self.pid and self.reader.lives.starts == self.starts:
+        if self.pid is not None and pid != self.pid and not self._banner_since(started):
             self.reader.new_life()
             self.stale_since = None
         self.pid = pid
+
+    def _banner_since(self, started: float | None) -> bool:
+        """Whether a startup banner was read since a process started `started`; where that is
+        not told, since the last answer to the tick. psutil's start time is early, if at all
+        (its boot time is whole seconds): a banner read after the start is never taken for
+        an earlier one."""
+        if started is None:
+            return self.reader.lives.starts != self.starts
+        return self.banner_at is not None and self.banner_at >= started
 
     def answer(self) -> EngineEvidence:
         self.starts = self.reader.lives.starts
@@ -165,10 +179,13 @@ class _Followed:
             self.history_end = self.tail.offset + self.tail.behind
         self.read_bytes += self.tail.last_read
         at, history = time.monotonic(), self.tail.offset <= self.history_end
+        starts = self.reader.lives.starts
         for wrapped in lines:
             for line in self._own(self.unwrap.lines(wrapped)):
                 self.reader.read(line)
                 self.serving.read(line, at, history)
+        if self.reader.lives.starts != starts:
+            self.banner_at = time.time()
 
     def end(self, before: EngineEvidence) -> bool:
         """True when its evidence changed since `before` (the requests it runs are no news
@@ -181,12 +198,14 @@ class _Followed:
 
 class Log(NamedTuple):
     """A shard's log: which file it is and how it is opened (source.py), the pid of the
-    process that writes it (None: not told), and the prefix its own lines carry where others
-    write there too (a router's children)."""
+    process that writes it (None: not told), the prefix its own lines carry where others
+    write there too (a router's children), and when that process started (seconds since the
+    epoch, as psutil tells it; None: not told)."""
 
     source: LogSource
     pid: int | None = None
     prefix: str | None = None
+    started: float | None = None
 
 
 Wanted = Mapping[str, Log]
@@ -285,7 +304,7 @@ class EngineLogs:
 def _follow(followed: dict[str, _Followed], wanted: Wanted, journal: Journal) -> None:
     for sid in [s for s in followed if s not in wanted]:
         del followed[sid]
-    for sid, (source, pid, prefix) in wanted.items():
+    for sid, (source, pid, prefix, started) in wanted.items():
         current = followed.get(sid)
         if current is None or current.tail.path != source.path or current.prefix != prefix:
             current = followed[sid] = _Followed(_tail(source, journal), prefix=prefix)
@@ -293,7 +312,7 @@ def _follow(followed: dict[str, _Followed], wanted: Wanted, journal: Journal) ->
             current.tail.source = source  # the same unit, its process as the tick found it
         elif isinstance(current.tail, LogTail) and not isinstance(source, JournalLog):
             current.tail.source = source  # the same file, its process as the tick found it
-        current.writer(pid)
+        current.writer(pid, started)
 
 
 def _read_all(followed: list[_Followed], stop_at: float, turn: int) -> bool:
