@@ -17,6 +17,7 @@ from placewatch.schemas import ComputeStatus
 from placewatch.worker.engines.evidence import EngineEvidence
 from placewatch.worker.engines.evidence.follow import EngineLogs, Log
 from placewatch.worker.engines.evidence.source import HeldLog
+from placewatch.worker.shards.discovered import DISCOVERY_EVERY_S
 
 from .test_llama_server import (
     LV4,
@@ -167,6 +168,35 @@ def test_a_discovered_server_restarted_into_its_log_is_judged_on_the_new_run(
         else:
             assert now.reason == NO_USABLE_GPU.reason
         assert fallbacks(session, sid)[-1] == ("firing", "cpu_fallback")
+
+
+def test_a_deleted_log_keeps_the_fallback_stale_and_never_resolves_it(lane: Lane) -> None:
+    """`rm` of a discovered `llama-server -ngl 99 > s.log`'s log while it runs (issue 65, case
+    2): through the discovery walks that follow, its fallback stands, stale, saying why."""
+    server = lane.start("-ngl", "99")
+    sid = server.discovered_id
+    with lane.running({}) as workers:
+        for w in workers.values():
+            w.settle([sid])
+        server.log.unlink()
+        for w in workers.values():
+            w.until(lambda s: s.last(sid).stale)
+            seen = len(w.session.telemetry)
+            # past the next full discovery walk (DISCOVERY_EVERY_S) at 0.5 s a tick
+            w.until(lambda s, seen=seen: len(s.telemetry) >= seen + 2 * DISCOVERY_EVERY_S + 4)
+        sessions = {mode: w.session for mode, w in workers.items()}
+    for mode, session in sessions.items():
+        last = session.last(sid)
+        assert (last.verdict, last.stale, last.pid) == ("cpu_fallback", True, server.pid), last
+        first = asked_but_cpu("-ngl 99", f"says {NO_GPU!r}") if mode == "bare" else None
+        assert last.reason.startswith(first or NO_USABLE_GPU.reason)
+        assert f"its log {server.log} was deleted while its process writes to it" in last.reason
+        assert tuple(last.evidence) == NGL
+        assert [s.verdict for s in session.statuses[sid]] == ["cpu_fallback"] * len(
+            session.statuses[sid]
+        )
+        assert fallbacks(session, sid) == [("firing", "cpu_fallback")]
+        assert session.telemetry[-1].shards[sid].verdict == "cpu_fallback"
 
 
 def test_a_new_run_read_through_the_stopping_process_s_descriptor_is_its_own(

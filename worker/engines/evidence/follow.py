@@ -35,7 +35,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from ...deadline import NEVER, Deadline
 from .journal import Journal, JournalTail
 from .source import JournalLog, LogSource
-from .state import EngineEvidence
+from .state import WRITES_DELETED, EngineEvidence
 from .tail import CHUNK, LogTail
 from .unwrap import Unwrap
 
@@ -149,9 +149,18 @@ class _Followed:
         self.starts = self.reader.lives.starts
         said = self.reader.snapshot()
         behind, unread = self.tail.behind or None, self.tail.refused
+        deleted = self.tail.path if isinstance(self.tail, LogTail) and self.tail.deleted else None
+        if deleted is not None and self.stale_since is None:  # nothing it said to hold
+            unread = f"{deleted} {WRITES_DELETED}"
         if self.stale_since is None and behind is None and unread is None:
             return said
-        return replace(said, stale_since=self.stale_since, behind_bytes=behind, unread=unread)
+        return replace(
+            said,
+            stale_since=self.stale_since,
+            behind_bytes=behind,
+            unread=unread,
+            deleted=deleted,
+        )
 
     def begin(self) -> EngineEvidence:
         """What it says before a pass reads more."""

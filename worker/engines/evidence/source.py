@@ -36,6 +36,8 @@ from typing import TypeAlias
 from ...files import kind_of
 from ...procfs import read_proc
 
+DELETED = " (deleted)"
+"""What the kernel adds to the path /proc/PID/fd/N names once the file was deleted."""
 OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 PTRACE_ADVICE = "give the worker CAP_SYS_PTRACE (docs/operations.md, Least privilege)"
 DAC_ADVICE = "give the worker CAP_DAC_READ_SEARCH (docs/operations.md, Least privilege)"
@@ -43,6 +45,11 @@ DAC_ADVICE = "give the worker CAP_DAC_READ_SEARCH (docs/operations.md, Least pri
 
 class Gone(Exception):
     """Nothing to read there now: not written yet, removed, or no longer held by its process."""
+
+
+class Deleted(Gone):
+    """The file was deleted while its process still holds it open: what the engine writes
+    there now no path names."""
 
 
 class Refused(Exception):
@@ -66,8 +73,11 @@ class HeldLog:
     def look(self) -> os.stat_result:
         """The held file's status, without opening it. Raises Gone, Refused."""
         try:
-            if os.readlink(self._link) != self.path:
-                raise Gone  # closed, replaced, renamed or deleted under the process
+            held = os.readlink(self._link)
+            if held == f"{self.path}{DELETED}":
+                raise Deleted
+            if held != self.path:
+                raise Gone  # closed, replaced or renamed under the process
             st = os.stat(self._link)
         except PermissionError:
             raise Refused(

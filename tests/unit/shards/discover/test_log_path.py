@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from placewatch.worker.engines import Launch, read_launch
-from placewatch.worker.engines.evidence.source import HeldLog, JournalLog
+from placewatch.worker.engines.evidence.source import Deleted, HeldLog, JournalLog
 from placewatch.worker.shards.discover.log_path import find_log, log_source
 
 from tests.support.discovery import MODEL, SERVER
@@ -84,10 +84,28 @@ def test_a_pipe_a_socket_a_terminal_or_dev_null_is_no_log(tmp_path: Path, target
     assert found(launch(SERVER), {}, PID, proc) is None
 
 
-def test_a_file_deleted_since_it_was_opened_is_no_log(tmp_path: Path) -> None:
-    log = a_file(tmp_path, "llama.log")
-    proc = proc_with(tmp_path / "proc", {2: f"{log} (deleted)"})
-    assert found(launch(SERVER), {}, PID, proc) is None
+def test_a_file_deleted_since_it_was_opened_stays_its_log_and_is_never_opened(
+    tmp_path: Path,
+) -> None:
+    # The kernel's link names the held file with " (deleted)" after its path; here a file of
+    # that name stands for the inode the descriptor still holds.
+    held = a_file(tmp_path, "llama.log (deleted)")
+    proc = proc_with(tmp_path / "proc", {2: held})
+    kept = find_log(launch(SERVER), {}, PID, proc)
+    assert kept == HeldLog(str(tmp_path / "llama.log"), PID, 2, str(proc))
+    with pytest.raises(Deleted):
+        kept.look()
+
+
+def test_a_deleted_file_comes_after_a_live_one(tmp_path: Path) -> None:
+    held = a_file(tmp_path, "err.log (deleted)")
+    proc = proc_with(tmp_path / "proc", {1: a_file(tmp_path, "out.log"), 2: held})
+    assert found(launch(SERVER), {}, PID, proc) == str(tmp_path / "out.log")
+
+
+def test_a_deleted_name_that_is_no_file_is_no_log(tmp_path: Path) -> None:
+    proc = proc_with(tmp_path / "proc", {2: f"{tmp_path}/gone.log (deleted)"})
+    assert find_log(launch(SERVER), {}, PID, proc) is None
 
 
 @pytest.mark.parametrize(
