@@ -127,6 +127,7 @@ def placement_of(d: Discovered) -> Placement:
         d.server,
         d.model,
         log=d.log,
+        unlogged=d.unlogged,
     )
 
 

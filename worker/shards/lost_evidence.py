@@ -89,11 +89,15 @@ def rotated(judged: Judgement, evidence: EngineEvidence | None) -> Judgement:
     )
 
 
-def log_note(judged: Judgement, evidence: EngineEvidence | None) -> Judgement:
+def log_note(
+    judged: Judgement, evidence: EngineEvidence | None, unlogged: str | None = None
+) -> Judgement:
     """The verdict, saying so where its engine's log is not read (and why: source.py) or is
-    read behind what it holds (follow.py's budget): the verdict is then of less than the
-    engine said."""
+    read behind what it holds (follow.py's budget), or where it has none, as `unlogged` says
+    (a pipe: discover/log_path.py): the verdict is then of less than the engine said."""
     if evidence is None:
+        if unlogged is not None:
+            return replace(judged, reason=f"{judged.reason}; it has no log: {unlogged}")
         return judged
     if evidence.unread is not None:
         return replace(judged, reason=f"{judged.reason}; its log is not read: {evidence.unread}")

@@ -311,7 +311,9 @@ class ShardPass:
             )
             return held(t, lost, seen.gpus_known, now, self.late_s)
         return log_note(
-            held(t, rotated(judged, evidence), seen.gpus_known, now, self.late_s), evidence
+            held(t, rotated(judged, evidence), seen.gpus_known, now, self.late_s),
+            evidence,
+            t.placement.unlogged,
         )
 
     def _attribute(self, gpus: list[GpuSample], gpus_known: bool, exited: bool) -> _Attributed:

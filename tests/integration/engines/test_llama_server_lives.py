@@ -1,5 +1,6 @@
 """A real llama-server's log across its process's life, as operators run it: restarted into
-the same file, rotated by copytruncate, shared with a second server, written as JSONL.
+the same file, rotated by copytruncate, deleted, shared with a second server, written as
+JSONL, or no file at all (a pipe).
 
 Real servers (the lane's CPU-only b11434 build) judged by a real `placewatch run` on a real
 nats-server; tests/support/engine_lane.py says how.
@@ -9,6 +10,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+from pathlib import Path
 
 import psutil
 from anyio.from_thread import start_blocking_portal
@@ -27,6 +30,7 @@ from .test_llama_server import (
     asked_but_cpu,
     said_verbosity,
     shown,
+    untold,
 )
 from tests.conftest import clean_env, run_placewatch
 from tests.support.doctor import lines
@@ -233,3 +237,43 @@ def test_a_new_run_read_through_the_stopping_process_s_descriptor_is_its_own(
     assert (now.verbosity, now.gpu_failed, now.cpu_only_build) == (4, NO_GPU, True)
     assert now.lines[:2] == NGL[:2]
     assert log.read_text().count(said_verbosity(3)) == 1
+
+
+def test_a_server_whose_output_goes_to_a_pipe_says_so_and_how_to_read_it(lane: Lane) -> None:
+    """`llama-server -ngl 99 2>&1 | cat > /dev/null` (issue 65, case 7): no log to follow, so
+    `unknown` without a GPU tool and memory alone with one, each reason naming the pipe and
+    how to make the output readable."""
+    read_end, write_end = os.pipe()
+    try:
+        proc, port = lane.servers.start("-ngl", "99", stdout=write_end, stderr=subprocess.STDOUT)
+        cat = subprocess.Popen(["cat"], stdin=read_end, stdout=subprocess.DEVNULL)
+    finally:
+        os.close(write_end)
+        os.close(read_end)
+    try:
+        server = Server(proc, port, Path(os.devnull))
+        lane.started.append(server)
+        sid, link = server.discovered_id, os.readlink(f"/proc/{proc.pid}/fd/2")
+        assert link.startswith("pipe:[")
+        with lane.running({}) as workers:
+            for w in workers.values():
+                w.settle([sid])
+            sessions = {mode: w.session for mode, w in workers.items()}
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(30)
+        cat.wait(30)
+    piped = (
+        f"it has no log: its output goes to a pipe (stderr, fd 2: {link}), which only the "
+        "process at its other end reads; send it to a file (> FILE 2>&1; or --log-file "
+        "FILE) or run it as a systemd unit, whose output the journal holds"
+    )
+    bare = sessions["bare"].last(sid)
+    silent = ", ".join(sessions["bare"].silent_sources)
+    told = untold("-ngl 99").replace("{silent}", silent)
+    assert (bare.verdict, bare.reason, bare.evidence) == ("unknown", f"{told}; {piped}", [])
+    gpu = sessions["gpu"].last(sid)
+    assert (gpu.verdict, gpu.reason) == ("gpu", f"holds 1.0 GiB on GPU 0 as placed; {piped}")
+    for session in sessions.values():
+        assert [s.verdict for s in session.statuses[sid]] == [session.last(sid).verdict]
+        assert fallbacks(session, sid) == []

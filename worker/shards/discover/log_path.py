@@ -4,7 +4,8 @@ A placed shard names its log; a discovered one shows it in /proc, where it can:
 
 - its stderr or stdout, when that is a regular file (`llama-server ... > llama.log 2>&1`):
   /proc/PID/fd/2 and /1 name it. A pipe (a supervisor, an Ollama server reading its runner),
-  a terminal or /dev/null holds nothing to follow. A file deleted while the engine writes to
+  a terminal or /dev/null holds nothing to follow (`piped_output` says how to make a pipe's
+  readable). A file deleted while the engine writes to
   it stays its log: what it said there stands, stale (engines/evidence/source.py, Deleted).
 - llama.cpp's `--log-file FNAME` (or LLAMA_ARG_LOG_FILE; common/arg.cpp at b11434), when
   the engine holds that file open. It gets llama.cpp's common log only: what llama.cpp
@@ -98,6 +99,27 @@ def _journal(fds: Path, outputs: tuple[int, int], process: Path, pid: int) -> Jo
     except OSError:
         return None
     return None if unit is None else JournalLog(unit, pid, _started(pid))
+
+
+OUTPUT_NAMES = {1: "stdout", 2: "stderr"}
+
+
+def piped_output(launch: Launch, pid: int, proc: Path = Path("/proc")) -> str | None:
+    """Why an engine's output is not followed where it goes to a pipe (`... 2>&1 | cat`, a
+    parent or supervisor holding the other end), naming the descriptor, and how to make it
+    readable; None where neither of its outputs is a pipe."""
+    fds = proc / str(pid) / "fd"
+    for fd in engine_of(launch).outputs:
+        link = _link(fds / str(fd))
+        if link.startswith("pipe:"):
+            own = max(launch.dialect.settings.get(LOG_FILE, (frozenset(), None))[0], default="")
+            flag = f"; or {own} FILE" if own else ""  # llama.cpp's --log-file
+            return (
+                f"its output goes to a pipe ({OUTPUT_NAMES[fd]}, fd {fd}: {link}), which "
+                f"only the process at its other end reads; send it to a file (> FILE 2>&1{flag}) "
+                "or run it as a systemd unit, whose output the journal holds"
+            )
+    return None
 
 
 def placed_journal(unit: str, pid: int | None, proc: Path = Path("/proc")) -> JournalLog:

@@ -10,7 +10,7 @@ import pytest
 
 from placewatch.worker.engines import Launch, read_launch
 from placewatch.worker.engines.evidence.source import Deleted, HeldLog, JournalLog
-from placewatch.worker.shards.discover.log_path import find_log, log_source
+from placewatch.worker.shards.discover.log_path import find_log, log_source, piped_output
 
 from tests.support.discovery import MODEL, SERVER
 
@@ -198,3 +198,37 @@ def test_a_placed_journal_is_read_only_as_its_process_s_own_unit(tmp_path: Path)
         "journal:sshd.service is not the journal of the shard's process "
         "(it runs as ollama.service), so it is not read"
     )
+
+
+FIX = "send it to a file (> FILE 2>&1{flag}) or run it as a systemd unit, whose output the journal holds"
+
+
+@pytest.mark.parametrize(
+    ("cmdline", "fds", "said"),
+    [
+        (
+            [SERVER],
+            {1: "pipe:[81234]", 2: "pipe:[81234]"},
+            "stderr, fd 2: pipe:[81234]",
+        ),
+        ([SERVER], {1: "/dev/pts/3", 2: "pipe:[7]"}, "stderr, fd 2: pipe:[7]"),
+        ([SERVER], {1: "pipe:[7]", 2: "/dev/null"}, "stdout, fd 1: pipe:[7]"),
+        (["vllm", "serve", "m"], {1: "pipe:[9]", 2: "pipe:[8]"}, "stdout, fd 1: pipe:[9]"),
+    ],
+)
+def test_a_pipe_is_named_with_how_to_make_the_output_readable(
+    tmp_path: Path, cmdline: list[str], fds: dict[int, str], said: str
+) -> None:
+    proc = proc_with(tmp_path / "proc", fds)
+    started = launch(*cmdline)
+    flag = "; or --log-file FILE" if started.engine == "llama.cpp" else ""
+    assert piped_output(started, PID, proc) == (
+        f"its output goes to a pipe ({said}), which only the process at its other end reads; "
+        + FIX.format(flag=flag)
+    )
+
+
+@pytest.mark.parametrize("target", ["socket:[5521]", "/dev/null", "/dev/pts/3"])
+def test_output_that_is_no_pipe_says_nothing_of_one(tmp_path: Path, target: str) -> None:
+    proc = proc_with(tmp_path / "proc", {1: target, 2: target})
+    assert piped_output(launch(SERVER), PID, proc) is None
