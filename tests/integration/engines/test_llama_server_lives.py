@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
@@ -35,6 +38,8 @@ from .test_llama_server import (
 from tests.conftest import clean_env, run_placewatch
 from tests.support.doctor import lines
 from tests.support.engine_lane import PLACED, Lane, Server, Session
+from tests.support.eventually import eventually
+from tests.support.llama_server import LlamaServers, healthy
 
 
 def fallbacks(session: Session, shard: str) -> list[tuple[str, str]]:
@@ -136,31 +141,47 @@ def test_log_jsonl_reads_as_the_text_log_does(lane: Lane) -> None:
 
 
 def test_a_discovered_server_restarted_into_its_log_is_judged_on_the_new_run(
-    lane: Lane,
+    lane: Lane, cpu_only_build: Path, tiny_model: Path
 ) -> None:
-    """A discovered `llama-server >> s.log` sent SIGTERM and, at once, `-ngl 99 -lv 4` started
-    into s.log on its port (issue 65, case 3): the new process's lines are read from where its
-    life starts, though the old one may still hold the log while the new one prints its start.
-    """
+    """A discovered `llama-server >> s.log` sent SIGTERM while it receives a request, and at
+    once `-ngl 99 -lv 4` started into s.log on its port (issue 65, case 3). The stopped one
+    holds the log until that request's connection closes, so the new run's start is read
+    through its descriptor first, and the new process is found by the next discovery walk
+    alone (a launcher that execs it after a pause is no new engine at a tick's look): it is
+    judged on its own lines, from where its life starts."""
+    launcher = lane.tmp / "launch-later"
+    launcher.write_text(f'#!/bin/sh\nsleep 2\nexec {cpu_only_build} "$@"\n')
+    launcher.chmod(0o755)
+    later = LlamaServers(launcher, tiny_model)
     log = lane.tmp / "s.log"
     old = lane.start(log=log)
     sid = old.discovered_id
-    with lane.running({}) as workers:
-        for w in workers.values():
-            w.settle([sid])
-            assert w.session.last(sid).verdict in ("unknown", "gpu")
-        old.proc.send_signal(signal.SIGTERM)
-        new = lane.start("-ngl", "99", "-lv", "4", log=log, port=old.port)
-        old.proc.wait(30)
-        lane.gpu_lists([new.engine_pid])
+    try:
+        with lane.running({}) as workers:
+            for w in workers.values():
+                w.settle([sid])
+                assert w.session.last(sid).verdict in ("unknown", "gpu")
+            with uploading(old.port):
+                old.proc.send_signal(signal.SIGTERM)
+                eventually(lambda: not healthy(old.port), what="its port closed")
+                new = lane.start("-ngl", "99", "-lv", "4", log=log, port=old.port, via=later)
+                assert log.read_text().count(LISTENING) == 2
+                assert old.proc.poll() is None  # stopping, its log still held
+                for w in workers.values():
+                    seen = len(w.session.telemetry)
+                    w.until(lambda s, seen=seen: len(s.telemetry) >= seen + 4)
+            old.proc.wait(30)
+            lane.gpu_lists([new.engine_pid])
 
-        def judged_anew(s: Session) -> bool:
-            last = s.last(sid)
-            return last.pid == new.pid and last.verdict not in ("starting", "gone", "unknown")
+            def judged_anew(s: Session) -> bool:
+                last = s.last(sid)
+                return last.pid == new.pid and last.verdict not in ("starting", "gone", "unknown")
 
-        for w in workers.values():
-            w.until(judged_anew)
-        sessions = {mode: w.session for mode, w in workers.items()}
+            for w in workers.values():
+                w.until(judged_anew)
+            sessions = {mode: w.session for mode, w in workers.items()}
+    finally:
+        later.stop()
     for mode, session in sessions.items():
         now = session.last(sid)
         assert (now.verdict, now.backend, now.stale) == ("cpu_fallback", "CPU", False), now
@@ -172,6 +193,22 @@ def test_a_discovered_server_restarted_into_its_log_is_judged_on_the_new_run(
         else:
             assert now.reason == NO_USABLE_GPU.reason
         assert fallbacks(session, sid)[-1] == ("firing", "cpu_fallback")
+
+
+LISTENING = "llama_server: listening on"
+
+
+@contextmanager
+def uploading(port: int) -> Iterator[None]:
+    """A request to the server on `port` whose body is still on its way while the block runs:
+    llama-server stopped by SIGTERM meanwhile closes its port at once, and exits only once
+    that connection closes."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as client:
+        client.sendall(
+            b"POST /completion HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b'Content-Length: 100000\r\n\r\n{"prompt": '
+        )
+        yield
 
 
 def test_a_deleted_log_keeps_the_fallback_stale_and_never_resolves_it(lane: Lane) -> None:
@@ -235,6 +272,7 @@ def test_a_new_run_read_through_the_stopping_process_s_descriptor_is_its_own(
         finally:
             running.cancel()
     assert (now.verbosity, now.gpu_failed, now.cpu_only_build) == (4, NO_GPU, True)
+    assert now.stale_since is None  # the old descriptor closed as its process exited
     assert now.lines[:2] == NGL[:2]
     assert log.read_text().count(said_verbosity(3)) == 1
 

@@ -131,9 +131,10 @@ class _Followed:
         engine's processes do not own its log (Engine.owns_log: Ollama's runners)."""
         if pid is None:
             return
-        if self.pid is not None and pid != self.pid and not self._banner_since(started):
-            self.reader.new_life()
-            self.stale_since = None
+        if self.pid is not None and pid != self.pid:
+            if not self._banner_since(started):
+                self.reader.new_life()
+            self.stale_since = None  # the last one's descriptor closed as it exited
         self.pid = pid
 
     def _banner_since(self, started: float | None) -> bool:
