@@ -12,7 +12,7 @@ import os
 import signal
 import socket
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -20,9 +20,11 @@ import psutil
 from anyio.from_thread import start_blocking_portal
 
 from placewatch.schemas import ComputeStatus
+from placewatch.worker.engines import read_launch
 from placewatch.worker.engines.evidence import EngineEvidence
 from placewatch.worker.engines.evidence.follow import EngineLogs, Log
 from placewatch.worker.engines.evidence.source import HeldLog
+from placewatch.worker.shards.discover.log_path import find_log
 from placewatch.worker.shards.discovered import DISCOVERY_EVERY_S
 
 from .test_llama_server import (
@@ -240,6 +242,25 @@ def test_a_deleted_log_keeps_the_fallback_stale_and_never_resolves_it(lane: Lane
         assert session.telemetry[-1].shards[sid].verdict == "cpu_fallback"
 
 
+@contextmanager
+def following() -> Iterator[Callable[[Log], EngineEvidence]]:
+    """The worker's own log follower (EngineLogs), running while the test goes on: each call
+    names shard "s"'s log and gives its evidence so far."""
+    with start_blocking_portal() as portal:
+        logs = EngineLogs()
+        running, _ = portal.start_task(logs.run)
+        try:
+            yield lambda wanted: portal.call(logs.read, {"s": wanted})["s"]
+        finally:
+            running.cancel()
+
+
+def held(server: Server, log: Path) -> Log:
+    """`log` as the worker follows it for `server`: through its stderr, knowing its start."""
+    started = psutil.Process(server.pid).create_time()
+    return Log(HeldLog(str(log), server.pid, 2), server.pid, None, started)
+
+
 def test_a_new_run_read_through_the_stopping_process_s_descriptor_is_its_own(
     lane: Lane,
 ) -> None:
@@ -249,32 +270,32 @@ def test_a_new_run_read_through_the_stopping_process_s_descriptor_is_its_own(
     the new process's evidence: naming it keeps them, as a new life it started."""
     log = lane.tmp / "s.log"
     old = lane.start(log=log)
-
-    def held(server: Server) -> Log:
-        started = psutil.Process(server.pid).create_time()
-        return Log(HeldLog(str(log), server.pid, 2), server.pid, None, started)
-
-    with start_blocking_portal() as portal:
-        logs = EngineLogs()
-        running, _ = portal.start_task(logs.run)
-        try:
-
-            def read(wanted: Log) -> EngineEvidence:
-                return portal.call(logs.read, {"s": wanted})["s"]
-
-            assert read(held(old)).verbosity == 3
-            old.proc.send_signal(signal.SIGSTOP)  # stopping: it holds the log a while yet
-            new = lane.start("-ngl", "99", "-lv", "4", log=log)
-            assert (read(held(old)).verbosity, read(held(old)).gpu_failed) == (4, NO_GPU)
-            old.proc.kill()
-            old.proc.wait()
-            now = read(held(new))
-        finally:
-            running.cancel()
+    with following() as read:
+        assert read(held(old, log)).verbosity == 3
+        old.proc.send_signal(signal.SIGSTOP)  # stopping: it holds the log a while yet
+        new = lane.start("-ngl", "99", "-lv", "4", log=log)
+        through_old = read(held(old, log))
+        assert (through_old.verbosity, through_old.gpu_failed) == (4, NO_GPU)
+        old.proc.kill()
+        old.proc.wait()
+        now = read(held(new, log))
     assert (now.verbosity, now.gpu_failed, now.cpu_only_build) == (4, NO_GPU, True)
     assert now.stale_since is None  # the old descriptor closed as its process exited
     assert now.lines[:2] == NGL[:2]
     assert log.read_text().count(said_verbosity(3)) == 1
+
+
+def test_a_log_deleted_before_it_was_first_read_is_its_log_and_says_so(lane: Lane) -> None:
+    server = lane.start("-ngl", "99")
+    server.log.unlink()
+    launch = read_launch(psutil.Process(server.pid).cmdline())
+    assert launch is not None
+    found = find_log(launch, {}, server.pid)
+    assert found == HeldLog(str(server.log), server.pid, 2)
+    with following() as read:
+        said = read(held(server, server.log))
+    assert said.unread == f"{server.log} was deleted while its process writes to it"
+    assert (said.known, said.stale_since, said.deleted) == (False, None, str(server.log))
 
 
 def test_a_server_whose_output_goes_to_a_pipe_says_so_and_how_to_read_it(lane: Lane) -> None:
