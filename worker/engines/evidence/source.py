@@ -8,7 +8,8 @@ written:
   `--log-file`), as discovery found it in /proc/PID/fd. It is opened through that very
   descriptor, /proc/PID/fd/N, so what the path names later (a symbolic link to a root-only
   file, a named pipe put in its place) changes nothing; and only while /proc/PID/fdinfo/N
-  says it is open for writing.
+  says it is open for writing. A file deleted under the process is `Deleted`, never read
+  again.
 - `JournalLog`: the systemd journal's entries of the unit an engine runs as, whose output is a
   socket to journald (journal/ reads them).
 - `PathLog`: a path no engine is known to hold (a placement's `log_path`, a container
