@@ -355,7 +355,7 @@ class ShardPass:
                 log_source(path, t.placement.log, t.pid),
                 t.pid if owns_log(t.placement.spec.engine) else None,
                 t.placement.log_prefix,
-                t.create_time,
+                t.started,
             )
             for sid, t in self.tracked.items()
             if (path := t.placement.spec.log_path) and sid not in unread

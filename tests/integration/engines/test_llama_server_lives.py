@@ -257,7 +257,8 @@ def following() -> Iterator[Callable[[Log], EngineEvidence]]:
 
 def held(server: Server, log: Path) -> Log:
     """`log` as the worker follows it for `server`: through its stderr, knowing its start."""
-    started = psutil.Process(server.pid).create_time()
+    fields = Path(f"/proc/{server.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    started = int(fields[19])  # starttime, the stat's 22nd field: clock ticks since boot
     return Log(HeldLog(str(log), server.pid, 2), server.pid, None, started)
 
 

@@ -21,6 +21,7 @@ than its deadline, or, where that had passed when it asked, than one look betwee
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -48,6 +49,8 @@ POLL_SLICE_S = 0.05
 """The most a look between ticks reads for: a quarter of a core while a log floods."""
 MOST_BYTES = 16 << 20
 """The most one log is read of in one look or one tick."""
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+"""The ticks a second of a process's start time in /proc/PID/stat."""
 ANSWER_S = 0.05
 """What an answer is given of its deadline to be built and sent back to the tick."""
 FIRST_BYTES = 256 << 10
@@ -108,7 +111,8 @@ class _Followed:
     starts: int = 0
     """The startup banners read by the last answer to the tick."""
     banner_at: float | None = None
-    """When the newest startup banner was read (time.time())."""
+    """When the newest startup banner was read, in seconds since boot (CLOCK_BOOTTIME, the
+    clock of a process's start in /proc/PID/stat)."""
     stale_since: datetime | None = None
     """When the log was truncated, rotated or removed under the process that writes it."""
     _rotated: EngineEvidence | None = None
@@ -121,14 +125,15 @@ class _Followed:
         cut = len(self.prefix)
         return [x[cut:].removeprefix(" ") for x in lines if x.startswith(self.prefix)]
 
-    def writer(self, pid: int | None, started: float | None = None) -> None:
+    def writer(self, pid: int | None, started: int | None = None) -> None:
         """The process writing the log now, as the tick found it, and when it `started`
-        (seconds since the epoch; None: not told). One that replaced the last one before its
-        startup banner was read starts a new life from here (lives.py): what was read so far
-        is the last process's. A banner read since it started is its own, though read before
-        the tick named it (through the last process's descriptor, while that one still held
-        the file: a server stopped as the next one starts into its log). None where the
-        engine's processes do not own its log (Engine.owns_log: Ollama's runners)."""
+        (clock ticks since boot, /proc/PID/stat; None: not told). One that replaced the last
+        one before its startup banner was read starts a new life from here (lives.py): what
+        was read so far is the last process's. A banner read since it started is its own,
+        though read before the tick named it (through the last process's descriptor, while
+        that one still held the file: a server stopped as the next one starts into its log).
+        None where the engine's processes do not own its log (Engine.owns_log: Ollama's
+        runners)."""
         if pid is None:
             return
         if self.pid is not None and pid != self.pid:
@@ -137,14 +142,15 @@ class _Followed:
             self.stale_since = None  # the last one's descriptor closed as it exited
         self.pid = pid
 
-    def _banner_since(self, started: float | None) -> bool:
+    def _banner_since(self, started: int | None) -> bool:
         """Whether a startup banner was read since a process started `started`; where that is
-        not told, since the last answer to the tick. psutil's start time is early, if at all
-        (its boot time is whole seconds): a banner read after the start is never taken for
-        an earlier one."""
+        not told, since the last answer to the tick. The start is in whole ticks, early by less
+        than one (10 ms), so a banner read once the process runs always counts. (psutil's
+        create_time would not do: its boot time is whole seconds, up to one early, and a
+        restart within that second would keep the last process's lines.)"""
         if started is None:
             return self.reader.lives.starts != self.starts
-        return self.banner_at is not None and self.banner_at >= started
+        return self.banner_at is not None and self.banner_at >= started / CLOCK_TICKS
 
     def answer(self) -> EngineEvidence:
         self.starts = self.reader.lives.starts
@@ -195,7 +201,7 @@ class _Followed:
                 self.reader.read(line)
                 self.serving.read(line, at, history)
         if self.reader.lives.starts != starts:
-            self.banner_at = time.time()
+            self.banner_at = time.clock_gettime(time.CLOCK_BOOTTIME)
 
     def end(self, before: EngineEvidence) -> bool:
         """True when its evidence changed since `before` (the requests it runs are no news
@@ -209,13 +215,13 @@ class _Followed:
 class Log(NamedTuple):
     """A shard's log: which file it is and how it is opened (source.py), the pid of the
     process that writes it (None: not told), the prefix its own lines carry where others
-    write there too (a router's children), and when that process started (seconds since the
-    epoch, as psutil tells it; None: not told)."""
+    write there too (a router's children), and when that process started (clock ticks since
+    boot, as /proc/PID/stat says; None: not told)."""
 
     source: LogSource
     pid: int | None = None
     prefix: str | None = None
-    started: float | None = None
+    started: int | None = None
 
 
 Wanted = Mapping[str, Log]
