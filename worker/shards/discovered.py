@@ -140,6 +140,7 @@ def placement_of(d: Discovered) -> Placement:
         d.server,
         d.model,
         log=d.log,
+        unlogged=d.unlogged,
     )
 
 

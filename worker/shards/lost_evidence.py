@@ -15,6 +15,7 @@ from dataclasses import replace
 from datetime import datetime
 
 from ..engines.evidence import EngineEvidence
+from ..engines.evidence.state import WRITES_DELETED
 from .liveness import Tracked
 from .verdict import Judgement
 
@@ -68,24 +69,35 @@ def held(
 
 def rotated(judged: Judgement, evidence: EngineEvidence | None) -> Judgement:
     """A verdict read from a log truncated, rotated or removed under the same process: it
-    stands, stale since then, until the engine says more (or starts again)."""
+    stands, stale since then, until the engine says more (or starts again); the reason says
+    which, a log deleted while its process writes to it by its path."""
     since = evidence.stale_since if evidence is not None else None
-    if since is None or judged.stale or judged.verdict not in HELD:
+    if evidence is None or since is None or judged.stale or judged.verdict not in HELD:
         return judged
+    lost = (
+        "its log was truncated or rotated under it; the verdict stands until its engine says "
+        "otherwise"
+        if evidence.deleted is None
+        else f"its log {evidence.deleted} {WRITES_DELETED}; the verdict stands until its "
+        "engine starts again or exits"
+    )
     return replace(
         judged,
-        reason=f"{judged.reason} (stale since {since:%Y-%m-%dT%H:%M:%SZ}: its log was truncated "
-        "or rotated under it; the verdict stands until its engine says otherwise)",
+        reason=f"{judged.reason} (stale since {since:%Y-%m-%dT%H:%M:%SZ}: {lost})",
         stale=True,
         stale_since=since,
     )
 
 
-def log_note(judged: Judgement, evidence: EngineEvidence | None) -> Judgement:
+def log_note(
+    judged: Judgement, evidence: EngineEvidence | None, unlogged: str | None = None
+) -> Judgement:
     """The verdict, saying so where its engine's log is not read (and why: source.py) or is
-    read behind what it holds (follow.py's budget): the verdict is then of less than the
-    engine said."""
+    read behind what it holds (follow.py's budget), or where it has none, as `unlogged` says
+    (a pipe: discover/log_path.py): the verdict is then of less than the engine said."""
     if evidence is None:
+        if unlogged is not None:
+            return replace(judged, reason=f"{judged.reason}; it has no log: {unlogged}")
         return judged
     if evidence.unread is not None:
         return replace(judged, reason=f"{judged.reason}; its log is not read: {evidence.unread}")

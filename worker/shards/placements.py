@@ -96,6 +96,8 @@ class Placement:
     log: LogSource | None = None
     """How discovery found `spec.log_path` opened (engines/evidence/source.py); None: it is
     a placed path, opened by its own rules."""
+    unlogged: str | None = None
+    """Why a discovered engine has no log (its output goes to a pipe), and how to give it one."""
 
 
 def check_spec(raw: object, where: str) -> PlacementSpec:

@@ -316,7 +316,9 @@ class ShardPass:
             )
             return held(t, lost, seen.gpus_known, now, self.late_s)
         return log_note(
-            held(t, rotated(judged, evidence), seen.gpus_known, now, self.late_s), evidence
+            held(t, rotated(judged, evidence), seen.gpus_known, now, self.late_s),
+            evidence,
+            t.placement.unlogged,
         )
 
     def _attribute(
@@ -364,6 +366,7 @@ class ShardPass:
                 log_source(path, t.placement.log, t.pid),
                 t.pid if owns_log(t.placement.spec.engine) else None,
                 t.placement.log_prefix,
+                t.started,
             )
             for sid, t in self.tracked.items()
             if (path := t.placement.spec.log_path) and sid not in unread

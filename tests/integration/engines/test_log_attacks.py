@@ -99,9 +99,16 @@ def test_a_held_log_swapped_for_a_link_to_a_root_file_is_never_read(
         read += tail.poll()
     assert not any("ROOTONLY" in line for line in read)
     assert tail.refused is None  # what it held is gone: no log, and nothing said of the link
-    # The next discovery walk finds no log: the engine's stderr is a deleted file now.
+    assert tail.deleted
+    # The next discovery walk keeps the deleted file as its log (what it said stands, stale),
+    # still never read through the path, which names the link now.
     launch = read_launch(psutil.Process(procs[0].pid).cmdline())
-    assert launch is not None and find_log(launch, {}, procs[0].pid) is None
+    assert launch is not None
+    kept = find_log(launch, {}, procs[0].pid)
+    assert kept == HeldLog(str(log), procs[0].pid, 2)
+    again = LogTail(kept)
+    assert [again.poll() for _ in range(5)] == [[]] * 5
+    assert (again.deleted, again.refused) == (True, None)
 
 
 def test_a_file_held_only_for_reading_is_refused(

@@ -21,6 +21,7 @@ than its deadline, or, where that had passed when it asked, than one look betwee
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -35,7 +36,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from ...deadline import NEVER, Deadline
 from .journal import Journal, JournalTail
 from .source import JournalLog, LogSource
-from .state import EngineEvidence
+from .state import WRITES_DELETED, EngineEvidence
 from .tail import CHUNK, LogTail
 from .unwrap import Unwrap
 
@@ -48,6 +49,8 @@ POLL_SLICE_S = 0.05
 """The most a look between ticks reads for: a quarter of a core while a log floods."""
 MOST_BYTES = 16 << 20
 """The most one log is read of in one look or one tick."""
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+"""The ticks a second of a process's start time in /proc/PID/stat."""
 ANSWER_S = 0.05
 """What an answer is given of its deadline to be built and sent back to the tick."""
 FIRST_BYTES = 256 << 10
@@ -107,6 +110,9 @@ class _Followed:
     """The process that writes the log, as the tick last said."""
     starts: int = 0
     """The startup banners read by the last answer to the tick."""
+    banner_at: float | None = None
+    """When the newest startup banner was read, in seconds since boot (CLOCK_BOOTTIME, the
+    clock of a process's start in /proc/PID/stat)."""
     stale_since: datetime | None = None
     """When the log was truncated, rotated or removed under the process that writes it."""
     _rotated: EngineEvidence | None = None
@@ -119,25 +125,49 @@ class _Followed:
         cut = len(self.prefix)
         return [x[cut:].removeprefix(" ") for x in lines if x.startswith(self.prefix)]
 
-    def writer(self, pid: int | None) -> None:
-        """The process writing the log now, as the tick found it. One that replaced the last
+    def writer(self, pid: int | None, started: int | None = None) -> None:
+        """The process writing the log now, as the tick found it, and when it `started`
+        (clock ticks since boot, /proc/PID/stat; None: not told). One that replaced the last
         one before its startup banner was read starts a new life from here (lives.py): what
-        was read so far is the last process's. None where the engine's processes do not own
-        its log (Engine.owns_log: Ollama's runners)."""
+        was read so far is the last process's. A banner read since it started is its own,
+        though read before the tick named it (through the last process's descriptor, while
+        that one still held the file: a server stopped as the next one starts into its log).
+        None where the engine's processes do not own its log (Engine.owns_log: Ollama's
+        runners)."""
         if pid is None:
             return
-        if self.pid is not None and pid != self.pid and self.reader.lives.starts == self.starts:
-            self.reader.new_life()
-            self.stale_since = None
+        if self.pid is not None and pid != self.pid:
+            if not self._banner_since(started):
+                self.reader.new_life()
+            self.stale_since = None  # the last one's descriptor closed as it exited
         self.pid = pid
+
+    def _banner_since(self, started: int | None) -> bool:
+        """Whether a startup banner was read since a process started `started`; where that is
+        not told, since the last answer to the tick. The start is in whole ticks, early by less
+        than one (10 ms), so a banner read once the process runs always counts. (psutil's
+        create_time would not do: its boot time is whole seconds, up to one early, and a
+        restart within that second would keep the last process's lines.)"""
+        if started is None:
+            return self.reader.lives.starts != self.starts
+        return self.banner_at is not None and self.banner_at >= started / CLOCK_TICKS
 
     def answer(self) -> EngineEvidence:
         self.starts = self.reader.lives.starts
         said = self.reader.snapshot()
         behind, unread = self.tail.behind or None, self.tail.refused
+        deleted = self.tail.path if isinstance(self.tail, LogTail) and self.tail.deleted else None
+        if deleted is not None and self.stale_since is None:  # nothing it said to hold
+            unread = f"{deleted} {WRITES_DELETED}"
         if self.stale_since is None and behind is None and unread is None:
             return said
-        return replace(said, stale_since=self.stale_since, behind_bytes=behind, unread=unread)
+        return replace(
+            said,
+            stale_since=self.stale_since,
+            behind_bytes=behind,
+            unread=unread,
+            deleted=deleted,
+        )
 
     def begin(self) -> EngineEvidence:
         """What it says before a pass reads more."""
@@ -165,10 +195,13 @@ class _Followed:
             self.history_end = self.tail.offset + self.tail.behind
         self.read_bytes += self.tail.last_read
         at, history = time.monotonic(), self.tail.offset <= self.history_end
+        starts = self.reader.lives.starts
         for wrapped in lines:
             for line in self._own(self.unwrap.lines(wrapped)):
                 self.reader.read(line)
                 self.serving.read(line, at, history)
+        if self.reader.lives.starts != starts:
+            self.banner_at = time.clock_gettime(time.CLOCK_BOOTTIME)
 
     def end(self, before: EngineEvidence) -> bool:
         """True when its evidence changed since `before` (the requests it runs are no news
@@ -181,12 +214,14 @@ class _Followed:
 
 class Log(NamedTuple):
     """A shard's log: which file it is and how it is opened (source.py), the pid of the
-    process that writes it (None: not told), and the prefix its own lines carry where others
-    write there too (a router's children)."""
+    process that writes it (None: not told), the prefix its own lines carry where others
+    write there too (a router's children), and when that process started (clock ticks since
+    boot, as /proc/PID/stat says; None: not told)."""
 
     source: LogSource
     pid: int | None = None
     prefix: str | None = None
+    started: int | None = None
 
 
 Wanted = Mapping[str, Log]
@@ -285,7 +320,7 @@ class EngineLogs:
 def _follow(followed: dict[str, _Followed], wanted: Wanted, journal: Journal) -> None:
     for sid in [s for s in followed if s not in wanted]:
         del followed[sid]
-    for sid, (source, pid, prefix) in wanted.items():
+    for sid, (source, pid, prefix, started) in wanted.items():
         current = followed.get(sid)
         if current is None or current.tail.path != source.path or current.prefix != prefix:
             current = followed[sid] = _Followed(_tail(source, journal), prefix=prefix)
@@ -293,7 +328,7 @@ def _follow(followed: dict[str, _Followed], wanted: Wanted, journal: Journal) ->
             current.tail.source = source  # the same unit, its process as the tick found it
         elif isinstance(current.tail, LogTail) and not isinstance(source, JournalLog):
             current.tail.source = source  # the same file, its process as the tick found it
-        current.writer(pid)
+        current.writer(pid, started)
 
 
 def _read_all(followed: list[_Followed], stop_at: float, turn: int) -> bool:

@@ -8,7 +8,8 @@ written:
   `--log-file`), as discovery found it in /proc/PID/fd. It is opened through that very
   descriptor, /proc/PID/fd/N, so what the path names later (a symbolic link to a root-only
   file, a named pipe put in its place) changes nothing; and only while /proc/PID/fdinfo/N
-  says it is open for writing.
+  says it is open for writing. A file deleted under the process is `Deleted`, never read
+  again.
 - `JournalLog`: the systemd journal's entries of the unit an engine runs as, whose output is a
   socket to journald (journal/ reads them).
 - `PathLog`: a path no engine is known to hold (a placement's `log_path`, a container
@@ -36,6 +37,8 @@ from typing import TypeAlias
 from ...files import kind_of
 from ...procfs import read_proc
 
+DELETED = " (deleted)"
+"""What the kernel adds to the path /proc/PID/fd/N names once the file was deleted."""
 OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 PTRACE_ADVICE = "give the worker CAP_SYS_PTRACE (docs/operations.md, Least privilege)"
 DAC_ADVICE = "give the worker CAP_DAC_READ_SEARCH (docs/operations.md, Least privilege)"
@@ -43,6 +46,11 @@ DAC_ADVICE = "give the worker CAP_DAC_READ_SEARCH (docs/operations.md, Least pri
 
 class Gone(Exception):
     """Nothing to read there now: not written yet, removed, or no longer held by its process."""
+
+
+class Deleted(Gone):
+    """The file was deleted while its process still holds it open: what the engine writes
+    there now no path names."""
 
 
 class Refused(Exception):
@@ -66,8 +74,11 @@ class HeldLog:
     def look(self) -> os.stat_result:
         """The held file's status, without opening it. Raises Gone, Refused."""
         try:
-            if os.readlink(self._link) != self.path:
-                raise Gone  # closed, replaced, renamed or deleted under the process
+            held = os.readlink(self._link)
+            if held == f"{self.path}{DELETED}":
+                raise Deleted
+            if held != self.path:
+                raise Gone  # closed, replaced or renamed under the process
             st = os.stat(self._link)
         except PermissionError:
             raise Refused(

@@ -17,6 +17,8 @@ from datetime import datetime
 from typing import Literal
 
 EngineBackend = Literal["CUDA", "ROCm", "Vulkan", "Metal", "SYCL", "CPU"]
+WRITES_DELETED = "was deleted while its process writes to it"
+"""What is said of a log deleted under its engine, after its path."""
 LOAD_LINES_VERBOSITY = 4
 """llama.cpp's trace level (`-lv 4`), from which it prints its load lines (about b9181 on)."""
 
@@ -67,6 +69,9 @@ class EngineEvidence:
     stale_since: datetime | None = None
     """When the log this was read from was truncated, rotated or removed while the same
     process writes it: what it said stands, stale, until the engine says more."""
+    deleted: str | None = None
+    """The log's path, where its file was deleted while its process still writes to it: what
+    it said before stands, stale since then (`stale_since`), and nothing more is read."""
     behind_bytes: int | None = None
     """What the log held past what was read when this was given: it grows faster than its
     reading's budget (follow.py), and the rest is read at the next look. None: all read."""

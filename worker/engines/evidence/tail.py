@@ -5,8 +5,9 @@ line until its newline arrives, and starts over when the file is truncated or re
 an engine restarted with `> log` or by logrotate leaves it: a new inode, a smaller size, or
 other first bytes (ext4 and tmpfs hand a freed inode number straight to the next file). A
 file that was followed and is gone starts a new generation too: what it said is no longer
-said. Which file is read, and how it is opened, is its source's (source.py): a file it may
-not read is no lines, and `refused` says why.
+said (`deleted` tells a file deleted under its process). Which file is read, and how it is
+opened, is its source's (source.py): a file it may not read is no lines, and `refused` says
+why.
 
 A file larger than `from_end` when it is first followed is read from its newest process life
 (the `start` it is given finds it in its last `from_end` bytes), not from its first byte: at
@@ -18,7 +19,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from .source import FileLog, Gone, Refused
+from .source import Deleted, FileLog, Gone, Refused
 
 HEAD_BYTES = 64
 """A followed file's first bytes, kept to notice a new file that reuses the old inode."""
@@ -54,6 +55,9 @@ class LogTail:
         """Bytes the file held past what was read, when it was last looked at."""
         self.last_read = 0
         """Bytes the last poll read."""
+        self.deleted = False
+        """The file was deleted while its process holds it (source.Deleted): nothing is read
+        until another file is there."""
         self._identity: tuple[int, int] | None = None
         self._offset = 0
         self._partial = b""
@@ -79,8 +83,8 @@ class LogTail:
                 self.refused, self.behind = None, 0
                 return []
             fd, st = self.source.open()
-        except Gone:
-            self.refused = None
+        except Gone as why:
+            self.refused, self.deleted = None, isinstance(why, Deleted)
             self._gone()
             return []
         except Refused as why:
@@ -88,7 +92,7 @@ class LogTail:
             return []
         except OSError:
             return []
-        self.refused = None
+        self.refused, self.deleted = None, False
         try:
             data = self._read(fd, st, limit)
         except OSError:

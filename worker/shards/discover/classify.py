@@ -38,6 +38,8 @@ class Discovered:
     """The name that router knows its model by."""
     log: LogSource | None = None
     """How `spec.log_path` is opened, as it was found (log_path.py)."""
+    unlogged: str | None = None
+    """Why it has no log where its output goes to a pipe, and how to give it one."""
 
 
 def classify(

@@ -4,7 +4,9 @@ A placed shard names its log; a discovered one shows it in /proc, where it can:
 
 - its stderr or stdout, when that is a regular file (`llama-server ... > llama.log 2>&1`):
   /proc/PID/fd/2 and /1 name it. A pipe (a supervisor, an Ollama server reading its runner),
-  a terminal or /dev/null holds nothing to follow.
+  a terminal or /dev/null holds nothing to follow (`piped_output` says how to make a pipe's
+  readable). A file deleted while the engine writes to
+  it stays its log: what it said there stands, stale (engines/evidence/source.py, Deleted).
 - llama.cpp's `--log-file FNAME` (or LLAMA_ARG_LOG_FILE; common/arg.cpp at b11434), when
   the engine holds that file open. It gets llama.cpp's common log only: what llama.cpp
   writes straight to stderr is not in it, "warning: no usable GPU found, --gpu-layers
@@ -46,7 +48,14 @@ import psutil
 
 from ...engines import Launch, engine_of
 from ...engines.evidence.journal import unit_of
-from ...engines.evidence.source import JOURNAL_PREFIX, HeldLog, JournalLog, LogSource, PathLog
+from ...engines.evidence.source import (
+    DELETED,
+    JOURNAL_PREFIX,
+    HeldLog,
+    JournalLog,
+    LogSource,
+    PathLog,
+)
 from ...engines.flags import LOG_FILE, lookup
 from .. import cgroup
 from ..cgroup import CONTAINER_ID
@@ -72,6 +81,8 @@ def find_log(
     if found is None:
         found = _held(fds / str(second))
     if found is None:
+        found = _deleted(fds / str(first)) or _deleted(fds / str(second))
+    if found is None:
         return _journal(fds, (first, second), proc / str(pid), pid)
     return HeldLog(found[0], pid, found[1], str(proc))
 
@@ -88,6 +99,27 @@ def _journal(fds: Path, outputs: tuple[int, int], process: Path, pid: int) -> Jo
     except OSError:
         return None
     return None if unit is None else JournalLog(unit, pid, _started(pid))
+
+
+OUTPUT_NAMES = {1: "stdout", 2: "stderr"}
+
+
+def piped_output(launch: Launch, pid: int, proc: Path = Path("/proc")) -> str | None:
+    """Why an engine's output is not followed where it goes to a pipe (`... 2>&1 | cat`, a
+    parent or supervisor holding the other end), naming the descriptor, and how to make it
+    readable; None where neither of its outputs is a pipe."""
+    fds = proc / str(pid) / "fd"
+    for fd in engine_of(launch).outputs:
+        link = _link(fds / str(fd))
+        if link.startswith("pipe:"):
+            own = max(launch.dialect.settings.get(LOG_FILE, (frozenset(), None))[0], default="")
+            flag = f"; or {own} FILE" if own else ""  # llama.cpp's --log-file
+            return (
+                f"its output goes to a pipe ({OUTPUT_NAMES[fd]}, fd {fd}: {link}), which "
+                f"only the process at its other end reads; send it to a file (> FILE 2>&1{flag}) "
+                "or run it as a systemd unit, whose output the journal holds"
+            )
+    return None
 
 
 def placed_journal(unit: str, pid: int | None, proc: Path = Path("/proc")) -> JournalLog:
@@ -129,6 +161,20 @@ def _held(fd: Path) -> tuple[str, int] | None:
     return None if found is None else (found, int(fd.name))
 
 
+def _deleted(fd: Path) -> tuple[str, int] | None:
+    """The path a descriptor's regular file had until it was deleted under the process, and
+    its number: still its log, so that what it said stands, stale, through the walks (never
+    opened again: source.Deleted)."""
+    try:
+        target = os.readlink(fd)
+        held = os.stat(fd)
+    except OSError:
+        return None
+    if not (target.startswith("/") and target.endswith(DELETED) and stat.S_ISREG(held.st_mode)):
+        return None
+    return target.removesuffix(DELETED), int(fd.name)
+
+
 def _output_file(fd: Path) -> str | None:
     """The path of the regular file an open descriptor (/proc/PID/fd/N) writes to, when this
     worker sees that very file at that path and may read it."""
@@ -137,7 +183,7 @@ def _output_file(fd: Path) -> str | None:
         held = os.stat(fd)
     except OSError:
         return None  # closed, exited, or another user's process
-    if not target.startswith("/") or target.endswith(" (deleted)"):
+    if not target.startswith("/") or target.endswith(DELETED):
         return None  # pipe:[N], socket:[N], anon_inode:..., or a file no longer there
     return _same_readable_file(target, held)
 

@@ -23,7 +23,7 @@ from ..cgroup import read_container
 from ..scope import EVERY, ProcessScope
 from .classify import Discovered, classify
 from .endpoint import serve_port
-from .log_path import container_log, find_log
+from .log_path import container_log, find_log, piped_output
 
 MAX_DEPTH = 64
 """Ancestors looked at when asking whether an engine process is another's child."""
@@ -107,6 +107,8 @@ def discover(
             continue
         if not scope.admits(pid, {} if env is None else env):
             continue
+        log = find_log(launch, env, pid)
+        container = read_container(pid).container_id if log is None else None
         d = classify(
             cmdline,
             env,
@@ -114,13 +116,15 @@ def discover(
             gpus,
             create_time=created,
             tools_silent=tools_silent,
-            log=find_log(launch, env, pid) or container_log(read_container(pid).container_id, pid),
+            log=log or container_log(container, pid),
             launch=launch,
         )
         if d is None:
             continue
         if router is not None:
             d = _router_child(d, launch, router, until)
+        elif d.log is None and container is None:  # a container's pipe is its runtime's
+            d = replace(d, unlogged=piped_output(launch, pid))
         if d.spec.health_url and _other_network(pid):
             # Its loopback is its container's, not this worker's: judge it after the grace period.
             d = replace(d, spec=msgspec.structs.replace(d.spec, health_url=None))

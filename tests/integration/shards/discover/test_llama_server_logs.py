@@ -10,6 +10,7 @@ llama.cpp's common log, which at `-lv 4` names only CPU buffers.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -127,7 +128,8 @@ def test_without_gpu_tools_the_engine_s_own_word_in_its_log_is_cpu_fallback(
 def test_without_gpu_tools_or_a_log_an_engine_asking_for_gpus_is_unknown_naming_the_tools(
     llama_servers: LlamaServers, tmp_path: Path
 ) -> None:
-    _, piped = llama_servers.start("-ngl", "99", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc, piped = llama_servers.start("-ngl", "99", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    pipe = os.readlink(f"/proc/{proc.pid}/fd/2")
     # --log-file at llama.cpp's default verbosity: the file says nothing of its devices.
     _, quiet = llama_servers.start("-ngl", "99", "--log-file", "quiet.log", cwd=tmp_path)
     shards, silent = sample(), silent_sources()
@@ -140,7 +142,12 @@ def test_without_gpu_tools_or_a_log_an_engine_asking_for_gpus_is_unknown_naming_
         "; llama.cpp runs at verbosity 3, which hides where its layers go: run it with -lv 4 "
         "(or LLAMA_ARG_LOG_VERBOSITY=4)"
     )
-    for port, reason in ((piped, untold), (quiet, untold + hidden)):
+    no_log = (
+        f"; it has no log: its output goes to a pipe (stderr, fd 2: {pipe}), which only the "
+        "process at its other end reads; send it to a file (> FILE 2>&1; or --log-file FILE) "
+        "or run it as a systemd unit, whose output the journal holds"
+    )
+    for port, reason in ((piped, untold + no_log), (quiet, untold + hidden)):
         said = shards[f"llama-server-{port}"]
         assert (said["verdict"], said["reason"]) == ("unknown", reason), said
 

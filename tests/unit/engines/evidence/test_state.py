@@ -64,7 +64,7 @@ def test_a_reader_that_read_nothing_is_a_fresh_evidence() -> None:
 
 def test_the_working_state_has_every_field_of_the_value() -> None:
     # the follower's (a rotated log, one read behind or not read), not a line's
-    follower = ("stale_since", "behind_bytes", "unread")
+    follower = ("stale_since", "deleted", "behind_bytes", "unread")
     names = [f.name for f in dataclasses.fields(EngineEvidence) if f.name not in follower]
     own = ["listing_devices"]  # where the reader is in a list; nothing said of the engine
     assert [f.name for f in dataclasses.fields(EvidenceState) if f.name not in own] == names

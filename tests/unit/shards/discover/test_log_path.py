@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from placewatch.worker.engines import Launch, read_launch
-from placewatch.worker.engines.evidence.source import HeldLog, JournalLog
-from placewatch.worker.shards.discover.log_path import find_log, log_source
+from placewatch.worker.engines.evidence.source import Deleted, HeldLog, JournalLog
+from placewatch.worker.shards.discover.log_path import find_log, log_source, piped_output
 
 from tests.support.discovery import MODEL, SERVER
 
@@ -84,10 +84,28 @@ def test_a_pipe_a_socket_a_terminal_or_dev_null_is_no_log(tmp_path: Path, target
     assert found(launch(SERVER), {}, PID, proc) is None
 
 
-def test_a_file_deleted_since_it_was_opened_is_no_log(tmp_path: Path) -> None:
-    log = a_file(tmp_path, "llama.log")
-    proc = proc_with(tmp_path / "proc", {2: f"{log} (deleted)"})
-    assert found(launch(SERVER), {}, PID, proc) is None
+def test_a_file_deleted_since_it_was_opened_stays_its_log_and_is_never_opened(
+    tmp_path: Path,
+) -> None:
+    # The kernel's link names the held file with " (deleted)" after its path; here a file of
+    # that name stands for the inode the descriptor still holds.
+    held = a_file(tmp_path, "llama.log (deleted)")
+    proc = proc_with(tmp_path / "proc", {2: held})
+    kept = find_log(launch(SERVER), {}, PID, proc)
+    assert kept == HeldLog(str(tmp_path / "llama.log"), PID, 2, str(proc))
+    with pytest.raises(Deleted):
+        kept.look()
+
+
+def test_a_deleted_file_comes_after_a_live_one(tmp_path: Path) -> None:
+    held = a_file(tmp_path, "err.log (deleted)")
+    proc = proc_with(tmp_path / "proc", {1: a_file(tmp_path, "out.log"), 2: held})
+    assert found(launch(SERVER), {}, PID, proc) == str(tmp_path / "out.log")
+
+
+def test_a_deleted_name_that_is_no_file_is_no_log(tmp_path: Path) -> None:
+    proc = proc_with(tmp_path / "proc", {2: f"{tmp_path}/gone.log (deleted)"})
+    assert find_log(launch(SERVER), {}, PID, proc) is None
 
 
 @pytest.mark.parametrize(
@@ -180,3 +198,37 @@ def test_a_placed_journal_is_read_only_as_its_process_s_own_unit(tmp_path: Path)
         "journal:sshd.service is not the journal of the shard's process "
         "(it runs as ollama.service), so it is not read"
     )
+
+
+FIX = "send it to a file (> FILE 2>&1{flag}) or run it as a systemd unit, whose output the journal holds"
+
+
+@pytest.mark.parametrize(
+    ("cmdline", "fds", "said"),
+    [
+        (
+            [SERVER],
+            {1: "pipe:[81234]", 2: "pipe:[81234]"},
+            "stderr, fd 2: pipe:[81234]",
+        ),
+        ([SERVER], {1: "/dev/pts/3", 2: "pipe:[7]"}, "stderr, fd 2: pipe:[7]"),
+        ([SERVER], {1: "pipe:[7]", 2: "/dev/null"}, "stdout, fd 1: pipe:[7]"),
+        (["vllm", "serve", "m"], {1: "pipe:[9]", 2: "pipe:[8]"}, "stdout, fd 1: pipe:[9]"),
+    ],
+)
+def test_a_pipe_is_named_with_how_to_make_the_output_readable(
+    tmp_path: Path, cmdline: list[str], fds: dict[int, str], said: str
+) -> None:
+    proc = proc_with(tmp_path / "proc", fds)
+    started = launch(*cmdline)
+    flag = "; or --log-file FILE" if started.engine == "llama.cpp" else ""
+    assert piped_output(started, PID, proc) == (
+        f"its output goes to a pipe ({said}), which only the process at its other end reads; "
+        + FIX.format(flag=flag)
+    )
+
+
+@pytest.mark.parametrize("target", ["socket:[5521]", "/dev/null", "/dev/pts/3"])
+def test_output_that_is_no_pipe_says_nothing_of_one(tmp_path: Path, target: str) -> None:
+    proc = proc_with(tmp_path / "proc", {1: target, 2: target})
+    assert piped_output(launch(SERVER), PID, proc) is None
