@@ -305,7 +305,9 @@ def test_a_server_whose_output_goes_to_a_pipe_says_so_and_how_to_read_it(lane: L
     how to make the output readable."""
     read_end, write_end = os.pipe()
     try:
-        proc, port = lane.servers.start("-ngl", "99", stdout=write_end, stderr=subprocess.STDOUT)
+        proc, port = lane.servers.start(
+            "-ngl", "99", stdout=write_end, stderr=subprocess.STDOUT, env=lane.mark
+        )
         cat = subprocess.Popen(["cat"], stdin=read_end, stdout=subprocess.DEVNULL)
     finally:
         os.close(write_end)
