@@ -437,6 +437,7 @@ def test_with_no_create_a_missing_leases_bucket_is_named_and_nothing_published_u
     anyio.run(make_all_but_the_leases_bucket, url, backend="asyncio")
     worker = Worker(*run_args(url, "n1", 0.5, "--no-create"), env=clean_env())
     workers.append(worker)
+    worker.wait_for("cannot take node n1's lease", 30)  # it tried, and says why
     assert sessions_seen(url, "n1", 2.5) == []
     anyio.run(make_leases_bucket, url, backend="asyncio")
     first_session(url, "n1")  # the lease is taken once an operator made the bucket
