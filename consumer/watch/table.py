@@ -11,7 +11,7 @@ cursor is on a key: it follows its row to where a new order puts it.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from rich.segment import Segment
 from rich.style import Style
@@ -57,7 +57,7 @@ class RowTable(Widget, Generic[Item], can_focus=True):
     class Selected(Message):
         """Enter (or a click) on a row: its key."""
 
-        def __init__(self, table: RowTable[object], key: str) -> None:
+        def __init__(self, table: RowTable[Any], key: str) -> None:
             super().__init__()
             self.table = table
             self.key = key
@@ -65,7 +65,7 @@ class RowTable(Widget, Generic[Item], can_focus=True):
     class HeaderSelected(Message):
         """A click on a column's name: its index."""
 
-        def __init__(self, table: RowTable[object], column: int) -> None:
+        def __init__(self, table: RowTable[Any], column: int) -> None:
             super().__init__()
             self.table = table
             self.column = column
@@ -103,7 +103,7 @@ class RowTable(Widget, Generic[Item], can_focus=True):
         """The cells' text of the row at `index` of the order, as drawn."""
         return self._cells(self.items[index])
 
-    def visible(self) -> range:
+    def window(self) -> range:
         """The indices of the rows on the screen."""
         return range(self.top, min(self.top + self._page(), len(self.items)))
 
