@@ -209,11 +209,22 @@ class _Batches:
         return got
 
 
+_ACK_TOKENS, _ACK_TIMESTAMP = 9, 7
+"""A stream message's reply subject: $JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.
+<consumer seq>.<timestamp, ns>.<pending>."""
+
+
 def stored_at(msg: Msg) -> float:
     """When the server stored a message read from a stream, in seconds since the epoch, on
     the server's clock (which orders a node's messages where the node's own clock cannot:
     NTP steps it). Where its reply subject does not say (no consumer's message is without
-    it), long ago: it is newer than nothing held."""
+    it), long ago: it is newer than nothing held. The reply subject's timestamp is read
+    alone where it is in the common form (nats-py's metadata makes a datetime and eight
+    fields more: a tenth of a fleet's read)."""
+    tokens = msg.reply.split(".") if msg.reply else ()
+    if len(tokens) == _ACK_TOKENS and tokens[0] == "$JS" and tokens[1] == "ACK":
+        with contextlib.suppress(ValueError):
+            return int(tokens[_ACK_TIMESTAMP]) / 1e9
     try:
         return msg.metadata.timestamp.timestamp()
     except (nats.errors.Error, IndexError, ValueError):

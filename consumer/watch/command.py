@@ -198,7 +198,13 @@ def _once(watched: Watched, filters: Filters, as_json_: bool, out: TextIO) -> in
     board = filters.apply(watched.board())
     now = datetime.fromtimestamp(watched.clock(), UTC)
     if as_json_:
-        out.write(as_json(board, now, watched.state.problems()).decode() + "\n")
+        document = as_json(board, now, watched.state.problems()) + b"\n"
+        raw = getattr(out, "buffer", None)  # 30 MB at 10,000 nodes: written as it is
+        if raw is None:
+            out.write(document.decode())
+        else:
+            out.flush()
+            raw.write(document)
     else:
         out.write("\n".join(lines(board, now, watched.where, watched.state.problems())) + "\n")
     out.flush()
