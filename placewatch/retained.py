@@ -221,7 +221,7 @@ def stored_at(msg: Msg) -> float:
     it), long ago: it is newer than nothing held. The reply subject's timestamp is read
     alone where it is in the common form (nats-py's metadata makes a datetime and eight
     fields more: a tenth of a fleet's read)."""
-    tokens = msg.reply.split(".") if msg.reply else ()
+    tokens = msg.reply.split(".") if msg.reply else []
     if len(tokens) == _ACK_TOKENS and tokens[0] == "$JS" and tokens[1] == "ACK":
         with contextlib.suppress(ValueError):
             return int(tokens[_ACK_TIMESTAMP]) / 1e9
