@@ -30,7 +30,7 @@ from textual.widgets import ContentSwitcher, Footer, Input, Static
 
 from placewatch.schemas.printable import printable
 
-from .board import Board, NodeRow, ShardRow, bar, duration, gpus_of, matches, node_matches
+from .board import Board, Filtered, NodeRow, ShardRow, bar, duration, gpus_of, node_matches
 from .command import Filters
 from .keys import HelpScreen
 from .table import RowTable
@@ -93,6 +93,7 @@ class Console(App[None]):
         self.board: Board | None = None
         """The last board built, as the view held it (filtered when drawn)."""
         self.detail: str | None = None  # the key of the shard whose detail is open
+        self._filtered: Filtered | None = None  # the shards drawn last, searched by filters
         self._building = False
         self._next_at = 0.0
         self.drawn = 0
@@ -151,16 +152,18 @@ class Console(App[None]):
             board.header, now, self.watched.where + state, self.watched.state.problems()
         )
         self.query_one("#header", Static).update("\n".join(header))
-        shards = [r for r in board.shards if self._kept(r)] if self.pattern else board.shards
+        terms = self.pattern.split()
+        if self._filtered is None or self._filtered.rows is not board.shards:
+            self._filtered = Filtered(board.shards)
+        shards = self._filtered.kept(terms)
         if self.sort_by is not None:  # stable: problems first within a column's ties
             column = attrgetter(SHARD_COLUMNS[self.sort_by])
             shown = sorted(shards, key=column, reverse=self.reverse)
         else:
             shown = shards[::-1] if self.reverse else shards
         self.query_one("#shards", RowTable).show(shown)
-        terms = self.pattern.split()
-        kept = self._kept_nodes(board, whole)
-        nodes = [n for n in kept if all(node_matches(n.node, t) for t in terms)] if terms else kept
+        held = self._kept_nodes(board, whole)
+        nodes = [n for n in held if all(node_matches(n.node, t) for t in terms)] if terms else held
         self.query_one("#nodes", RowTable).show(nodes)
         sort = "problems first" if self.sort_by is None else f"by {SHARD_COLUMNS[self.sort_by]}"
         sort += ", reversed" if self.reverse else ""
@@ -180,9 +183,6 @@ class Console(App[None]):
             return board.nodes
         held = {r.node for r in board.shards}
         return [n for n in whole.nodes if n.problems or n.node in held]
-
-    def _kept(self, row: ShardRow) -> bool:
-        return all(matches(row, term) for term in self.pattern.split())
 
     def on_row_table_selected(self, event: RowTable.Selected) -> None:
         if event.table.id == "shards":
