@@ -111,8 +111,6 @@ async def each_last_per_subject(
         return 0  # a fresh cluster: no worker has created it yet
     except (nats.errors.NoRespondersError, nats.js.errors.ServiceUnavailableError):
         return 0  # a server without JetStream keeps nothing
-    # The last message of each subject as the consumer was made: those come first, and what
-    # is stored after them (a fleet's telemetry, 5,000 a second) is not chased.
     pending = info.num_pending or 0
     taken = 0
     sub = await _Batches.subscribe(nc)
@@ -126,7 +124,9 @@ async def each_last_per_subject(
                 break  # what was read stands; `complete` says what was not
             take(batch)
             taken += len(batch)
-            pending = min(pending - len(batch), batch[-1].metadata.num_pending)
+            # what is stored meanwhile too: a stream that keeps one message a subject drops
+            # the copy the consumer was to deliver when a newer one comes
+            pending = batch[-1].metadata.num_pending
     finally:
         await release(sub.sub)
     if pending > 0 and complete:

@@ -26,6 +26,7 @@ from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
+from textual.css.query import NoMatches
 from textual.widgets import ContentSwitcher, Footer, Input, Static
 
 from placewatch.schemas.printable import printable
@@ -135,7 +136,10 @@ class Console(App[None]):
             self._building = False
             self._next_at = started + BUILD_SHARE * (time.monotonic() - started)
         self.board = board
-        self._draw()
+        try:
+            self._draw()
+        except NoMatches:  # the console closed while the board was built
+            return
         if self.drawn == 1:
             # What the view and the console hold by now stays: out of the collector's full
             # passes, which walked it all (0.5 s at 10,000 nodes) while a key waited.
