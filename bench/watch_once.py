@@ -7,6 +7,8 @@ and every node publishing its telemetry every 2 s (bench/console.py's publisher,
 process of its own). Once every node has published, `placewatch watch --once --json` runs
 as a user runs it, `--runs` times: its wall time, its CPU, its peak RSS (getrusage of the
 child) and the bytes it printed. What it prints is checked: every node and shard there.
+Beside it, the bound under it: the same reads of what the bus keeps (the last inventory and
+telemetry of each node, every status) taken alone, in this process, nothing decoded.
 
 The publisher's telemetry over the runs is the load (bench/load.py): under 95 % of N/2 a
 second, the figures are not at N nodes and the script exits 1.
@@ -34,7 +36,8 @@ import nats
 from bench.console import INTERVAL_S, console_fleet
 from bench.load import offered, sent_between
 from bench.servers import nats_server, node_env, placewatch_cmd
-from placewatch.schemas import encode, subjects
+from placewatch.retained import last_per_subject
+from placewatch.schemas import encode, partitions, subjects
 from placewatch.schemas.streams import for_prefix
 from placewatch.worker.bus.streams import StreamSettings, ensure_bucket, ensure_stream
 
@@ -99,8 +102,26 @@ def once(url: str) -> Run:
     )
 
 
-def measure(nodes: int, runs: int) -> tuple[list[Run], int, float]:
-    """`runs` looks at a fleet of `nodes`; the telemetry sent meanwhile and over how long."""
+async def reads(url: str) -> tuple[float, int]:
+    """How long reading what the bus keeps takes alone (as a view's fill reads it, nothing
+    decoded), and how many messages."""
+    stores = for_prefix(subjects.DEFAULT_PREFIX)
+    read = [
+        (stores.inventory.name, partitions.consumer_subject("inventory")),
+        (stores.telemetry.name, partitions.consumer_subject("telemetry")),
+        (stores.compute.stream, subjects.kv_subject(stores.compute.name)),
+    ]
+    async with await nats.connect(url) as nc:
+        started = time.perf_counter()
+        count = 0
+        for stream, subject in read:
+            count += len(await last_per_subject(nc, stream, subject, 60, complete=True))
+        return time.perf_counter() - started, count
+
+
+def measure(nodes: int, runs: int) -> tuple[list[Run], int, float, tuple[float, int]]:
+    """`runs` looks at a fleet of `nodes`; the telemetry sent meanwhile and over how long;
+    the reads alone."""
     with tempfile.TemporaryDirectory() as where, nats_server() as url:
         tally = Path(where) / "tally"
         asyncio.run(fill(url, nodes))
@@ -119,8 +140,9 @@ def measure(nodes: int, runs: int) -> tuple[list[Run], int, float]:
             time.sleep(INTERVAL_S)
             began = time.time()
             done = [once(url) for _ in range(runs)]
+            bound = asyncio.run(reads(url))
             ended = time.time()
-            return done, sent_between(tally, began, ended), ended - began
+            return done, sent_between(tally, began, ended), ended - began, bound
         finally:
             publisher.terminate()
             publisher.wait()
@@ -133,7 +155,7 @@ def main() -> int:
     args = parser.parse_args()
     every_offered = True
     for nodes in args.nodes:
-        done, sent, window = measure(nodes, args.runs)
+        done, sent, window, (read_s, read) = measure(nodes, args.runs)
         load = offered(
             "telemetry messages", asked_per_s=nodes / INTERVAL_S, sent=sent, window_s=window
         )
@@ -146,7 +168,9 @@ def main() -> int:
             f"  wall {wall:.2f} s median, {max(r.wall_s for r in done):.2f} max; CPU "
             f"{statistics.median(r.cpu_s for r in done):.2f} s; peak RSS {last.peak_mib:.0f} MiB; "
             f"{last.printed / 1e6:.1f} MB printed: {last.nodes} nodes, {last.shards} shards\n"
-            f"  target {TARGET_S:g} s at 10,000 nodes: {wall / TARGET_S:.2f}x\n  {load.line()}"
+            f"  target {TARGET_S:g} s at 10,000 nodes: {wall / TARGET_S:.2f}x; the bound: reading "
+            f"what the bus keeps alone ({read:,} messages, nothing decoded) {read_s:.2f} s\n"
+            f"  {load.line()}"
         )
         if (last.nodes, last.shards) != (nodes, nodes * 4):
             print(f"  NOT ALL THERE: {nodes} nodes and {nodes * 4} shards asked")

@@ -118,6 +118,7 @@ class FleetView(FleetState):
         only: Callable[[str], bool] | None = None,
         on_change: Callable[[Message], object] | None = None,
         fill_timeout: float = FILL_TIMEOUT_S,
+        follow: bool = True,
     ) -> None:
         super().__init__()
         self.nc = nc
@@ -132,6 +133,12 @@ class FleetView(FleetState):
         self.only = node.__eq__ if node is not None else only
         self.on_change = on_change
         self.fill_timeout = fill_timeout
+        self.follow = follow
+        """Whether start() follows the bus live; without, the view is what the bus keeps
+        (one look: `watch --once`), until follow_live(), and holds inventories as they came
+        rather than compressed (held.py), for the moment it lives."""
+        self.kept: Kept | None = None
+        """What the last fill found the bus keeps."""
         self.undecodable = 0
         """Messages that were not what their subject and headers said; ignored."""
         self.impostors = Impostors()  # those of them that named another node than the subject's
@@ -151,17 +158,29 @@ class FleetView(FleetState):
         """The connection's reconnects as the last fill began."""
 
     async def start(self) -> None:
-        """Subscribe, then fill from the inventory and telemetry streams and the compute
-        bucket."""
+        """Subscribe (where the view follows the bus), then fill from the inventory and
+        telemetry streams and the compute bucket."""
+        if self.follow:
+            await self._subscribe()
+        if self.check is not None:
+            self._subs += await self.check.subscribe(self.nc)
+        self._reconnects = self.nc.stats["reconnects"]
+        self.kept = await self._fill()
+        if self.follow:
+            self._spawn(self._follow_reconnects())
+
+    async def follow_live(self) -> None:
+        """Follow the bus from now on, as a view made with `follow` does from its start."""
+        if not self.follow:
+            self.follow = True
+            await self._subscribe()
+            self._spawn(self._follow_reconnects())
+
+    async def _subscribe(self) -> None:
         inventory, telemetry = self._followed()
         live = (*inventory, *telemetry, subjects.all_forgotten(self.prefix))
         for subject in (*live, *subjects.all_events(self.prefix)):
             self._subs.append(await self.nc.subscribe(subject, cb=self._live))
-        if self.check is not None:
-            self._subs += await self.check.subscribe(self.nc)
-        self._reconnects = self.nc.stats["reconnects"]
-        await self._fill()
-        self._spawn(self._follow_reconnects())
 
     def problems(self) -> list[str]:
         found = [] if self.check is None else list(self.check.problems)
@@ -383,12 +402,12 @@ class FleetView(FleetState):
             return False
         if held is None and self.check is not None and not self.check.taken(i.node, stored):
             return False
-        self.inventories[i.node] = Held(
+        self.inventories[i.node] = Held(  # compressed where held for long (followed)
             i.time,
             i.id,
-            zlib.compress(data),
+            zlib.compress(data) if self.follow else data,
             content_type(headers),
-            compressed=True,
+            compressed=self.follow,
             seen=seen,
         )
         return True

@@ -20,6 +20,7 @@ import anyio
 import nats.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
@@ -108,8 +109,8 @@ async def replay(
         await release(sub)  # the server removes it when idle: no delete right needed
 
 
-async def release(sub: JetStreamContext.PullSubscription) -> None:
-    """Unsubscribe a pull subscription, even while cancelled.
+async def release(sub: Subscription | JetStreamContext.PullSubscription) -> None:
+    """Unsubscribe a (pull) subscription, even while cancelled.
 
     One left subscribed when the connection drains makes the drain wait for its queue,
     where a fetch that timed out or was cancelled left a message nobody takes (nats-py

@@ -10,7 +10,10 @@ named with `placewatch forget NODE`.
 
 from __future__ import annotations
 
+import bisect
 import fnmatch
+import itertools
+import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
@@ -35,6 +38,8 @@ CLOCK_OFF_S = 2.0
 """A node's clock further off the view's than this is a problem of the node (the exporter's
 PlacewatchNodeClockOff fires at the same)."""
 
+FILTERED = ("node", "shard", "engine", "verdict", "state")
+"""The fields a filter's glob matches, each alone with `field:glob`."""
 _RANKS = {"cpu_fallback": 0, "misplaced": 1, "partial": 2}
 STALE_RANK, SILENT_RANK, PROBLEM_RANK = 3, 4, 5
 """Rows ranked below PROBLEM_RANK need a person (rank())."""
@@ -289,18 +294,57 @@ def matches(row: ShardRow, pattern: str) -> bool:
     """Whether a glob (`gpu-00*`, `*fallback`; a bare word matches within) matches the row's
     node, shard, engine or verdict, case-insensitively; `field:glob` (node, shard, engine,
     verdict, state) matches that field only."""
+    return matcher(pattern)(row)
+
+
+def matcher(pattern: str) -> Callable[[ShardRow], bool]:
+    """matches() for one pattern, its glob compiled once."""
+    field, test = _compiled(pattern)
+    fields = (field,) if field in FILTERED else FILTERED
+    return lambda row: any(test.match(getattr(row, f)) for f in fields)
+
+
+def _compiled(pattern: str) -> tuple[str, re.Pattern[str]]:
+    """A filter term's field ("" for any) and its glob as a regex of a whole line."""
     field, _, glob = pattern.partition(":") if ":" in pattern else ("", "", pattern)
     if not any(c in glob for c in "*?["):
         glob = f"*{glob}*"
-    fields = {
-        "node": row.node,
-        "shard": row.shard,
-        "engine": row.engine,
-        "verdict": row.verdict,
-        "state": row.state,
-    }
-    wanted = [fields[field]] if field in fields else list(fields.values())
-    return any(fnmatch.fnmatch(value.lower(), glob.lower()) for value in wanted)
+    inner = fnmatch.translate(glob).removeprefix("(?s:").removesuffix(")\\Z")
+    return field, re.compile(f"^(?:{inner})$", re.IGNORECASE | re.MULTILINE)
+
+
+class Filtered:
+    """Rows kept by filter terms (matches()), each field of them all searched as one text by
+    one regex: 40,000 rows in milliseconds, where a match a row a field took 300 ms."""
+
+    def __init__(self, rows: list[ShardRow]) -> None:
+        self.rows = rows
+        self._texts: dict[str, tuple[str, list[int]]] = {}
+
+    def kept(self, terms: list[str]) -> list[ShardRow]:
+        if not terms:
+            return self.rows
+        found: set[int] | None = None
+        for term in terms:
+            field, test = _compiled(term)
+            indices: set[int] = set()
+            for f in (field,) if field in FILTERED else FILTERED:
+                text, starts = self._text(f)
+                indices.update(
+                    bisect.bisect_right(starts, m.start()) - 1 for m in test.finditer(text)
+                )
+            found = indices if found is None else found & indices
+        return [self.rows[i] for i in sorted(found or ())]
+
+    def _text(self, field: str) -> tuple[str, list[int]]:
+        """The field of every row, a line each (a line break in one made a space), and
+        where each line starts."""
+        held = self._texts.get(field)
+        if held is None:
+            values = [getattr(r, field).replace("\n", " ") for r in self.rows]
+            starts = list(itertools.accumulate((len(v) + 1 for v in values), initial=0))
+            held = self._texts[field] = ("\n".join(values), starts[:-1])
+        return held
 
 
 def node_matches(node: str, pattern: str) -> bool:

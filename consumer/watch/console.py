@@ -9,40 +9,35 @@ with `?` (keys.py).
 
 Each second (at most a third of the time: BUILD_SHARE) the board is built from a copy of what
 the view holds, in a thread (the view goes on taking messages, and a key is answered
-meanwhile); a table holds at most MAX_ROWS rows of its order (the count says how many match),
-and only its changed cells are redrawn.
+meanwhile); a table holds every row of its order and draws those on the screen (table.py).
 """
 
 from __future__ import annotations
 
 import gc
-import heapq
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from operator import attrgetter
 from typing import ClassVar
 
 import anyio.to_thread
-from rich.text import Text
 from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
-from textual.widgets import ContentSwitcher, DataTable, Footer, Input, Static
-from textual.widgets.data_table import CellDoesNotExist
+from textual.css.query import NoMatches
+from textual.widgets import ContentSwitcher, Footer, Input, Static
 
 from placewatch.schemas.printable import printable
 
-from .board import Board, NodeRow, ShardRow, bar, duration, gpus_of, matches, node_matches
+from .board import Board, Filtered, NodeRow, ShardRow, bar, duration, gpus_of, node_matches
 from .command import Filters
 from .keys import HelpScreen
+from .table import RowTable
 from .text import header_lines, shard_cells
 from .watched import Watched
 
-MAX_ROWS = 100
-"""Rows a table holds: the first in its order, two screens and more; the rest are a filter
-away. Textual measures every cell of a table it refills (a sort, rows that come or go): 100
-rows of 9 cells are about 50 ms of that."""
 REASON_CHARS = 120
 BUILD_SHARE = 3
 """A board is built at most every this many times as long as the last took to build."""
@@ -53,11 +48,8 @@ WIDTHS = {
     "node": 20, "shard": 24, "engine": 9, "verdict": 12, "state": 13, "since": 9, "gpus": 9,
     "reason": REASON_CHARS, "GPU util": 10, "GPU memory": 10, "problems": 80,
 }  # fmt: skip
-"""Each column's width: fixed, so that a redraw measures no cell (Textual sizes a column of
-automatic width by every cell in it); a longer cell is cut."""
+"""Each column's width: fixed, so that a redraw measures no cell; a longer cell is cut."""
 _STYLES = {"cpu_fallback": "bold red", "misplaced": "red", "partial": "yellow", "unknown": "yellow"}
-Row = tuple[str, tuple[str, ...]]
-"""A table row: its key and its cells' text."""
 
 
 class Console(App[None]):
@@ -102,8 +94,7 @@ class Console(App[None]):
         self.board: Board | None = None
         """The last board built, as the view held it (filtered when drawn)."""
         self.detail: str | None = None  # the key of the shard whose detail is open
-        self._shown: dict[str, list[Row]] = {"shards": [], "nodes": []}
-        self._rows: dict[str, ShardRow] = {}
+        self._filtered: Filtered | None = None  # the shards drawn last, searched by filters
         self._building = False
         self._next_at = 0.0
         self.drawn = 0
@@ -116,18 +107,15 @@ class Console(App[None]):
         )
         yield Static(id="count", markup=False)
         with ContentSwitcher(initial="shards", id="tables"):
-            yield DataTable(id="shards", cursor_type="row", zebra_stripes=True)
-            yield DataTable(id="nodes", cursor_type="row", zebra_stripes=True)
+            shards = _columns(SHARD_COLUMNS)
+            yield RowTable[ShardRow](shards, shard_cells, _key, _style, id="shards")
+            yield RowTable[NodeRow](_columns(NODE_COLUMNS), _node_cells, _node_key, id="nodes")
         with VerticalScroll(id="detail"):
             yield Static(id="detail-text", markup=False)
         yield Footer()
 
     def on_mount(self) -> None:
-        for table, columns in (("shards", SHARD_COLUMNS), ("nodes", NODE_COLUMNS)):
-            t = self.query_one(f"#{table}", DataTable)
-            for name in columns:
-                t.add_column(name, key=name, width=WIDTHS.get(name, 24))
-        self.query_one("#shards", DataTable).focus()
+        self.query_one("#shards", RowTable).focus()
         self.redraw()
         self.set_interval(self.every_s, self.redraw)
 
@@ -148,7 +136,10 @@ class Console(App[None]):
             self._building = False
             self._next_at = started + BUILD_SHARE * (time.monotonic() - started)
         self.board = board
-        self._draw()
+        try:
+            self._draw()
+        except NoMatches:  # the console closed while the board was built
+            return
         if self.drawn == 1:
             # What the view and the console hold by now stays: out of the collector's full
             # passes, which walked it all (0.5 s at 10,000 nodes) while a key waited.
@@ -165,26 +156,24 @@ class Console(App[None]):
             board.header, now, self.watched.where + state, self.watched.state.problems()
         )
         self.query_one("#header", Static).update("\n".join(header))
-        shards = [r for r in board.shards if self._kept(r)] if self.pattern else board.shards
-        if self.sort_by is not None:  # the first rows of that order: no sort of them all
-            column = SHARD_COLUMNS[self.sort_by]
-            first = heapq.nlargest if self.reverse else heapq.nsmallest
-            shown = first(MAX_ROWS, shards, key=lambda r: getattr(r, column))
-        else:
-            shown = (shards[::-1] if self.reverse else shards)[:MAX_ROWS]
-        self._rows = {_key(r): r for r in shown}
-        self._fill("shards", [(_key(r), shard_cells(r)) for r in shown])
         terms = self.pattern.split()
-        kept = self._kept_nodes(board, whole)
-        nodes = [n for n in kept if all(node_matches(n.node, t) for t in terms)]
-        self._fill("nodes", [(n.node, _node_cells(n)) for n in nodes[:MAX_ROWS]])
+        if self._filtered is None or self._filtered.rows is not board.shards:
+            self._filtered = Filtered(board.shards)
+        shards = self._filtered.kept(terms)
+        if self.sort_by is not None:  # stable: problems first within a column's ties
+            column = attrgetter(SHARD_COLUMNS[self.sort_by])
+            shown = sorted(shards, key=column, reverse=self.reverse)
+        else:
+            shown = shards[::-1] if self.reverse else shards
+        self.query_one("#shards", RowTable).show(shown)
+        held = self._kept_nodes(board, whole)
+        nodes = [n for n in held if all(node_matches(n.node, t) for t in terms)] if terms else held
+        self.query_one("#nodes", RowTable).show(nodes)
         sort = "problems first" if self.sort_by is None else f"by {SHARD_COLUMNS[self.sort_by]}"
         sort += ", reversed" if self.reverse else ""
         said = (
             f"{len(shards)} of {len(whole.shards)} shards, {len(nodes)} of {len(whole.nodes)} nodes"
         )
-        if len(shards) > MAX_ROWS or len(nodes) > MAX_ROWS:
-            said += f" (the first {MAX_ROWS} shown: / to filter)"
         filtered = f"  filter: {self.pattern}" if self.pattern else ""
         self.query_one("#count", Static).update(printable(f"{said}  sorted {sort}{filtered}"))
         if self.detail is not None:
@@ -199,36 +188,13 @@ class Console(App[None]):
         held = {r.node for r in board.shards}
         return [n for n in whole.nodes if n.problems or n.node in held]
 
-    def _kept(self, row: ShardRow) -> bool:
-        return all(matches(row, term) for term in self.pattern.split())
+    def on_row_table_selected(self, event: RowTable.Selected) -> None:
+        if event.table.id == "shards":
+            self._show_detail(event.key)
 
-    def _fill(self, name: str, rows: list[Row]) -> None:
-        """The table's rows made `rows`: only changed cells redrawn where the rows are the
-        same ones in the same order, else all of them, the cursor kept on its row."""
-        table = self.query_one(f"#{name}", DataTable)
-        shown = self._shown[name]
-        columns = SHARD_COLUMNS if name == "shards" else NODE_COLUMNS
-        if [k for k, _ in shown] == [k for k, _ in rows]:
-            for (key, old), (_, new) in zip(shown, rows, strict=True):
-                for column, before, after in zip(columns, old, new, strict=True):
-                    if before != after:
-                        table.update_cell(key, column, _cell(column, after))
-        else:
-            at = _cursor_key(table)
-            table.clear()
-            for key, cells in rows:
-                table.add_row(*(_cell(c, v) for c, v in zip(columns, cells, strict=True)), key=key)
-            if at is not None and at in table.rows:
-                table.move_cursor(row=table.get_row_index(at))
-        self._shown[name] = rows
-
-    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
-        if event.data_table.id == "shards" and event.row_key.value is not None:
-            self._show_detail(event.row_key.value)
-
-    def on_data_table_header_selected(self, event: DataTable.HeaderSelected) -> None:
-        if event.data_table.id == "shards":
-            self.sort_by = event.column_index
+    def on_row_table_header_selected(self, event: RowTable.HeaderSelected) -> None:
+        if event.table.id == "shards":
+            self.sort_by = event.column
             self._draw()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
@@ -278,12 +244,13 @@ class Console(App[None]):
             self.pattern = ""
             self._draw()
 
-    def _table(self) -> DataTable[Text]:
+    def _table(self) -> RowTable[ShardRow] | RowTable[NodeRow]:
         current = self.query_one("#tables", ContentSwitcher).current or "shards"
-        return self.query_one(f"#{current}", DataTable)
+        return self.query_one(f"#{current}", RowTable)
 
     def _show_detail(self, key: str) -> None:
-        row = self._rows.get(key)
+        items = self.query_one("#shards", RowTable).items
+        row = next((r for r in items if _key(r) == key), None)
         if row is None:
             return
         self.detail = key
@@ -334,21 +301,18 @@ def _key(row: ShardRow) -> str:
     return f"{row.node}\x00{row.shard}"
 
 
-def _cursor_key(table: DataTable[Text]) -> str | None:
-    """The key of the row under the cursor; None in an empty table."""
-    try:
-        return table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value
-    except CellDoesNotExist:
-        return None
+def _node_key(row: NodeRow) -> str:
+    return row.node
 
 
-def _cell(column: str, text: str) -> Text:
-    if column == "reason" and len(text) > REASON_CHARS:
-        text = text[: REASON_CHARS - 1] + "…"
-    style = _STYLES.get(text, "") if column == "verdict" else ""
-    if column == "state" and "FIRING" in text:
-        style = "bold red"
-    return Text(text, style=style)
+def _columns(names: Sequence[str]) -> list[tuple[str, int]]:
+    return [(name, WIDTHS.get(name, 24)) for name in names]
+
+
+def _style(column: str, text: str) -> str:
+    if column == "verdict":
+        return _STYLES.get(text, "")
+    return "bold red" if column == "state" and "FIRING" in text else ""
 
 
 def _node_cells(n: NodeRow) -> tuple[str, ...]:

@@ -119,6 +119,44 @@ def test_a_gateway_that_starts_late_knows_the_fleet_at_once_then_follows_it(
     node.stop()
 
 
+def test_a_view_of_one_look_holds_what_the_bus_keeps_until_told_to_follow(
+    node: ShardNode,
+) -> None:
+    node.start()
+    node.wait_published()
+    node.stop()
+    when = datetime(2026, 11, 30, 6, 0, tzinfo=UTC)
+    status = ComputeStatus(
+        node=NODE, shard="later", session="s1", time=when, verdict="partial", reason="half"
+    )
+
+    async def scenario() -> None:
+        nc = await nats.connect(node.url)
+        view = FleetView(nc, follow=False)
+        try:
+            await view.start()
+            assert view.kept is not None and view.kept.nodes == {NODE}
+            assert {shard for _, shard in view.shards} == {"holding", "idle"}
+            inventory = view.inventories[NODE]
+            assert not inventory.compressed  # held as it came, for the moment it lives
+            assert view.sample(NODE) is not None
+            payload, headers = encode(status)
+            subject = subjects.compute(NODE, "later")
+            probe = await nc.subscribe(subject)  # made after the view's would be
+            await nc.publish(subject, payload, headers=headers)
+            await probe.next_msg(timeout=10)
+            assert view.status(NODE, "later") is None  # not followed
+            await view.follow_live()
+            await nc.publish(subject, payload, headers=headers)
+            await nc.flush()
+            await eventually_async(lambda: view.status(NODE, "later") == status)
+        finally:
+            await view.stop()
+            await nc.close()
+
+    anyio.run(scenario, backend="asyncio")
+
+
 def test_a_fresh_cluster_is_an_empty_fleet_and_bad_messages_are_counted(
     nats_server: NatsServer,
 ) -> None:

@@ -10,7 +10,14 @@ import msgspec
 import pytest
 
 from placewatch.consumer.held import decode_held
-from placewatch.consumer.watch.board import FORGET_AFTER_S, matches, node_matches, rank, selected
+from placewatch.consumer.watch.board import (
+    FORGET_AFTER_S,
+    Filtered,
+    matches,
+    node_matches,
+    rank,
+    selected,
+)
 from placewatch.consumer.watch.text import COLUMNS, as_json, lines
 from placewatch.consumer.watch.watched import Watched
 from placewatch.schemas import NodeTelemetry, SourceStatus, encode
@@ -103,6 +110,27 @@ def test_a_filter_term_matches_within_any_field_or_the_one_it_names() -> None:
     assert node_matches("gpu-0042", "node:gpu-004?") and node_matches("gpu-0042", "0042")
     assert node_matches("gpu-0042", "verdict:gpu")  # another field's term keeps every node
     assert not node_matches("gpu-0042", "old")
+
+
+@pytest.mark.parametrize(
+    ("terms", "count"),
+    [
+        ("fallback", 42),
+        ("node:old-0[0-4]", 20),
+        ("GPU-00* verdict:CPU*", 2),
+        ("state:*silent shard:shard-0[!1]", 81),
+        ("old gpu-00", 0),
+        ("node:gpu-01?? fallback", 1),
+        ("", 4108),
+    ],
+)
+def test_a_filter_over_every_row_at_once_keeps_what_each_row_s_match_keeps(
+    terms: str, count: int
+) -> None:
+    rows = watched().board().shards
+    kept = Filtered(rows).kept(terms.split())
+    assert kept == [r for r in rows if all(matches(r, t) for t in terms.split())]
+    assert len(kept) == count
 
 
 def test_once_prints_a_line_per_shard_with_its_node_so_grep_keeps_it_whole() -> None:

@@ -13,11 +13,12 @@ pytest.importorskip("textual", reason="the console needs Textual: pip install '.
 
 from textual.binding import Binding
 from textual.pilot import Pilot
-from textual.widgets import DataTable, Static
+from textual.widgets import Static
 
 from placewatch.consumer.watch.command import Filters
-from placewatch.consumer.watch.console import MAX_ROWS, Console
+from placewatch.consumer.watch.console import Console
 from placewatch.consumer.watch.keys import KEYS, HelpScreen, help_text
+from placewatch.consumer.watch.table import RowTable
 from placewatch.consumer.watch.watched import Watched
 
 from tests.conftest import ROOT
@@ -48,8 +49,8 @@ def drive(app: Console, steps: Callable[[Pilot[None]], Awaitable[None]]) -> None
 
 
 def rows(app: Console, table: str = "shards") -> list[list[str]]:
-    t = app.query_one(f"#{table}", DataTable)
-    return [[str(c) for c in t.get_row_at(i)] for i in range(t.row_count)]
+    t = app.query_one(f"#{table}", RowTable)
+    return [list(t.cells_at(i)) for i in range(t.row_count)]
 
 
 def test_at_1000_nodes_the_header_and_the_firing_shards_are_on_the_first_screen() -> None:
@@ -64,7 +65,7 @@ def test_at_1000_nodes_the_header_and_the_firing_shards_are_on_the_first_screen(
             await pilot.pause(0.05)
         assert "nodes 1000 live, 27 silent" in said
         assert "42 firing, 27 on silent nodes" in said
-        assert "4108 of 4108 shards" in said and f"the first {MAX_ROWS} shown" in said
+        assert "4108 of 4108 shards, 1027 of 1027 nodes  sorted problems first" in said
         firing = [line for line in screen if "cpu_fallback" in line and "FIRING" in line]
         # the 15 on live nodes, then those on silent nodes, as many as the screen holds
         nodes = [line.split()[0] for line in firing]
@@ -77,7 +78,7 @@ def test_at_1000_nodes_the_header_and_the_firing_shards_are_on_the_first_screen(
 
 
 def test_slash_filters_by_glob_and_escape_clears_it() -> None:
-    app = console(live=100)  # 127 nodes' 508 shards: more than a table holds
+    app = console(live=100)  # 127 nodes' 508 shards
 
     async def steps(pilot: Pilot[None]) -> None:
         await pilot.press("slash")
@@ -87,7 +88,7 @@ def test_slash_filters_by_glob_and_escape_clears_it() -> None:
         assert all(r[3] == "cpu_fallback" and r[4] == "FIRING,silent" for r in shown)
         assert "10 of 508 shards" in str(app.query_one("#count", Static).render())
         await pilot.press("escape")
-        assert len(rows(app)) == MAX_ROWS
+        assert len(rows(app)) == 508
 
     drive(app, steps)
 
@@ -223,3 +224,63 @@ def test_the_help_names_every_key_the_console_binds_and_the_docs_table_is_it() -
     table = doc.split("<!-- console-keys -->\n")[1].split("<!-- /console-keys -->")[0]
     rows_ = [line.strip("| ").split(" | ") for line in table.splitlines()[2:]]
     assert [(k.replace("`", "").replace(",", ""), w) for k, w in rows_] == list(KEYS)
+
+
+def test_the_cursor_follows_its_row_across_a_re_sort() -> None:
+    app = console(live=30, dead=2)
+
+    async def steps(pilot: Pilot[None]) -> None:
+        table = app.query_one("#shards", RowTable)
+        await pilot.press("down", "down", "down")
+        on = rows(app)[3][:2]
+        assert table.cursor_row == 3 and table.cursor_key == "\x00".join(on)
+        await pilot.press("o")  # by node: the row moves, the cursor with it
+        order = [r[:2] for r in rows(app)]
+        assert order.index(on) != 3
+        assert table.cursor_row == order.index(on) and table.cursor_key == "\x00".join(on)
+        await pilot.press("r")
+        order = [r[:2] for r in rows(app)]
+        assert table.cursor_row == order.index(on)
+        await pilot.press("enter")  # the pane opens on that row
+        detail = str(app.query_one("#detail-text", Static).render())
+        assert detail.startswith(f"{on[0]} / {on[1]}   ")
+
+    drive(app, steps)
+
+
+def table_on_screen(app: Console) -> list[list[str]]:
+    """The shards' rows the screen shows: node and shard of each line under the column names."""
+    screen = screen_text(app)
+    first = next(i for i, line in enumerate(screen) if line.split()[:2] == ["node", "shard"])
+    return [line.split()[:2] for line in screen[first + 1 : -1] if line.strip()]
+
+
+def test_at_10000_nodes_the_screen_shows_the_window_of_rows_under_the_cursor() -> None:
+    app = console(live=10_000, dead=27)
+
+    async def steps(pilot: Pilot[None]) -> None:
+        table = app.query_one("#shards", RowTable)
+        assert table.row_count == 40_108
+        await pilot.press("end")
+        window = table.window()
+        assert table.cursor_row == 40_107 and window.stop == 40_108
+        assert len(window) == table.size.height - 1  # a screen of rows, under the names
+        shown = [list(table.cells_at(i)[:2]) for i in window]
+        assert shown[-1] == [live_name(9999), "shard-03"]
+        for _ in range(100):  # painted
+            if table_on_screen(app) == shown:
+                break
+            await pilot.pause(0.05)
+        assert table_on_screen(app) == shown
+        await pilot.press("pageup")
+        assert table.cursor_row == 40_107 - len(window)
+        assert table.window().start == table.cursor_row
+        await pilot.press("home")
+        assert table.window().start == 0 and table.cursor_row == 0
+        for _ in range(100):
+            if table_on_screen(app)[0] == [live_name(0), "shard-01"]:
+                break
+            await pilot.pause(0.05)
+        assert table_on_screen(app)[:2] == [[live_name(0), "shard-01"], [live_name(71), "shard-01"]]
+
+    drive(app, steps)
