@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 import statistics
 import subprocess
@@ -34,6 +35,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import psutil
@@ -104,15 +106,38 @@ async def publish(url: str, nodes: int, tally: Tally) -> None:
     await paced(send, nodes, INTERVAL_S, tally)
 
 
-async def measure(
-    url: str, nodes: int, window: float, presses: int, tally: Path
-) -> dict[str, float]:
+SLOW_SAID = 3
+"""The slowest keys, each with what ran while it waited."""
+
+
+def _overlaps(
+    wait: tuple[str, float, float],
+    collections: list[tuple[int, float, float]],
+    builds: list[tuple[float, float]],
+) -> str:
+    """A key's wait in words: how long, and the collections and board builds within it."""
+    key, began, ended = wait
+
+    def within(b: float, e: float) -> float:
+        return max(0.0, min(e, ended) - max(b, began)) * 1000
+
+    full = sum(within(b, e) for g, b, e in collections if g == 2)
+    young = sum(within(b, e) for g, b, e in collections if g < 2)
+    built = sum(within(b, e) for b, e in builds)
+    return (
+        f"{key} {(ended - began) * 1000:.0f} ms (full collections {full:.0f} ms, younger "
+        f"{young:.0f} ms, a board building {built:.0f} ms)"
+    )
+
+
+async def measure(url: str, nodes: int, window: float, presses: int, tally: Path) -> dict[str, Any]:
     import nats
     from textual.widgets import ContentSwitcher, Input
 
     from placewatch.consumer.fleet import FleetView, Message
+    from placewatch.consumer.watch.board import Board
     from placewatch.consumer.watch.console import Console
-    from placewatch.consumer.watch.watched import Watched
+    from placewatch.consumer.watch.watched import Taken, Watched
     from placewatch.schemas import NodeTelemetry
 
     received = 0
@@ -121,10 +146,34 @@ async def measure(
         nonlocal received
         received += isinstance(message, NodeTelemetry)
 
+    # What ran while a key waited: each collection of the cyclic collector (its generation,
+    # when, how long) and each board built (in its thread, holding the GIL as it computes).
+    collections: list[tuple[int, float, float]] = []
+    builds: list[tuple[float, float]] = []
+    gc_began = [0.0]
+
+    def collected(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            gc_began[0] = time.perf_counter()
+        else:
+            collections.append((info["generation"], gc_began[0], time.perf_counter()))
+
     nc = await nats.connect(url)
     view = FleetView(nc, on_change=count)
     await view.start()
-    app = Console(Watched(view, url), every_s=1.0)
+    watched = Watched(view, url)
+    build = watched.build
+
+    def timed_build(taken: Taken) -> Board:
+        began = time.perf_counter()
+        try:
+            return build(taken)
+        finally:
+            builds.append((began, time.perf_counter()))
+
+    watched.build = timed_build  # type: ignore[method-assign]
+    app = Console(watched, every_s=1.0)
+    gc.callbacks.append(collected)
     me = psutil.Process()
     # Each frame Textual paints: what the screen shows once it is written (headless, the
     # frame is rendered all the same and only its writing to a terminal is skipped).
@@ -199,6 +248,7 @@ async def measure(
                     while watching:  # noqa: ASYNC110 - polled: the time is the point
                         await asyncio.sleep(0.0005)
                     took.append((painted[-1] - started) * 1000)
+                    waits.append((key, started, painted[-1]))
                     await asyncio.sleep(0.2)
                 return took
 
@@ -209,7 +259,9 @@ async def measure(
                 started = time.perf_counter()
                 await asyncio.sleep(0.01)
                 late.append((time.perf_counter() - started - 0.01) * 1000)
+            waits: list[tuple[str, float, float]] = []
             keys = {key: await timed(key) for key, _ in KEYS}
+            gc.callbacks.remove(collected)
             cpu0, wall0 = sum(me.cpu_times()[:2]), time.monotonic()
             await pilot.pause(window)
             cpu = (sum(me.cpu_times()[:2]) - cpu0) / (time.monotonic() - wall0)
@@ -227,6 +279,10 @@ async def measure(
             for key, took in keys.items():
                 figures[key] = statistics.median(took)
                 figures[f"{key}_max"] = max(took)
+            slow = sorted(waits, key=lambda w: w[1] - w[2])[:SLOW_SAID]
+            figures["slow"] = [_overlaps(w, collections, builds) for w in slow]
+            full = [(e - b) * 1000 for g, b, e in collections if g == 2]
+            figures["full_gc"] = (len(full), max(full, default=0.0))
             return figures
     finally:
         await view.stop()
@@ -284,6 +340,8 @@ def main() -> int:
         said += [
             f"  CPU {m['cpu_pct']:.0f} % of a core over {args.window:g} s "
             f"(target at most 100 %), RSS {m['rss_mib']:.0f} MiB, {m['drawn']:.0f} boards drawn",
+            f"  full collections while keys were timed: {m['full_gc'][0]}, longest "
+            f"{m['full_gc'][1]:.0f} ms; slowest keys: {'; '.join(m['slow'])}",
             f"  keys {'within' if within else 'NOT within'} their targets; {load.line()} "
             f"(load {os.getloadavg()[0]:.2f})",
         ]

@@ -41,6 +41,8 @@ from .watched import Watched
 REASON_CHARS = 120
 BUILD_SHARE = 3
 """A board is built at most every this many times as long as the last took to build."""
+SWEEP_S = 600.0
+"""How often the objects kept out of the collector's passes are walked, for cycles."""
 BLOCKS = " ▁▂▃▄▅▆▇█"
 SHARD_COLUMNS = ("node", "shard", "engine", "verdict", "state", "since", "gpus", "reason")
 NODE_COLUMNS = ("node", "state", "GPU util", "GPU memory", "shards", "problems")
@@ -98,6 +100,7 @@ class Console(App[None]):
         self._building = False
         self._next_at = 0.0
         self.drawn = 0
+        self._swept_at = time.monotonic()
         """Boards drawn so far (tests and the benchmark wait on it)."""
 
     def compose(self) -> ComposeResult:
@@ -140,10 +143,16 @@ class Console(App[None]):
             self._draw()
         except NoMatches:  # the console closed while the board was built
             return
-        if self.drawn == 1:
-            # What the view and the console hold by now stays: out of the collector's full
-            # passes, which walked it all (0.5 s at 10,000 nodes) while a key waited.
-            gc.freeze()
+        # What the view and the console hold by now stays out of the collector's passes:
+        # frozen once, each board's rows and looks and each second's messages still reached
+        # its oldest generation, and its full passes over them (up to 0.3 s at 10,000 nodes,
+        # every second or two) were what a key waited on. Acyclic, they are freed as ever
+        # when let go; cycles among them wait for the sweep, one full pass each SWEEP_S.
+        if time.monotonic() >= self._swept_at + SWEEP_S:
+            self._swept_at = time.monotonic()
+            gc.unfreeze()
+            gc.collect()
+        gc.freeze()
 
     def _draw(self) -> None:
         if self.board is None:
