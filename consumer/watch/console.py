@@ -42,6 +42,8 @@ REASON_CHARS = 120
 BUILD_SHARE = 3
 """A board is built at most every this many times as long as the last took to build."""
 SWEEP_S = 600.0
+FULL_EVERY = 100
+"""The collector's young passes to one of its oldest generation (Python's default is 10)."""
 """How often the objects kept out of the collector's passes are walked, for cycles."""
 BLOCKS = " ▁▂▃▄▅▆▇█"
 SHARD_COLUMNS = ("node", "shard", "engine", "verdict", "state", "since", "gpus", "reason")
@@ -148,6 +150,8 @@ class Console(App[None]):
         # its oldest generation, and its full passes over them (up to 0.3 s at 10,000 nodes,
         # every second or two) were what a key waited on. Acyclic, they are freed as ever
         # when let go; cycles among them wait for the sweep, one full pass each SWEEP_S.
+        if self.drawn == 1:  # the full passes left walk a second's objects: seldom needed
+            gc.set_threshold(*gc.get_threshold()[:2], FULL_EVERY)
         if time.monotonic() >= self._swept_at + SWEEP_S:
             self._swept_at = time.monotonic()
             gc.unfreeze()
