@@ -11,7 +11,9 @@ headless, 200x50, redrawing each second) driven by Textual's Pilot. Measured:
   the cursor, one that re-sorts the table, one that switches to the nodes, Enter on a filter
   typed after `/` and Escape clearing it (each over 40,000 rows at 10,000 nodes). (Pilot.press
   waits until the process is idle, which one following 5,000 messages a second never is.)
-  Beside it, how late the event loop wakes;
+  Beside it, how late the event loop wakes, the cyclic collector's full passes while keys
+  were timed, and for the slowest keys what they waited on (full and young passes, a board
+  being built in the other thread);
 - CPU: this process's CPU time over a window, as a share of one core (the view taking N/2
   telemetry messages a second, and a board built each second);
 - the load: the telemetry the publisher sent from the first key to the end of the window,
