@@ -170,8 +170,8 @@ def no_gpu_tool(sources: list[SourceStatus]) -> str | None:
     said = "; ".join(f"{s.name}: {s.error or 'no answer'}" for s in sources) or "none is set"
     return (
         f"no GPU tool answered ({said}): every shard placed on GPUs is judged by its engine's "
-        "log alone. Install the NVIDIA driver (nvidia-smi, NVML) or ROCm (rocm-smi, amd-smi), "
-        "or run `placewatch doctor`"
+        "log alone. Install the NVIDIA driver (nvidia-smi, NVML), ROCm (rocm-smi, amd-smi) or "
+        "Intel's i915 or xe driver (xpu-smi on data-center GPUs), or run `placewatch doctor`"
     )
 
 

@@ -31,5 +31,8 @@ def test_no_gpu_tool_names_each_and_what_to_install_and_is_silent_when_one_answe
         "no GPU tool answered (nvml: NVML did not initialise: driver not loaded; nvidia-smi: "
         "nvidia-smi not found on PATH)"
     )
-    assert "Install the NVIDIA driver (nvidia-smi, NVML) or ROCm (rocm-smi, amd-smi)" in said
+    assert (
+        "Install the NVIDIA driver (nvidia-smi, NVML), ROCm (rocm-smi, amd-smi) or Intel's i915 "
+        "or xe driver (xpu-smi on data-center GPUs), or run `placewatch doctor`"
+    ) in said
     assert no_gpu_tool([*failed, SourceStatus(name="rocm-smi", ok=True)]) is None

@@ -397,8 +397,8 @@ class ShardPass:
         """Track the current placements; return those that are no longer placed."""
         current = {p.spec.id: p for p in placements}
         gone = [t for sid, t in self.tracked.items() if sid not in current]
-        for t in gone:
-            del self.tracked[t.placement.spec.id]
+        for dropped in gone:
+            del self.tracked[dropped.placement.spec.id]
         for sid, placement in current.items():
             t = self.tracked.get(sid)
             if t is None or t.placement.spec != placement.spec:
