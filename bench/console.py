@@ -268,7 +268,7 @@ async def measure(url: str, nodes: int, window: float, presses: int, tally: Path
             await pilot.pause(window)
             cpu = (sum(me.cpu_times()[:2]) - cpu0) / (time.monotonic() - wall0)
             ended = time.time()
-            figures = {
+            figures: dict[str, Any] = {
                 "sent": sent_between(tally, began, ended),
                 "received": received - got,
                 "seconds": ended - began,
