@@ -43,7 +43,7 @@ BUILD_SHARE = 3
 """A board is built at most every this many times as long as the last took to build."""
 SWEEP_S = 600.0
 FULL_EVERY = 100
-"""The collector's young passes to one of its oldest generation (Python's default is 10)."""
+"""Passes of the collector's middle generation to one full pass (Python's default is 10)."""
 """How often the objects kept out of the collector's passes are walked, for cycles."""
 BLOCKS = " ▁▂▃▄▅▆▇█"
 SHARD_COLUMNS = ("node", "shard", "engine", "verdict", "state", "since", "gpus", "reason")
