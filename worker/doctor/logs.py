@@ -2,8 +2,9 @@
 file interleave their lines, so the worker reads both as `unknown` (liveness.shared_logs);
 and a log that is not the file its engine writes, or that the engine's user could not read
 (a named pipe, a link, another user's file: engines/evidence/source.py), is not read; nor is
-the journal of a service that journalctl cannot read here (engines/evidence/journal/). Doctor
-says so before a status does."""
+a log deleted while its engine writes to it, the output of an engine that goes to a pipe
+(discover/log_path.py), or the journal of a service that journalctl cannot read here
+(engines/evidence/journal/). Doctor says so before a status does."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import os
 from collections.abc import Sequence
 
 from ..engines.evidence.journal import Journal, JournalTail
-from ..engines.evidence.source import Gone, JournalLog, LogSource, Refused
+from ..engines.evidence.source import Deleted, Gone, JournalLog, LogSource, Refused
 from ..shards.discover import Discovered
 from ..shards.discover.log_path import log_source
 from ..shards.discovered import placement_of
@@ -27,6 +28,7 @@ GIVE_OWN = (
     "name the file the engine itself writes, as its own user may read it (docs/shards.md); "
     "or leave log_path out"
 )
+WRITE_AGAIN = "restart the engine with a log file that stays; until then its verdict stands, stale"
 
 
 def check_logs(
@@ -41,7 +43,8 @@ def check_logs(
     tracked = {p.spec.id: Tracked(Placement(p.spec, "file"), pid=p.pid) for p in placed if p.pid}
     tracked |= {d.spec.id: Tracked(placement_of(d), pid=d.spec.pid) for d in found}
     logs = {t.placement.spec.log_path for t in tracked.values() if t.placement.spec.log_path}
-    if not logs:
+    piped = {d.spec.id: d.unlogged for d in found if d.unlogged}
+    if not logs and not piped:
         report.skip(ENGINE_LOGS, "no engine's log is followed (none found or named)")
         return
     said = shared_logs(tracked, {})
@@ -50,7 +53,10 @@ def check_logs(
         report.fail(ENGINE_LOGS, f"{sid}: {why.split('; give each')[0]}", GIVE_EACH)
     for sid, (why, fix) in sorted(refused.items()):
         report.fail(ENGINE_LOGS, f"{sid}: its log is not read: {why}", fix)
-    if not said and not refused:
+    for sid, why in sorted(piped.items()):
+        head, _, fix = why.partition("; send it")
+        report.fail(ENGINE_LOGS, f"{sid}: it has no log: {head}", f"send it{fix}")
+    if not said and not refused and not piped:
         report.ok(ENGINE_LOGS, f"{count(len(logs), 'log')} followed, each written by one engine")
 
 
@@ -63,19 +69,25 @@ def _refused(tracked: dict[str, Tracked], journal: Journal) -> dict[str, tuple[s
         if not path:
             continue
         source = log_source(path, t.placement.log, t.pid)
-        why = _journal_refused(source, journal) if isinstance(source, JournalLog) else _file(source)
-        if why is not None:
-            found[sid] = (why, READ_JOURNAL if isinstance(source, JournalLog) else GIVE_OWN)
+        if isinstance(source, JournalLog):
+            why = _journal_refused(source, journal)
+            if why is not None:
+                found[sid] = (why, READ_JOURNAL)
+        elif (said := _file(source, path)) is not None:
+            found[sid] = said
     return found
 
 
-def _file(source: LogSource) -> str | None:
+def _file(source: LogSource, path: str) -> tuple[str, str] | None:
+    """Why the file is not read, and what to do; None where it is."""
     if isinstance(source, JournalLog):
         return None
     try:
         fd, _ = source.open()
     except Refused as why:
-        return str(why)
+        return str(why), GIVE_OWN
+    except Deleted:
+        return f"{path} was deleted while its process writes to it", WRITE_AGAIN
     except (Gone, OSError):
         return None  # not written yet, or its process exited: nothing wrong with it
     os.close(fd)
