@@ -6,9 +6,28 @@ import signal
 import socket
 import subprocess
 import urllib.request
+from datetime import UTC, datetime
+
+from nats.aio.client import Client
+
+from placewatch.schemas import NodeSample, encode, lean, subjects
 
 from tests.conftest import clean_env, free_port, placewatch_cmd
 from tests.support.eventually import eventually
+
+
+async def publish_nodes(nc: Client, names: list[str]) -> None:
+    """Each node's inventory and telemetry, as a worker publishes them."""
+    for node in names:
+        sample = NodeSample(node=node, session="s", seq=0, time=datetime.now(UTC), interval_s=1)
+        inventory, telemetry = lean.split(sample)
+        for message, subject in (
+            (inventory, subjects.inventory(node)),
+            (telemetry, subjects.telemetry(node)),
+        ):
+            payload, headers = encode(message)
+            await nc.publish(subject, payload, headers=headers)
+    await nc.flush()
 
 
 class Exporter:

@@ -24,7 +24,7 @@ from tests.conftest import (
     free_port,
     run_placewatch,
 )
-from tests.support.exporter import Exporter
+from tests.support.exporter import Exporter, publish_nodes
 from tests.support.fleet_node import HOLDING_MIB, NODE, ShardNode, a100x2_health
 from tests.support.held import UUID0, sick_node
 from tests.support.prometheus import Prometheus, dashboard_exprs, first_ups
@@ -308,17 +308,7 @@ def test_an_exporter_told_another_n_than_the_servers_serves_what_it_found(
     async def publish() -> None:
         nc = await nats.connect(server.url)
         try:
-            for node in nodes:
-                inventory, telemetry = lean.split(
-                    NodeSample(node=node, session="s", seq=0, time=datetime.now(UTC), interval_s=1)
-                )
-                for message, subject in (
-                    (inventory, subjects.inventory(node)),
-                    (telemetry, subjects.telemetry(node)),
-                ):
-                    payload, headers = encode(message)
-                    await nc.publish(subject, payload, headers=headers)
-            await nc.flush()
+            await publish_nodes(nc, nodes)
         finally:
             await nc.close()
 

@@ -12,7 +12,6 @@ from pathlib import Path
 import anyio
 import nats
 import pytest
-from nats.aio.client import Client
 from prometheus_client.parser import text_string_to_metric_families
 
 from placewatch.consumer.fleet import FleetView
@@ -20,7 +19,7 @@ from placewatch.schemas import NodeSample, encode, lean, partitions, subjects
 
 from tests.conftest import NatsServer
 from tests.support.eventually import eventually, eventually_async
-from tests.support.exporter import Exporter
+from tests.support.exporter import Exporter, publish_nodes
 
 NAMES = [
     *(f"ip-10-0-{i}-{40 + 3 * i}.ec2.internal" for i in range(6)),  # EC2's private DNS names
@@ -33,20 +32,6 @@ NAMES = [
 ]
 """Dots, underscores and capitals included: the servers hash a name's subject token, which
 escapes a dot (placewatch.schemas.subjects.token)."""
-
-
-async def publish(nc: Client, names: list[str]) -> None:
-    """Each node's inventory and telemetry, as a worker publishes them."""
-    for node in names:
-        sample = NodeSample(node=node, session="s", seq=0, time=datetime.now(UTC), interval_s=1)
-        inventory, telemetry = lean.split(sample)
-        for message, subject in (
-            (inventory, subjects.inventory(node)),
-            (telemetry, subjects.telemetry(node)),
-        ):
-            payload, headers = encode(message)
-            await nc.publish(subject, payload, headers=headers)
-    await nc.flush()
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 5])
@@ -64,7 +49,7 @@ def test_every_node_is_in_exactly_one_partition_of_the_servers_mapping(
         try:
             for view in views:
                 await view.start()  # subscribed: what this connection publishes next, each takes
-            await publish(nc, NAMES)
+            await publish_nodes(nc, NAMES)
             await eventually_async(
                 lambda: sum(len(v.nodes) for v in views) >= len(NAMES), 30, what="every node held"
             )
@@ -122,7 +107,7 @@ def test_exporters_of_three_partitions_and_one_glob_serve_theirs_and_say_which(
         async def send() -> None:
             nc = await nats.connect(server.url)
             try:
-                await publish(nc, NAMES)
+                await publish_nodes(nc, NAMES)
             finally:
                 await nc.close()
 
@@ -164,7 +149,7 @@ def test_a_view_of_some_nodes_lets_the_others_go_by_their_subject_undecoded(
             await view.start()
             await nc.publish(subjects.telemetry("rack2-gpu-03"), b"no message")
             await nc.publish(subjects.telemetry("rack1-gpu-03"), b"no message")
-            await publish(nc, NAMES)
+            await publish_nodes(nc, NAMES)
             await eventually_async(lambda: set(view.nodes) == rack1, 20, what="rack1's nodes")
             return set(view.nodes) | set(view.inventories), dict(view.unreadable.counts)
         finally:
@@ -187,7 +172,7 @@ def test_a_view_of_one_node_follows_that_node_s_subjects_alone(nats_server: Nats
         view = FleetView(nc, node=node)
         try:
             await view.start()
-            await publish(nc, NAMES)
+            await publish_nodes(nc, NAMES)
             payload, headers = encode(
                 lean.split(
                     NodeSample(node=node, session="s", seq=1, time=datetime.now(UTC), interval_s=1)
