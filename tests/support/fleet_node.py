@@ -110,6 +110,19 @@ class ShardNode:
         """Shard `idle` computes on GPU 0, though placed on GPU 1: misplaced."""
         self.fake_gpu.write("nvidia-smi", "query-compute-apps.csv", self._apps(True, GPU0))
 
+    def wait_fallback_events(self, count: int, timeout: float = 30) -> list[FallbackEvent]:
+        """wait_fallback_events on this node's server; failing, with what the worker logged
+        and the fake nvidia-smi was asked last, so that a slow run explains itself."""
+        try:
+            return wait_fallback_events(self.url, count, timeout)
+        except AssertionError as e:
+            log = self.worker.err()[-4000:] if self.worker is not None else "(no worker)"
+            calls = (self.fake_gpu.data / "nvidia-smi" / "calls.log").read_text()
+            calls = "\n".join(calls.splitlines()[-15:])
+            raise AssertionError(
+                f"{e}\nworker's log:\n{log}\nnvidia-smi's calls:\n{calls}"
+            ) from None
+
     def wait_published(self, idle: str = "cpu_fallback", timeout: float = 20) -> None:
         """Until the bucket holds both shards' statuses, `idle`'s verdict as given, and the
         telemetry stream a sample of the node."""

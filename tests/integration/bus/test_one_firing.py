@@ -147,7 +147,7 @@ def test_a_fallback_forget_resolved_while_the_worker_was_cut_off_fires_again(
 def test_a_restart_fires_nothing_again(node: ShardNode) -> None:
     node.start()
     node.wait_published()
-    (first,) = wait_fallback_events(node.url, 1)
+    (first,) = node.wait_fallback_events(1)
     node.stop()
     worker = node.start()
     node.wait_published()
@@ -161,13 +161,13 @@ def test_a_restart_fires_nothing_again(node: ShardNode) -> None:
 def test_a_restart_after_forget_fires_again(node: ShardNode) -> None:
     node.start()
     node.wait_published()
-    wait_fallback_events(node.url, 1)
+    node.wait_fallback_events(1)
     node.stop()
     done = run_placewatch("forget", NODE, "--nats", node.url)
     assert done.returncode == 0, done.stderr
     worker = node.start()
     node.wait_published()
-    events = wait_fallback_events(node.url, 3)
+    events = node.wait_fallback_events(3)
     assert [(e.state, e.status.verdict, e.status.shard) for e in events] == [
         ("firing", "cpu_fallback", "idle"),
         ("resolved", "gone", "idle"),  # forget's

@@ -15,7 +15,7 @@ from placewatch.schemas import subjects
 from placewatch.schemas.streams import COMPUTE, INVENTORY
 
 from tests.conftest import run_placewatch
-from tests.support.fleet_node import NODE, ShardNode, wait_fallback_events
+from tests.support.fleet_node import NODE, ShardNode
 from tests.support.kv import kv_keys
 
 
@@ -45,7 +45,7 @@ def test_a_worker_that_comes_back_after_forget_says_every_status_again(node: Sha
         os.kill(worker.proc.pid, signal.SIGCONT)
 
     node.wait_published()  # both statuses in the bucket again, `idle` still cpu_fallback
-    events = wait_fallback_events(node.url, 3)
+    events = node.wait_fallback_events(3)
     assert [(e.state, e.status.verdict, e.status.shard) for e in events] == [
         ("firing", "cpu_fallback", "idle"),
         ("resolved", "gone", "idle"),  # forget's

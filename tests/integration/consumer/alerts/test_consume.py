@@ -28,7 +28,7 @@ from tests.conftest import NatsServer, run_placewatch
 from tests.support.alerts_cli import Alerts
 from tests.support.eventually import eventually_async
 from tests.support.fallback_events import FIRING, LABELS, MOVED, RESOLVED, T2
-from tests.support.fleet_node import NODE, ShardNode, wait_fallback_events
+from tests.support.fleet_node import NODE, ShardNode
 from tests.support.http_endpoint import Endpoint
 
 
@@ -73,7 +73,7 @@ def test_alerts_webhook_delivers_firing_then_resolved_and_nothing_twice_after_a_
 
     # While it is away the shard falls back again; restarted, it delivers that one only.
     node.idle_on_gpu(False)
-    wait_fallback_events(node.url, 3)
+    node.wait_fallback_events(3)
     alerts.append(Alerts("--nats", node.url, "--webhook", webhook.url))
     third = webhook.wait(3)[2]
     assert third["state"] == "firing"

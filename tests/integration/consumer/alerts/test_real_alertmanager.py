@@ -24,7 +24,7 @@ from tests.support.alertmanager import (
 )
 from tests.support.alerts_cli import Alerts
 from tests.support.fallback_events import status
-from tests.support.fleet_node import NODE, ShardNode, wait_fallback_events
+from tests.support.fleet_node import NODE, ShardNode
 
 ARGS = ("--format", "alertmanager", "--resend", "1")
 
@@ -115,7 +115,7 @@ def test_a_gpu_tool_outage_keeps_the_alert_and_says_since_when(
         lambda found: [a["annotations"].get("stale_since") for a in found] == [None], "idle"
     )
     assert (fresh["labels"], fresh["startsAt"]) == (fired["labels"], fired["startsAt"])
-    assert [e.state for e in wait_fallback_events(node.url, 1)] == ["firing"]  # nothing more
+    assert [e.state for e in node.wait_fallback_events(1)] == ["firing"]  # nothing more
     code, _, err = alerts[-1].stop()
     assert code == 0, err
 
@@ -132,7 +132,7 @@ def test_a_restart_after_sigkill_with_the_resolved_event_pending_fires_nothing_a
 
         relay.refusing = True
         node.idle_on_gpu(True)
-        wait_fallback_events(node.url, 2)
+        node.wait_fallback_events(2)
         deadline = time.monotonic() + 20
         while not any("endsAt" in a for body in relay.refused for a in body):
             assert time.monotonic() < deadline, "the resolved alert was never tried"
