@@ -18,7 +18,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from placewatch.schemas import (
     FALLBACK_VERDICTS,
@@ -39,6 +39,8 @@ CLOCK_OFF_S = 2.0
 """A node's clock further off the view's than this is a problem of the node (the exporter's
 PlacewatchNodeClockOff fires at the same)."""
 
+R = TypeVar("R")
+"""A node's row, or its name (kept_nodes)."""
 FILTERED = ("node", "shard", "engine", "verdict", "state")
 """The fields a filter's glob matches, each alone with `field:glob`."""
 _RANKS = {"cpu_fallback": 0, "misplaced": 1, "partial": 2}
@@ -310,16 +312,28 @@ def matcher(pattern: str) -> Callable[[ShardRow], bool]:
     """matches() for one pattern, its glob compiled once."""
     field, test = _compiled(pattern)
     fields = (field,) if field in FILTERED else FILTERED
-    return lambda row: any(test.match(getattr(row, f)) for f in fields)
+    return lambda row: any(test.search(getattr(row, f).replace("\n", " ")) for f in fields)
 
 
 def _compiled(pattern: str) -> tuple[str, re.Pattern[str]]:
     """A filter term's field ("" for any) and its glob as a regex of a whole line."""
     field, _, glob = pattern.partition(":") if ":" in pattern else ("", "", pattern)
+    return field, _line(glob)
+
+
+def _line(glob: str) -> re.Pattern[str]:
+    """A glob (a bare word matches within) as a case-insensitive regex that finds the lines
+    it matches whole, once or more each. A leading or trailing `*` leaves that end free
+    rather than matching it as `.*`: the word is looked for, not every line backtracked."""
     if not any(c in glob for c in "*?["):
         glob = f"*{glob}*"
-    inner = fnmatch.translate(glob).removeprefix("(?s:").removesuffix(")\\Z")
-    return field, re.compile(f"^(?:{inner})$", re.IGNORECASE | re.MULTILINE)
+    core = glob.strip("*")
+    if not core:
+        return re.compile("^", re.MULTILINE)
+    inner = fnmatch.translate(core).removeprefix("(?s:").removesuffix(")\\Z")
+    head = "" if glob.startswith("*") else "^"
+    tail = "" if glob.endswith("*") else "$"
+    return re.compile(f"{head}(?:{inner}){tail}", re.IGNORECASE | re.MULTILINE)
 
 
 class Filtered:
@@ -345,26 +359,46 @@ class Filtered:
             found = indices if found is None else found & indices
         return [self.rows[i] for i in sorted(found or ())]
 
+    def prepared(self, between: Callable[[], None] = lambda: None) -> Filtered:
+        """Itself, each field's text made (`between` called after each): what the first
+        filter would otherwise wait on (40,000 rows, tens of ms), done where the board is
+        built."""
+        for field in FILTERED:
+            self._text(field)
+            between()
+        return self
+
     def _text(self, field: str) -> tuple[str, list[int]]:
         """The field of every row, a line each (a line break in one made a space), and
         where each line starts."""
         held = self._texts.get(field)
         if held is None:
-            values = [getattr(r, field).replace("\n", " ") for r in self.rows]
-            starts = list(itertools.accumulate((len(v) + 1 for v in values), initial=0))
-            held = self._texts[field] = ("\n".join(values), starts[:-1])
+            values = list(map(operator.attrgetter(field), self.rows))
+            text = "\n".join(values)
+            if text.count("\n") >= len(values):  # a line break in a value
+                text = "\n".join(v.replace("\n", " ") for v in values)
+            lengths = map((1).__add__, map(len, values))
+            starts = list(itertools.accumulate(lengths, initial=0))
+            held = self._texts[field] = (text, starts[:-1])
         return held
 
 
 def node_matches(node: str, pattern: str) -> bool:
     """Whether a filter term keeps a node: a `node:` glob or a bare one must match its name;
     a term on another field keeps every node."""
-    field, _, glob = pattern.partition(":") if ":" in pattern else ("node", "", pattern)
-    if field != "node":
-        return True
-    if not any(c in glob for c in "*?["):
-        glob = f"*{glob}*"
-    return fnmatch.fnmatch(node.lower(), glob.lower())
+    return kept_nodes([node], [pattern], str) == [node]
+
+
+def kept_nodes(nodes: list[R], terms: list[str], name: Callable[[R], str]) -> list[R]:
+    """The nodes every term keeps (node_matches), each term's glob compiled once."""
+    tests = []
+    for term in terms:
+        field, _, glob = term.partition(":") if ":" in term else ("node", "", term)
+        if field == "node":
+            tests.append(_line(glob).search)
+    if not tests:
+        return nodes
+    return [n for n in nodes if all(test(name(n)) for test in tests)]
 
 
 def selected(
@@ -385,12 +419,13 @@ def selected(
         and (shard is None or fnmatch.fnmatchcase(r.shard, shard))
         and (not problems or r.problem)
     ]
+    holding = {r.node for r in rows}
     nodes = [
         n
         for n in board.nodes
         if (node is None or fnmatch.fnmatchcase(n.node, node))
         and (not problems or n.problems)
-        and (shard is None or any(r.node == n.node for r in rows))
+        and (shard is None or n.node in holding)
     ]
     return Board(board.header, rows, nodes)
 

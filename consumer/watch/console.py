@@ -9,7 +9,8 @@ with `?` (keys.py).
 
 Each second (at most a third of the time: BUILD_SHARE) the board is built from a copy of what
 the view holds, in a thread (the view goes on taking messages, and a key is answered
-meanwhile); a table holds every row of its order and draws those on the screen (table.py).
+meanwhile: the build waits while one is, KEY_FIRST_S); a table holds every row of its order
+and draws those on the screen (table.py).
 """
 
 from __future__ import annotations
@@ -19,10 +20,10 @@ import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from operator import attrgetter
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import anyio.to_thread
-from textual import work
+from textual import events, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
@@ -31,16 +32,21 @@ from textual.widgets import ContentSwitcher, Footer, Input, Static
 
 from placewatch.schemas.printable import printable
 
-from .board import Board, Filtered, NodeRow, ShardRow, bar, duration, gpus_of, node_matches
+from .board import Board, Filtered, NodeRow, ShardRow, bar, duration, gpus_of, kept_nodes
 from .command import Filters
 from .keys import HelpScreen
 from .table import RowTable
 from .text import header_lines, shard_cells
-from .watched import Watched
+from .watched import Taken, Watched
 
 REASON_CHARS = 120
 BUILD_SHARE = 3
 """A board is built at most every this many times as long as the last took to build."""
+KEY_FIRST_S = 0.2
+"""A board being built waits while a key pressed this recently is answered (its thread
+holds the interpreter half of the time: every key waited on it)."""
+KEY_WAIT_MOST_S = 1.0
+"""The most a board waits on keys (one held down): the screen stays at most this late."""
 SWEEP_S = 600.0
 FULL_EVERY = 100
 """Passes of the collector's middle generation to one full pass (Python's default is 10)."""
@@ -98,12 +104,16 @@ class Console(App[None]):
         self.board: Board | None = None
         """The last board built, as the view held it (filtered when drawn)."""
         self.detail: str | None = None  # the key of the shard whose detail is open
-        self._filtered: Filtered | None = None  # the shards drawn last, searched by filters
+        self._applied: Applied | None = None
+        """The board with the filters applied, its shards ready for filter terms."""
         self._building = False
         self._next_at = 0.0
         self.drawn = 0
         self._swept_at = time.monotonic()
         """Boards drawn so far (tests and the benchmark wait on it)."""
+        self._key_at = -KEY_FIRST_S
+        self._waited = 0.0
+        watched.pause = self._keys_first
 
     def compose(self) -> ComposeResult:
         yield Static(id="header", markup=False)
@@ -136,11 +146,11 @@ class Console(App[None]):
         started = time.monotonic()
         try:
             taken = self.watched.take()  # on the loop; built in a thread, one at a time
-            board = await anyio.to_thread.run_sync(self.watched.build, taken)
+            board, applied = await anyio.to_thread.run_sync(self._prepare, taken)
         finally:
             self._building = False
             self._next_at = started + BUILD_SHARE * (time.monotonic() - started)
-        self.board = board
+        self.board, self._applied = board, applied
         try:
             self._draw()
         except NoMatches:  # the console closed while the board was built
@@ -158,11 +168,33 @@ class Console(App[None]):
             gc.collect()
         gc.freeze()
 
+    async def on_event(self, event: events.Event) -> None:
+        if isinstance(event, events.Key):
+            self._key_at = time.monotonic()
+        await super().on_event(event)
+
+    def _keys_first(self) -> None:
+        """In the board's thread: wait while a key is answered, KEY_WAIT_MOST_S a board."""
+        while time.monotonic() - self._key_at < KEY_FIRST_S and self._waited < KEY_WAIT_MOST_S:
+            time.sleep(0.005)
+            self._waited += 0.005
+
+    def _prepare(self, taken: Taken) -> tuple[Board, Applied]:
+        """The board, and its shards ready to filter: built in a thread, not in a key's wait."""
+        self._waited = 0.0
+        board = self.watched.build(taken)
+        applied = Applied.of(board, self.filters)
+        self._keys_first()
+        applied.filtered.prepared(self._keys_first)
+        return board, applied
+
     def _draw(self) -> None:
         if self.board is None:
             return
-        board = self.filters.apply(self.board)
-        whole = self.filters._replace(problems=False).apply(self.board)
+        applied = self._applied
+        if applied is None or applied.built is not self.board or applied.filters != self.filters:
+            applied = self._applied = Applied.of(self.board, self.filters)  # `p` pressed
+        board, whole = applied.board, applied.whole
         now = datetime.fromtimestamp(self.watched.clock(), UTC)
         state = "" if self.connected() else "  DISCONNECTED: showing the last known"
         header = header_lines(
@@ -170,9 +202,7 @@ class Console(App[None]):
         )
         self.query_one("#header", Static).update("\n".join(header))
         terms = self.pattern.split()
-        if self._filtered is None or self._filtered.rows is not board.shards:
-            self._filtered = Filtered(board.shards)
-        shards = self._filtered.kept(terms)
+        shards = applied.filtered.kept(terms)
         if self.sort_by is not None:  # stable: problems first within a column's ties
             column = attrgetter(SHARD_COLUMNS[self.sort_by])
             shown = sorted(shards, key=column, reverse=self.reverse)
@@ -180,7 +210,7 @@ class Console(App[None]):
             shown = shards[::-1] if self.reverse else shards
         self.query_one("#shards", RowTable).show(shown)
         held = self._kept_nodes(board, whole)
-        nodes = [n for n in held if all(node_matches(n.node, t) for t in terms)] if terms else held
+        nodes = kept_nodes(held, terms, attrgetter("node"))
         self.query_one("#nodes", RowTable).show(nodes)
         sort = "problems first" if self.sort_by is None else f"by {SHARD_COLUMNS[self.sort_by]}"
         sort += ", reversed" if self.reverse else ""
@@ -269,6 +299,25 @@ class Console(App[None]):
         self.detail = key
         self.query_one("#detail-text", Static).update("\n".join(detail_lines(self.watched, row)))
         self.query_one("#detail").add_class("shown")
+
+
+class Applied(NamedTuple):
+    """A board as built, and with the console's filters applied."""
+
+    built: Board
+    filters: Filters
+    board: Board
+    """`built` with every filter applied."""
+    whole: Board
+    """`built` with the filters of nodes and shards applied, not `problems`."""
+    filtered: Filtered
+    """`board`'s shards, for filter terms."""
+
+    @classmethod
+    def of(cls, built: Board, filters: Filters) -> Applied:
+        board = filters.apply(built)
+        whole = filters._replace(problems=False).apply(built)
+        return cls(built, filters, board, whole, Filtered(board.shards))
 
 
 def detail_lines(watched: Watched, row: ShardRow) -> list[str]:

@@ -25,6 +25,12 @@ SHARED_NAMED = 3
 """The other nodes a shared GPU's sentence names; the rest are counted."""
 HISTORY = 20
 """Verdict changes kept per shard for its detail pane."""
+PAUSE_EVERY = 1024
+"""Nodes and shards a build takes between two calls of Watched.pause."""
+
+
+def _no_pause() -> None:
+    pass
 
 
 class GpuId(msgspec.Struct, frozen=True, gc=False):
@@ -78,6 +84,10 @@ class Watched:
         self._shared_at = -SHARED_EVERY_S
         self.history: dict[tuple[str, str], tuple[Change, ...]] = {}
         self._rows: dict[tuple[str, str], ShardRow] = {}
+        self.pause: Callable[[], None] = _no_pause
+        """Called every PAUSE_EVERY nodes and shards of a build: the console's keys come
+        first (it waits while one is answered)."""
+        self._made = 0
 
     def take(self) -> Taken:
         s = self.state
@@ -112,6 +122,9 @@ class Watched:
     def _row(self, s: ComputeStatus, since: datetime, silent: bool, blind: bool) -> ShardRow:
         """shard_row, made again only when the status, its since, its node's silence or its
         blindness changed: most of 40,000 shards' rows stay from one board to the next."""
+        self._made += 1
+        if not self._made % PAUSE_EVERY:
+            self.pause()
         key = (s.node, s.shard)
         held = self._rows.get(key)
         if held is None or held.status is not s:
@@ -131,6 +144,9 @@ class Watched:
     def _node_looks(self, nodes: dict[str, Held], inventories: dict[str, Held]) -> list[NodeLook]:
         looks = []
         for node, held in nodes.items():
+            self._made += 1
+            if not self._made % PAUSE_EVERY:
+                self.pause()
             cached = self._looks.get(node)
             if cached is None or cached[0] is not held:
                 cached = (held, look(node, held, inventories.get(node)))

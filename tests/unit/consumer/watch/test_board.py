@@ -3,6 +3,7 @@ as firing where they are, filters by glob, and text and JSON that stand alone.""
 
 from __future__ import annotations
 
+import fnmatch
 import json
 from datetime import timedelta
 
@@ -11,6 +12,7 @@ import pytest
 
 from placewatch.consumer.held import decode_held
 from placewatch.consumer.watch.board import (
+    FILTERED,
     FORGET_AFTER_S,
     Filtered,
     matches,
@@ -131,6 +133,23 @@ def test_a_filter_over_every_row_at_once_keeps_what_each_row_s_match_keeps(
     kept = Filtered(rows).kept(terms.split())
     assert kept == [r for r in rows if all(matches(r, t) for t in terms.split())]
     assert len(kept) == count
+
+
+@pytest.mark.parametrize(
+    "glob", ["*", "gpu-0*", "*-01", "gpu-00?2", "*-0?4*", "shard-0[!1]", "*FALL*", "cpu_fallback"]
+)
+def test_a_glob_keeps_the_rows_a_shell_s_match_keeps_its_ends_anchored_where_it_has_no_star(
+    glob: str,
+) -> None:
+    rows = watched().board().shards
+    whole = glob if any(c in glob for c in "*?[") else f"*{glob}*"
+    want = [
+        r
+        for r in rows
+        if any(fnmatch.fnmatch(getattr(r, f).lower(), whole.lower()) for f in FILTERED)
+    ]
+    assert Filtered(rows).kept([glob]) == want
+    assert 0 < len(want) < len(rows) or glob == "*"
 
 
 def test_once_prints_a_line_per_shard_with_its_node_so_grep_keeps_it_whole() -> None:

@@ -5,6 +5,7 @@ shard, tab shows the nodes, `q` quits."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 
 import pytest
@@ -16,7 +17,7 @@ from textual.pilot import Pilot
 from textual.widgets import Static
 
 from placewatch.consumer.watch.command import Filters
-from placewatch.consumer.watch.console import Console
+from placewatch.consumer.watch.console import KEY_FIRST_S, KEY_WAIT_MOST_S, Console
 from placewatch.consumer.watch.keys import KEYS, HelpScreen, help_text
 from placewatch.consumer.watch.table import RowTable
 from placewatch.consumer.watch.watched import Watched
@@ -161,6 +162,22 @@ def test_p_keeps_the_problems_and_q_quits() -> None:
         assert len(rows(app)) == 3 + 3 * 4  # gpu-0000, 0071, 0142, and every shard of the dead
         await pilot.press("q")
         assert not app.is_running
+
+    drive(app, steps)
+
+
+def test_a_board_being_built_waits_while_a_key_is_answered_and_a_held_key_a_second() -> None:
+    app = console(live=200, dead=3)
+
+    async def steps(pilot: Pilot[None]) -> None:
+        await pilot.press("down")
+        pressed = app._key_at
+        assert time.monotonic() - pressed < KEY_FIRST_S  # the press was seen
+        await asyncio.to_thread(app._keys_first)  # what the board's thread calls
+        assert time.monotonic() - pressed >= KEY_FIRST_S
+        app._key_at, app._waited = time.monotonic() + 3600, 0.0  # a key held down
+        await asyncio.to_thread(app._keys_first)
+        assert KEY_WAIT_MOST_S <= app._waited < KEY_WAIT_MOST_S + 0.1
 
     drive(app, steps)
 
