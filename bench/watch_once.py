@@ -13,7 +13,11 @@ telemetry of each node, every status) taken alone, in this process, nothing deco
 The publisher's telemetry over the runs is the load (bench/load.py): under 95 % of N/2 a
 second, the figures are not at N nodes and the script exits 1.
 
-    .venv/bin/python -m bench.watch_once [--nodes 1000 10000] [--runs 3]
+`--placewatch` times another install's command: a user's (`pip install .[console]` in a
+venv of its own) lacks the test extras, whose LiteLLM brings aiohttp, which nats-py then
+imports (0.12 s of every run here).
+
+    .venv/bin/python -m bench.watch_once [--nodes 1000 10000] [--runs 3] [--placewatch PATH]
 """
 
 from __future__ import annotations
@@ -76,12 +80,13 @@ class Run(NamedTuple):
     shards: int
 
 
-def once(url: str) -> Run:
-    """One `placewatch watch --once --json`, timed, its output counted."""
+def once(url: str, command: list[str]) -> Run:
+    """One `placewatch watch --once --json` (`command` is placewatch), timed, its output
+    counted."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     done = subprocess.run(
-        [*placewatch_cmd(), "watch", "--once", "--json", "--nats", url],
+        [*command, "watch", "--once", "--json", "--nats", url],
         env=node_env(),
         capture_output=True,
         check=False,
@@ -119,7 +124,9 @@ async def reads(url: str) -> tuple[float, int]:
         return time.perf_counter() - started, count
 
 
-def measure(nodes: int, runs: int) -> tuple[list[Run], int, float, tuple[float, int]]:
+def measure(
+    nodes: int, runs: int, command: list[str]
+) -> tuple[list[Run], int, float, tuple[float, int]]:
     """`runs` looks at a fleet of `nodes`; the telemetry sent meanwhile and over how long;
     the reads alone."""
     with tempfile.TemporaryDirectory() as where, nats_server() as url:
@@ -139,7 +146,7 @@ def measure(nodes: int, runs: int) -> tuple[list[Run], int, float, tuple[float, 
                 time.sleep(0.5)
             time.sleep(INTERVAL_S)
             began = time.time()
-            done = [once(url) for _ in range(runs)]
+            done = [once(url, command) for _ in range(runs)]
             bound = asyncio.run(reads(url))
             ended = time.time()
             return done, sent_between(tally, began, ended), ended - began, bound
@@ -152,10 +159,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--nodes", type=int, nargs="+", default=[1000, 10000])
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--placewatch", metavar="PATH", help="the placewatch to time (default: this venv's)"
+    )
     args = parser.parse_args()
+    command = [args.placewatch] if args.placewatch else placewatch_cmd()
     every_offered = True
     for nodes in args.nodes:
-        done, sent, window, (read_s, read) = measure(nodes, args.runs)
+        done, sent, window, (read_s, read) = measure(nodes, args.runs, command)
         load = offered(
             "telemetry messages", asked_per_s=nodes / INTERVAL_S, sent=sent, window_s=window
         )
@@ -164,7 +175,8 @@ def main() -> int:
         last = done[-1]
         print(
             f"watch --once --json, {nodes} nodes x 8 GPUs, 4 shards each, telemetry every "
-            f"{INTERVAL_S:g} s, {args.runs} runs (load {os.getloadavg()[0]:.2f}):\n"
+            f"{INTERVAL_S:g} s, {args.runs} runs (load {os.getloadavg()[0]:.2f}), "
+            f"{command[0]}:\n"
             f"  wall {wall:.2f} s median, {max(r.wall_s for r in done):.2f} max; CPU "
             f"{statistics.median(r.cpu_s for r in done):.2f} s; peak RSS {last.peak_mib:.0f} MiB; "
             f"{last.printed / 1e6:.1f} MB printed: {last.nodes} nodes, {last.shards} shards\n"

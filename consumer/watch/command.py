@@ -164,7 +164,7 @@ async def _watch(
         follow=not once,  # one look: what the streams keep is each node's latest
         fill_timeout=ONCE_FILL_S if once else FILL_TIMEOUT_S,
     )
-    watched = Watched(view, where(bus, args.partition))
+    watched = Watched(view, where(bus, args.partition), once=once)
     if once:
         # One look, then exit: the cyclic collector's passes over 100,000 messages' objects
         # as they are read (a third of the time at 10,000 nodes) free nothing it needs.

@@ -67,17 +67,22 @@ class Taken(NamedTuple):
 
 class Watched:
     """`state` (a FleetView's), read into boards; `where`: the bus as the header names it.
-    `take` runs on the view's event loop; `build` anywhere, one call at a time."""
+    `take` runs on the view's event loop; `build` anywhere, one call at a time. Each
+    shard's row and verdicts are kept from one board to the next, unless `once`: one look
+    builds one board."""
 
     def __init__(
         self,
         state: FleetState,
         where: str = "",
         clock: Callable[[], float] = time.time,
+        *,
+        once: bool = False,
     ) -> None:
         self.state = state
         self.where = where
         self.clock = clock
+        self.once = once
         self._looks: dict[str, tuple[Held, NodeLook]] = {}
         self._gpus: dict[str, tuple[Held, tuple[GpuId, ...]]] = {}
         self._shared: dict[str, list[str]] = {}
@@ -100,7 +105,9 @@ class Watched:
     def build(self, taken: Taken) -> Board:
         now = self.clock()
         looks = self._node_looks(taken.holdings.nodes, taken.holdings.inventories)
-        board = build(looks, taken.statuses, taken.since, now, self._row)
+        board = build(
+            looks, taken.statuses, taken.since, now, shard_row if self.once else self._row
+        )
         if len(self._rows) > len(taken.statuses):  # shards let go: forget their rows too
             kept = {(s.node, s.shard) for s in taken.statuses}
             self._rows = {k: r for k, r in self._rows.items() if k in kept}

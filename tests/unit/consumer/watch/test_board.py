@@ -35,6 +35,14 @@ def watched(**kwargs: int) -> Watched:
     )
 
 
+def test_one_look_builds_the_board_a_console_builds_and_keeps_no_rows_or_verdicts() -> None:
+    kept, once = watched(), watched()
+    once.once = True
+    assert once.board() == kept.board()
+    assert len(kept.history) == 4108 and not once.history  # each shard's verdicts, or none
+    assert len(kept._rows) == 4108 and not once._rows
+
+
 def test_the_header_counts_nodes_live_and_silent_and_the_firing_on_silent_nodes_apart() -> None:
     h = watched().board().header
     assert (h.live, h.silent, h.shards) == (1000, 27, 4108)
