@@ -11,9 +11,10 @@ query once beside it for a consistent pair, when a pass shows any GPU's used mem
 changed (a process that starts or ends allocates or frees memory, a CUDA context alone
 hundreds of MiB) and at least every APPS_MAX_AGE_S, which
 bounds the one change this misses: a process that ends while another takes exactly its
-memory on the same GPU within one interval. Without the loop (`placewatch sample`, a tool
-that refuses `--loop-ms`, a loop that hung or exited until it gives a reading again), both
-queries run once a tick, as they always did.
+memory on the same GPU within one interval. A list that has a GPU's processes hold more
+than the GPU has in use is newer than its readings, and is read again (_ahead). Without
+the loop (`placewatch sample`, a tool that refuses `--loop-ms`, a loop that hung or exited
+until it gives a reading again), both queries run once a tick, as they always did.
 
 Old drivers refuse fields they do not know (a 2017-era driver has no
 `mig.mode.current`): the whole query fails. The source then reads
@@ -69,6 +70,7 @@ log = logging.getLogger(__name__)
 
 APPS_MAX_AGE_S = 30.0
 """While the GPU readings stay the same, how long the processes last read are kept."""
+MIB = 1 << 20
 
 TOOL = "nvidia-smi"
 
@@ -140,6 +142,24 @@ def _refused(error: str | None) -> bool:
 def _memory(gpus: list[GpuSample]) -> tuple[tuple[str | None, int | None], ...]:
     """What the processes on the GPUs can change: each GPU's memory in use."""
     return tuple((g.uuid, g.memory_used_bytes) for g in gpus)
+
+
+def _ahead(gpus: list[GpuSample], apps: list[ComputeApp]) -> bool:
+    """Whether the process list is newer than the GPU readings it was read after: it has a
+    GPU's processes hold more than the GPU has in use (beyond a MiB a process of rounding),
+    so a process started between the two queries. Such a list is not kept for those
+    readings: the process may end before the next pass shows its memory, the readings then
+    the same as before, and the list would stand with it for APPS_MAX_AGE_S."""
+    held: dict[str, tuple[int, int]] = {}
+    for app in apps:
+        if app.gpu_uuid is not None and app.used_bytes is not None:
+            total, count = held.get(app.gpu_uuid, (0, 0))
+            held[app.gpu_uuid] = (total + app.used_bytes, count + 1)
+    for g in gpus:
+        total, count = held.get(g.uuid or "", (0, 0))
+        if g.memory_used_bytes is not None and total > g.memory_used_bytes + count * MIB:
+            return True
+    return False
 
 
 class NvidiaSmiSource(ToolSource):
@@ -276,7 +296,7 @@ class NvidiaSmiSource(ToolSource):
                 partly.append(f"{apps_result.error}; the processes it printed are read")
             self._apps = parse_compute_apps(apps_result.stdout)
             self._apps_at = self._clock()
-            if apps_result.ok:
+            if apps_result.ok and not _ahead(gpus, self._apps):
                 self._apps_for = memory
         gpus = attach_processes(gpus, self._apps)
         if not gpus:

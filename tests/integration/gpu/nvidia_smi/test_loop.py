@@ -192,6 +192,40 @@ def test_processes_are_read_again_when_a_pass_shows_memory_change(smi: FakeGpuTo
     assert len(calls(smi, "--query-compute-apps=")) == 2
 
 
+def test_a_list_newer_than_its_readings_is_read_again_not_kept(smi: FakeGpuTools) -> None:
+    """A process starts between the GPU query and the list, and ends before a pass shows its
+    memory: the readings are the same throughout, and only the list tells it was there. The
+    list holds more than its GPU has in use, so the next tick lists again, rather than keep
+    the ended process for APPS_MAX_AGE_S."""
+    gpu = (OWN / "a100x2-query-gpu-count.csv").read_text()
+    apps = (OWN / "a100x2-query-compute-apps.csv").read_text()
+    newcomer = "GPU-9d2e4b61-27c3-4f0a-b8e5-6a1c3d5f7b92, 6000, /usr/bin/python3, 4096\n"
+
+    def listed(text: str) -> None:
+        """The GPUs' answer as it was, the processes as given (the fake moves no memory)."""
+        smi.write("nvidia-smi", "query-gpu.csv", gpu)
+        smi.write("nvidia-smi", "query-compute-apps.csv", text)
+
+    seen: list[Sample] = []
+
+    async def body(source: NvidiaSmiSource) -> None:
+        listed(apps + newcomer)
+        seen.append(await passes(source))
+        listed(apps)
+        seen.append(await source.sample())
+        seen.append(await source.sample())
+
+    with_loop(looping(), body)
+    assert [g.memory_used_bytes for g in seen[0][0]] == [40960 * MiB, 0]  # 4096 MiB listed
+    assert [processes(gpus) for gpus, _ in seen] == [
+        [[4242, 4317], [5120, 6000]],
+        [[4242, 4317], [5120]],
+        [[4242, 4317], [5120]],
+    ]
+    # listed at the first tick, the next (ahead still) and the one after it ended; then kept
+    assert len(calls(smi, "--query-compute-apps=")) == 3
+
+
 def test_processes_are_read_again_once_they_are_old_whatever_the_memory(
     smi: FakeGpuTools,
 ) -> None:

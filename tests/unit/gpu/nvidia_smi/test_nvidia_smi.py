@@ -6,13 +6,21 @@ and Windows) and the project's own fixtures in the exact format the worker asks 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
 
-from placewatch.worker.gpu.nvidia_smi import APP_FIELDS, GPU_FIELDS, apps_query_argv, gpu_query_argv
+from placewatch.worker.gpu.nvidia_smi import (
+    APP_FIELDS,
+    GPU_FIELDS,
+    _ahead,
+    apps_query_argv,
+    gpu_query_argv,
+)
 from placewatch.worker.gpu.nvidia_smi.query_csv import (
+    ComputeApp,
     attach_processes,
     parse_compute_apps,
     parse_gpus,
@@ -235,3 +243,25 @@ def test_compute_apps_with_numbers_past_64_bits_still_encode_as_messagepack() ->
     )
     assert [(a.pid, a.used_bytes) for a in apps] == [(4242, None), (4243, 1 << 30)]
     msgspec.msgpack.encode(apps)
+
+
+PAIRS = [
+    (OWN / "h200-query-gpu.csv", OWN / "h200-query-compute-apps.csv"),
+    (OWN / "a100x2-query-gpu.csv", OWN / "a100x2-query-compute-apps.csv"),
+    (OWN / "h100-mig-query-gpu.csv", OWN / "h100-mig-query-compute-apps.csv"),
+    *(
+        (p, p.with_name(p.name.replace("query-gpu", "query-compute-apps")))
+        for p in corpus_files("nvidia-smi-csv")
+        if "query-gpu" in p.name
+        and p.with_name(p.name.replace("query-gpu", "query-compute-apps")).exists()
+    ),
+]
+
+
+@pytest.mark.parametrize(("gpu", "apps"), PAIRS, ids=lambda p: p.name)
+def test_a_list_read_after_its_readings_is_not_ahead_of_them(gpu: Path, apps: Path) -> None:
+    gpus, listed = parse_gpus(gpu.read_text()), parse_compute_apps(apps.read_text())
+    assert listed and not _ahead(gpus, listed)
+    # one process more, holding a GiB on the first GPU listed: started after the readings
+    uuid = next(a.gpu_uuid for a in listed if a.gpu_uuid)
+    assert _ahead(gpus, [*listed, ComputeApp(uuid, 999999, "python3", 1 << 30)])
