@@ -390,7 +390,8 @@ def node_matches(node: str, pattern: str) -> bool:
 
 
 def kept_nodes(nodes: list[R], terms: list[str], name: Callable[[R], str]) -> list[R]:
-    """The nodes every term keeps (node_matches), each term's glob compiled once."""
+    """The nodes every term keeps (node_matches), each term's glob compiled once and matched
+    against the name as one line (a line break in it made a space, as Filtered does)."""
     tests = []
     for term in terms:
         field, _, glob = term.partition(":") if ":" in term else ("node", "", term)
@@ -398,7 +399,7 @@ def kept_nodes(nodes: list[R], terms: list[str], name: Callable[[R], str]) -> li
             tests.append(_line(glob).search)
     if not tests:
         return nodes
-    return [n for n in nodes if all(test(name(n)) for test in tests)]
+    return [n for n in nodes if all(test(name(n).replace("\n", " ")) for test in tests)]
 
 
 def selected(

@@ -48,9 +48,9 @@ holds the interpreter half of the time: every key waited on it)."""
 KEY_WAIT_MOST_S = 1.0
 """The most a board waits on keys (one held down): the screen stays at most this late."""
 SWEEP_S = 600.0
+"""How often the objects kept out of the collector's passes are walked, for cycles."""
 FULL_EVERY = 100
 """Passes of the collector's middle generation to one full pass (Python's default is 10)."""
-"""How often the objects kept out of the collector's passes are walked, for cycles."""
 BLOCKS = " ▁▂▃▄▅▆▇█"
 SHARD_COLUMNS = ("node", "shard", "engine", "verdict", "state", "since", "gpus", "reason")
 NODE_COLUMNS = ("node", "state", "GPU util", "GPU memory", "shards", "problems")
@@ -109,8 +109,8 @@ class Console(App[None]):
         self._building = False
         self._next_at = 0.0
         self.drawn = 0
-        self._swept_at = time.monotonic()
         """Boards drawn so far (tests and the benchmark wait on it)."""
+        self._swept_at = time.monotonic()
         self._key_at = -KEY_FIRST_S
         self._waited = 0.0
         watched.pause = self._keys_first

@@ -120,6 +120,8 @@ def test_a_filter_term_matches_within_any_field_or_the_one_it_names() -> None:
     assert node_matches("gpu-0042", "node:gpu-004?") and node_matches("gpu-0042", "0042")
     assert node_matches("gpu-0042", "verdict:gpu")  # another field's term keeps every node
     assert not node_matches("gpu-0042", "old")
+    # a name's second line is no name of its own: `gpu-*` keeps a node named as it begins
+    assert not node_matches("evil\ngpu-0042", "gpu-*") and node_matches("gpu-0042\nx", "gpu-*")
 
 
 @pytest.mark.parametrize(
