@@ -146,7 +146,11 @@ def test_a_worker_whose_nvidia_smi_leaves_children_reads_it_and_leaves_nothing(
             "--nats", nats_server.url, "--node", "N", "--interval", "0.2", env=fake_gpu.env()
         )
         workers.append(worker)
-        docs = [sub.next(timeout=3).json() for _ in range(5)]  # a 5 s timeout would miss
+        # The first after the worker's start (imports, the bus, the first answer waited for
+        # whole), the next each within 3 s: a read that waited out the 5 s probe timeout for
+        # the child holding its output would miss.
+        docs = [sub.next(timeout=30).json()]
+        docs += [sub.next(timeout=3).json() for _ in range(4)]
     code, _, _, err = worker.stop()
     assert code == 0, err
     sources = [d["sources"][0] for d in docs if isinstance(d, dict)]

@@ -48,7 +48,7 @@ def test_worker_publishes_json_telemetry_and_stops_on_sigterm(
             "--nats", nats_server.url, "--node", "N", "--interval", "1", env=fake_gpu.env()
         )
         workers.append(worker)
-        first = sub.next(timeout=3)
+        first = sub.next(timeout=30)  # after the worker's start: imports, the bus
         second = sub.next(timeout=3)
     assert first.subject == "placewatch.telemetry.N"
     assert first.headers["Content-Type"] == "application/json"
