@@ -37,8 +37,10 @@ SEAL = "SEALED_PLACEWATCH_TEST"
 """Every process a test starts carries this mark in its environment (set below, inherited),
 and every worker a test starts (clean_env) considers only processes that carry it
 (`discover_env`, worker/shards/scope.py): engines another job runs on the machine are
-none of a test's shards. One value for each pytest process."""
-os.environ.setdefault(SEAL, f"{os.getpid()}-{time.time_ns()}")
+none of a test's shards, nor are those of a test another pytest-xdist worker runs beside it
+(a doctor's pre-flight found another worker's real llama-servers). One value for each pytest
+process, set, not inherited."""
+os.environ[SEAL] = f"{os.getpid()}-{time.time_ns()}"
 SEALED = f"{SEAL}={os.environ[SEAL]}"
 """The `discover_env` of a test's workers."""
 SCOPE = ProcessScope.parse(SEALED)
