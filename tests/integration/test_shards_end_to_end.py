@@ -406,7 +406,7 @@ def test_a_llama_server_nothing_places_is_discovered(
     link = tmp_path / "llama-server"
     link.symlink_to(sys.executable)
     proc = subprocess.Popen(
-        [str(link), "-c", SLEEP, "--port", "18080", "-ngl", "99"],
+        [str(link), "-c", SLEEP, "-m", "m.gguf", "--port", "18080", "-ngl", "99"],
         env={**fake_gpu.env(), "CUDA_VISIBLE_DEVICES": "1"},
         start_new_session=True,
     )

@@ -95,7 +95,7 @@ def nobody_engine(
     os.chown(log, NOBODY_UID, NOBODY_UID)
     with log.open("ab") as err:
         return as_nobody(
-            [str(link), "-c", code, "--port", str(port), "-ngl", "99"],
+            [str(link), "-c", code, "-m", "m.gguf", "--port", str(port), "-ngl", "99"],
             stderr=err,
             stdout=subprocess.DEVNULL,
             env=env,

@@ -35,14 +35,17 @@ def post(port: int, path: str, body: dict[str, str]) -> None:
         assert answer.status == 200
 
 
-def router(lane: Lane, models: Path, log: Path, *, by_variable: bool = False) -> Server:
+def router(lane: Lane, models: Path, log: Path, *, by_variable: bool | None = False) -> Server:
     """A router over `models`, named by `--models-dir`, or `by_variable` by
-    LLAMA_ARG_MODELS_DIR alone."""
+    LLAMA_ARG_MODELS_DIR alone; with no folder named, over its models cache, `models` made
+    its cache (LLAMA_CACHE, HF_HOME: the machine's own is not read)."""
     port = free_port()
     argv = [str(lane.servers.binary), "--host", "127.0.0.1", "--port", str(port), "-ngl", "99"]
     env = {**os.environ, **lane.mark}
     if by_variable:
         env["LLAMA_ARG_MODELS_DIR"] = str(models)
+    elif by_variable is None:
+        env.update(LLAMA_CACHE=str(models), HF_HOME=str(models))
     else:
         argv += ["--models-dir", str(models)]
     with log.open("ab") as out:
@@ -128,3 +131,27 @@ def test_a_router_is_no_shard_and_each_model_it_loads_is_one(
         assert tuple(status.evidence) == NGL
         assert status.placed_gpus == ([0] if named or mode == "gpu" else [])
         assert [f.state for f in session.fallbacks[child_id]] == ["firing", "resolved"]
+
+
+@pytest.mark.parametrize("named", [False, True], ids=["found", "placed"])
+def test_a_server_given_no_model_at_all_routes_over_its_cache_and_is_no_shard(
+    lane: Lane, tmp_path: Path, named: bool
+) -> None:
+    """b11434 given no model, no models folder and no presets file starts as a router over its
+    models cache. It holds no GPU memory, so judged as a shard it read cpu_fallback: a page for
+    a server that loads models only when asked. Found, it is no shard; placed, its entry reads
+    unknown, saying it is a router, and never fires."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    served = router(lane, cache, tmp_path / "router.log", by_variable=None)
+    with lane.running({"router": served} if named else {}) as workers:
+        for w in workers.values():
+            w.until(lambda s: len(s.telemetry) >= 4)
+        sessions = {mode: w.session for mode, w in workers.items()}
+    assert "starting server in router mode" in served.log.read_text()
+    for session in sessions.values():
+        assert served.discovered_id not in session.statuses, sorted(session.statuses)
+        if named:
+            entry = session.last("router")
+            assert (entry.verdict, entry.reason) == ("unknown", f"pid {served.pid} is a {ROUTER}")
+        assert not session.fallbacks

@@ -78,7 +78,7 @@ def test_an_entry_claiming_a_discovered_stand_in_hands_its_fallback_over(
     port = free_port()
     started.append(
         subprocess.Popen(
-            [str(link), "-c", SLEEP, "--port", str(port), "-ngl", "99"],
+            [str(link), "-c", SLEEP, "-m", "m.gguf", "--port", str(port), "-ngl", "99"],
             env={"CUDA_VISIBLE_DEVICES": "0"},
         )
     )

@@ -86,7 +86,7 @@ def test_an_entry_given_its_log_stays_on_the_cpu_on_purpose(
     link.symlink_to(sys.executable)
     log = tmp_path / "server.log"
     log.write_text(NGL0.read_text())  # what b11434 said at -ngl 0, warning and all
-    started.append(subprocess.Popen([str(link), "-c", SLEEP, *args], env=env))
+    started.append(subprocess.Popen([str(link), "-c", SLEEP, "-m", "m.gguf", *args], env=env))
     before, after = edited_twice(exec_ed(started[0]), log, tmp_path)
     assert (before.verdict, after.verdict) == ("cpu", "cpu"), after.reason
     assert said in after.reason

@@ -56,7 +56,7 @@ def test_an_engine_started_between_walks_is_judged_at_the_next_tick(
     port = free_port()
     started.append(
         subprocess.Popen(
-            [str(link), "-c", SLEEP, "--port", str(port), "-ngl", "99"],
+            [str(link), "-c", SLEEP, "-m", "m.gguf", "--port", str(port), "-ngl", "99"],
             env={"CUDA_VISIBLE_DEVICES": "0"},
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

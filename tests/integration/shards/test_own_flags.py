@@ -32,11 +32,16 @@ def engine(argv0: str, *args: str, env: dict[str, str] | None = None) -> Iterato
 @pytest.mark.parametrize(
     ("argv0", "args", "env", "said"),
     [
-        ("llama-server", ("-ngl", "0"), None, "-ngl 0"),
-        ("llama-server", ("--device", "none"), None, "--device none"),
-        ("llama-server", (), {"LLAMA_ARG_N_GPU_LAYERS": "0"}, "LLAMA_ARG_N_GPU_LAYERS=0"),
-        ("llama-server", ("-ngl", "99"), None, None),
-        ("llama-server", ("-ngl", "0", "-ngl", "99"), None, None),
+        ("llama-server", ("-m", "x.gguf", "-ngl", "0"), None, "-ngl 0"),
+        ("llama-server", ("-m", "x.gguf", "--device", "none"), None, "--device none"),
+        (
+            "llama-server",
+            ("-m", "x.gguf"),
+            {"LLAMA_ARG_N_GPU_LAYERS": "0"},
+            "LLAMA_ARG_N_GPU_LAYERS=0",
+        ),
+        ("llama-server", ("-m", "x.gguf", "-ngl", "99"), None, None),
+        ("llama-server", ("-m", "x.gguf", "-ngl", "0", "-ngl", "99"), None, None),
         ("bash", ("-ngl", "0"), None, None),
     ],
 )
@@ -52,6 +57,8 @@ def test_a_router_is_told() -> None:
         assert own_flags(pid) == (None, True)
     with engine("llama-server", "--models-dir", "/models", "-m", "x.gguf") as pid:
         assert own_flags(pid) == (None, False)  # a model of its own: no router
+    with engine("llama-server", "--port", "8080") as pid:
+        assert own_flags(pid) == (None, True)  # no model at all: b11434 routes over its cache
 
 
 def test_a_process_gone_has_no_flag() -> None:

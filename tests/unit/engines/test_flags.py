@@ -7,7 +7,7 @@ import pytest
 from placewatch.worker.engines import read_launch
 from placewatch.worker.engines.flags import DEVICE, PORT, flag, lookup, setting
 
-from tests.support.discovery import SERVER, found
+from tests.support.discovery import MODEL, SERVER, found
 
 LLAMA_CPP_PYTHON = read_launch(["python3", "-m", "llama_cpp.server"])
 OLLAMA_RUNNER = read_launch(["ollama", "runner", "--model", "blob", "-port", "41000"])
@@ -38,7 +38,7 @@ def test_go_reads_one_dash_as_two() -> None:
 
 
 def test_the_command_line_overrides_a_variable_that_says_cpu() -> None:
-    d = found([SERVER, "-ngl", "99"], {"LLAMA_ARG_N_GPU_LAYERS": "0"})
+    d = found([SERVER, "-m", MODEL, "-ngl", "99"], {"LLAMA_ARG_N_GPU_LAYERS": "0"})
     assert (d.spec.gpus, d.cpu_on_purpose) == ([0, 1, 2, 3], None)
 
 
@@ -55,7 +55,7 @@ def test_llama_cpp_python_reads_its_variables_in_either_case() -> None:
 
 
 def test_llama_cpp_reads_its_variables_in_capitals_only() -> None:
-    server = read_launch([SERVER])
+    server = read_launch([SERVER, "-m", MODEL])
     assert server is not None
     assert setting(server, {"llama_arg_port": "1"}, {"--port"}, "LLAMA_ARG_PORT") is None
     assert setting(server, {"LLAMA_ARG_PORT": "1"}, {"--port"}, "LLAMA_ARG_PORT") == (

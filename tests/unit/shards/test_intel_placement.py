@@ -10,14 +10,17 @@ from placewatch.worker.shards.discover import classify
 from placewatch.worker.shards.discovered import placement_of
 from placewatch.worker.shards.verdict import Judgement, Observation, judge
 
-from tests.support.discovery import A100X4, INTEL, PCI_ORDER, SERVER
+from tests.support.discovery import A100X4, INTEL, MODEL, PCI_ORDER, SERVER
 
 GiB = 1 << 30
 SYCL_ON_GPU_1 = (
-    [SERVER, "-ngl", "99", "--device", "SYCL0"],
+    [SERVER, "-m", MODEL, "-ngl", "99", "--device", "SYCL0"],
     {"ONEAPI_DEVICE_SELECTOR": "level_zero:1", **PCI_ORDER},
 )
-CUDA_ON_GPU_1 = ([SERVER, "-ngl", "99", "--device", "CUDA0"], {"CUDA_VISIBLE_DEVICES": "1"})
+CUDA_ON_GPU_1 = (
+    [SERVER, "-m", MODEL, "-ngl", "99", "--device", "CUDA0"],
+    {"CUDA_VISIBLE_DEVICES": "1"},
+)
 
 
 def judged(

@@ -23,8 +23,9 @@ settings:
   layers and devices of its own: `-ngld N` (LLAMA_ARG_N_GPU_LAYERS_DRAFT; by default `auto`,
   not the model's `-ngl`) and `-devd` (by default the model's `--device`). A server at
   `-ngl 0` whose draft goes to a GPU asks for the GPU: it is not on the CPU on purpose.
-- Router mode (`--models-dir DIR` or `--models-preset FILE`, or LLAMA_ARG_MODELS_DIR,
-  LLAMA_ARG_MODELS_PRESET; no model of its own by flag or variable): it loads no model and
+- Router mode (no model of its own by flag, variable or built-in preset: b11434 then logs
+  `starting server in router mode`, over `--models-dir DIR`, `--models-preset FILE`, their
+  LLAMA_ARG_ variables, or its models cache when given none of them): it loads no model and
   starts a `llama-server` per model (`POST /models/load`), on a port of its own with
   `--alias NAME`, its output piped into the router's, each line prefixed `[PORT] `. Which
   it is set by its variables alone is told once its environment is read (`settle`).
@@ -121,7 +122,10 @@ LLAMA = Dialect(
 MODELS = (MODEL, MODEL_URL, HF_REPO, DOCKER_REPO)
 """What names the model a server loads itself: a file, a URL, a repository."""
 ROUTES = (MODELS_DIR, MODELS_PRESET)
-"""What makes a server with no model of its own a router."""
+"""What makes a server with no model of its own a router before its environment is read."""
+_PRESET = re.compile(r"--[a-z][a-z0-9.-]{0,40}-(?:default|spec)")
+"""The built-in presets that name a model without `-m` (b11434's --help: `--gpt-oss-20b-default`,
+`--fim-qwen-7b-spec`, `--embd-gemma-default`, ...); `--spec-default` is a draft's settings."""
 DRAFT_VARIABLES = ("LLAMA_ARG_SPEC_DRAFT_HF_REPO", "LLAMA_ARG_MODEL_DRAFT")
 """A draft model named by a variable other than LLAMA_ARG_SPEC_DRAFT_MODEL: a repository,
 or the name builds before the `--spec-draft-*` flags read."""
@@ -173,11 +177,15 @@ class LlamaCpp:
         return None
 
     def settle(self, launch: Launch, env: Mapping[str, str] | None) -> Launch:
-        """A llama-server is a router where it names no model of its own and a models folder
-        or presets file, by flag or, once `env` is read, by variable."""
+        """A llama-server is a router where it names no model of its own, by flag, preset or,
+        once `env` is read, by variable; before `env` is read, only where it names a models
+        folder or presets file (a variable may yet name its model)."""
         if launch.name != "llama-server":
             return launch
-        router = lookup_any(MODELS, launch, env) is None and bool(lookup_any(ROUTES, launch, env))
+        if lookup_any(MODELS, launch, env) is not None or any(map(_preset, launch.args)):
+            router = False
+        else:  # no model of its own: by b11434, a router whatever else it is given
+            router = env is not None or bool(lookup_any(ROUTES, launch, env))
         if router == launch.router:
             return launch
         return replace(launch, router=router, child_prefix=router)
@@ -222,6 +230,10 @@ class LlamaCpp:
 
 
 ENGINE = LlamaCpp()
+
+
+def _preset(arg: str) -> bool:
+    return arg != "--spec-default" and _PRESET.fullmatch(arg) is not None
 
 
 def _cpu_flag(launch: Launch, env: Mapping[str, str] | None) -> str | None:

@@ -86,7 +86,15 @@ def test_a_log_file_named_by_a_process_that_does_not_hold_it_is_not_followed(
     fake.symlink_to(sys.executable)
     secret = tmp_path / "secret"
     secret.write_text("not for the worker\n")
-    argv = [str(fake), "-c", "import time; time.sleep(60)", "--log-file", str(secret)]
+    argv = [
+        str(fake),
+        "-c",
+        "import time; time.sleep(60)",
+        "-m",
+        "m.gguf",
+        "--log-file",
+        str(secret),
+    ]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         # Just after a vfork's Popen returns, /proc/PID/cmdline may read empty for a moment.

@@ -18,7 +18,7 @@ from placewatch.schemas import PlacementSpec
 from placewatch.worker.shards.discover import Discovered, discover
 
 from tests.conftest import SCOPE, SEAL, SLEEP
-from tests.support.discovery import A100X4, INTEL, OLLAMA_BLOB, PCI_ORDER
+from tests.support.discovery import A100X4, INTEL, MODEL, OLLAMA_BLOB, PCI_ORDER
 from tests.support.eventually import eventually
 
 
@@ -102,7 +102,17 @@ def test_a_running_llama_server_is_discovered_with_its_mask_and_start_time(
 ) -> None:
     before = time.time()
     proc = children.start(
-        [str(named(tmp_path, "llama-server")), "-c", SLEEP, "--port", "18080", "-ngl", "99"],
+        [
+            str(named(tmp_path, "llama-server")),
+            "-c",
+            SLEEP,
+            "-m",
+            MODEL,
+            "--port",
+            "18080",
+            "-ngl",
+            "99",
+        ],
         env={"CUDA_VISIBLE_DEVICES": "GPU-22aa0000-0000-0000-0000-000000000002"},
     )
     after = time.time()
@@ -126,7 +136,17 @@ def test_a_running_sycl_llama_server_is_placed_by_its_level_zero_mask(
     tmp_path: Path, children: Children
 ) -> None:
     proc = children.start(
-        [str(named(tmp_path, "llama-server")), "-c", SLEEP, "--port", "18082", "-dev", "SYCL0"],
+        [
+            str(named(tmp_path, "llama-server")),
+            "-c",
+            SLEEP,
+            "-m",
+            MODEL,
+            "--port",
+            "18082",
+            "-dev",
+            "SYCL0",
+        ],
         env={"ONEAPI_DEVICE_SELECTOR": "level_zero:1", **PCI_ORDER},
     )
     mine = by_pid(discover(INTEL, scope=SCOPE), proc.pid)
@@ -137,7 +157,7 @@ def test_a_running_sycl_llama_server_is_placed_by_its_level_zero_mask(
 
 def test_argv0_alone_names_the_engine(children: Children) -> None:
     proc = children.start(
-        ["llama-server", "-c", SLEEP, "--port", "18081", "-ngl", "0"],
+        ["llama-server", "-c", SLEEP, "-m", MODEL, "--port", "18081", "-ngl", "0"],
         executable=sys.executable,
     )
     mine = discover(A100X4, processes=[psutil.Process(proc.pid)])
@@ -229,7 +249,7 @@ WRAPPER = """
 import os, subprocess, time
 os.setpgid(0, 0)
 if os.fork() == 0:  # DAEMONIZE: the engine's parent exits, and it is reparented
-    child = subprocess.Popen([ENGINE, "-c", "import time; time.sleep(60)", "--port", "18096"])
+    child = subprocess.Popen([ENGINE, "-c", "import time; time.sleep(60)", "-m", "m.gguf", "--port", "18096"])
     with open(PID_FILE + ".tmp", "w") as f:
         f.write(str(child.pid))
     os.replace(PID_FILE + ".tmp", PID_FILE)
@@ -273,7 +293,9 @@ def test_llama_servers_started_by_a_llama_server_on_their_own_ports_are_shards_e
     tmp_path: Path, children: Children
 ) -> None:
     script, pid_file = spawner(tmp_path, "router.py", "18091")
-    parent = children.start([str(named(tmp_path, "llama-server")), str(script), "--port", "18090"])
+    parent = children.start(
+        [str(named(tmp_path, "llama-server")), str(script), "-m", MODEL, "--port", "18090"]
+    )
     child = started_child(pid_file, children)
     mine = discover(A100X4, processes=[psutil.Process(parent.pid), psutil.Process(child)])
     assert [(d.spec.id, d.spec.pid) for d in mine] == [
@@ -300,7 +322,9 @@ def test_a_fork_with_its_parents_command_line_is_not_a_second_shard(
 ) -> None:
     pid_file = tmp_path / "child.pid"
     script = program(tmp_path, "fork.py", f"PID_FILE = {str(pid_file)!r}\n{FORKER}")
-    parent = children.start([str(named(tmp_path, "llama-server")), str(script), "--port", "18094"])
+    parent = children.start(
+        [str(named(tmp_path, "llama-server")), str(script), "-m", MODEL, "--port", "18094"]
+    )
     child = started_child(pid_file, children)
     assert psutil.Process(child).cmdline() == psutil.Process(parent.pid).cmdline()
     mine = discover(A100X4, processes=[psutil.Process(parent.pid), psutil.Process(child)])
@@ -311,8 +335,8 @@ def test_two_engines_on_one_port_get_their_pids_in_their_ids(
     tmp_path: Path, children: Children
 ) -> None:
     server = named(tmp_path, "llama-server")
-    one = children.start([str(server), "-c", SLEEP, "--port", "18092"])
-    two = children.start([str(server), "-c", SLEEP, "--port", "18092"])
+    one = children.start([str(server), "-c", SLEEP, "-m", MODEL, "--port", "18092"])
+    two = children.start([str(server), "-c", SLEEP, "-m", MODEL, "--port", "18092"])
     mine = discover(A100X4, processes=[psutil.Process(one.pid), psutil.Process(two.pid)])
     assert [d.spec.id for d in mine] == sorted(
         [f"llama-server-18092-{one.pid}", f"llama-server-18092-{two.pid}"]
@@ -347,7 +371,7 @@ def test_an_engine_whose_environment_may_not_be_read_is_found_with_gpus_unknown(
     tmp_path: Path, children: Children
 ) -> None:
     proc = children.start(
-        [str(named(tmp_path, "llama-server")), "-c", SLEEP, "--port", "18093"],
+        [str(named(tmp_path, "llama-server")), "-c", SLEEP, "-m", MODEL, "--port", "18093"],
         env={"CUDA_VISIBLE_DEVICES": "1"},
     )
     [d] = discover(A100X4, processes=[NoEnviron(proc.pid)])

@@ -151,5 +151,5 @@ def test_each_engine_is_recognised_with_its_id_and_health_url(
 
 
 def test_classify_passes_the_start_time_through() -> None:
-    d = classify([SERVER], {}, 4242, A100X4, create_time=1700000000.25)
+    d = classify([SERVER, "-m", MODEL], {}, 4242, A100X4, create_time=1700000000.25)
     assert d is not None and d.create_time == 1700000000.25

@@ -17,26 +17,36 @@ from tests.support.discovery import MODEL, OLLAMA_BLOB, SERVER, found
             "http://127.0.0.1:9090/health",
         ),
         (
-            [SERVER, "--port", "9191"],
+            [SERVER, "-m", MODEL, "--port", "9191"],
             {"LLAMA_ARG_PORT": "9090"},
             "llama-server-9191",
             "http://127.0.0.1:9191/health",
         ),
-        ([SERVER, "--host", "10.0.0.5"], {}, "llama-server-8080", "http://10.0.0.5:8080/health"),
         (
-            [SERVER, "--host", "::1", "--port", "8082"],
+            [SERVER, "-m", MODEL, "--host", "10.0.0.5"],
+            {},
+            "llama-server-8080",
+            "http://10.0.0.5:8080/health",
+        ),
+        (
+            [SERVER, "-m", MODEL, "--host", "::1", "--port", "8082"],
             {},
             "llama-server-8082",
             "http://[::1]:8082/health",
         ),
         (
-            [SERVER, "--host", "0.0.0.0", "--api-prefix", "/llm/"],
+            [SERVER, "-m", MODEL, "--host", "0.0.0.0", "--api-prefix", "/llm/"],
             {},
             "llama-server-8080",
             "http://127.0.0.1:8080/llm/health",
         ),
-        ([SERVER, "--host", "/run/llama.sock"], {}, "llama-server-4242", None),  # a unix socket
-        ([SERVER, "--port", "0"], {}, "llama-server-4242", None),  # a random port
+        (
+            [SERVER, "-m", MODEL, "--host", "/run/llama.sock"],
+            {},
+            "llama-server-4242",
+            None,
+        ),  # a unix socket
+        ([SERVER, "-m", MODEL, "--port", "0"], {}, "llama-server-4242", None),  # a random port
         (["vllm", "serve", "m", "--uds", "/run/vllm.sock"], {}, "vllm-4242", None),
         (
             ["ollama", "runner", "--model", OLLAMA_BLOB, "-port", "41000"],
@@ -65,7 +75,7 @@ def test_ports_come_from_flags_then_variables_else_the_pid_names_the_shard(
     ],
 )
 def test_the_health_url_reaches_the_host_the_server_is_bound_to(host: str, health_url: str) -> None:
-    assert found([SERVER, "--host", host]).spec.health_url == health_url
+    assert found([SERVER, "-m", MODEL, "--host", host]).spec.health_url == health_url
 
 
 def test_llama_cpp_python_takes_its_port_from_a_lowercase_variable() -> None:
@@ -76,10 +86,16 @@ def test_llama_cpp_python_takes_its_port_from_a_lowercase_variable() -> None:
 @pytest.mark.parametrize(
     ("cmdline", "url"),
     [
-        ([SERVER, "--port", "9191"], "http://127.0.0.1:9191"),  # llama-server: loopback
-        ([SERVER, "--host", "0.0.0.0", "--api-prefix", "/llm/"], "http://0.0.0.0:8080/llm"),
-        ([SERVER, "--host", "[fd00::7]"], "http://[fd00::7]:8080"),
-        ([SERVER, "--host", "gpu7.internal"], "http://gpu7.internal:8080"),
+        (
+            [SERVER, "-m", MODEL, "--port", "9191"],
+            "http://127.0.0.1:9191",
+        ),  # llama-server: loopback
+        (
+            [SERVER, "-m", MODEL, "--host", "0.0.0.0", "--api-prefix", "/llm/"],
+            "http://0.0.0.0:8080/llm",
+        ),
+        ([SERVER, "-m", MODEL, "--host", "[fd00::7]"], "http://[fd00::7]:8080"),
+        ([SERVER, "-m", MODEL, "--host", "gpu7.internal"], "http://gpu7.internal:8080"),
         (["vllm", "serve", "m"], "http://0.0.0.0:8000"),  # vLLM binds every address
         (["vllm", "serve", "m", "--host", "10.1.2.3", "--port", "8001"], "http://10.1.2.3:8001"),
     ],
@@ -92,10 +108,10 @@ def test_the_endpoint_is_the_bind_as_the_flags_say(cmdline: list[str], url: str)
 @pytest.mark.parametrize(
     "cmdline",
     [
-        [SERVER, "--host", "/run/llama.sock"],  # a unix socket
-        [SERVER, "--port", "0"],  # a random port
-        [SERVER, "--host", "a b\x1b]0;x"],  # no host a URL can name
-        [SERVER, "--api-prefix", "/a?b=\x1b"],  # no path a URL can hold
+        [SERVER, "-m", MODEL, "--host", "/run/llama.sock"],  # a unix socket
+        [SERVER, "-m", MODEL, "--port", "0"],  # a random port
+        [SERVER, "-m", MODEL, "--host", "a b\x1b]0;x"],  # no host a URL can name
+        [SERVER, "-m", MODEL, "--api-prefix", "/a?b=\x1b"],  # no path a URL can hold
     ],
 )
 def test_no_endpoint_where_no_url_reaches_the_server(cmdline: list[str]) -> None:

@@ -28,17 +28,17 @@ from tests.support.discovery import (
     [
         ([SERVER, "-m", MODEL, "-ngl", "0"], {}, "-ngl 0"),
         ([SERVER, "-m", MODEL, "-ngl=0"], {}, "-ngl=0"),
-        ([SERVER, "--n-gpu-layers", "0"], {}, "--n-gpu-layers 0"),
-        ([SERVER, "--n-gpu-layers=0"], {}, "--n-gpu-layers=0"),
-        ([SERVER, "--gpu-layers", "0"], {}, "--gpu-layers 0"),
-        ([SERVER, "--gpu-layers=0"], {}, "--gpu-layers=0"),
-        ([SERVER, "-ngl", "99", "-ngl", "0"], {}, "-ngl 0"),  # the last one counts
-        ([SERVER, "--device", "none"], {}, "--device none"),
-        ([SERVER, "-dev", "none"], {}, "-dev none"),
-        ([SERVER, "-dev=none"], {}, "-dev=none"),
-        ([SERVER, "-sm", "none", "-mg", "-1"], {}, "-sm none -mg -1"),
-        ([SERVER], {"LLAMA_ARG_N_GPU_LAYERS": "0"}, "LLAMA_ARG_N_GPU_LAYERS=0"),
-        ([SERVER], {"LLAMA_ARG_DEVICE": "none"}, "LLAMA_ARG_DEVICE=none"),
+        ([SERVER, "-m", MODEL, "--n-gpu-layers", "0"], {}, "--n-gpu-layers 0"),
+        ([SERVER, "-m", MODEL, "--n-gpu-layers=0"], {}, "--n-gpu-layers=0"),
+        ([SERVER, "-m", MODEL, "--gpu-layers", "0"], {}, "--gpu-layers 0"),
+        ([SERVER, "-m", MODEL, "--gpu-layers=0"], {}, "--gpu-layers=0"),
+        ([SERVER, "-m", MODEL, "-ngl", "99", "-ngl", "0"], {}, "-ngl 0"),  # the last one counts
+        ([SERVER, "-m", MODEL, "--device", "none"], {}, "--device none"),
+        ([SERVER, "-m", MODEL, "-dev", "none"], {}, "-dev none"),
+        ([SERVER, "-m", MODEL, "-dev=none"], {}, "-dev=none"),
+        ([SERVER, "-m", MODEL, "-sm", "none", "-mg", "-1"], {}, "-sm none -mg -1"),
+        ([SERVER, "-m", MODEL], {"LLAMA_ARG_N_GPU_LAYERS": "0"}, "LLAMA_ARG_N_GPU_LAYERS=0"),
+        ([SERVER, "-m", MODEL], {"LLAMA_ARG_DEVICE": "none"}, "LLAMA_ARG_DEVICE=none"),
         (["llama-cli", "-m", MODEL, "-ngl", "0"], {}, "-ngl 0"),
         (
             ["ollama", "runner", "--model", OLLAMA_BLOB, "--n-gpu-layers", "0", "--port", "1"],
@@ -57,8 +57,8 @@ from tests.support.discovery import (
         ),
         (["vllm", "serve", "m", "--device", "cpu"], {}, "--device cpu"),
         (["vllm", "serve", "m", "--device=cpu"], {}, "--device=cpu"),
-        ([SERVER], {"CUDA_VISIBLE_DEVICES": ""}, "CUDA_VISIBLE_DEVICES="),
-        ([SERVER], {"CUDA_VISIBLE_DEVICES": "-1"}, "CUDA_VISIBLE_DEVICES=-1"),
+        ([SERVER, "-m", MODEL], {"CUDA_VISIBLE_DEVICES": ""}, "CUDA_VISIBLE_DEVICES="),
+        ([SERVER, "-m", MODEL], {"CUDA_VISIBLE_DEVICES": "-1"}, "CUDA_VISIBLE_DEVICES=-1"),
     ],
 )
 def test_cpu_on_purpose_is_said_by_the_flag_as_written(
@@ -69,18 +69,18 @@ def test_cpu_on_purpose_is_said_by_the_flag_as_written(
 
 
 def test_amd_mask_that_hides_every_gpu_is_the_cpu_on_purpose() -> None:
-    d = found([SERVER], {"HIP_VISIBLE_DEVICES": "-1"}, AMD)
+    d = found([SERVER, "-m", MODEL], {"HIP_VISIBLE_DEVICES": "-1"}, AMD)
     assert (d.spec.gpus, d.cpu_on_purpose) == ([], "HIP_VISIBLE_DEVICES=-1")
 
 
 @pytest.mark.parametrize(
     "cmdline",
     [
-        [SERVER, "-ngl", "99"],
-        [SERVER, "-ngl", "-1"],
-        [SERVER, "-ngl", "all"],
-        [SERVER, "-ngl", "auto"],
-        [SERVER],  # an unset -ngl is the build's default, not a choice of the CPU
+        [SERVER, "-m", MODEL, "-ngl", "99"],
+        [SERVER, "-m", MODEL, "-ngl", "-1"],
+        [SERVER, "-m", MODEL, "-ngl", "all"],
+        [SERVER, "-m", MODEL, "-ngl", "auto"],
+        [SERVER, "-m", MODEL],  # an unset -ngl is the build's default, not a choice of the CPU
         [SERVER, "-m", "model-ngl-0.gguf"],
         ["ollama", "runner", "--model", OLLAMA_BLOB, "--port", "1"],  # Ollama's own CPU fallback
         ["vllm", "serve", "m", "--device", "cuda", "-tp", "4"],
@@ -97,38 +97,58 @@ def test_layer_counts_other_than_zero_keep_the_gpus(cmdline: list[str]) -> None:
 @pytest.mark.parametrize(
     ("cmdline", "env", "gpus", "expected"),
     [
-        ([SERVER], {}, A100X4, [0, 1, 2, 3]),
-        ([SERVER], {"CUDA_VISIBLE_DEVICES": "2"}, A100X4, [2]),
-        ([SERVER], {"CUDA_VISIBLE_DEVICES": "3,1"}, A100X4, [1, 3]),
+        ([SERVER, "-m", MODEL], {}, A100X4, [0, 1, 2, 3]),
+        ([SERVER, "-m", MODEL], {"CUDA_VISIBLE_DEVICES": "2"}, A100X4, [2]),
+        ([SERVER, "-m", MODEL], {"CUDA_VISIBLE_DEVICES": "3,1"}, A100X4, [1, 3]),
         (
-            [SERVER],
+            [SERVER, "-m", MODEL],
             {"CUDA_VISIBLE_DEVICES": "GPU-22aa0000-0000-0000-0000-000000000002"},
             A100X4,
             [2],
         ),
-        ([SERVER], {"CUDA_VISIBLE_DEVICES": "0,2,-1,1"}, A100X4, [0, 2]),
+        ([SERVER, "-m", MODEL], {"CUDA_VISIBLE_DEVICES": "0,2,-1,1"}, A100X4, [0, 2]),
         # mixed GPUs: all of them, in whatever order, are still all of them
-        ([SERVER], {}, MIXED, [0, 1]),
-        ([SERVER], {"CUDA_VISIBLE_DEVICES": "GPU-bbbb"}, MIXED, [1]),
-        ([SERVER], {"CUDA_VISIBLE_DEVICES": "1", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}, MIXED, [1]),
+        ([SERVER, "-m", MODEL], {}, MIXED, [0, 1]),
+        ([SERVER, "-m", MODEL], {"CUDA_VISIBLE_DEVICES": "GPU-bbbb"}, MIXED, [1]),
+        (
+            [SERVER, "-m", MODEL],
+            {"CUDA_VISIBLE_DEVICES": "1", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"},
+            MIXED,
+            [1],
+        ),
         # --device picks runtime devices, numbered within the mask
-        ([SERVER, "--device", "CUDA1"], {}, A100X4, [1]),
-        ([SERVER, "--device", "CUDA0,CUDA2"], {}, A100X4, [0, 2]),
-        ([SERVER, "-dev", "CUDA1"], {"CUDA_VISIBLE_DEVICES": "3,2"}, A100X4, [2]),
-        ([SERVER, "-dev", "CUDA1,CUDA0"], {"CUDA_VISIBLE_DEVICES": "3,1,0"}, A100X4, [1, 3]),
-        ([SERVER], {"LLAMA_ARG_DEVICE": "CUDA3"}, A100X4, [3]),
-        ([SERVER, "-dev", "ROCm1"], {"HIP_VISIBLE_DEVICES": "2,3"}, AMD, [3]),
-        ([SERVER, "-dev", "ROCm0"], {}, BOTH, [2]),
-        ([SERVER, "-dev", "CUDA1"], {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}, MIXED, [1]),
+        ([SERVER, "-m", MODEL, "--device", "CUDA1"], {}, A100X4, [1]),
+        ([SERVER, "-m", MODEL, "--device", "CUDA0,CUDA2"], {}, A100X4, [0, 2]),
+        ([SERVER, "-m", MODEL, "-dev", "CUDA1"], {"CUDA_VISIBLE_DEVICES": "3,2"}, A100X4, [2]),
+        (
+            [SERVER, "-m", MODEL, "-dev", "CUDA1,CUDA0"],
+            {"CUDA_VISIBLE_DEVICES": "3,1,0"},
+            A100X4,
+            [1, 3],
+        ),
+        ([SERVER, "-m", MODEL], {"LLAMA_ARG_DEVICE": "CUDA3"}, A100X4, [3]),
+        ([SERVER, "-m", MODEL, "-dev", "ROCm1"], {"HIP_VISIBLE_DEVICES": "2,3"}, AMD, [3]),
+        ([SERVER, "-m", MODEL, "-dev", "ROCm0"], {}, BOTH, [2]),
+        ([SERVER, "-m", MODEL, "-dev", "CUDA1"], {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}, MIXED, [1]),
         # -sm none: only the main GPU (-mg, default 0) of the devices
-        ([SERVER, "-sm", "none", "-mg", "1"], {}, A100X4, [1]),
-        ([SERVER, "--split-mode", "none", "--main-gpu", "2"], {}, A100X4, [2]),
-        ([SERVER, "-sm", "none"], {}, A100X4, [0]),
-        ([SERVER, "-sm", "none", "-mg", "1"], {"CUDA_VISIBLE_DEVICES": "3,2"}, A100X4, [2]),
-        ([SERVER, "-dev", "CUDA2,CUDA3", "-sm", "none", "-mg", "1"], {}, A100X4, [3]),
-        ([SERVER, "-sm", "layer", "-mg", "1"], {}, A100X4, [0, 1, 2, 3]),
-        ([SERVER, "-sm", "row", "-mg", "1"], {}, A100X4, [0, 1, 2, 3]),
-        ([SERVER], {"LLAMA_ARG_SPLIT_MODE": "none", "LLAMA_ARG_MAIN_GPU": "3"}, A100X4, [3]),
+        ([SERVER, "-m", MODEL, "-sm", "none", "-mg", "1"], {}, A100X4, [1]),
+        ([SERVER, "-m", MODEL, "--split-mode", "none", "--main-gpu", "2"], {}, A100X4, [2]),
+        ([SERVER, "-m", MODEL, "-sm", "none"], {}, A100X4, [0]),
+        (
+            [SERVER, "-m", MODEL, "-sm", "none", "-mg", "1"],
+            {"CUDA_VISIBLE_DEVICES": "3,2"},
+            A100X4,
+            [2],
+        ),
+        ([SERVER, "-m", MODEL, "-dev", "CUDA2,CUDA3", "-sm", "none", "-mg", "1"], {}, A100X4, [3]),
+        ([SERVER, "-m", MODEL, "-sm", "layer", "-mg", "1"], {}, A100X4, [0, 1, 2, 3]),
+        ([SERVER, "-m", MODEL, "-sm", "row", "-mg", "1"], {}, A100X4, [0, 1, 2, 3]),
+        (
+            [SERVER, "-m", MODEL],
+            {"LLAMA_ARG_SPLIT_MODE": "none", "LLAMA_ARG_MAIN_GPU": "3"},
+            A100X4,
+            [3],
+        ),
         (
             [
                 "python",
@@ -202,13 +222,13 @@ def test_intended_gpus_from_the_mask_then_the_flags(
     ("cmdline", "env", "gpus", "reason"),
     [
         (
-            [SERVER],
+            [SERVER, "-m", MODEL],
             {"CUDA_VISIBLE_DEVICES": "MIG-4b2a9f60-1234-5678-9abc-def012345678"},
             A100X4,
             "CUDA_VISIBLE_DEVICES names a MIG instance (MIG-4b2a9f60-1234-5678-9abc-def012345678), not a whole GPU",
         ),
         (
-            [SERVER],
+            [SERVER, "-m", MODEL],
             {"CUDA_VISIBLE_DEVICES": "0"},
             MIXED,
             "CUDA_DEVICE_ORDER is unset (fastest first) on a node of mixed GPUs; "
@@ -221,14 +241,14 @@ def test_intended_gpus_from_the_mask_then_the_flags(
             "CUDA_DEVICE_ORDER=FASTEST_FIRST numbers GPUs by speed, not bus order",
         ),
         (
-            [SERVER, "-dev", "CUDA1"],
+            [SERVER, "-m", MODEL, "-dev", "CUDA1"],
             {},
             MIXED,
             "CUDA_DEVICE_ORDER is unset (fastest first) on a node of mixed GPUs, so which GPU it "
             "picked cannot be told; set CUDA_DEVICE_ORDER=PCI_BUS_ID",
         ),
         (
-            [SERVER, "-sm", "none", "-mg", "1"],
+            [SERVER, "-m", MODEL, "-sm", "none", "-mg", "1"],
             {},
             MIXED,
             "CUDA_DEVICE_ORDER is unset (fastest first) on a node of mixed GPUs, so which GPU it "
@@ -242,21 +262,21 @@ def test_intended_gpus_from_the_mask_then_the_flags(
             "picked cannot be told; set CUDA_DEVICE_ORDER=PCI_BUS_ID",
         ),
         (
-            [SERVER, "-sm", "none"],
+            [SERVER, "-m", MODEL, "-sm", "none"],
             {"CUDA_DEVICE_ORDER": "FASTEST_FIRST"},
             A100X4,
             "CUDA_DEVICE_ORDER=FASTEST_FIRST numbers GPUs by speed, not bus order, so which one "
             "it picked cannot be told",
         ),
         (
-            [SERVER],
+            [SERVER, "-m", MODEL],
             {"CUDA_VISIBLE_DEVICES": "7"},
             A100X4,
             "CUDA_VISIBLE_DEVICES=7 names no GPU of this node (GPUs 0, 1, 2, 3); check the mask, "
             "or the GPU tools' list of this node's GPUs",
         ),
         (
-            [SERVER, "--device", "Vulkan0"],
+            [SERVER, "-m", MODEL, "--device", "Vulkan0"],
             {},
             A100X4,
             "--device Vulkan0 names Vulkan0, a device in the Vulkan loader's order, which "
@@ -264,21 +284,21 @@ def test_intended_gpus_from_the_mask_then_the_flags(
             "this shard in a shards file",
         ),
         (
-            [SERVER, "--device", "MUSA0"],
+            [SERVER, "-m", MODEL, "--device", "MUSA0"],
             {},
             A100X4,
             "--device MUSA0 names MUSA0, whose number is not a CUDA, ROCm or SYCL device "
             "number; place this shard in a shards file",
         ),
         (
-            [SERVER, "-dev", "CUDA2"],
+            [SERVER, "-m", MODEL, "-dev", "CUDA2"],
             {"CUDA_VISIBLE_DEVICES": "0,1"},
             A100X4,
             "-dev CUDA2 names CUDA2, but only 2 NVIDIA GPU(s) are visible to it",
         ),
-        ([SERVER, "-dev", "ROCm0"], {}, A100X4, "this node has no AMD GPU"),
+        ([SERVER, "-m", MODEL, "-dev", "ROCm0"], {}, A100X4, "this node has no AMD GPU"),
         (
-            [SERVER, "-sm", "none", "-mg", "4"],
+            [SERVER, "-m", MODEL, "-sm", "none", "-mg", "4"],
             {},
             A100X4,
             "-sm none with -mg 4, but it sees 4 GPU(s)",
@@ -318,7 +338,7 @@ def test_an_unreadable_environment_leaves_the_gpus_unknown() -> None:
 
 
 def test_an_unreadable_environment_on_intel_gpus_names_their_masks() -> None:
-    d = classify([SERVER, "-ngl", "99"], None, 4242, INTEL)
+    d = classify([SERVER, "-m", MODEL, "-ngl", "99"], None, 4242, INTEL)
     assert d is not None
     assert d.gpus_unknown == (
         "its environment could not be read for a device mask (ONEAPI_DEVICE_SELECTOR, "
@@ -330,8 +350,8 @@ def test_an_unreadable_environment_on_intel_gpus_names_their_masks() -> None:
 @pytest.mark.parametrize(
     ("cmdline", "says"),
     [
-        ([SERVER, "-ngl", "0"], "-ngl 0"),
-        ([SERVER, "--device", "none"], "--device none"),
+        ([SERVER, "-m", MODEL, "-ngl", "0"], "-ngl 0"),
+        ([SERVER, "-m", MODEL, "--device", "none"], "--device none"),
         (["vllm", "serve", "m", "--device", "cpu"], "--device cpu"),
     ],
 )
@@ -371,7 +391,11 @@ SILENT = ["nvml", "nvidia-smi", "rocm-smi", "amd-smi"]
         ([SERVER, "-m", MODEL], {}, "no -ngl; recent llama.cpp builds offload by default"),
         ([SERVER, "-m", MODEL, "-dev", "CUDA1"], {}, "-dev CUDA1"),
         ([SERVER, "-m", MODEL, "-ngl", "99"], None, "-ngl 99"),  # environment unreadable
-        ([SERVER, "-ngl", "99"], {"HIP_VISIBLE_DEVICES": ""}, "-ngl 99"),  # NVIDIA sees its GPUs
+        (
+            [SERVER, "-m", MODEL, "-ngl", "99"],
+            {"HIP_VISIBLE_DEVICES": ""},
+            "-ngl 99",
+        ),  # NVIDIA sees its GPUs
         (
             ["ollama", "runner", "--model", OLLAMA_BLOB, "--port", "1"],
             {"CUDA_VISIBLE_DEVICES": "GPU-0"},
@@ -395,12 +419,20 @@ def test_an_engine_asking_for_gpus_where_no_gpu_tool_answered_is_unknown_naming_
 @pytest.mark.parametrize(
     ("cmdline", "env", "says"),
     [
-        ([SERVER, "-ngl", "0"], {}, "-ngl 0"),
-        ([SERVER, "--device", "none"], {}, "--device none"),
-        ([SERVER, "-ngl", "99"], {"CUDA_VISIBLE_DEVICES": ""}, "CUDA_VISIBLE_DEVICES="),
-        ([SERVER, "-ngl", "99"], {"CUDA_VISIBLE_DEVICES": "-1"}, "CUDA_VISIBLE_DEVICES=-1"),
+        ([SERVER, "-m", MODEL, "-ngl", "0"], {}, "-ngl 0"),
+        ([SERVER, "-m", MODEL, "--device", "none"], {}, "--device none"),
         (
-            [SERVER, "-ngl", "99"],
+            [SERVER, "-m", MODEL, "-ngl", "99"],
+            {"CUDA_VISIBLE_DEVICES": ""},
+            "CUDA_VISIBLE_DEVICES=",
+        ),
+        (
+            [SERVER, "-m", MODEL, "-ngl", "99"],
+            {"CUDA_VISIBLE_DEVICES": "-1"},
+            "CUDA_VISIBLE_DEVICES=-1",
+        ),
+        (
+            [SERVER, "-m", MODEL, "-ngl", "99"],
             {"ROCR_VISIBLE_DEVICES": "-1", "CUDA_VISIBLE_DEVICES": ""},
             "ROCR_VISIBLE_DEVICES=-1 CUDA_VISIBLE_DEVICES=",
         ),
@@ -423,14 +455,14 @@ def test_an_engine_meant_for_the_cpu_stays_cpu_where_no_gpu_tool_answered(
 def test_a_mask_that_only_amd_reads_hides_nothing_from_nvidia_where_no_tool_answered() -> None:
     # CUDA_VISIBLE_DEVICES=0 leaves NVIDIA GPU 0 (and AMD reads HIP_VISIBLE_DEVICES first).
     env = {"HIP_VISIBLE_DEVICES": "-1", "CUDA_VISIBLE_DEVICES": "0"}
-    d = classify([SERVER, "-ngl", "99"], env, 4242, [], tools_silent=["nvidia-smi"])
+    d = classify([SERVER, "-m", MODEL, "-ngl", "99"], env, 4242, [], tools_silent=["nvidia-smi"])
     assert d is not None
     assert d.cpu_on_purpose is None
     assert d.gpus_unknown is not None and "(nvidia-smi)" in d.gpus_unknown
 
 
 def test_with_no_source_to_name_the_reason_still_says_no_gpu_tool_answered() -> None:
-    d = classify([SERVER, "-ngl", "99"], {}, 4242, [], tools_silent=[])
+    d = classify([SERVER, "-m", MODEL, "-ngl", "99"], {}, 4242, [], tools_silent=[])
     assert d is not None and d.gpus_unknown is not None
     assert "no GPU tool answered on this node; run `placewatch doctor`" in d.gpus_unknown
 
@@ -533,9 +565,15 @@ def test_a_draft_kept_on_the_cpu_too_leaves_the_server_on_the_cpu_on_purpose(
         ([SERVER, "--models-preset", "/etc/models.ini"], {}),
         ([SERVER, "--port", "8080"], {"LLAMA_ARG_MODELS_DIR": "/models"}),
         ([SERVER, "--port", "8080"], {"LLAMA_ARG_MODELS_PRESET": "/etc/models.ini"}),
+        # no model at all: b11434 routes over its models cache ("starting server in router
+        # mode", tests/integration/engines/test_llama_server_lane.py)
+        ([SERVER, "--port", "8080"], {}),
+        ([SERVER, "--port", "8080"], {"LLAMA_ARG_MODELS_DIR": ""}),
+        ([SERVER, "--spec-default"], {}),  # a draft's settings name no model
+        ([SERVER, "-hf", ""], {}),
     ],
 )
-def test_a_router_is_no_shard_by_its_flag_or_its_variable(
+def test_a_router_is_no_shard_by_its_flag_its_variable_or_no_model_at_all(
     cmdline: list[str], env: dict[str, str]
 ) -> None:
     assert classify(cmdline, env, 4242, A100X4) is None
@@ -549,7 +587,9 @@ def test_a_router_is_no_shard_by_its_flag_or_its_variable(
         ([SERVER], {"LLAMA_ARG_MODEL": MODEL, "LLAMA_ARG_MODELS_DIR": "/models"}),
         ([SERVER], {"LLAMA_ARG_HF_REPO": "org/model", "LLAMA_ARG_MODELS_DIR": "/models"}),
         ([SERVER, "--models-dir", "/models"], {"LLAMA_ARG_MODEL": MODEL}),
-        ([SERVER, "--port", "8080"], {"LLAMA_ARG_MODELS_DIR": ""}),  # set to nothing
+        ([SERVER, "--gpt-oss-20b-default"], {}),  # a built-in preset names its model
+        ([SERVER, "--fim-qwen-7b-spec", "--port", "8012"], {}),
+        ([SERVER, "--embd-gemma-default"], {"LLAMA_ARG_MODELS_DIR": "/models"}),
     ],
 )
 def test_a_server_with_a_model_of_its_own_is_a_shard_whatever_its_models_folder(
@@ -562,19 +602,31 @@ def test_a_server_with_a_model_of_its_own_is_a_shard_whatever_its_models_folder(
 
 INTEL_CASES = [
     # ONEAPI_DEVICE_SELECTOR leaves one GPU: it is SYCL0, whatever the order
-    ([SERVER, "--device", "SYCL0"], {"ONEAPI_DEVICE_SELECTOR": "level_zero:1", **PCI_ORDER}, [1]),
-    ([SERVER, "-dev", "SYCL0"], {"ZE_AFFINITY_MASK": "1", **PCI_ORDER}, [1]),
     (
-        [SERVER],
+        [SERVER, "-m", MODEL, "--device", "SYCL0"],
+        {"ONEAPI_DEVICE_SELECTOR": "level_zero:1", **PCI_ORDER},
+        [1],
+    ),
+    ([SERVER, "-m", MODEL, "-dev", "SYCL0"], {"ZE_AFFINITY_MASK": "1", **PCI_ORDER}, [1]),
+    (
+        [SERVER, "-m", MODEL],
         {"LLAMA_ARG_DEVICE": "SYCL0", "ONEAPI_DEVICE_SELECTOR": "!level_zero:0", **PCI_ORDER},
         [1],
     ),
     # every visible GPU, in whatever order, is every visible GPU
-    ([SERVER, "-dev", "SYCL1,SYCL0"], {}, [0, 1]),
-    ([SERVER, "-dev", "SYCL0,SYCL1"], {"ONEAPI_DEVICE_SELECTOR": "level_zero:*"}, [0, 1]),
-    ([SERVER, "-ngl", "99"], {}, [0, 1]),
-    ([SERVER], {"ONEAPI_DEVICE_SELECTOR": "level_zero:0", **PCI_ORDER}, [0]),
-    ([SERVER, "-sm", "none"], {"ONEAPI_DEVICE_SELECTOR": "level_zero:1", **PCI_ORDER}, [1]),
+    ([SERVER, "-m", MODEL, "-dev", "SYCL1,SYCL0"], {}, [0, 1]),
+    (
+        [SERVER, "-m", MODEL, "-dev", "SYCL0,SYCL1"],
+        {"ONEAPI_DEVICE_SELECTOR": "level_zero:*"},
+        [0, 1],
+    ),
+    ([SERVER, "-m", MODEL, "-ngl", "99"], {}, [0, 1]),
+    ([SERVER, "-m", MODEL], {"ONEAPI_DEVICE_SELECTOR": "level_zero:0", **PCI_ORDER}, [0]),
+    (
+        [SERVER, "-m", MODEL, "-sm", "none"],
+        {"ONEAPI_DEVICE_SELECTOR": "level_zero:1", **PCI_ORDER},
+        [1],
+    ),
 ]
 
 
@@ -590,65 +642,69 @@ def test_intel_gpus_from_level_zero_masks_then_sycl_devices(
     ("cmdline", "env", "reason"),
     [
         (
-            [SERVER, "--device", "SYCL1"],
+            [SERVER, "-m", MODEL, "--device", "SYCL1"],
             {},
             "ggml-sycl numbers the 2 Intel GPUs visible to it SYCL's default device first, "
             "then by compute units, not bus order, so which it picked cannot be told; leave it "
             "one GPU (ONEAPI_DEVICE_SELECTOR=level_zero:N)",
         ),
         (
-            [SERVER, "-sm", "none", "-mg", "1"],
+            [SERVER, "-m", MODEL, "-sm", "none", "-mg", "1"],
             {**PCI_ORDER},
             "ggml-sycl numbers the 2 Intel GPUs visible to it SYCL's default device first, "
             "then by compute units, not bus order, so which it picked cannot be told; leave it "
             "one GPU (ONEAPI_DEVICE_SELECTOR=level_zero:N)",
         ),
         (
-            [SERVER, "--device", "SYCL0"],
+            [SERVER, "-m", MODEL, "--device", "SYCL0"],
             {"ONEAPI_DEVICE_SELECTOR": "level_zero:1"},
             "ONEAPI_DEVICE_SELECTOR=level_zero:1 numbers Level Zero devices in the driver's "
             "order, which is bus order only with ZE_ENABLE_PCI_ID_DEVICE_ORDER=1; set "
             "ZE_ENABLE_PCI_ID_DEVICE_ORDER=1",
         ),
         (
-            [SERVER, "--device", "SYCL1"],
+            [SERVER, "-m", MODEL, "--device", "SYCL1"],
             {"ONEAPI_DEVICE_SELECTOR": "level_zero:1", **PCI_ORDER},
             "--device SYCL1 names SYCL1, but only 1 Intel GPU(s) are visible to it",
         ),
         (
-            [SERVER, "--device", "Vulkan0"],
+            [SERVER, "-m", MODEL, "--device", "Vulkan0"],
             {},
             "--device Vulkan0 names Vulkan0, a device in the Vulkan loader's order, which "
             "counts every vendor's GPUs and CPU renderers and which no GPU tool gives; place "
             "this shard in a shards file",
         ),
         (
-            [SERVER],
+            [SERVER, "-m", MODEL],
             {"GGML_VK_VISIBLE_DEVICES": "0,2"},
             "GGML_VK_VISIBLE_DEVICES=0,2 numbers Vulkan devices in the Vulkan loader's order, "
             "which counts every vendor's GPUs and CPU renderers and which no GPU tool gives, "
             "so which GPUs it names cannot be told",
         ),
         (
-            [SERVER],
+            [SERVER, "-m", MODEL],
             {"ONEAPI_DEVICE_SELECTOR": "level_zero:0.1"},
             "ONEAPI_DEVICE_SELECTOR names a sub-device (level_zero:0.1), a tile of a GPU, "
             "not a whole GPU",
         ),
         (
-            [SERVER],
+            [SERVER, "-m", MODEL],
             {"ONEAPI_DEVICE_SELECTOR": "level_zero;0"},
             "ONEAPI_DEVICE_SELECTOR=level_zero;0 is not a selector DPC++ accepts "
             "([!]backend:devices, such as level_zero:0 or level_zero:*)",
         ),
         (
-            [SERVER],
+            [SERVER, "-m", MODEL],
             {"ONEAPI_DEVICE_SELECTOR": "level_zero:cpu"},
             "ONEAPI_DEVICE_SELECTOR=level_zero:cpu names no GPU of this node (GPUs 0, 1); "
             "check the mask, or the GPU tools' list of this node's GPUs",
         ),
-        ([SERVER, "-dev", "SYCL0"], {}, "ggml-sycl numbers the 2 Intel GPUs"),
-        ([SERVER, "-dev", "SYCL0"], {"CUDA_VISIBLE_DEVICES": "0"}, "ggml-sycl numbers"),
+        ([SERVER, "-m", MODEL, "-dev", "SYCL0"], {}, "ggml-sycl numbers the 2 Intel GPUs"),
+        (
+            [SERVER, "-m", MODEL, "-dev", "SYCL0"],
+            {"CUDA_VISIBLE_DEVICES": "0"},
+            "ggml-sycl numbers",
+        ),
     ],
 )
 def test_intel_gpus_that_cannot_be_told_say_why(
@@ -670,14 +726,16 @@ INTEL_AFTER_NVIDIA = [
 def test_a_cuda_device_on_a_node_of_nvidia_and_intel_gpus_ignores_intel_masks() -> None:
     node = [GpuSample(index=0, uuid="GPU-aaaa", name="NVIDIA L4"), *INTEL_AFTER_NVIDIA]
     env = {"GGML_VK_VISIBLE_DEVICES": "1"}  # unknowable, but not what CUDA0 reads
-    d = found([SERVER, "-dev", "CUDA0"], env, node)
+    d = found([SERVER, "-m", MODEL, "-dev", "CUDA0"], env, node)
     assert (d.spec.gpus, d.gpus_unknown) == ([0], None)
-    d = found([SERVER, "-dev", "SYCL0"], {"ONEAPI_DEVICE_SELECTOR": "level_zero:0"}, node)
+    d = found(
+        [SERVER, "-m", MODEL, "-dev", "SYCL0"], {"ONEAPI_DEVICE_SELECTOR": "level_zero:0"}, node
+    )
     assert (d.spec.gpus, d.gpus_unknown) == ([1], None)
 
 
 def test_a_hostile_device_name_is_quoted_printable_and_short() -> None:
-    d = found([SERVER, "-dev", "\x1b[2J" + "A" * 500], {}, INTEL)
+    d = found([SERVER, "-m", MODEL, "-dev", "\x1b[2J" + "A" * 500], {}, INTEL)
     assert d.gpus_unknown is not None
     assert d.gpus_unknown.startswith("-dev ")
     assert "names ?[2JAAA" in d.gpus_unknown and "\x1b" not in d.gpus_unknown
