@@ -93,6 +93,11 @@ def program(tmp_path: Path, name: str, text: str = SLEEP) -> Path:
     return path
 
 
+def serving(tmp_path: Path, *args: str) -> list[str]:
+    """A stand-in llama-server's command line, its model and then `args`."""
+    return [str(named(tmp_path, "llama-server")), "-c", SLEEP, "-m", MODEL, *args]
+
+
 def by_pid(results: list[Discovered], *pids: int) -> list[Discovered]:
     return [d for d in results if d.spec.pid in pids]
 
@@ -102,17 +107,7 @@ def test_a_running_llama_server_is_discovered_with_its_mask_and_start_time(
 ) -> None:
     before = time.time()
     proc = children.start(
-        [
-            str(named(tmp_path, "llama-server")),
-            "-c",
-            SLEEP,
-            "-m",
-            MODEL,
-            "--port",
-            "18080",
-            "-ngl",
-            "99",
-        ],
+        serving(tmp_path, "--port", "18080", "-ngl", "99"),
         env={"CUDA_VISIBLE_DEVICES": "GPU-22aa0000-0000-0000-0000-000000000002"},
     )
     after = time.time()
@@ -136,17 +131,7 @@ def test_a_running_sycl_llama_server_is_placed_by_its_level_zero_mask(
     tmp_path: Path, children: Children
 ) -> None:
     proc = children.start(
-        [
-            str(named(tmp_path, "llama-server")),
-            "-c",
-            SLEEP,
-            "-m",
-            MODEL,
-            "--port",
-            "18082",
-            "-dev",
-            "SYCL0",
-        ],
+        serving(tmp_path, "--port", "18082", "-dev", "SYCL0"),
         env={"ONEAPI_DEVICE_SELECTOR": "level_zero:1", **PCI_ORDER},
     )
     mine = by_pid(discover(INTEL, scope=SCOPE), proc.pid)
@@ -371,7 +356,7 @@ def test_an_engine_whose_environment_may_not_be_read_is_found_with_gpus_unknown(
     tmp_path: Path, children: Children
 ) -> None:
     proc = children.start(
-        [str(named(tmp_path, "llama-server")), "-c", SLEEP, "-m", MODEL, "--port", "18093"],
+        serving(tmp_path, "--port", "18093"),
         env={"CUDA_VISIBLE_DEVICES": "1"},
     )
     [d] = discover(A100X4, processes=[NoEnviron(proc.pid)])
