@@ -204,13 +204,26 @@ LISTENING = "llama_server: listening on"
 def uploading(port: int) -> Iterator[None]:
     """A request to the server on `port` whose body is still on its way while the block runs:
     llama-server stopped by SIGTERM meanwhile closes its port at once, and exits only once
-    that connection closes."""
+    that connection closes. The block starts once the server has read the request's start: a
+    connection it has not yet taken up when stopped is closed unread, and it exits at once."""
     with socket.create_connection(("127.0.0.1", port), timeout=30) as client:
         client.sendall(
             b"POST /completion HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             b'Content-Length: 100000\r\n\r\n{"prompt": '
         )
+        ours = client.getsockname()[1]
+        eventually(lambda: unread(port, ours) == 0, what="the request's start read by the server")
         yield
+
+
+def unread(port: int, peer: int) -> int | None:
+    """Bytes waiting in the receive queue of the server's end of a loopback connection from
+    port `peer` (/proc/net/tcp), or None while there is no such end."""
+    for row in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        local, remote, _, queues = row.split()[1:5]
+        if local == f"0100007F:{port:04X}" and remote == f"0100007F:{peer:04X}":
+            return int(queues.split(":")[1], 16)
+    return None
 
 
 def test_a_deleted_log_keeps_the_fallback_stale_and_never_resolves_it(lane: Lane) -> None:
