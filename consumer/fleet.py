@@ -3,8 +3,8 @@
 A node publishes what it is (NodeInventory) when that changes, and what it reads
 (NodeTelemetry) every interval; the view holds the latest of each per node and joins them for
 its users (`sample()`, `snapshot()`). A gateway that starts late must know the fleet at once,
-not after every node has published again, so `start()` first reads what the bus keeps: the last
-telemetry and inventory of each node (the prefix's streams, PLACEWATCH_TELEMETRY and
+not after every node has published again, so `start()` first reads what the bus keeps (kept.py):
+the last telemetry and inventory of each node (the prefix's streams, PLACEWATCH_TELEMETRY and
 PLACEWATCH_INVENTORY) and every shard's latest status (its KV bucket placewatch_compute). Live
 core subscriptions, made before that read, keep the view current. Which message is newer is
 never judged by the node's clock, which may be wrong or stepped back (NTP): a live message
@@ -44,14 +44,12 @@ import logging
 import time
 import zlib
 from collections.abc import Callable, Coroutine, Mapping
-from typing import NamedTuple
 
 import nats.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
-from placewatch.retained import kv_headers, last_per_subject, stored_at
 from placewatch.schemas import (
     FALLBACK_VERDICTS,
     ComputeStatus,
@@ -64,10 +62,11 @@ from placewatch.schemas import (
 )
 from placewatch.schemas.printable import printable
 from placewatch.schemas.service import endpoint
-from placewatch.schemas.streams import consumers_refused, for_prefix
+from placewatch.schemas.streams import for_prefix
 
 from .held import Held, Holdings, content_type
 from .impostors import Impostors
+from .kept import Kept, Message, node_of, read_kept
 from .mapping import PartitionCheck
 from .snapshot import FiringFallback, Fleet, FleetState, ShardKey, utc_now
 from .unreadable import Unreadable
@@ -81,20 +80,11 @@ ASK_EVERY_S = 10.0
 RECONNECT_CHECK_S = 0.5
 """How often the view looks whether its connection came back."""
 
-Message = NodeTelemetry | NodeInventory | ComputeStatus | FallbackEvent | NodeForgotten
 GONE_FROM_STREAMS = (
     "the bus no longer keeps its telemetry or inventory: forgotten while this view's "
     "connection was away"
 )
 """The reason of a NodeForgotten a view tells (on_change) of a node it lets go that way."""
-
-
-class Kept(NamedTuple):
-    """What a fill found the bus keeps (None: a read failed): the nodes of which it keeps an
-    inventory or telemetry, and the statuses."""
-
-    nodes: set[str] | None
-    statuses: set[ShardKey] | None
 
 
 class FleetView(FleetState):
@@ -204,62 +194,15 @@ class FleetView(FleetState):
         forgotten meanwhile keeps nothing they had of it, read before the forget or after."""
         self._forgotten = set()
         try:
-            return await self._read_stores()
+            return await read_kept(
+                self.nc,
+                self.stores,
+                self._followed(),
+                self._hold,
+                time.monotonic() + self.fill_timeout,
+            )
         finally:
             self._forgotten = None  # only copies read from the streams need it
-
-    async def _read_stores(self) -> Kept:
-        deadline = time.monotonic() + self.fill_timeout
-        inventory, telemetry = self._followed()
-        compute = self.stores.compute
-        inventories = await self._take_each(
-            self.stores.inventory.name, inventory, NodeInventory, deadline
-        )
-        telemetries = await self._take_each(
-            self.stores.telemetry.name, telemetry, NodeTelemetry, deadline
-        )
-        statuses = await self._take(
-            compute.stream, subjects.kv_subject(compute.name), ComputeStatus, deadline
-        )
-        nodes = None
-        if inventories is not None and telemetries is not None:
-            nodes = {_node(m) for m in (*inventories, *telemetries)}
-        keys = None
-        if statuses is not None:
-            keys = {(s.node, s.shard) for s in statuses if isinstance(s, ComputeStatus)}
-        return Kept(nodes, keys)
-
-    async def _take_each(
-        self, stream: str, subjects_: tuple[str, ...], kind: type[Message], deadline: float
-    ) -> list[Message] | None:
-        """`_take` of each subject, together; None where one could not be read."""
-        kept: list[Message] = []
-        for subject in subjects_:
-            taken = await self._take(stream, subject, kind, deadline)
-            if taken is None:
-                return None
-            kept += taken
-        return kept
-
-    async def _take(
-        self, stream: str, subject: str, kind: type[Message], deadline: float
-    ) -> list[Message] | None:
-        """Take the last message of each subject of `stream`; the messages it keeps (taken or
-        older than what the view holds), None where the stream could not be read."""
-        msgs = await self._latest(stream, subject, deadline)
-        if msgs is None:
-            return None
-        kept: list[Message] = []
-        for msg in msgs:
-            headers: Mapping[str, str] = msg.headers or {}
-            if headers.get(subjects.KV_OPERATION) in subjects.KV_DELETED:
-                continue
-            if kind is ComputeStatus:
-                headers = kv_headers(msg.data, headers)
-            message = self._hold(msg.data, headers, kind, msg.subject, stored_at(msg))
-            if message is not None:
-                kept.append(message)
-        return kept
 
     async def _follow_reconnects(self) -> None:
         """Catch up each time the connection came back, until it is closed."""
@@ -321,12 +264,12 @@ class FleetView(FleetState):
         if message is None:
             self.undecodable += 1
             return None
-        if self.only is not None and type_ is not NodeForgotten and not self.only(_node(message)):
+        if self.only is not None and type_ is not NodeForgotten and not self.only(node_of(message)):
             return None
         seen = time.time() if stored is None else stored
         if isinstance(message, NodeForgotten):
             taken = self._forget(message.node)
-        elif self._forgotten and stored is not None and _node(message) in self._forgotten:
+        elif self._forgotten and stored is not None and node_of(message) in self._forgotten:
             return None  # read from a stream as the node was forgotten: what it kept is gone
         elif isinstance(message, NodeTelemetry):
             taken = self._telemetry(message, data, headers, seen, stored)
@@ -468,15 +411,6 @@ class FleetView(FleetState):
             self._since[key] = s.time
         return True
 
-    async def _latest(self, stream: str, subject: str, deadline: float) -> list[Msg] | None:
-        """The last message of each subject in `stream`; None when it cannot be read."""
-        try:
-            return await last_per_subject(self.nc, stream, subject, _left(deadline))
-        except (nats.errors.Error, TimeoutError) as exc:
-            why = consumers_refused(exc, stream) or exc
-            log.warning("cannot read %s (%s); following live messages only", stream, why)
-            return None
-
 
 _KINDS: dict[str, type[Message]] = {
     "telemetry": NodeTelemetry,
@@ -487,19 +421,11 @@ _KINDS: dict[str, type[Message]] = {
 }
 
 
-def _node(message: Message) -> str:
-    return message.status.node if isinstance(message, FallbackEvent) else message.node
-
-
 def _newer(stored: float | None, held_seen: float) -> bool:
     """Whether a message replaces one the view took at `held_seen`: one that came live always
     does (a node's messages arrive in the order it sent them); a copy from a stream or bucket
     only if the server stored it after that. Neither asks the node's clock."""
     return stored is None or stored > held_seen
-
-
-def _left(deadline: float) -> float:
-    return max(deadline - time.monotonic(), 0.1)
 
 
 __all__ = [

@@ -40,6 +40,7 @@ def test_consumer_package_imports_only_the_contract_and_nats() -> None:
         "placewatch.consumer.fleet",
         "placewatch.consumer.held",
         "placewatch.consumer.impostors",
+        "placewatch.consumer.kept",
         "placewatch.consumer.mapping",
         "placewatch.retained",
         "placewatch.consumer.snapshot",

@@ -10,7 +10,8 @@ from typing import Any, cast
 import msgspec
 
 from placewatch.consumer import FleetView, Message
-from placewatch.consumer.fleet import GONE_FROM_STREAMS, Kept
+from placewatch.consumer.fleet import GONE_FROM_STREAMS
+from placewatch.consumer.kept import Kept
 from placewatch.schemas import (
     ComputeStatus,
     NodeForgotten,
