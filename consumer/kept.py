@@ -35,7 +35,8 @@ log = logging.getLogger(__name__)
 Message = NodeTelemetry | NodeInventory | ComputeStatus | FallbackEvent | NodeForgotten
 Hold = Callable[[bytes, Mapping[str, str], type[Message], str, float], Message | None]
 """Take a copy read from a store: its data, headers, type, subject and when the server stored
-it; the message, or None where the view did not take it and it is not one."""
+it; the message (taken or older than what the view holds), or None where it is not one the
+view may hold (unreadable, another node's, forgotten, not wanted)."""
 
 
 class Kept(NamedTuple):
