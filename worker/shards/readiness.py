@@ -11,12 +11,14 @@ one thread, not one a tick.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from concurrent.futures import Future
 from typing import Literal
 
 import anyio.to_thread
 
 from ..deadline import NEVER, Deadline
+from .liveness import Tracked
 
 HEALTH_TIMEOUT_S = 1.0
 """The longest a check waits to connect, and then for each read of the answer: its own
@@ -86,6 +88,31 @@ class ReadinessChecks:
             return None
         self._asked.pop(key, None)
         return answer.result()
+
+    async def settle(
+        self, tracked: Mapping[str, Tracked], now: float, grace_s: float, deadline: Deadline
+    ) -> None:
+        """Mark ready each running shard that is: its health URL answered by `deadline` (a
+        URL that has not leaves it not ready this tick), or, with none, its process has run
+        `grace_s` by `now` (the clock's)."""
+        self.keep_only(set(tracked))
+        for sid, t in tracked.items():
+            if t.ready or t.pid is None:
+                continue
+            # The start time the OS keeps: a restarted worker, or a one-off
+            # `placewatch sample`, judges a long-running shard at once.
+            graced = t.create_time is not None and now - t.create_time >= grace_s
+            url = t.placement.spec.health_url
+            if not url:
+                t.ready = graced
+                continue
+            answer = await self.ask(sid, url, deadline)
+            if answer is None:
+                continue
+            # Discovery only guesses a health URL from the command line: one that
+            # nothing answers on is a wrong guess, and the grace period decides.
+            guessed = t.placement.origin == "discovered"
+            t.ready = answer == "ok" or (guessed and answer == "unreachable" and graced)
 
     def keep_only(self, shards: set[str]) -> None:
         """Forget the checks of shards no longer watched (a thread still running ends on

@@ -200,7 +200,7 @@ class ShardPass:
         self.shared_logs = liveness.shared_logs(owning, self.shared)
         self.refusals = shared_reasons(self.shared, self.tracked)
         problems += refusals_told(self.refusals, self.tracked)
-        await self._readiness(deadline)
+        await self.checks.settle(self.tracked, self.clock(), self.grace_s, deadline)
         evidence = await self._evidence(deadline)
         claims = await self.claims.read(self.tracked, deadline)
         seen = self._attribute(gpus, gpus_known, exited, foreign_unknown)
@@ -412,29 +412,6 @@ class ShardPass:
             else:
                 t.placement = placement
         return gone
-
-    async def _readiness(self, deadline: Deadline) -> None:
-        """Which shards are ready to be judged; a health URL that has not answered by
-        `deadline` leaves its shard not ready this tick (readiness.py)."""
-        now = self.clock()
-        self.checks.keep_only(set(self.tracked))
-        for sid, t in self.tracked.items():
-            if t.ready or t.pid is None:
-                continue
-            # The start time the OS keeps: a restarted worker, or a one-off
-            # `placewatch sample`, judges a long-running shard at once.
-            graced = t.create_time is not None and now - t.create_time >= self.grace_s
-            url = t.placement.spec.health_url
-            if not url:
-                t.ready = graced
-                continue
-            answer = await self.checks.ask(sid, url, deadline)
-            if answer is None:
-                continue
-            # Discovery only guesses a health URL from the command line: one that
-            # nothing answers on is a wrong guess, and the grace period decides.
-            guessed = t.placement.origin == "discovered"
-            t.ready = answer == "ok" or (guessed and answer == "unreachable" and graced)
 
 
 def _judged(t: Tracked, obs: Observation, seen: _Attributed) -> Judgement:
