@@ -27,6 +27,7 @@ from placewatch.schemas import (
 from placewatch.schemas.streams import COMPUTE, EVENTS, INVENTORY, TELEMETRY
 
 from tests.conftest import ROOT, NatsServer, clean_env, placewatch_cmd, run_placewatch
+from tests.support.exporter import publish_nodes
 from tests.support.http_endpoint import Endpoint
 
 WHEN = datetime(2026, 11, 30, 6, 0, tzinfo=UTC)
@@ -235,16 +236,7 @@ def test_a_gateway_held_to_its_partition_checks_the_mapping_without_a_violation(
             view = FleetView(nc, partition=2, partitions=4)
             try:
                 await view.start()
-                inventory, telemetry = lean.split(
-                    NodeSample(node=node, session="s1", seq=0, time=WHEN, interval_s=2.0)
-                )
-                for message, subject in (
-                    (inventory, subjects.inventory(node)),
-                    (telemetry, subjects.telemetry(node)),
-                ):
-                    payload, headers = encode(message)
-                    await admin.publish(subject, payload, headers=headers)
-                await admin.flush()
+                await publish_nodes(admin, [node])
                 with anyio.fail_after(5):
                     while view.sample(node) is None:
                         await anyio.sleep(0.05)
